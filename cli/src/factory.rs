@@ -1,0 +1,135 @@
+//! Builds Kubernetes clients the way kubectl finds its cluster:
+//! `--kubeconfig`, then `KUBECONFIG`, then `~/.kube/config`, then the
+//! in-cluster service account; `--context` picks a context. Turns transport
+//! and permission failures into [`UserError`]s that say what to do.
+
+use std::path::Path;
+
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+
+use crate::cli::GlobalArgs;
+use crate::error::UserError;
+
+/// A client for one cluster, with what is needed to talk about it.
+#[derive(Clone)]
+pub struct ClusterClient {
+    pub client: kube::Client,
+    /// How to call the cluster in messages: the context's name, or its URL.
+    pub name: String,
+    pub server: String,
+}
+
+impl std::fmt::Debug for ClusterClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterClient")
+            .field("name", &self.name)
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterClient {
+    /// The local cluster named by the global flags.
+    pub async fn local(global: &GlobalArgs) -> anyhow::Result<Self> {
+        Self::connect(global.kubeconfig.as_deref(), global.context.as_deref()).await
+    }
+
+    pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<Self> {
+        let options = KubeConfigOptions {
+            context: context.map(str::to_owned),
+            ..Default::default()
+        };
+        let (config, name) = match kubeconfig {
+            Some(path) => {
+                let kc = Kubeconfig::read_from(path).map_err(|e| {
+                    UserError::Config(format!(
+                        "cannot read kubeconfig {}: {}",
+                        path.display(),
+                        kubeconfig_reason(&e)
+                    ))
+                })?;
+                let name = context
+                    .map(str::to_owned)
+                    .or_else(|| kc.current_context.clone());
+                let config = kube::Config::from_custom_kubeconfig(kc, &options)
+                    .await
+                    .map_err(|e| config_error(&e, context, &path.display().to_string()))?;
+                (config, name)
+            }
+            None => match kube::Config::from_kubeconfig(&options).await {
+                Ok(config) => {
+                    let name = context
+                        .map(str::to_owned)
+                        .or_else(|| Kubeconfig::read().ok().and_then(|kc| kc.current_context));
+                    (config, name)
+                }
+                Err(KubeconfigError::ReadConfig(..)) if context.is_none() => {
+                    // No kubeconfig file at all: try the in-cluster account.
+                    let config = kube::Config::incluster().map_err(|_| {
+                        UserError::Config(
+                            "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, or create ~/.kube/config"
+                                .to_owned(),
+                        )
+                    })?;
+                    (config, Some("in-cluster".to_owned()))
+                }
+                Err(e) => return Err(config_error(&e, context, "the kubeconfig").into()),
+            },
+        };
+        let server = config.cluster_url.to_string();
+        let client = kube::Client::try_from(config)
+            .map_err(|e| UserError::Config(format!("cannot build a client for {server}: {e}")))?;
+        Ok(Self {
+            client,
+            name: name.unwrap_or_else(|| server.clone()),
+            server,
+        })
+    }
+
+    /// Explains a failed API call: unreachable, forbidden and the like are
+    /// user errors; the rest keeps its cause for the report.
+    pub fn explain(&self, err: kube::Error, doing: &str) -> anyhow::Error {
+        match &err {
+            kube::Error::Api(status) if status.code == 403 => UserError::Forbidden(format!(
+                "{doing} on cluster {}: forbidden ({}); use a kubeconfig with more rights",
+                self.name, status.message
+            ))
+            .into(),
+            kube::Error::Api(status) if status.code == 401 => UserError::Config(format!(
+                "{doing} on cluster {}: the cluster does not accept the kubeconfig's credentials",
+                self.name
+            ))
+            .into(),
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::TlsRequired => {
+                UserError::Unreachable(format!(
+                    "cannot reach cluster {} at {}: check the kubeconfig and that the API server is up",
+                    self.name, self.server
+                ))
+                .into()
+            }
+            _ => anyhow::Error::new(err).context(format!("{doing} on cluster {}", self.name)),
+        }
+    }
+}
+
+fn kubeconfig_reason(err: &KubeconfigError) -> String {
+    // The innermost cause is the one a person can act on (file missing,
+    // YAML broken at line N).
+    let mut cause: &dyn std::error::Error = err;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+fn config_error(err: &KubeconfigError, context: Option<&str>, file: &str) -> UserError {
+    match (err, context) {
+        (KubeconfigError::LoadContext(_), Some(ctx)) => UserError::Config(format!(
+            "context {ctx:?} not found in {file}; `kubectl config get-contexts` lists the contexts"
+        )),
+        (KubeconfigError::CurrentContextNotSet, _) => {
+            UserError::Config(format!("{file} sets no current context; pass --context"))
+        }
+        _ => UserError::Config(format!("cannot use {file}: {}", kubeconfig_reason(err))),
+    }
+}

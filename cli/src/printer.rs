@@ -1,0 +1,123 @@
+//! Where output goes. Results go to stdout; progress and notes go to stderr,
+//! as spinners on a terminal and as plain lines otherwise, and not at all
+//! with `--quiet`. Commands never print directly.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::cli::OutputFormat;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Printer {
+    quiet: bool,
+    /// Spinners and prompts only make sense when a person watches stderr.
+    interactive: bool,
+}
+
+impl Printer {
+    pub fn new(quiet: bool) -> Self {
+        Self {
+            quiet,
+            interactive: std::io::stderr().is_terminal(),
+        }
+    }
+
+    pub fn is_interactive(&self) -> bool {
+        self.interactive
+    }
+
+    /// A line of progress or information, on stderr.
+    pub fn info(&self, message: impl AsRef<str>) {
+        if !self.quiet {
+            eprintln!("{}", message.as_ref());
+        }
+    }
+
+    /// A warning, on stderr, shown even with `--quiet`.
+    pub fn warn(&self, message: impl AsRef<str>) {
+        eprintln!("warning: {}", message.as_ref());
+    }
+
+    /// The command's result, on stdout.
+    pub fn result(&self, text: impl AsRef<str>) {
+        println!("{}", text.as_ref());
+    }
+
+    /// A value in the requested machine-readable format, on stdout.
+    pub fn structured<T: Serialize>(&self, value: &T, format: OutputFormat) -> anyhow::Result<()> {
+        let text = match format {
+            OutputFormat::Json => serde_json::to_string_pretty(value)?,
+            OutputFormat::Yaml => serde_yaml::to_string(value)?,
+        };
+        println!("{}", text.trim_end());
+        Ok(())
+    }
+
+    /// Starts a step: a spinner on a terminal, a plain line otherwise.
+    pub fn step(&self, message: impl Into<String>) -> Step {
+        let message = message.into();
+        let bar = if self.quiet {
+            None
+        } else if self.interactive {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} {elapsed:.dim}")
+                    .expect("invariant: the template is valid"),
+            );
+            bar.set_message(message.clone());
+            bar.enable_steady_tick(Duration::from_millis(100));
+            Some(bar)
+        } else {
+            eprintln!("{message}...");
+            None
+        };
+        Step {
+            bar,
+            message,
+            quiet: self.quiet,
+        }
+    }
+}
+
+/// A step in progress; say how it ended with [`Step::done`] or
+/// [`Step::fail`]. Dropped unfinished, it clears its spinner.
+#[derive(Debug)]
+pub struct Step {
+    bar: Option<ProgressBar>,
+    message: String,
+    quiet: bool,
+}
+
+impl Step {
+    pub fn done(self, outcome: impl AsRef<str>) {
+        self.finish("✔", outcome.as_ref());
+    }
+
+    pub fn fail(self, outcome: impl AsRef<str>) {
+        self.finish("✘", outcome.as_ref());
+    }
+
+    fn finish(mut self, mark: &str, outcome: &str) {
+        let line = if outcome.is_empty() {
+            format!("{mark} {}", self.message)
+        } else {
+            format!("{mark} {}: {outcome}", self.message)
+        };
+        match self.bar.take() {
+            Some(bar) => bar.finish_with_message(line),
+            None if !self.quiet => eprintln!("{line}"),
+            None => {}
+        }
+    }
+}
+
+impl Drop for Step {
+    fn drop(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}

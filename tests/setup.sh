@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the tests and the demo need on a fresh machine, and does
+# nothing more when it is already there: Rust's rustfmt and clippy, Debian
+# packages, and the control-plane binaries (built from pinned Go modules,
+# cached outside the repository). Prints the binaries' folder last.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need() { command -v "$1" >/dev/null 2>&1; }
+
+need cargo || { echo "error: cargo is needed (https://rustup.rs)" >&2; exit 1; }
+need go || { echo "error: Go is needed to build the test clusters' binaries" >&2; exit 1; }
+if need rustup; then
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt >&2
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy >&2
+fi
+
+# Debian packages: flock (util-linux) for the toolchain cache.
+packages=()
+need flock || packages+=(util-linux)
+if [ ${#packages[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "error: missing packages ${packages[*]}; install them (apt-get install ${packages[*]})" >&2
+    exit 1
+  fi
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >&2
+fi
+
+bash tests/toolchain/build.sh

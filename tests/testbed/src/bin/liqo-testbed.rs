@@ -1,0 +1,403 @@
+//! `liqo-testbed`: starts, shows and stops local test clusters for people
+//! (the demo) and scripts.
+//!
+//! `up` runs a supervisor in the background (`run` in the foreground is the
+//! same thing) that owns every cluster process and records what it started
+//! in `<dir>/state.json`; `down` asks it to stop and waits until nothing it
+//! started is left.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use liqo_testbed::{ClusterSpec, ProcessInfo, Testbed, Toolchain};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Local Kubernetes clusters on loopback for liqo-rs's tests and demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start clusters in the background and return once they are usable.
+    Up(UpArgs),
+    /// Start clusters and keep them until interrupted (Ctrl-C or SIGTERM).
+    Run(UpArgs),
+    /// Stop the clusters of a folder and remove it.
+    Down {
+        #[command(flatten)]
+        dir: DirArg,
+        /// Keep the folder (logs, PKI, etcd data) after stopping.
+        #[arg(long)]
+        keep: bool,
+    },
+    /// Show the running clusters, their processes and memory.
+    Status {
+        #[command(flatten)]
+        dir: DirArg,
+        /// Print the state as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build (or find in the cache) the control-plane binaries and print their folder.
+    Toolchain,
+}
+
+#[derive(Args, Debug)]
+struct DirArg {
+    /// Folder that holds the clusters' files and state.
+    #[arg(long, default_value = ".liqo-testbed")]
+    dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct UpArgs {
+    #[command(flatten)]
+    dir: DirArg,
+    /// Cluster names, one cluster each.
+    #[arg(long = "cluster", short = 'c', default_values = ["cluster-1", "cluster-2"])]
+    clusters: Vec<String>,
+    /// Fake worker nodes per cluster.
+    #[arg(long, default_value_t = 3)]
+    nodes: u32,
+    /// CPU capacity of each worker node.
+    #[arg(long, default_value = "4")]
+    node_cpu: String,
+    /// Memory capacity of each worker node.
+    #[arg(long, default_value = "16Gi")]
+    node_memory: String,
+    /// Pod capacity of each worker node.
+    #[arg(long, default_value_t = 110)]
+    node_pods: u32,
+    /// Give every cluster the same pod CIDR (to exercise NAT between peers).
+    #[arg(long)]
+    same_pod_cidr: bool,
+    /// Seconds to wait for the clusters (`up` only).
+    #[arg(long, default_value_t = 180)]
+    timeout: u64,
+}
+
+impl UpArgs {
+    fn specs(&self) -> Vec<ClusterSpec> {
+        let first = ClusterSpec::new("", 0);
+        self.clusters
+            .iter()
+            .zip(1u8..)
+            .map(|(name, i)| {
+                let mut spec = ClusterSpec::new(name, i);
+                spec.nodes = self.nodes;
+                spec.node_cpu.clone_from(&self.node_cpu);
+                spec.node_memory.clone_from(&self.node_memory);
+                spec.node_pods = self.node_pods;
+                if self.same_pod_cidr {
+                    spec.pod_cidr.clone_from(&first.pod_cidr);
+                }
+                spec
+            })
+            .collect()
+    }
+}
+
+/// What a running supervisor records, for `status`, `down` and scripts.
+#[derive(Serialize, Deserialize, Debug)]
+struct State {
+    supervisor_pid: u32,
+    started_in_seconds: f64,
+    clusters: Vec<ClusterState>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+struct ClusterState {
+    name: String,
+    server: String,
+    kubeconfig: PathBuf,
+    pod_cidr: String,
+    service_cidr: String,
+    processes: Vec<ProcessInfo>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "liqo_testbed=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Up(args) => up(&args),
+        Cmd::Run(args) => run(&args),
+        Cmd::Down { dir, keep } => down(&dir.dir, keep),
+        Cmd::Status { dir, json } => status(&dir.dir, json),
+        Cmd::Toolchain => Toolchain::locate()
+            .map(|t| println!("{}", t.dir().display()))
+            .map_err(Into::into),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn state_path(dir: &Path) -> PathBuf {
+    dir.join("state.json")
+}
+
+fn read_state(dir: &Path) -> Option<State> {
+    let text = std::fs::read_to_string(state_path(dir)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn alive(pid: u32) -> bool {
+    kill(Pid::from_raw(pid as i32), None).is_ok()
+}
+
+/// The pid of a supervisor still running for `dir`, if any.
+fn running_supervisor(dir: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(dir.join("supervisor.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    // A recycled pid belongs to some other program: only ours counts.
+    String::from_utf8_lossy(&cmdline)
+        .contains("liqo-testbed")
+        .then_some(pid)
+}
+
+fn up(args: &UpArgs) -> Result<()> {
+    let dir = &args.dir.dir;
+    if let Some(pid) = running_supervisor(dir) {
+        bail!(
+            "clusters are already running in {} (supervisor pid {pid}); run `liqo-testbed down --dir {}` first",
+            dir.display(),
+            dir.display()
+        );
+    }
+    // Whatever is left there is from a run that crashed: its processes died
+    // with their supervisor, so the folder can go.
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+
+    // Build or find the binaries here, where a long first build shows its
+    // progress, rather than in the silent background process.
+    let toolchain = Toolchain::locate()?;
+    let log_path = dir.join("testbed.log");
+    let log = std::fs::File::create(&log_path)?;
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg("run")
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--nodes", &args.nodes.to_string()])
+            .args(["--node-cpu", &args.node_cpu])
+            .args(["--node-memory", &args.node_memory])
+            .args(["--node-pods", &args.node_pods.to_string()])
+            .env("LIQO_TOOLCHAIN_DIR", toolchain.dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: a Ctrl-C meant for the caller's shell
+            // does not reach the clusters.
+            .process_group(0);
+        for name in &args.clusters {
+            cmd.args(["--cluster", name]);
+        }
+        if args.same_pod_cidr {
+            cmd.arg("--same-pod-cidr");
+        }
+        cmd.spawn().context("starting the supervisor")?
+    };
+
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let state = loop {
+        if let Some(state) = read_state(&dir) {
+            break state;
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "the clusters did not start ({status}); the log ends with:\n{}",
+                liqo_testbed::tail(&log_path, 30)
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            bail!(
+                "the clusters were not ready after {}s; the log ends with:\n{}",
+                args.timeout,
+                liqo_testbed::tail(&log_path, 30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    println!(
+        "{} cluster(s) ready in {:.1}s (folder {}):",
+        state.clusters.len(),
+        state.started_in_seconds,
+        dir.display()
+    );
+    for c in &state.clusters {
+        println!(
+            "  {:<12} {}  pods {}  services {}",
+            c.name, c.server, c.pod_cidr, c.service_cidr
+        );
+    }
+    println!("\nReach them with kubectl:");
+    for c in &state.clusters {
+        println!(
+            "  kubectl --kubeconfig {} get nodes",
+            c.kubeconfig.display()
+        );
+    }
+    println!("\nkubectl is in {}", toolchain.dir().display());
+    println!("Stop them with: liqo-testbed down --dir {}", dir.display());
+    Ok(())
+}
+
+fn run(args: &UpArgs) -> Result<()> {
+    let dir = &args.dir.dir;
+    std::fs::create_dir_all(dir)?;
+    let dir = dir.canonicalize()?;
+    std::fs::write(dir.join("supervisor.pid"), std::process::id().to_string())?;
+    // One thread only: the kernel ties each cluster process to the thread
+    // that started it, and this one lives as long as the supervisor.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let started = Instant::now();
+        let mut testbed = Testbed::start_in(&dir, args.specs()).await?;
+        let state = State {
+            supervisor_pid: std::process::id(),
+            started_in_seconds: started.elapsed().as_secs_f64(),
+            clusters: testbed
+                .clusters()
+                .iter()
+                .map(|c| ClusterState {
+                    name: c.name().to_owned(),
+                    server: c.server().to_owned(),
+                    kubeconfig: c.kubeconfig_path().to_owned(),
+                    pod_cidr: c.spec().pod_cidr.clone(),
+                    service_cidr: c.spec().service_cidr.clone(),
+                    processes: c.processes(),
+                })
+                .collect(),
+        };
+        // Written whole, then renamed: `up` never reads half a file.
+        let tmp = dir.join("state.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?)?;
+        std::fs::rename(&tmp, state_path(&dir))?;
+        tracing::info!("clusters ready in {:.1}s", state.started_in_seconds);
+
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut watch = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = watch.tick() => {
+                    for cluster in testbed.clusters_mut() {
+                        if let Err(e) = cluster.ensure_running() {
+                            tracing::error!("{e}");
+                        }
+                    }
+                }
+            }
+        }
+        tracing::info!("stopping");
+        let _ = std::fs::remove_file(state_path(&dir));
+        testbed.stop();
+        Ok(())
+    })
+}
+
+fn down(dir: &Path, keep: bool) -> Result<()> {
+    let state = read_state(dir);
+    match running_supervisor(dir) {
+        Some(pid) => {
+            kill(Pid::from_raw(pid as i32), Signal::SIGTERM)?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if alive(pid) {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+        None if !dir.exists() => {
+            println!("nothing runs in {}", dir.display());
+            return Ok(());
+        }
+        None => {}
+    }
+    // The cluster processes die with the supervisor; make sure of it.
+    let leftovers: Vec<&ProcessInfo> = state
+        .iter()
+        .flat_map(|s| s.clusters.iter().flat_map(|c| &c.processes))
+        .filter(|p| alive(p.pid))
+        .collect();
+    for p in &leftovers {
+        let _ = kill(Pid::from_raw(p.pid as i32), Signal::SIGKILL);
+    }
+    if !keep {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    println!("stopped the clusters in {}", dir.display());
+    Ok(())
+}
+
+fn status(dir: &Path, json: bool) -> Result<()> {
+    let Some(mut state) = read_state(dir).filter(|_| running_supervisor(dir).is_some()) else {
+        bail!("no clusters are running in {}", dir.display());
+    };
+    for cluster in &mut state.clusters {
+        for p in &mut cluster.processes {
+            p.resident_bytes = liqo_testbed::resident_bytes(p.pid);
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&state)?);
+        return Ok(());
+    }
+    const MIB: f64 = 1024.0 * 1024.0;
+    for c in &state.clusters {
+        let total: u64 = c.processes.iter().filter_map(|p| p.resident_bytes).sum();
+        println!(
+            "{}  {}  kubeconfig {}",
+            c.name,
+            c.server,
+            c.kubeconfig.display()
+        );
+        for p in &c.processes {
+            match p.resident_bytes {
+                Some(b) => println!(
+                    "  {:<24} pid {:<8} {:>8.1} MiB",
+                    p.name,
+                    p.pid,
+                    b as f64 / MIB
+                ),
+                None => println!("  {:<24} pid {:<8} NOT RUNNING", p.name, p.pid),
+            }
+        }
+        println!("  {:<24} {:>21.1} MiB", "total", total as f64 / MIB);
+    }
+    Ok(())
+}

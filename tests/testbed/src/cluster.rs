@@ -1,0 +1,552 @@
+//! One test cluster: etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler and kwok with its fake worker nodes, all on loopback, all
+//! stopped when the [`Cluster`] is dropped.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::pki::{self, Authority, Pair};
+use crate::ports::free_port;
+use crate::process::{Process, resident_bytes};
+use crate::toolchain::Toolchain;
+use crate::{Error, io_error};
+
+/// How long each start-up phase may take before the start fails.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What a cluster should look like.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    pub name: String,
+    /// Fake worker nodes managed by kwok.
+    pub nodes: u32,
+    /// CPU capacity of each worker node (a Kubernetes quantity).
+    pub node_cpu: String,
+    /// Memory capacity of each worker node (a Kubernetes quantity).
+    pub node_memory: String,
+    /// Pod capacity of each worker node.
+    pub node_pods: u32,
+    /// The cluster's pod CIDR, from which each node gets a /24.
+    pub pod_cidr: String,
+    /// The cluster's service CIDR.
+    pub service_cidr: String,
+}
+
+impl ClusterSpec {
+    /// A cluster with three 4-CPU, 16 GiB worker nodes. `index` sets the
+    /// default CIDRs, so that clusters with different indexes do not overlap.
+    pub fn new(name: impl Into<String>, index: u8) -> Self {
+        Self {
+            name: name.into(),
+            nodes: 3,
+            node_cpu: "4".to_owned(),
+            node_memory: "16Gi".to_owned(),
+            node_pods: 110,
+            pod_cidr: format!("10.{}.0.0/16", 200u16 + u16::from(index)),
+            service_cidr: format!("10.{}.0.0/16", 100u16 + u16::from(index)),
+        }
+    }
+
+    /// The address of the `kubernetes` service: the first of the service CIDR.
+    fn kubernetes_service_ip(&self) -> Result<IpAddr, Error> {
+        let base = self.service_cidr.split('/').next().unwrap_or_default();
+        let ip: std::net::Ipv4Addr = base.parse().map_err(|_| {
+            Error::Spec(format!("service CIDR {:?} is not IPv4", self.service_cidr))
+        })?;
+        Ok(IpAddr::V4((u32::from(ip) + 1).into()))
+    }
+
+    fn node_name(&self, i: u32) -> String {
+        format!("{}-worker-{i}", self.name)
+    }
+}
+
+/// A process of a running cluster, as [`Cluster::processes`] reports it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub name: String,
+    pub pid: u32,
+    /// Resident memory in bytes, if the process is still running.
+    pub resident_bytes: Option<u64>,
+}
+
+/// A running cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    spec: ClusterSpec,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    server: String,
+    /// In start order; stopped in reverse.
+    processes: Vec<Process>,
+}
+
+impl Cluster {
+    /// Starts a cluster whose files live in `dir` (created if missing), and
+    /// returns once its API answers, its nodes are Ready with a pod CIDR and
+    /// its controllers have created the default service account.
+    pub async fn start(
+        spec: ClusterSpec,
+        dir: &Path,
+        toolchain: &Toolchain,
+    ) -> Result<Self, Error> {
+        // Ports are picked free but taken only later, so another process may
+        // win one in between; that shows as an exit at start, and a new set
+        // of ports fixes it.
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(spec.clone(), dir, toolchain).await {
+                Err(Error::Exited { ref log, .. })
+                    if attempt < 3 && log.contains("address already in use") =>
+                {
+                    attempt += 1;
+                    tracing::warn!(cluster = %spec.name, "a port was taken meanwhile; starting again");
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(
+        spec: ClusterSpec,
+        dir: &Path,
+        toolchain: &Toolchain,
+    ) -> Result<Self, Error> {
+        let _ = std::fs::remove_dir_all(dir);
+        let pki_dir = dir.join("pki");
+        let logs = dir.join("logs");
+        for d in [&pki_dir, &logs] {
+            std::fs::create_dir_all(d).map_err(io_error(d))?;
+        }
+
+        let ca = Authority::new(&spec.name)?;
+        let write = |name: &str, contents: &str| -> Result<PathBuf, Error> {
+            let path = pki_dir.join(name);
+            std::fs::write(&path, contents).map_err(io_error(&path))?;
+            Ok(path)
+        };
+        let ca_crt = write("ca.crt", &ca.pair().cert)?;
+        let ca_key = write("ca.key", &ca.pair().key)?;
+        let serving = ca.serving(spec.kubernetes_service_ip()?)?;
+        let serving_crt = write("apiserver.crt", &serving.cert)?;
+        let serving_key = write("apiserver.key", &serving.key)?;
+        let sa = pki::service_account_key()?;
+        let sa_key = write("service-account.key", &sa.key)?;
+        let sa_pub = write("service-account.pub", &sa.cert)?;
+
+        let etcd_port = free_port().map_err(io_error(dir))?;
+        let etcd_peer_port = free_port().map_err(io_error(dir))?;
+        let api_port = free_port().map_err(io_error(dir))?;
+        let kwok_port = free_port().map_err(io_error(dir))?;
+        let server = format!("https://127.0.0.1:{api_port}");
+
+        let kubeconfig_for = |file: &str, user: &str, groups: &[&str]| -> Result<PathBuf, Error> {
+            let pair = ca.client(user, groups)?;
+            let path = dir.join(file);
+            let yaml = kubeconfig_yaml(&spec.name, &server, &ca.pair().cert, user, &pair);
+            std::fs::write(&path, yaml).map_err(io_error(&path))?;
+            Ok(path)
+        };
+        let kubeconfig = kubeconfig_for("kubeconfig", "testbed-admin", &["system:masters"])?;
+        let kcm_kubeconfig = kubeconfig_for(
+            "kube-controller-manager.kubeconfig",
+            "system:kube-controller-manager",
+            &[],
+        )?;
+        let scheduler_kubeconfig =
+            kubeconfig_for("kube-scheduler.kubeconfig", "system:kube-scheduler", &[])?;
+        let kwok_kubeconfig = kubeconfig_for("kwok.kubeconfig", "kwok", &["system:masters"])?;
+
+        let mut cluster = Self {
+            spec,
+            dir: dir.to_owned(),
+            kubeconfig,
+            server: server.clone(),
+            processes: Vec::new(),
+        };
+        let spec = cluster.spec.clone();
+        let p = |path: &Path| path.display().to_string();
+
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let etcd_peer = format!("http://127.0.0.1:{etcd_peer_port}");
+        cluster.spawn(
+            toolchain,
+            "etcd",
+            vec![
+                "--name=testbed".into(),
+                format!("--data-dir={}", p(&dir.join("etcd"))),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={etcd_peer}"),
+                format!("--initial-advertise-peer-urls={etcd_peer}"),
+                format!("--initial-cluster=testbed={etcd_peer}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+        )?;
+        let http = reqwest::Client::new();
+        cluster
+            .wait_for("etcd to be healthy", || {
+                let http = http.clone();
+                let url = format!("{etcd_url}/health");
+                async move {
+                    let Ok(resp) = http.get(url).send().await else {
+                        return Ok(false);
+                    };
+                    Ok(resp.text().await.is_ok_and(|t| t.contains("\"true\"")))
+                }
+            })
+            .await?;
+
+        cluster.spawn(
+            toolchain,
+            "kube-apiserver",
+            vec![
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--tls-cert-file={}", p(&serving_crt)),
+                format!("--tls-private-key-file={}", p(&serving_key)),
+                format!("--client-ca-file={}", p(&ca_crt)),
+                format!("--service-cluster-ip-range={}", spec.service_cidr),
+                "--authorization-mode=Node,RBAC".into(),
+                "--allow-privileged=true".into(),
+                format!("--service-account-issuer={server}"),
+                format!("--service-account-key-file={}", p(&sa_pub)),
+                format!("--service-account-signing-key-file={}", p(&sa_key)),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ],
+        )?;
+        let client = cluster.client().await?;
+        cluster
+            .wait_for("kube-apiserver to be ready", || {
+                let client = client.clone();
+                async move {
+                    let request = http::Request::get("/readyz")
+                        .body(Vec::new())
+                        .map_err(|e| Error::Spec(e.to_string()))?;
+                    Ok(client.request_text(request).await.is_ok_and(|t| t == "ok"))
+                }
+            })
+            .await?;
+
+        cluster.spawn(
+            toolchain,
+            "kube-controller-manager",
+            vec![
+                format!("--kubeconfig={}", p(&kcm_kubeconfig)),
+                format!("--authentication-kubeconfig={}", p(&kcm_kubeconfig)),
+                format!("--authorization-kubeconfig={}", p(&kcm_kubeconfig)),
+                "--secure-port=0".into(),
+                "--leader-elect=false".into(),
+                "--use-service-account-credentials=true".into(),
+                format!("--service-account-private-key-file={}", p(&sa_key)),
+                format!("--root-ca-file={}", p(&ca_crt)),
+                format!("--cluster-signing-cert-file={}", p(&ca_crt)),
+                format!("--cluster-signing-key-file={}", p(&ca_key)),
+                "--allocate-node-cidrs=true".into(),
+                format!("--cluster-cidr={}", spec.pod_cidr),
+                format!("--service-cluster-ip-range={}", spec.service_cidr),
+                "--controllers=*,bootstrapsigner,tokencleaner".into(),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ],
+        )?;
+        cluster.spawn(
+            toolchain,
+            "kube-scheduler",
+            vec![
+                format!("--kubeconfig={}", p(&scheduler_kubeconfig)),
+                format!("--authentication-kubeconfig={}", p(&scheduler_kubeconfig)),
+                format!("--authorization-kubeconfig={}", p(&scheduler_kubeconfig)),
+                "--secure-port=0".into(),
+                "--leader-elect=false".into(),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ],
+        )?;
+        // A config of our own, so that a ~/.kwok/kwok.yaml of the machine's
+        // user does not change the test clusters; with no stages in it, kwok
+        // uses its default node and pod lifecycles.
+        let kwok_config = dir.join("kwok.yaml");
+        std::fs::write(
+            &kwok_config,
+            "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n",
+        )
+        .map_err(io_error(&kwok_config))?;
+        cluster.spawn(
+            toolchain,
+            "kwok",
+            vec![
+                format!("--kubeconfig={}", p(&kwok_kubeconfig)),
+                format!("--config={}", p(&kwok_config)),
+                "--manage-all-nodes=false".into(),
+                format!("--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake"),
+                "--manage-nodes-with-label-selector=".into(),
+                format!("--cidr={}", spec.pod_cidr),
+                "--node-ip=127.0.0.1".into(),
+                format!("--node-port={kwok_port}"),
+                "--server-address=".into(),
+            ],
+        )?;
+
+        cluster.create_nodes(&client).await?;
+        cluster.wait_until_usable(&client).await?;
+        Ok(cluster)
+    }
+
+    fn spawn(&mut self, toolchain: &Toolchain, name: &str, args: Vec<String>) -> Result<(), Error> {
+        let log = self.dir.join("logs").join(format!("{name}.log"));
+        let process = Process::spawn(name, &toolchain.binary(name), &args, &log)
+            .map_err(io_error(&toolchain.binary(name)))?;
+        tracing::debug!(cluster = %self.spec.name, %name, pid = process.pid(), "started");
+        self.processes.push(process);
+        Ok(())
+    }
+
+    async fn create_nodes(&self, client: &kube::Client) -> Result<(), Error> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let spec = &self.spec;
+        for i in 0..spec.nodes {
+            let name = spec.node_name(i);
+            let capacity = json!({
+                "cpu": spec.node_cpu,
+                "memory": spec.node_memory,
+                "pods": spec.node_pods.to_string(),
+            });
+            let node: Node = serde_json::from_value(json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": { KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0" },
+                    "labels": {
+                        "type": "kwok",
+                        "kubernetes.io/arch": "amd64",
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/hostname": name,
+                        "node-role.kubernetes.io/worker": "",
+                    },
+                },
+                "status": {
+                    "capacity": capacity,
+                    "allocatable": capacity,
+                    "nodeInfo": {
+                        "architecture": "amd64",
+                        "operatingSystem": "linux",
+                        "kubeletVersion": "fake",
+                        "kubeProxyVersion": "fake",
+                        "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
+                        "machineID": "", "osImage": "", "systemUUID": "",
+                    },
+                },
+            }))
+            .map_err(|e| Error::Spec(e.to_string()))?;
+            nodes
+                .create(&PostParams::default(), &node)
+                .await
+                .map_err(|source| Error::Kube {
+                    what: format!("creating node {name}"),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    async fn wait_until_usable(&mut self, client: &kube::Client) -> Result<(), Error> {
+        let want = self.spec.nodes as usize;
+        let nodes: Api<Node> = Api::all(client.clone());
+        self.wait_for("the worker nodes to be Ready with a pod CIDR", || {
+            let nodes = nodes.clone();
+            async move {
+                let Ok(list) = nodes.list(&ListParams::default()).await else {
+                    return Ok(false);
+                };
+                let ready = list.items.iter().filter(|n| node_is_ready(n)).count();
+                Ok(ready == want)
+            }
+        })
+        .await?;
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+        self.wait_for("the default service account", || {
+            let accounts = accounts.clone();
+            async move { Ok(accounts.get_opt("default").await.ok().flatten().is_some()) }
+        })
+        .await
+    }
+
+    /// Polls `check` until it answers true, failing early if a process of
+    /// the cluster exits, and after [`PHASE_TIMEOUT`].
+    async fn wait_for<F, Fut>(&mut self, what: &str, mut check: F) -> Result<(), Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<bool, Error>>,
+    {
+        let deadline = Instant::now() + PHASE_TIMEOUT;
+        loop {
+            self.ensure_running()?;
+            if check().await? {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let log = self
+                    .processes
+                    .last()
+                    .map(|p| format!("{}:\n{}", p.name(), p.log_tail(20)))
+                    .unwrap_or_default();
+                return Err(Error::Timeout {
+                    cluster: self.spec.name.clone(),
+                    what: what.to_owned(),
+                    log,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Fails if any process of the cluster has exited.
+    pub fn ensure_running(&mut self) -> Result<(), Error> {
+        for process in &mut self.processes {
+            if let Some(status) = process.exited() {
+                return Err(Error::Exited {
+                    cluster: self.spec.name.clone(),
+                    process: process.name().to_owned(),
+                    status: status.to_string(),
+                    log: process.log_tail(30),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
+    }
+
+    /// The folder with the cluster's PKI, logs and kubeconfig files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// An admin kubeconfig (a client certificate in `system:masters`).
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The cluster CA certificate (PEM), which also signs approved CSRs.
+    pub fn ca_pem(&self) -> Result<String, Error> {
+        let path = self.dir.join("pki").join("ca.crt");
+        std::fs::read_to_string(&path).map_err(io_error(&path))
+    }
+
+    /// A client with the admin's rights.
+    pub async fn client(&self) -> Result<kube::Client, Error> {
+        client_from_kubeconfig(&self.kubeconfig).await
+    }
+
+    /// The cluster's processes and their resident memory.
+    pub fn processes(&self) -> Vec<ProcessInfo> {
+        self.processes
+            .iter()
+            .map(|p| ProcessInfo {
+                name: p.name().to_owned(),
+                pid: p.pid(),
+                resident_bytes: resident_bytes(p.pid()),
+            })
+            .collect()
+    }
+
+    /// Stops every process, the last started first.
+    pub fn stop(mut self) {
+        self.stop_processes();
+    }
+
+    fn stop_processes(&mut self) {
+        while let Some(mut process) = self.processes.pop() {
+            process.stop(Duration::from_secs(5));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_processes();
+    }
+}
+
+/// The annotation that puts a node under kwok's management.
+pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
+
+fn node_is_ready(node: &Node) -> bool {
+    let has_cidr = node.spec.as_ref().is_some_and(|s| s.pod_cidr.is_some());
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    has_cidr && ready
+}
+
+/// A client for a kubeconfig file, using its current context.
+pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> {
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Kubeconfig {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    kube::Client::try_from(config).map_err(|source| Error::Kube {
+        what: "building a client".to_owned(),
+        source,
+    })
+}
+
+/// A kubeconfig with one cluster, one user and one context, all named after
+/// the cluster, with certificates embedded.
+pub fn kubeconfig_yaml(
+    cluster: &str,
+    server: &str,
+    ca_pem: &str,
+    user: &str,
+    pair: &Pair,
+) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let doc = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{ "name": cluster, "cluster": {
+            "server": server,
+            "certificate-authority-data": b64(ca_pem),
+        }}],
+        "users": [{ "name": user, "user": {
+            "client-certificate-data": b64(&pair.cert),
+            "client-key-data": b64(&pair.key),
+        }}],
+        "contexts": [{ "name": cluster, "context": { "cluster": cluster, "user": user } }],
+        "current-context": cluster,
+    });
+    serde_yaml::to_string(&doc).expect("invariant: a JSON value always serializes to YAML")
+}
