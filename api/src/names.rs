@@ -16,9 +16,24 @@ pub mod labels {
     pub const COMPONENT: &str = "app.kubernetes.io/component";
     /// The version that created or last updated an object.
     pub const VERSION: &str = "app.kubernetes.io/version";
+    /// Present on the virtual nodes that stand for peer clusters.
+    pub const VIRTUAL_NODE: &str = "liqo.io/virtual-node";
 }
 
 /// The ConfigMap in [`NAMESPACE`] that holds the cluster's liqo identity.
 pub const IDENTITY_CONFIGMAP: &str = "liqo-cluster-identity";
 /// The key of [`IDENTITY_CONFIGMAP`] that holds the installed version.
 pub const IDENTITY_VERSION_KEY: &str = "version";
+
+/// The only NamespaceOffloading a namespace may hold.
+pub const NAMESPACE_OFFLOADING: &str = "offloading";
+
+/// The gateway's Deployment and ServiceAccount, in [`NAMESPACE`].
+pub const GATEWAY: &str = "liqo-gateway";
+
+/// Image repositories of the agents; the tag is [`crate::VERSION`].
+pub const GATEWAY_IMAGE: &str = "ghcr.io/liqo-rs/liqo-gateway";
+pub const VIRTUAL_KUBELET_IMAGE: &str = "ghcr.io/liqo-rs/liqo-virtual-kubelet";
+
+/// The port agents serve `/healthz` and `/readyz` on.
+pub const HEALTH_PORT: u16 = 8081;

@@ -42,6 +42,22 @@ pub struct GlobalArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Install liqo-rs on the cluster, or update an installation.
+    #[command(
+        long_about = "Install liqo-rs on the cluster, or update an installation.\n\n\
+        Creates the liqo namespace, the CRDs, the RBAC and the gateway agent, and gives the \
+        cluster its liqo identity: a cluster ID that never changes, a name, and labels that \
+        peers put on the virtual node standing for this cluster. Running it again with the \
+        same flags changes nothing."
+    )]
+    Install(InstallArgs),
+    /// Remove liqo-rs from the cluster.
+    #[command(long_about = "Remove liqo-rs from the cluster.\n\n\
+        Refuses while peerings or offloaded namespaces exist. Keeps the CRDs unless --purge \
+        is given.")]
+    Uninstall(UninstallArgs),
+    /// Show the cluster's liqo identity, agents, peerings and offloaded namespaces.
+    Info(InfoArgs),
     /// Print the client version and, when installed, the cluster's.
     Version(VersionArgs),
     /// Print a shell completion script.
@@ -50,6 +66,60 @@ pub enum Command {
                       zsh:  liqoctl completion zsh > \"${fpath[1]}/_liqoctl\"\n\
                       fish: liqoctl completion fish > ~/.config/fish/completions/liqoctl.fish")]
     Completion(CompletionArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// The cluster's ID (a DNS label); random at first install, kept afterwards.
+    #[arg(long, value_name = "ID")]
+    pub cluster_id: Option<String>,
+    /// A human name for the cluster (a DNS label); defaults to the kubeconfig context's name.
+    #[arg(long, value_name = "NAME")]
+    pub cluster_name: Option<String>,
+    /// Labels for the virtual nodes that peers make for this cluster (repeatable).
+    #[arg(
+        long = "cluster-labels",
+        value_name = "KEY=VALUE[,KEY=VALUE]",
+        value_delimiter = ','
+    )]
+    pub cluster_labels: Vec<String>,
+    /// The pod CIDR; found from the nodes when not given.
+    #[arg(long, value_name = "CIDR")]
+    pub pod_cidr: Option<String>,
+    /// The service CIDR; found from the ServiceCIDR API when not given.
+    #[arg(long, value_name = "CIDR")]
+    pub service_cidr: Option<String>,
+    /// Run the agents only on nodes with these labels (repeatable).
+    #[arg(
+        long = "node-selector",
+        value_name = "KEY=VALUE[,KEY=VALUE]",
+        value_delimiter = ','
+    )]
+    pub node_selector: Vec<String>,
+    /// How long to wait for the agents to be ready, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub timeout: u64,
+    /// Print what would be applied (YAML unless -o json) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct UninstallArgs {
+    /// Also remove the CRDs (and so every liqo-rs object left in the cluster).
+    #[arg(long)]
+    pub purge: bool,
+    /// How long to wait for everything to be gone, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub timeout: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Args, Debug)]
@@ -78,4 +148,49 @@ pub struct OutputArgs {
 pub enum OutputFormat {
     Json,
     Yaml,
+}
+
+/// The CLI reference in docs/ is generated from these types; a test fails
+/// when it drifts. Set LIQO_UPDATE_DOCS=1 to rewrite it.
+#[cfg(test)]
+mod reference {
+    use clap::CommandFactory;
+
+    fn render(cmd: &mut clap::Command, path: &str, out: &mut String) {
+        let help = cmd.render_long_help().to_string();
+        out.push_str(&format!(
+            "## {path}\n\n```text\n{}\n```\n\n",
+            help.trim_end()
+        ));
+        for sub in cmd.get_subcommands_mut() {
+            if sub.is_hide_set() || sub.get_name() == "help" {
+                continue;
+            }
+            let sub_path = format!("{path} {}", sub.get_name());
+            render(sub, &sub_path, out);
+        }
+    }
+
+    #[test]
+    fn docs_cli_reference_matches_clap() {
+        let mut cmd = super::Cli::command().term_width(100);
+        cmd.build();
+        let mut want = String::from(
+            "# liqoctl command reference\n\n\
+             Generated from liqoctl's clap definitions by its tests: do not edit.\n\
+             Exit codes are described in [cli.md](cli.md).\n\n",
+        );
+        render(&mut cmd, "liqoctl", &mut want);
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cli-reference.md");
+        if std::env::var_os("LIQO_UPDATE_DOCS").is_some() {
+            std::fs::write(&path, want.trim_end().to_owned() + "\n").expect("write the reference");
+            return;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want.trim_end().to_owned() + "\n",
+            "docs/cli-reference.md differs from the CLI; run LIQO_UPDATE_DOCS=1 cargo test -p liqoctl reference"
+        );
+    }
 }

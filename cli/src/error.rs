@@ -6,6 +6,9 @@ use std::process::ExitCode;
 /// A failure the user can act on. Anything else is unexpected and exits 1.
 #[derive(Debug, thiserror::Error)]
 pub enum UserError {
+    /// A flag's value makes no sense.
+    #[error("{0}")]
+    Usage(String),
     /// The kubeconfig cannot be read, or lacks what was asked of it.
     #[error("{0}")]
     Config(String),
@@ -29,6 +32,8 @@ pub enum UserError {
 /// Exit codes, documented in docs/cli.md. Clap exits 2 on bad usage itself.
 pub mod exit {
     pub const UNEXPECTED: u8 = 1;
+    /// Also what clap exits with on an unknown flag.
+    pub const USAGE: u8 = 2;
     pub const CONFIG: u8 = 3;
     pub const UNREACHABLE: u8 = 4;
     pub const FORBIDDEN: u8 = 5;
@@ -40,6 +45,7 @@ pub mod exit {
 impl UserError {
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
+            Self::Usage(_) => exit::USAGE,
             Self::Config(_) => exit::CONFIG,
             Self::Unreachable(_) => exit::UNREACHABLE,
             Self::Forbidden(_) => exit::FORBIDDEN,

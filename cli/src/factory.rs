@@ -119,7 +119,13 @@ fn kubeconfig_reason(err: &KubeconfigError) -> String {
     while let Some(next) = cause.source() {
         cause = next;
     }
-    cause.to_string()
+    // One line: a YAML error quotes the offending input below its first line.
+    cause
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn config_error(err: &KubeconfigError, context: Option<&str>, file: &str) -> UserError {

@@ -1,22 +1,22 @@
 //! `liqoctl`: installs liqo-rs, peers clusters and offloads namespaces.
 
+mod apply;
 mod cli;
 mod commands;
-#[expect(dead_code, reason = "the refusal kinds come with install and uninstall")]
 mod error;
 mod factory;
-#[expect(dead_code, reason = "progress output comes with install")]
+mod manifests;
 mod printer;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::{Cli, Command};
 use crate::printer::Printer;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_args();
     init_logging(cli.global.verbose);
     let printer = Printer::new(cli.global.quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -35,12 +35,33 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
     match &cli.command {
+        Command::Install(args) => commands::install::run(args, &cli.global, printer).await,
+        Command::Uninstall(args) => commands::uninstall::run(args, &cli.global, printer).await,
+        Command::Info(args) => commands::info::run(args, &cli.global, printer).await,
         Command::Version(args) => commands::version::run(args, &cli.global, printer).await,
         Command::Completion(args) => {
             commands::completion::run(args);
             Ok(())
         }
     }
+}
+
+/// Parses the arguments; run as `kubectl-liqo` (a kubectl plugin), help
+/// and errors speak of `kubectl liqo`.
+fn parse_args() -> Cli {
+    let as_plugin = std::env::args_os()
+        .next()
+        .and_then(|arg0| {
+            let name = std::path::Path::new(&arg0).file_name()?.to_owned();
+            Some(name == "kubectl-liqo")
+        })
+        .unwrap_or(false);
+    let mut command = Cli::command();
+    if as_plugin {
+        command = command.bin_name("kubectl liqo").name("kubectl liqo");
+    }
+    let matches = command.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 fn init_logging(verbose: u8) {

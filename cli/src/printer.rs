@@ -25,20 +25,11 @@ impl Printer {
         }
     }
 
-    pub fn is_interactive(&self) -> bool {
-        self.interactive
-    }
-
     /// A line of progress or information, on stderr.
     pub fn info(&self, message: impl AsRef<str>) {
         if !self.quiet {
             eprintln!("{}", message.as_ref());
         }
-    }
-
-    /// A warning, on stderr, shown even with `--quiet`.
-    pub fn warn(&self, message: impl AsRef<str>) {
-        eprintln!("warning: {}", message.as_ref());
     }
 
     /// The command's result, on stdout.
@@ -54,6 +45,18 @@ impl Printer {
         };
         println!("{}", text.trim_end());
         Ok(())
+    }
+
+    /// Asks a yes/no question on a terminal; elsewhere, or with `--yes`,
+    /// the answer is yes, as scripts cannot answer.
+    pub fn confirm(&self, question: &str, yes: bool) -> anyhow::Result<bool> {
+        if yes || !self.interactive || !std::io::stdin().is_terminal() {
+            return Ok(true);
+        }
+        Ok(dialoguer::Confirm::new()
+            .with_prompt(question)
+            .default(false)
+            .interact()?)
     }
 
     /// Starts a step: a spinner on a terminal, a plain line otherwise.
@@ -107,7 +110,12 @@ impl Step {
             format!("{mark} {}: {outcome}", self.message)
         };
         match self.bar.take() {
-            Some(bar) => bar.finish_with_message(line),
+            Some(bar) => {
+                bar.set_style(
+                    ProgressStyle::with_template("{msg}").expect("invariant: valid template"),
+                );
+                bar.finish_with_message(line);
+            }
             None if !self.quiet => eprintln!("{line}"),
             None => {}
         }

@@ -1,4 +1,7 @@
 //! One module per verb, each with one async entry point.
 
 pub mod completion;
+pub mod info;
+pub mod install;
+pub mod uninstall;
 pub mod version;

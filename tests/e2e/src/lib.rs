@@ -1,1 +1,122 @@
-//! End-to-end tests live in `tests/`; this crate has no code of its own.
+//! Helpers for the end-to-end tests in `tests/`: running the built binaries
+//! as a user would, and waiting on cluster state.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// The folder cargo put the workspace's binaries in (`target/debug`): a test
+/// binary runs from its `deps/` subfolder.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("invariant: the test knows its own path");
+    let deps = exe
+        .parent()
+        .expect("invariant: the test binary is in a folder");
+    let dir = if deps.ends_with("deps") {
+        deps.parent().unwrap_or(deps)
+    } else {
+        deps
+    };
+    dir.to_owned()
+}
+
+/// The result of running a command: its exit code and output as text.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(output: Output) -> Self {
+        Self {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Panics with the output unless the command exited 0.
+    #[track_caller]
+    pub fn success(self) -> Self {
+        assert_eq!(
+            self.code, 0,
+            "command failed:\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// Panics with the output unless the command exited `code`, printing
+    /// exactly one line on stderr that starts with `error: `.
+    #[track_caller]
+    pub fn user_error(self, code: i32) -> Self {
+        assert_eq!(
+            self.code, code,
+            "wrong exit code:\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        let errors: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("error: "))
+            .collect();
+        assert_eq!(
+            errors.len(),
+            1,
+            "expected one error line, stderr:\n{}",
+            self.stderr
+        );
+        assert!(!self.stderr.contains("panicked"), "{}", self.stderr);
+        self
+    }
+
+    /// The one `error: ` line.
+    pub fn error_line(&self) -> &str {
+        self.stderr
+            .lines()
+            .find(|l| l.starts_with("error: "))
+            .unwrap_or_default()
+    }
+}
+
+/// `liqoctl` from this build, run against `kubeconfig` (when given) with a
+/// clean environment: no KUBECONFIG or HOME of the machine leaks in.
+pub fn liqoctl(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
+    let mut cmd = Command::new(bin_dir().join("liqoctl"));
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", "/nonexistent");
+    if let Some(kubeconfig) = kubeconfig {
+        cmd.arg("--kubeconfig").arg(kubeconfig);
+    }
+    cmd.args(args);
+    Run::from(
+        cmd.output()
+            .expect("liqoctl is built: run `cargo build --workspace --bins` first"),
+    )
+}
+
+/// Runs any command, capturing its output.
+pub fn run(cmd: &mut Command) -> Run {
+    Run::from(cmd.output().expect("the command runs"))
+}
+
+/// Polls `check` until it is true; fails after `timeout`.
+pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,106 @@
+//! What every liqo-rs agent does the same way: logging, the `/healthz` and
+//! `/readyz` endpoints the kubelet probes, and stopping on SIGTERM.
+//! Agent logic does not live here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: info).
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Whether the agent is ready to do its work. Liveness is the health
+/// server answering at all: a wedged runtime stops answering.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        if self.0.swap(ready, Ordering::Relaxed) != ready {
+            tracing::info!(ready, "readiness changed");
+        }
+    }
+
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Binds the health endpoints; serve them with [`serve_health`].
+pub async fn bind_health(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}
+
+/// Serves `/healthz` (200 while running) and `/readyz` (200 when ready,
+/// 503 otherwise) until the process ends.
+pub async fn serve_health(
+    listener: tokio::net::TcpListener,
+    readiness: Readiness,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = readiness.get();
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ok")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    }
+                }
+            }),
+        );
+    axum::serve(listener, app).await
+}
+
+/// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("stopping");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn readyz_follows_readiness_and_healthz_is_always_ok() {
+        let listener = bind_health(([127, 0, 0, 1], 0).into()).await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let readiness = Readiness::default();
+        tokio::spawn(serve_health(listener, readiness.clone()));
+        let get = |path: &str| {
+            let url = format!("http://{addr}{path}");
+            async move { reqwest::get(url).await.expect("request").status().as_u16() }
+        };
+        assert_eq!(get("/healthz").await, 200);
+        assert_eq!(get("/readyz").await, 503);
+        readiness.set(true);
+        assert_eq!(get("/readyz").await, 200);
+        assert_eq!(get("/nothing").await, 404);
+    }
+}

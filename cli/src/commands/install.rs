@@ -1,0 +1,493 @@
+//! `liqoctl install`: checks everything it can before it writes anything
+//! (reachability, permissions, a conflicting identity), then applies the
+//! manifests and waits for the agents. Applying is idempotent, so a run that
+//! stops halfway is resumed by running it again.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::networking::v1::ServiceCIDR;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use liqo_api::names::{self, labels};
+use liqo_api::{ClusterId, ClusterIdentity};
+use serde_json::json;
+
+use crate::apply::{self, Change};
+use crate::cli::{GlobalArgs, InstallArgs, OutputFormat};
+use crate::error::UserError;
+use crate::factory::ClusterClient;
+use crate::manifests::{self, Manifest, Options};
+use crate::printer::Printer;
+
+pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
+    let flags = Flags::parse(args)?;
+    let cluster = ClusterClient::local(global).await?;
+
+    let step = printer.step(format!("Checking cluster {}", cluster.name));
+    cluster
+        .client
+        .apiserver_version()
+        .await
+        .map_err(|e| cluster.explain(e, "reading the Kubernetes version"))?;
+    if !args.dry_run {
+        check_permissions(&cluster).await?;
+    }
+    let existing = read_identity(&cluster).await?;
+    let identity = resolve_identity(&cluster, &flags, existing.as_ref(), &printer).await?;
+    step.done("");
+
+    let manifests = manifests::render(&Options {
+        identity: Some(identity.clone()),
+        node_selector: flags.node_selector,
+    });
+    if args.dry_run {
+        return print_manifests(
+            &printer,
+            &manifests,
+            args.output.output.unwrap_or(OutputFormat::Yaml),
+        );
+    }
+
+    let step = printer.step(format!("Applying {} objects", manifests.len()));
+    let mut changes = BTreeMap::<String, usize>::new();
+    for manifest in &manifests {
+        let change = apply::apply(&cluster, manifest).await?;
+        if change != Change::Unchanged {
+            tracing::info!("{} {change}", manifest.describe());
+        }
+        *changes.entry(change.to_string()).or_default() += 1;
+        if let Manifest::Crd(crd) = manifest {
+            wait_established(&cluster, crd).await?;
+        }
+    }
+    let summary: Vec<String> = changes.iter().map(|(c, n)| format!("{n} {c}")).collect();
+    step.done(summary.join(", "));
+
+    let step = printer.step("Waiting for the gateway to be ready");
+    let timeout = Duration::from_secs(args.timeout);
+    if !wait_ready(&cluster, names::GATEWAY, timeout).await? {
+        step.fail("timed out");
+        return Err(UserError::Timeout(format!(
+            "the gateway is not ready after {}s; see `kubectl -n {ns} get pods` and \
+             `kubectl -n {ns} logs deploy/{gw}`, then run install again",
+            args.timeout,
+            ns = names::NAMESPACE,
+            gw = names::GATEWAY
+        ))
+        .into());
+    }
+    step.done("");
+
+    if let Some(format) = args.output.output {
+        return print_manifests(&printer, &manifests, format);
+    }
+    let unchanged = changes.len() == 1 && changes.contains_key(&Change::Unchanged.to_string());
+    let outcome = match (&existing, unchanged) {
+        (None, _) => "installed on",
+        (Some(_), true) => "already up to date on",
+        (Some(_), false) => "updated on",
+    };
+    printer.result(format!(
+        "liqo-rs {} {outcome} cluster {}",
+        liqo_api::VERSION,
+        cluster.name
+    ));
+    printer.result(format!("  cluster ID:   {}", identity.cluster_id));
+    printer.result(format!("  cluster name: {}", identity.cluster_name));
+    printer.result(format!("  pod CIDR:     {}", identity.pod_cidr));
+    printer.result(format!("  service CIDR: {}", identity.service_cidr));
+    Ok(())
+}
+
+/// The flags, checked before the cluster is contacted.
+struct Flags {
+    cluster_id: Option<ClusterId>,
+    cluster_name: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    pod_cidr: Option<String>,
+    service_cidr: Option<String>,
+    node_selector: BTreeMap<String, String>,
+}
+
+impl Flags {
+    fn parse(args: &InstallArgs) -> Result<Self, UserError> {
+        let usage = |e: String| UserError::Usage(e);
+        let cluster_id = args
+            .cluster_id
+            .as_deref()
+            .map(|id| ClusterId::new(id).map_err(|e| usage(format!("--cluster-id: {e}"))))
+            .transpose()?;
+        if let Some(name) = &args.cluster_name {
+            liqo_api::identity::check_dns_label("cluster name", name)
+                .map_err(|e| usage(format!("--cluster-name: {e}")))?;
+        }
+        let cidr = |what: &str, v: &Option<String>| {
+            v.as_deref()
+                .map(|v| {
+                    liqo_api::parse_cidr(what, v)
+                        .map(|n| n.to_string())
+                        .map_err(usage)
+                })
+                .transpose()
+        };
+        Ok(Self {
+            cluster_id,
+            cluster_name: args.cluster_name.clone(),
+            labels: (!args.cluster_labels.is_empty())
+                .then(|| parse_pairs("--cluster-labels", &args.cluster_labels))
+                .transpose()?,
+            pod_cidr: cidr("--pod-cidr", &args.pod_cidr)?,
+            service_cidr: cidr("--service-cidr", &args.service_cidr)?,
+            node_selector: parse_pairs("--node-selector", &args.node_selector)?,
+        })
+    }
+}
+
+/// Parses `key=value` pairs; keys and values as Kubernetes labels allow.
+pub fn parse_pairs(flag: &str, pairs: &[String]) -> Result<BTreeMap<String, String>, UserError> {
+    let mut out = BTreeMap::new();
+    for pair in pairs.iter().filter(|p| !p.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(UserError::Usage(format!(
+                "{flag}: {pair:?} is not KEY=VALUE"
+            )));
+        };
+        let label_ok = |s: &str| {
+            s.len() <= 63
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && s.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric())
+                && s.bytes().last().is_none_or(|b| b.is_ascii_alphanumeric())
+        };
+        let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
+        if name.is_empty() || !label_ok(name) || prefix.len() > 253 || !label_ok(value) {
+            return Err(UserError::Usage(format!(
+                "{flag}: {pair:?} is not a valid Kubernetes label"
+            )));
+        }
+        out.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(out)
+}
+
+/// What installing needs to do, asked of the API server before doing any of
+/// it, so that a user with too few rights changes nothing.
+async fn check_permissions(cluster: &ClusterClient) -> anyhow::Result<()> {
+    const WRITE: [&str; 3] = ["get", "create", "patch"];
+    let ns = names::NAMESPACE;
+    let reviews = [
+        ("apiextensions.k8s.io", "customresourcedefinitions", None),
+        ("", "namespaces", None),
+        ("rbac.authorization.k8s.io", "clusterroles", None),
+        ("rbac.authorization.k8s.io", "clusterrolebindings", None),
+        ("", "serviceaccounts", Some(ns)),
+        ("", "configmaps", Some(ns)),
+        ("rbac.authorization.k8s.io", "roles", Some(ns)),
+        ("rbac.authorization.k8s.io", "rolebindings", Some(ns)),
+        ("apps", "deployments", Some(ns)),
+    ]
+    .into_iter()
+    .flat_map(|(group, resource, namespace)| {
+        WRITE
+            .into_iter()
+            .map(move |verb| (group, resource, namespace, verb))
+    });
+    let api: Api<SelfSubjectAccessReview> = Api::all(cluster.client.clone());
+    let checks = reviews.map(|(group, resource, namespace, verb)| {
+        let api = api.clone();
+        async move {
+            let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": { "resourceAttributes": {
+                    "group": group, "resource": resource, "verb": verb, "namespace": namespace,
+                }},
+            }))
+            .expect("invariant: a valid review");
+            let answer = api.create(&PostParams::default(), &review).await?;
+            let allowed = answer.status.is_some_and(|s| s.allowed);
+            let qualified = if group.is_empty() {
+                resource.to_owned()
+            } else {
+                format!("{resource}.{group}")
+            };
+            Ok::<_, kube::Error>((!allowed).then(|| format!("{verb} {qualified}")))
+        }
+    });
+    let mut missing = Vec::new();
+    for result in futures::future::join_all(checks).await {
+        if let Some(m) = result.map_err(|e| cluster.explain(e, "checking permissions"))? {
+            missing.push(m);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(UserError::Forbidden(format!(
+        "the kubeconfig's user cannot install liqo-rs on cluster {}: it may not {}; use a cluster-admin kubeconfig",
+        cluster.name,
+        missing.join(", ")
+    ))
+    .into())
+}
+
+pub async fn read_identity(cluster: &ClusterClient) -> anyhow::Result<Option<ClusterIdentity>> {
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    let Some(map) = maps
+        .get_opt(names::IDENTITY_CONFIGMAP)
+        .await
+        .map_err(|e| cluster.explain(e, "reading the cluster's liqo identity"))?
+    else {
+        return Ok(None);
+    };
+    let identity = ClusterIdentity::from_data(&map.data.unwrap_or_default()).map_err(|e| {
+        UserError::Refused(format!(
+            "the ConfigMap {}/{} on cluster {} is damaged ({e}); fix or delete it, then install again",
+            names::NAMESPACE,
+            names::IDENTITY_CONFIGMAP,
+            cluster.name
+        ))
+    })?;
+    Ok(Some(identity))
+}
+
+async fn resolve_identity(
+    cluster: &ClusterClient,
+    flags: &Flags,
+    existing: Option<&ClusterIdentity>,
+    printer: &Printer,
+) -> anyhow::Result<ClusterIdentity> {
+    let cluster_id = match (existing, &flags.cluster_id) {
+        (Some(old), Some(new)) if &old.cluster_id != new => {
+            return Err(UserError::Refused(format!(
+                "cluster {} is already installed with cluster ID {}; a cluster ID never changes: \
+                 drop --cluster-id, or uninstall first",
+                cluster.name, old.cluster_id
+            ))
+            .into());
+        }
+        (Some(old), _) => old.cluster_id.clone(),
+        (None, Some(new)) => new.clone(),
+        (None, None) => ClusterId::new(uuid::Uuid::new_v4().to_string())
+            .expect("invariant: a UUID is a DNS label"),
+    };
+    let cluster_name = match (&flags.cluster_name, existing) {
+        (Some(name), _) => name.clone(),
+        (None, Some(old)) => old.cluster_name.clone(),
+        (None, None) => default_name(&cluster.name, &cluster_id),
+    };
+    let pod_cidr = match (&flags.pod_cidr, existing) {
+        (Some(cidr), _) => cidr.clone(),
+        (None, Some(old)) => old.pod_cidr.clone(),
+        (None, None) => {
+            let cidr = detect_pod_cidr(cluster).await?;
+            printer.info(format!(
+                "  pod CIDR {cidr} found from the nodes (set it with --pod-cidr)"
+            ));
+            cidr
+        }
+    };
+    let service_cidr = match (&flags.service_cidr, existing) {
+        (Some(cidr), _) => cidr.clone(),
+        (None, Some(old)) => old.service_cidr.clone(),
+        (None, None) => detect_service_cidr(cluster).await?,
+    };
+    Ok(ClusterIdentity {
+        cluster_id,
+        cluster_name,
+        labels: flags
+            .labels
+            .clone()
+            .or_else(|| existing.map(|e| e.labels.clone()))
+            .unwrap_or_default(),
+        pod_cidr,
+        service_cidr,
+        version: liqo_api::VERSION.to_owned(),
+    })
+}
+
+/// The context's name made a DNS label, or one made from the cluster ID.
+fn default_name(context: &str, id: &ClusterId) -> String {
+    let mut name: String = context
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    name.truncate(63);
+    let name = name.trim_matches('-').to_owned();
+    if liqo_api::identity::check_dns_label("", &name).is_ok() && !name.starts_with("https") {
+        name
+    } else {
+        format!("cluster-{}", &id.as_str()[..id.as_str().len().min(8)])
+    }
+}
+
+/// The smallest network that holds every node's pod CIDR. Virtual nodes
+/// stand for other clusters and do not count.
+async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<String> {
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    let list = nodes
+        .list(&ListParams::default().labels(&format!("!{}", labels::VIRTUAL_NODE)))
+        .await
+        .map_err(|e| cluster.explain(e, "listing nodes to find the pod CIDR"))?;
+    let cidrs = list
+        .items
+        .iter()
+        .filter_map(|n| n.spec.as_ref()?.pod_cidr.as_deref())
+        .filter_map(|c| c.parse::<ipnet::IpNet>().ok());
+    covering(cidrs).map(|n| n.to_string()).ok_or_else(|| {
+        UserError::Config(format!(
+            "cannot find the pod CIDR of cluster {}: its nodes have none; pass --pod-cidr",
+            cluster.name
+        ))
+        .into()
+    })
+}
+
+/// The smallest network containing all of `nets` (all of one family).
+fn covering(mut nets: impl Iterator<Item = ipnet::IpNet>) -> Option<ipnet::IpNet> {
+    let first = nets.next()?;
+    nets.try_fold(first.trunc(), |acc, net| {
+        let mut acc = acc;
+        while !acc.contains(&net) {
+            acc = acc.supernet()?;
+        }
+        Some(acc)
+    })
+}
+
+async fn detect_service_cidr(cluster: &ClusterClient) -> anyhow::Result<String> {
+    let cidrs: Api<ServiceCIDR> = Api::all(cluster.client.clone());
+    let found = match cidrs.get_opt("kubernetes").await {
+        Ok(cidr) => cidr.and_then(|c| c.spec?.cidrs?.into_iter().next()),
+        // Clusters older than the ServiceCIDR API, or that hide it.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => None,
+        Err(e) => return Err(cluster.explain(e, "reading the service CIDR")),
+    };
+    found.ok_or_else(|| {
+        UserError::Config(format!(
+            "cannot find the service CIDR of cluster {}; pass --service-cidr",
+            cluster.name
+        ))
+        .into()
+    })
+}
+
+async fn wait_established(
+    cluster: &ClusterClient,
+    crd: &CustomResourceDefinition,
+) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let established = apply::poll_until(Duration::from_secs(30), || {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            let crd = api.get(&name).await?;
+            Ok(crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            }))
+        }
+    })
+    .await?;
+    if !established {
+        return Err(
+            UserError::Timeout(format!("the CRD {name} was not established within 30s")).into(),
+        );
+    }
+    Ok(())
+}
+
+/// True once the Deployment's current generation is fully available.
+pub async fn wait_ready(
+    cluster: &ClusterClient,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<bool> {
+    let api: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    apply::poll_until(timeout, || {
+        let api = api.clone();
+        async move {
+            Ok(api
+                .get_opt(name)
+                .await?
+                .is_some_and(|d| deployment_ready(&d)))
+        }
+    })
+    .await
+}
+
+pub fn deployment_ready(d: &Deployment) -> bool {
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let generation = d.metadata.generation.unwrap_or(0);
+    d.status.as_ref().is_some_and(|s| {
+        s.observed_generation.unwrap_or(0) >= generation
+            && s.updated_replicas.unwrap_or(0) == want
+            && s.available_replicas.unwrap_or(0) == want
+            && s.replicas.unwrap_or(0) == want
+    })
+}
+
+fn print_manifests(
+    printer: &Printer,
+    manifests: &[Manifest],
+    format: OutputFormat,
+) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Yaml => printer.result(manifests::to_yaml(manifests)?.trim_end()),
+        OutputFormat::Json => printer.structured(
+            &json!({ "apiVersion": "v1", "kind": "List", "items": manifests }),
+            OutputFormat::Json,
+        )?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_parse_and_bad_ones_are_named() {
+        let ok = parse_pairs(
+            "--x",
+            &["a=b".into(), "topology.kubernetes.io/region=eu".into()],
+        )
+        .expect("valid");
+        assert_eq!(
+            ok.get("topology.kubernetes.io/region").map(String::as_str),
+            Some("eu")
+        );
+        for bad in ["novalue", "=v", "k=bad value", "k=-x"] {
+            let err = parse_pairs("--x", &[bad.into()]).expect_err(bad);
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn covering_network_of_node_cidrs() {
+        let nets =
+            ["10.201.0.0/24", "10.201.1.0/24", "10.201.2.0/24"].map(|n| n.parse().expect("net"));
+        assert_eq!(
+            covering(nets.into_iter()).map(|n| n.to_string()).as_deref(),
+            Some("10.201.0.0/22")
+        );
+        assert_eq!(covering(std::iter::empty()), None);
+    }
+
+    #[test]
+    fn default_names_are_dns_labels() {
+        let id = ClusterId::new("0f3c9a1e-7d2b").expect("valid");
+        assert_eq!(default_name("kind-Home_1", &id), "kind-home-1");
+        assert_eq!(
+            default_name("https://127.0.0.1:6443/", &id),
+            "cluster-0f3c9a1e"
+        );
+        assert_eq!(default_name("---", &id), "cluster-0f3c9a1e");
+    }
+}

@@ -1,0 +1,300 @@
+//! What `liqoctl install` applies, built as typed objects by pure functions.
+//! `manifests/` holds these objects rendered with the default options, and a
+//! test fails when it drifts from them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use liqo_api::ClusterIdentity;
+use liqo_api::names::{self, labels};
+use serde::Serialize;
+use serde_json::json;
+
+/// One object to apply. An enum rather than dynamic objects, so that each
+/// kind is applied through its typed API.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Manifest {
+    Crd(CustomResourceDefinition),
+    Namespace(Namespace),
+    ServiceAccount(ServiceAccount),
+    ClusterRole(ClusterRole),
+    ClusterRoleBinding(ClusterRoleBinding),
+    Role(Role),
+    RoleBinding(RoleBinding),
+    ConfigMap(ConfigMap),
+    Deployment(Deployment),
+}
+
+impl Manifest {
+    /// `Kind/name`, as kubectl prints it.
+    pub fn describe(&self) -> String {
+        let (kind, meta) = match self {
+            Self::Crd(o) => ("CustomResourceDefinition", &o.metadata),
+            Self::Namespace(o) => ("Namespace", &o.metadata),
+            Self::ServiceAccount(o) => ("ServiceAccount", &o.metadata),
+            Self::ClusterRole(o) => ("ClusterRole", &o.metadata),
+            Self::ClusterRoleBinding(o) => ("ClusterRoleBinding", &o.metadata),
+            Self::Role(o) => ("Role", &o.metadata),
+            Self::RoleBinding(o) => ("RoleBinding", &o.metadata),
+            Self::ConfigMap(o) => ("ConfigMap", &o.metadata),
+            Self::Deployment(o) => ("Deployment", &o.metadata),
+        };
+        format!("{kind}/{}", meta.name.as_deref().unwrap_or_default())
+    }
+}
+
+/// What changes the objects from one installation to another.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Absent when rendering `manifests/`, which holds no cluster's identity.
+    pub identity: Option<ClusterIdentity>,
+    pub node_selector: BTreeMap<String, String>,
+}
+
+/// Every object of an installation, in the order they must be applied.
+pub fn render(options: &Options) -> Vec<Manifest> {
+    let mut out: Vec<Manifest> = liqo_api::resources::crds()
+        .into_iter()
+        .map(|mut crd| {
+            crd.metadata.labels = Some(common_labels("crds"));
+            Manifest::Crd(crd)
+        })
+        .collect();
+    out.push(Manifest::Namespace(from_json(json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": { "name": names::NAMESPACE, "labels": common_labels("namespace") },
+    }))));
+    if let Some(identity) = &options.identity {
+        out.push(Manifest::ConfigMap(from_json(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta(names::IDENTITY_CONFIGMAP, "identity"),
+            "data": identity.to_data(),
+        }))));
+    }
+    out.extend(gateway(options));
+    out
+}
+
+/// The gateway's account, rights and Deployment. Its rights are what it
+/// reads today: the identity and the peers; the tunnel adds its own.
+fn gateway(options: &Options) -> Vec<Manifest> {
+    let name = names::GATEWAY;
+    let component = "gateway";
+    let subject =
+        json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
+    let mut pod_labels = selector_labels(component);
+    pod_labels.extend(common_labels(component));
+    vec![
+        Manifest::ServiceAccount(from_json(json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": meta(name, component),
+        }))),
+        Manifest::Role(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta(name, component),
+            "rules": [{
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [names::IDENTITY_CONFIGMAP],
+                "verbs": ["get", "list", "watch"],
+            }],
+        }))),
+        Manifest::RoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(name, component),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+            "subjects": subject,
+        }))),
+        Manifest::ClusterRole(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": cluster_meta(name, component),
+            "rules": [{
+                "apiGroups": [names::GROUP],
+                "resources": ["foreignclusters"],
+                "verbs": ["get", "list", "watch"],
+            }],
+        }))),
+        Manifest::ClusterRoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": cluster_meta(name, component),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
+            "subjects": subject,
+        }))),
+        Manifest::Deployment(from_json(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta(name, component),
+            "spec": {
+                "replicas": 1,
+                // One gateway at a time: the old one goes before the new
+                // one comes, as they would hold the same tunnel endpoint.
+                "strategy": { "type": "Recreate" },
+                "selector": { "matchLabels": selector_labels(component) },
+                "template": {
+                    "metadata": { "labels": pod_labels },
+                    "spec": {
+                        "serviceAccountName": name,
+                        "nodeSelector": options.node_selector,
+                        "terminationGracePeriodSeconds": 10,
+                        "containers": [{
+                            "name": "gateway",
+                            "image": format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION),
+                            "args": [format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)],
+                            "env": [
+                                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+                                { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+                            ],
+                            "ports": [{ "name": "health", "containerPort": names::HEALTH_PORT }],
+                            "readinessProbe": {
+                                "httpGet": { "path": "/readyz", "port": "health" },
+                                "periodSeconds": 2,
+                            },
+                            "livenessProbe": {
+                                "httpGet": { "path": "/healthz", "port": "health" },
+                                "periodSeconds": 10,
+                                "failureThreshold": 3,
+                            },
+                            "resources": {
+                                "requests": { "cpu": "50m", "memory": "32Mi" },
+                                "limits": { "memory": "128Mi" },
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": false,
+                                "readOnlyRootFilesystem": true,
+                            },
+                        }],
+                    },
+                },
+            },
+        }))),
+    ]
+}
+
+/// Labels on every object we create, so that they can all be found.
+fn common_labels(component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            labels::MANAGED_BY.to_owned(),
+            labels::MANAGED_BY_VALUE.to_owned(),
+        ),
+        (labels::COMPONENT.to_owned(), component.to_owned()),
+        (labels::VERSION.to_owned(), liqo_api::VERSION.to_owned()),
+    ])
+}
+
+/// Labels that select a component's pods: stable across versions, as a
+/// Deployment's selector cannot change.
+fn selector_labels(component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_owned(),
+            format!("liqo-{component}"),
+        ),
+        ("app.kubernetes.io/part-of".to_owned(), "liqo".to_owned()),
+    ])
+}
+
+fn meta(name: &str, component: &str) -> serde_json::Value {
+    json!({ "name": name, "namespace": names::NAMESPACE, "labels": common_labels(component) })
+}
+
+fn cluster_meta(name: &str, component: &str) -> serde_json::Value {
+    json!({ "name": name, "labels": common_labels(component) })
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).expect("invariant: the manifests above match their types")
+}
+
+/// The objects as a multi-document YAML stream.
+pub fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for m in manifests {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(m)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifests_dir() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests")
+    }
+
+    /// `manifests/` is what install applies with default options. Set
+    /// LIQO_UPDATE_MANIFESTS=1 to rewrite it after changing the code.
+    #[test]
+    fn manifests_folder_matches_the_code() {
+        let all = render(&Options::default());
+        let (crds, rest): (Vec<_>, Vec<_>) =
+            all.into_iter().partition(|m| matches!(m, Manifest::Crd(_)));
+        for (file, objects) in [("crds.yaml", crds), ("install.yaml", rest)] {
+            let want = format!(
+                "# Generated from the Rust types by liqoctl's tests: do not edit.\n{}",
+                to_yaml(&objects).expect("render")
+            );
+            let path = manifests_dir().join(file);
+            if std::env::var_os("LIQO_UPDATE_MANIFESTS").is_some() {
+                std::fs::write(&path, &want).expect("write manifests");
+                continue;
+            }
+            let have = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                have == want,
+                "manifests/{file} differs from the code; run LIQO_UPDATE_MANIFESTS=1 cargo test -p liqoctl manifests"
+            );
+        }
+    }
+
+    #[test]
+    fn every_object_carries_our_labels() {
+        let options = Options {
+            identity: Some(ClusterIdentity {
+                cluster_id: liqo_api::ClusterId::new("c1").expect("valid"),
+                cluster_name: "c1".into(),
+                labels: BTreeMap::new(),
+                pod_cidr: "10.0.0.0/16".into(),
+                service_cidr: "10.1.0.0/16".into(),
+                version: liqo_api::VERSION.into(),
+            }),
+            node_selector: BTreeMap::from([("k".into(), "v".into())]),
+        };
+        for m in render(&options) {
+            let value = serde_json::to_value(&m).expect("serialize");
+            assert_eq!(
+                value["metadata"]["labels"][labels::MANAGED_BY],
+                labels::MANAGED_BY_VALUE,
+                "{}",
+                m.describe()
+            );
+            if let Manifest::Deployment(d) = &m {
+                let spec = d
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.template.spec.as_ref())
+                    .expect("pod spec");
+                assert_eq!(spec.node_selector, Some(options.node_selector.clone()));
+            }
+        }
+    }
+
+    #[test]
+    fn images_are_tagged_with_our_version() {
+        let yaml = to_yaml(&render(&Options::default())).expect("render");
+        assert!(yaml.contains(&format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION)));
+    }
+}

@@ -1,0 +1,201 @@
+//! Bad input gets one clear line, a meaningful exit code, and leaves nothing
+//! half-done; and liqoctl finds its cluster the way kubectl does.
+
+use std::path::Path;
+
+use anyhow::Result;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use liqo_api::names;
+use liqo_e2e::{liqoctl, run};
+use liqo_testbed::{Cluster, Testbed, Toolchain};
+use serde_json::json;
+
+/// A kubeconfig for a service account that may only read (the built-in
+/// `view` role), made with a real token from the TokenRequest API.
+async fn viewer_kubeconfig(cluster: &Cluster, path: &Path) -> Result<()> {
+    let client = cluster.client().await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "viewer"}}))?,
+        )
+        .await?;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "viewer-view" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view" },
+        "subjects": [{ "kind": "ServiceAccount", "name": "viewer", "namespace": "default" }],
+    }))?;
+    Api::<ClusterRoleBinding>::all(client)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))?;
+    let token = accounts
+        .create_token_request("viewer", &PostParams::default(), &request)
+        .await?
+        .status
+        .map(|s| s.token)
+        .unwrap_or_default();
+    use base64::Engine as _;
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{ "name": "c", "cluster": {
+            "server": cluster.server(),
+            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(cluster.ca_pem()?),
+        }}],
+        "users": [{ "name": "viewer", "user": { "token": token } }],
+        "contexts": [{ "name": "viewer", "context": { "cluster": "c", "user": "viewer" } }],
+        "current-context": "viewer",
+    });
+    std::fs::write(path, serde_json::to_string(&kubeconfig)?)?;
+    Ok(())
+}
+
+async fn nothing_installed(cluster: &Cluster) -> Result<()> {
+    let client = cluster.client().await?;
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get_opt(names::NAMESPACE)
+            .await?
+            .is_none()
+    );
+    let crds = Api::<CustomResourceDefinition>::all(client)
+        .list(&ListParams::default())
+        .await?;
+    assert!(
+        !crds.items.iter().any(|c| c.spec.group == names::GROUP),
+        "CRDs were created"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
+    let testbed = Testbed::start_default(1).await?;
+    let cluster = &testbed.clusters()[0];
+    let kubeconfig = cluster.kubeconfig_path();
+    let scratch = cluster.dir();
+
+    // An unreachable cluster: a kubeconfig pointing at a closed port.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let unreachable = scratch.join("unreachable.kubeconfig");
+    let text = std::fs::read_to_string(kubeconfig)?
+        .replace(cluster.server(), &format!("https://{closed}"));
+    std::fs::write(&unreachable, text)?;
+    let out = liqoctl(Some(&unreachable), &["install", "--timeout=5"]).user_error(4);
+    assert!(out.error_line().contains("cannot reach"), "{}", out.stderr);
+
+    // A context that the kubeconfig does not have.
+    let out = liqoctl(Some(kubeconfig), &["--context", "nope", "install"]).user_error(3);
+    assert!(out.error_line().contains("\"nope\""), "{}", out.stderr);
+
+    // A file that is not a kubeconfig, and one that does not exist.
+    let out = liqoctl(Some(&cluster.dir().join("pki/ca.crt")), &["info"]).user_error(3);
+    assert!(out.error_line().contains("ca.crt"), "{}", out.stderr);
+    liqoctl(Some(&scratch.join("missing")), &["info"]).user_error(3);
+
+    // Flags that make no sense are refused before the cluster is touched.
+    for (flag, mention) in [
+        ("--cluster-id=Not_A_Label", "Not_A_Label"),
+        ("--cluster-name=-x", "-x"),
+        ("--pod-cidr=10.0.0.0/33", "10.0.0.0/33"),
+        ("--service-cidr=nonsense", "nonsense"),
+        ("--node-selector=novalue", "novalue"),
+        ("--cluster-labels=k=bad value", "bad value"),
+    ] {
+        let out = liqoctl(Some(kubeconfig), &["install", flag]).user_error(2);
+        assert!(out.error_line().contains(mention), "{flag}: {}", out.stderr);
+    }
+    liqoctl(Some(kubeconfig), &["install", "--no-such-flag"]).user_error(2);
+
+    // Too few permissions: the check happens before any write.
+    let viewer = scratch.join("viewer.kubeconfig");
+    viewer_kubeconfig(cluster, &viewer).await?;
+    let out = liqoctl(Some(&viewer), &["install", "--timeout=5"]).user_error(5);
+    assert!(
+        out.error_line()
+            .contains("create customresourcedefinitions"),
+        "{}",
+        out.stderr
+    );
+    nothing_installed(cluster).await?;
+
+    // Not installed: info says so and how to fix it; uninstall is a no-op.
+    let out = liqoctl(Some(kubeconfig), &["info"]).user_error(7);
+    assert!(
+        out.error_line().contains("liqoctl install"),
+        "{}",
+        out.stderr
+    );
+    liqoctl(Some(kubeconfig), &["uninstall", "--yes"]).success();
+    nothing_installed(cluster).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liqoctl_finds_its_cluster_like_kubectl_and_runs_as_a_plugin() -> Result<()> {
+    let testbed = Testbed::start_default(1).await?;
+    let cluster = &testbed.clusters()[0];
+    let kubeconfig = cluster.kubeconfig_path();
+    let kubectl = Toolchain::locate()?.binary("kubectl");
+
+    // KUBECONFIG, with several files, and --context picking among them.
+    let other = cluster.dir().join("other.kubeconfig");
+    let renamed = std::fs::read_to_string(kubeconfig)?.replace(cluster.name(), "renamed");
+    std::fs::write(&other, renamed)?;
+    let joined = std::env::join_paths([other.as_path(), kubeconfig])?;
+    let out = run(
+        std::process::Command::new(liqo_e2e::bin_dir().join("liqoctl"))
+            .args(["--context", cluster.name(), "version", "-o", "json"])
+            .env("KUBECONFIG", &joined),
+    );
+    let out = out.success();
+    let version: serde_json::Value = serde_json::from_str(&out.stdout)?;
+    assert!(
+        version["kubernetes"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1.")),
+        "{}",
+        out.stdout
+    );
+    assert!(version["server"].is_null(), "not installed: {}", out.stdout);
+
+    // As a kubectl plugin: kubectl finds `kubectl-liqo` on the PATH.
+    let plugins = tempfile_dir(cluster, "plugins")?;
+    std::os::unix::fs::symlink(
+        liqo_e2e::bin_dir().join("liqoctl"),
+        plugins.join("kubectl-liqo"),
+    )?;
+    let path = std::env::join_paths([plugins.as_path(), Path::new("/usr/bin"), Path::new("/bin")])?;
+    let out = run(std::process::Command::new(&kubectl)
+        .args(["liqo", "version"])
+        .env("PATH", &path)
+        .env("KUBECONFIG", kubeconfig))
+    .success();
+    assert!(out.stdout.contains("Kubernetes: v1."), "{}", out.stdout);
+    let help = run(std::process::Command::new(&kubectl)
+        .args(["liqo", "--help"])
+        .env("PATH", &path))
+    .success();
+    assert!(help.stdout.contains("kubectl liqo"), "{}", help.stdout);
+
+    // Completion scripts for the three shells.
+    for shell in ["bash", "zsh", "fish"] {
+        let out = liqoctl(None, &["completion", shell]).success();
+        assert!(out.stdout.contains("install"), "{shell}: {}", out.stdout);
+    }
+    liqoctl(None, &["completion", "tcsh"]).user_error(2);
+    Ok(())
+}
+
+fn tempfile_dir(cluster: &Cluster, name: &str) -> Result<std::path::PathBuf> {
+    let dir = cluster.dir().join(name);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

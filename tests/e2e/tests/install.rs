@@ -1,0 +1,357 @@
+//! `liqoctl install`, `info` and `uninstall` against a real cluster, with the
+//! gateway agent really running (on the testbed's host-process node) under
+//! the RBAC that install gives it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::discovery::{Discovery, verbs};
+use liqo_api::names;
+use liqo_e2e::{liqoctl, wait_for};
+use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, Testbed};
+use serde_json::json;
+
+/// Prints the agents' logs if the test fails while it is alive.
+struct LogsOnFailure<'a>(&'a Cluster);
+
+impl Drop for LogsOnFailure<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- agent logs of cluster {} ---\n{}",
+                self.0.name(),
+                self.0.pod_logs()
+            );
+        }
+    }
+}
+
+async fn start_cluster(name: &str) -> Result<Testbed> {
+    let mut spec = ClusterSpec::new(name, 1);
+    spec.nodes = 1;
+    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    Ok(Testbed::start(vec![spec]).await?)
+}
+
+/// Can the gateway's service account do `verb` on `resource` (named, in a
+/// namespace)? Asked of the real authorizer.
+async fn gateway_may(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> Result<bool> {
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": format!("system:serviceaccount:{}:{}", names::NAMESPACE, names::GATEWAY),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{}", names::NAMESPACE)],
+            "resourceAttributes": {
+                "verb": verb, "group": group, "resource": resource,
+                "namespace": namespace, "name": name,
+            },
+        },
+    }))?;
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// Every object in the cluster that carries our managed-by label, or is a
+/// namespace, CRD or cluster-wide RBAC object of ours by name, found by
+/// walking every listable API resource type the server offers.
+async fn leftovers(client: &kube::Client) -> Result<Vec<String>> {
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let mut found = Vec::new();
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST) {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let list = match api.list(&ListParams::default()).await {
+                Ok(list) => list,
+                // Some aggregated or special resources refuse a plain list.
+                Err(kube::Error::Api(s)) if s.code == 405 || s.code == 404 => continue,
+                Err(e) => return Err(e).with_context(|| format!("listing {}", resource.plural)),
+            };
+            for obj in list.items {
+                let name = obj.metadata.name.clone().unwrap_or_default();
+                let ours_by_label = obj
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(names::labels::MANAGED_BY))
+                    .is_some_and(|v| v == names::labels::MANAGED_BY_VALUE);
+                let ours_by_name = name.starts_with("liqo")
+                    || name.ends_with(&format!(".{}", names::GROUP))
+                    || obj.metadata.namespace.as_deref() == Some(names::NAMESPACE);
+                if ours_by_label || ours_by_name {
+                    found.push(format!("{}/{}", resource.plural, name));
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Processes the host-process node runs for this cluster: their KUBECONFIG
+/// lies in the cluster's folder.
+fn agent_processes(cluster: &Cluster) -> Vec<u32> {
+    let dir = cluster.dir().to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0).any(|var| {
+                    var.starts_with(b"KUBECONFIG=") && String::from_utf8_lossy(var).contains(&dir)
+                })
+            })
+        })
+        .collect()
+}
+
+/// resourceVersions of everything install made, to prove a re-run changes
+/// nothing.
+async fn versions(client: &kube::Client) -> Result<BTreeMap<String, String>> {
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let selector = format!(
+        "{}={}",
+        names::labels::MANAGED_BY,
+        names::labels::MANAGED_BY_VALUE
+    );
+    let mut out = BTreeMap::new();
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST) {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let Ok(list) = api.list(&ListParams::default().labels(&selector)).await else {
+                continue;
+            };
+            for obj in list.items {
+                out.insert(
+                    format!(
+                        "{}/{}",
+                        resource.plural,
+                        obj.metadata.name.unwrap_or_default()
+                    ),
+                    obj.metadata.resource_version.unwrap_or_default(),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -> Result<()> {
+    let testbed = start_cluster("home").await?;
+    let cluster = testbed.cluster("home");
+    let _logs = LogsOnFailure(cluster);
+    let kubeconfig = cluster.kubeconfig_path();
+    let client = cluster.client().await?;
+    let pin = format!("--node-selector={HOST_PROCESS_LABEL}=true");
+    let install = [
+        "install",
+        "--cluster-id=home-1",
+        "--cluster-name=home",
+        "--cluster-labels=region=eu-west,provider=testbed",
+        "--pod-cidr=10.201.0.0/16",
+        "--service-cidr=10.101.0.0/16",
+        &pin,
+        "--timeout=60",
+    ];
+
+    // A dry run prints the objects and creates none of them.
+    let dry = liqoctl(Some(kubeconfig), &[&install[..], &["--dry-run"]].concat()).success();
+    assert!(
+        dry.stdout.contains("kind: CustomResourceDefinition"),
+        "{}",
+        dry.stdout
+    );
+    assert!(dry.stdout.contains("cluster-id: home-1"), "{}", dry.stdout);
+    assert!(
+        versions(&client).await?.is_empty(),
+        "a dry run created objects"
+    );
+
+    let first = liqoctl(Some(kubeconfig), &install).success();
+    assert!(
+        first.stdout.contains("installed on cluster"),
+        "{}",
+        first.stdout
+    );
+
+    // The gateway runs as a real process on the host-process node, and got
+    // through its start: it read the identity with its own account.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), names::NAMESPACE);
+    let gateway_pods = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=liqo-gateway"))
+        .await?;
+    let [pod] = &gateway_pods.items[..] else {
+        anyhow::bail!("expected one gateway pod, got {}", gateway_pods.items.len());
+    };
+    assert_eq!(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        cluster.host_node_name(),
+        "the node selector pins the gateway"
+    );
+    wait_for(
+        "the gateway to log its identity",
+        Duration::from_secs(20),
+        || async { Ok(cluster.pod_logs().contains("home-1")) },
+    )
+    .await?;
+
+    // Its rights are what it needs and no more.
+    let ns = Some(names::NAMESPACE);
+    let identity = Some(names::IDENTITY_CONFIGMAP);
+    assert!(gateway_may(&client, "get", "", "configmaps", ns, identity).await?);
+    assert!(
+        gateway_may(
+            &client,
+            "watch",
+            names::GROUP,
+            "foreignclusters",
+            None,
+            None
+        )
+        .await?
+    );
+    assert!(!gateway_may(&client, "get", "", "configmaps", ns, Some("other")).await?);
+    assert!(
+        !gateway_may(
+            &client,
+            "get",
+            "",
+            "configmaps",
+            Some("kube-system"),
+            identity
+        )
+        .await?
+    );
+    assert!(!gateway_may(&client, "list", "", "secrets", ns, None).await?);
+    assert!(!gateway_may(&client, "create", "", "pods", ns, None).await?);
+    assert!(
+        !gateway_may(
+            &client,
+            "create",
+            names::GROUP,
+            "foreignclusters",
+            None,
+            None
+        )
+        .await?
+    );
+
+    // Installing again with the same flags changes nothing at all.
+    let before = versions(&client).await?;
+    assert!(before.len() >= 9, "{before:?}");
+    let again = liqoctl(Some(kubeconfig), &install).success();
+    assert!(
+        again.stdout.contains("already up to date"),
+        "{}",
+        again.stdout
+    );
+    assert_eq!(
+        versions(&client).await?,
+        before,
+        "a second install changed objects"
+    );
+
+    // A conflicting cluster ID is refused, and changes nothing either.
+    let conflict = liqoctl(
+        Some(kubeconfig),
+        &["install", "--cluster-id=other", "--timeout=5"],
+    )
+    .user_error(6);
+    assert!(
+        conflict.error_line().contains("home-1"),
+        "{}",
+        conflict.stderr
+    );
+    assert_eq!(
+        versions(&client).await?,
+        before,
+        "a refused install changed objects"
+    );
+
+    // info reports the identity and a ready gateway, as a table and as JSON.
+    let table = liqoctl(Some(kubeconfig), &["info"]).success();
+    for want in [
+        "home-1",
+        "region=eu-west",
+        "10.201.0.0/16",
+        "liqo-gateway",
+        "1/1",
+    ] {
+        assert!(
+            table.stdout.contains(want),
+            "{want} missing from:\n{}",
+            table.stdout
+        );
+    }
+    let json: serde_json::Value = serde_json::from_str(
+        &liqoctl(Some(kubeconfig), &["info", "-o", "json"])
+            .success()
+            .stdout,
+    )?;
+    assert_eq!(json["identity"]["clusterId"], "home-1");
+    assert_eq!(json["identity"]["labels"]["provider"], "testbed");
+    assert_eq!(json["agents"][0]["ready"], true);
+    let yaml = liqoctl(Some(kubeconfig), &["info", "-o", "yaml"]).success();
+    assert!(yaml.stdout.contains("clusterId: home-1"), "{}", yaml.stdout);
+    let version = liqoctl(Some(kubeconfig), &["version", "-o", "json"]).success();
+    let version: serde_json::Value = serde_json::from_str(&version.stdout)?;
+    assert_eq!(version["server"], liqo_api::VERSION);
+
+    // Uninstall takes everything away: the walk over every resource type
+    // finds nothing of ours, and the gateway process is gone.
+    assert!(
+        !agent_processes(cluster).is_empty(),
+        "the gateway runs before uninstall"
+    );
+    liqoctl(
+        Some(kubeconfig),
+        &["uninstall", "--purge", "--yes", "--timeout=60"],
+    )
+    .success();
+    let left = leftovers(&client).await?;
+    assert!(left.is_empty(), "left after uninstall --purge: {left:?}");
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    assert!(
+        deployments
+            .list(&ListParams::default().labels("app.kubernetes.io/name=liqo-gateway"))
+            .await?
+            .items
+            .is_empty()
+    );
+    wait_for(
+        "the gateway process to end",
+        Duration::from_secs(15),
+        || async { Ok(agent_processes(cluster).is_empty()) },
+    )
+    .await?;
+    liqoctl(Some(kubeconfig), &["info"]).user_error(7);
+
+    // And the same install works again on the cleaned cluster.
+    liqoctl(Some(kubeconfig), &install).success();
+    liqoctl(
+        Some(kubeconfig),
+        &["uninstall", "--purge", "--yes", "--timeout=60"],
+    )
+    .success();
+    Ok(())
+}
