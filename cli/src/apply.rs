@@ -38,7 +38,7 @@ impl std::fmt::Display for Change {
 pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Result<Change> {
     let c = cluster.client.clone();
     let result = match manifest {
-        Manifest::Crd(o) => apply_to(Api::all(c), o).await,
+        Manifest::Crd(o) => apply_to(Api::all(c), o.as_ref()).await,
         Manifest::Namespace(o) => apply_to(Api::all(c), o).await,
         Manifest::ClusterRole(o) => apply_to(Api::all(c), o).await,
         Manifest::ClusterRoleBinding(o) => apply_to(Api::all(c), o).await,
@@ -55,7 +55,7 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
 pub async fn delete(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Result<bool> {
     let c = cluster.client.clone();
     let result = match manifest {
-        Manifest::Crd(o) => delete_from(Api::all(c), o).await,
+        Manifest::Crd(o) => delete_from(Api::all(c), o.as_ref()).await,
         Manifest::Namespace(o) => delete_from(Api::all(c), o).await,
         Manifest::ClusterRole(o) => delete_from(Api::all(c), o).await,
         Manifest::ClusterRoleBinding(o) => delete_from(Api::all(c), o).await,

@@ -18,7 +18,7 @@ use serde_json::json;
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Manifest {
-    Crd(CustomResourceDefinition),
+    Crd(Box<CustomResourceDefinition>),
     Namespace(Namespace),
     ServiceAccount(ServiceAccount),
     ClusterRole(ClusterRole),
@@ -61,7 +61,7 @@ pub fn render(options: &Options) -> Vec<Manifest> {
         .into_iter()
         .map(|mut crd| {
             crd.metadata.labels = Some(common_labels("crds"));
-            Manifest::Crd(crd)
+            Manifest::Crd(Box::new(crd))
         })
         .collect();
     out.push(Manifest::Namespace(from_json(json!({

@@ -51,7 +51,10 @@ async fn deployment_runs(cluster: &Cluster) -> Result<()> {
             "selector": { "matchLabels": { "app": "web" } },
             "template": {
                 "metadata": { "labels": { "app": "web" } },
-                "spec": { "containers": [{ "name": "web", "image": "nginx:1.27" }] },
+                "spec": {
+                    "nodeSelector": { "type": "kwok" },
+                    "containers": [{ "name": "web", "image": "nginx:1.27" }],
+                },
             },
         },
     }))?;

@@ -1,6 +1,7 @@
 //! One test cluster: etcd, kube-apiserver, kube-controller-manager,
-//! kube-scheduler and kwok with its fake worker nodes, all on loopback, all
-//! stopped when the [`Cluster`] is dropped.
+//! kube-scheduler, kwok with its fake worker nodes and, if asked for, a
+//! host-process node (see [`crate::hostnode`]), all on loopback, all stopped
+//! when the [`Cluster`] is dropped.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::hostnode::{self, HostNode, HostNodeConfig};
 use crate::pki::{self, Authority, Pair};
 use crate::ports::free_port;
 use crate::process::{Process, resident_bytes};
@@ -37,6 +39,11 @@ pub struct ClusterSpec {
     pub pod_cidr: String,
     /// The cluster's service CIDR.
     pub service_cidr: String,
+    /// A folder of agent binaries. When set, the cluster gets a
+    /// host-process node, `<name>-host`, that runs the pods whose image
+    /// names one of them as local processes.
+    #[serde(default)]
+    pub agent_bin_dir: Option<PathBuf>,
 }
 
 impl ClusterSpec {
@@ -51,6 +58,7 @@ impl ClusterSpec {
             node_pods: 110,
             pod_cidr: format!("10.{}.0.0/16", 200u16 + u16::from(index)),
             service_cidr: format!("10.{}.0.0/16", 100u16 + u16::from(index)),
+            agent_bin_dir: None,
         }
     }
 
@@ -65,6 +73,10 @@ impl ClusterSpec {
 
     fn node_name(&self, i: u32) -> String {
         format!("{}-worker-{i}", self.name)
+    }
+
+    fn host_node_name(&self) -> String {
+        format!("{}-host", self.name)
     }
 }
 
@@ -86,12 +98,15 @@ pub struct Cluster {
     server: String,
     /// In start order; stopped in reverse.
     processes: Vec<Process>,
+    /// Stopped before the control plane, while the API still answers.
+    host_node: Option<HostNode>,
 }
 
 impl Cluster {
     /// Starts a cluster whose files live in `dir` (created if missing), and
-    /// returns once its API answers, its nodes are Ready with a pod CIDR and
-    /// its controllers have created the default service account.
+    /// returns once its API answers, its nodes (the host-process node too,
+    /// if any) are Ready with a pod CIDR and its controllers have created
+    /// the default service account.
     pub async fn start(
         spec: ClusterSpec,
         dir: &Path,
@@ -170,6 +185,7 @@ impl Cluster {
             kubeconfig,
             server: server.clone(),
             processes: Vec::new(),
+            host_node: None,
         };
         let spec = cluster.spec.clone();
         let p = |path: &Path| path.display().to_string();
@@ -301,7 +317,50 @@ impl Cluster {
 
         cluster.create_nodes(&client).await?;
         cluster.wait_until_usable(&client).await?;
+        if let Some(bin_dir) = &spec.agent_bin_dir {
+            // Absolute: the pods' processes run in folders of their own.
+            let absolute = |path: &Path| std::path::absolute(path).map_err(io_error(path));
+            let config = HostNodeConfig {
+                cluster: spec.name.clone(),
+                node_name: spec.host_node_name(),
+                admin_kubeconfig: cluster.kubeconfig.clone(),
+                server: server.clone(),
+                ca_pem: ca.pair().cert.clone(),
+                bin_dir: absolute(bin_dir)?,
+                pods_dir: absolute(&dir.join("pods"))?,
+                subnet: hostnode::loopback_subnet(api_port),
+            };
+            cluster.start_host_node(config, &client).await?;
+        }
         Ok(cluster)
+    }
+
+    async fn start_host_node(
+        &mut self,
+        config: HostNodeConfig,
+        client: &kube::Client,
+    ) -> Result<(), Error> {
+        let name = config.node_name.clone();
+        self.host_node = Some(HostNode::start(config).await?);
+        let nodes: Api<Node> = Api::all(client.clone());
+        self.wait_for("the host-process node to be Ready", || {
+            let nodes = nodes.clone();
+            let name = name.clone();
+            async move {
+                let Ok(Some(node)) = nodes.get_opt(&name).await else {
+                    return Ok(false);
+                };
+                // The node lifecycle controller may have tainted it before
+                // its first status; the scheduler skips it until untainted.
+                let not_ready_taint = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| ts.iter().any(|t| t.key.starts_with("node.kubernetes.io/")));
+                Ok(node_is_ready(&node) && !not_ready_taint)
+            }
+        })
+        .await
     }
 
     fn spawn(&mut self, toolchain: &Toolchain, name: &str, args: Vec<String>) -> Result<(), Error> {
@@ -413,8 +472,12 @@ impl Cluster {
         }
     }
 
-    /// Fails if any process of the cluster has exited.
+    /// Fails if any process of the cluster has exited, or the loop of its
+    /// host-process node has.
     pub fn ensure_running(&mut self) -> Result<(), Error> {
+        if let Some(host) = &self.host_node {
+            host.ensure_running()?;
+        }
         for process in &mut self.processes {
             if let Some(status) = process.exited() {
                 return Err(Error::Exited {
@@ -462,7 +525,19 @@ impl Cluster {
         client_from_kubeconfig(&self.kubeconfig).await
     }
 
-    /// The cluster's processes and their resident memory.
+    /// The name of the host-process node, if the cluster has one.
+    pub fn host_node_name(&self) -> Option<&str> {
+        self.host_node.as_ref().map(HostNode::name)
+    }
+
+    /// The end (100 lines) of the log of every container the host-process
+    /// node ran, each under a `==> <namespace>_<pod>_<container>.log <==`
+    /// header: what a failing test prints to show the agents' side.
+    pub fn pod_logs(&self) -> String {
+        hostnode::pod_logs(&self.dir.join("pods"))
+    }
+
+    /// The cluster's control-plane processes and their resident memory.
     pub fn processes(&self) -> Vec<ProcessInfo> {
         self.processes
             .iter()
@@ -480,6 +555,9 @@ impl Cluster {
     }
 
     fn stop_processes(&mut self) {
+        if let Some(mut host) = self.host_node.take() {
+            host.stop();
+        }
         while let Some(mut process) = self.processes.pop() {
             process.stop(Duration::from_secs(5));
         }

@@ -1,7 +1,8 @@
 //! Real, independent Kubernetes clusters on loopback for liqo-rs's tests and
 //! demo: each with its own PKI, etcd, kube-apiserver (RBAC, service-account
 //! tokens, CSR signing), controller-manager, scheduler, and kwok faking its
-//! worker nodes.
+//! worker nodes; and, when given a folder of agent binaries, a host-process
+//! node whose agent pods run as real local processes (see [`HOST_PROCESS_LABEL`]).
 //!
 //! The binaries come from the Go modules pinned under `tests/toolchain/`
 //! (see [`Toolchain`]). Every process is tied to the thread that started it,
@@ -9,6 +10,7 @@
 //! at start, so a crashed run cannot wedge the next one.
 
 mod cluster;
+mod hostnode;
 mod pki;
 mod ports;
 mod process;
@@ -19,6 +21,7 @@ use std::path::{Path, PathBuf};
 pub use cluster::{
     Cluster, ClusterSpec, KWOK_ANNOTATION, ProcessInfo, client_from_kubeconfig, kubeconfig_yaml,
 };
+pub use hostnode::HOST_PROCESS_LABEL;
 pub use pki::Pair;
 pub use process::{resident_bytes, tail};
 pub use toolchain::{BINARIES, Toolchain};
@@ -53,12 +56,34 @@ pub enum Error {
         status: String,
         log: String,
     },
+    #[error("cluster {cluster}: the host-process node {node} stopped running")]
+    HostNodeStopped { cluster: String, node: String },
+    #[error("building the HTTP client of the probes")]
+    ProbeClient(#[source] reqwest::Error),
     #[error("cluster {cluster}: timed out waiting for {what}; {log}")]
     Timeout {
         cluster: String,
         what: String,
         log: String,
     },
+}
+
+/// The folder of the freshly built agent binaries (`liqo-gateway`, …):
+/// `LIQO_AGENT_BIN_DIR` if set, else the cargo profile folder the running
+/// executable was built in (`target/debug/` for both a binary there and a
+/// test in `target/debug/deps/`). The folder may lack the agents if they
+/// were not built; their pods are then faked.
+pub fn default_agent_bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("LIQO_AGENT_BIN_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().map(Path::to_owned)
+    } else {
+        Some(dir.to_owned())
+    }
 }
 
 pub(crate) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -114,11 +139,17 @@ impl Testbed {
         })
     }
 
-    /// `n` clusters named `cluster-1` … `cluster-n`, with default specs.
+    /// `n` clusters named `cluster-1` … `cluster-n`, with default specs
+    /// and a host-process node running the agents of
+    /// [`default_agent_bin_dir`].
     pub async fn start_default(n: u8) -> Result<Self, Error> {
+        let bin_dir = default_agent_bin_dir();
         Self::start(
             (1..=n)
-                .map(|i| ClusterSpec::new(format!("cluster-{i}"), i))
+                .map(|i| ClusterSpec {
+                    agent_bin_dir: bin_dir.clone(),
+                    ..ClusterSpec::new(format!("cluster-{i}"), i)
+                })
                 .collect(),
         )
         .await

@@ -26,14 +26,21 @@ impl Process {
         args: &[String],
         log: &Path,
     ) -> std::io::Result<Self> {
-        let out = File::options().create(true).append(true).open(log)?;
         let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(Stdio::null())
+        cmd.args(args);
+        Self::spawn_command(name, cmd, log)
+    }
+
+    /// Starts `cmd` as prepared by the caller (environment, working
+    /// folder), with no stdin and its stdout and stderr appended to `log`.
+    pub(crate) fn spawn_command(name: &str, mut cmd: Command, log: &Path) -> std::io::Result<Self> {
+        let out = File::options().create(true).append(true).open(log)?;
+        cmd.stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
         die_with_parent(&mut cmd);
         let child = cmd.spawn().map_err(|e| {
+            let program = Path::new(cmd.get_program());
             std::io::Error::new(e.kind(), format!("starting {}: {e}", program.display()))
         })?;
         Ok(Self {
@@ -56,22 +63,24 @@ impl Process {
         self.child.try_wait().ok().flatten()
     }
 
+    /// Asks the process to stop with SIGTERM, without waiting.
+    pub(crate) fn terminate(&mut self) {
+        if self.exited().is_none() {
+            let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+        }
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub(crate) fn kill(&mut self) {
+        if self.exited().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
     /// Asks the process to stop, and kills it if it has not after `grace`.
     pub(crate) fn stop(&mut self, grace: Duration) {
-        if self.exited().is_some() {
-            return;
-        }
-        let pid = Pid::from_raw(self.child.id() as i32);
-        let _ = kill(pid, Signal::SIGTERM);
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if self.exited().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop_all([self], grace);
     }
 
     /// The last `lines` lines of the process's log.
@@ -83,6 +92,25 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
+    }
+}
+
+/// Asks every process to stop at once, and kills those that have not after
+/// `grace`: stopping many processes takes one grace period, not one each.
+pub(crate) fn stop_all<'a>(processes: impl IntoIterator<Item = &'a mut Process>, grace: Duration) {
+    let mut processes: Vec<&mut Process> = processes.into_iter().collect();
+    for process in processes.iter_mut() {
+        process.terminate();
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if processes.iter_mut().all(|p| p.exited().is_some()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for process in processes.iter_mut() {
+        process.kill();
     }
 }
 

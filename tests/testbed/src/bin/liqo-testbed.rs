@@ -82,14 +82,26 @@ struct UpArgs {
     /// Give every cluster the same pod CIDR (to exercise NAT between peers).
     #[arg(long)]
     same_pod_cidr: bool,
+    /// Folder of agent binaries (liqo-gateway, …) whose pods each cluster's
+    /// host-process node runs as local processes [default: LIQO_AGENT_BIN_DIR,
+    /// else the folder of this binary].
+    #[arg(long)]
+    agent_bin_dir: Option<PathBuf>,
     /// Seconds to wait for the clusters (`up` only).
     #[arg(long, default_value_t = 180)]
     timeout: u64,
 }
 
 impl UpArgs {
+    fn agent_bin_dir(&self) -> Option<PathBuf> {
+        self.agent_bin_dir
+            .clone()
+            .or_else(liqo_testbed::default_agent_bin_dir)
+    }
+
     fn specs(&self) -> Vec<ClusterSpec> {
         let first = ClusterSpec::new("", 0);
+        let agent_bin_dir = self.agent_bin_dir();
         self.clusters
             .iter()
             .zip(1u8..)
@@ -99,6 +111,7 @@ impl UpArgs {
                 spec.node_cpu.clone_from(&self.node_cpu);
                 spec.node_memory.clone_from(&self.node_memory);
                 spec.node_pods = self.node_pods;
+                spec.agent_bin_dir.clone_from(&agent_bin_dir);
                 if self.same_pod_cidr {
                     spec.pod_cidr.clone_from(&first.pod_cidr);
                 }
@@ -123,6 +136,9 @@ struct ClusterState {
     kubeconfig: PathBuf,
     pod_cidr: String,
     service_cidr: String,
+    /// The host-process node, if the cluster has one.
+    #[serde(default)]
+    host_node: Option<String>,
     processes: Vec<ProcessInfo>,
 }
 
@@ -223,6 +239,12 @@ fn up(args: &UpArgs) -> Result<()> {
         if args.same_pod_cidr {
             cmd.arg("--same-pod-cidr");
         }
+        // Resolved here: the default is this binary's folder, which the
+        // supervisor (the same binary) would find too, but an explicit
+        // path is what `status` and a reader of the log can check.
+        if let Some(bin_dir) = args.agent_bin_dir() {
+            cmd.arg("--agent-bin-dir").arg(bin_dir);
+        }
         cmd.spawn().context("starting the supervisor")?
     };
 
@@ -259,6 +281,11 @@ fn up(args: &UpArgs) -> Result<()> {
             "  {:<12} {}  pods {}  services {}",
             c.name, c.server, c.pod_cidr, c.service_cidr
         );
+    }
+    for c in &state.clusters {
+        if let Some(node) = &c.host_node {
+            println!("  {:<12} host-process node {node}", c.name);
+        }
     }
     println!("\nReach them with kubectl:");
     for c in &state.clusters {
@@ -297,6 +324,7 @@ fn run(args: &UpArgs) -> Result<()> {
                     kubeconfig: c.kubeconfig_path().to_owned(),
                     pod_cidr: c.spec().pod_cidr.clone(),
                     service_cidr: c.spec().service_cidr.clone(),
+                    host_node: c.host_node_name().map(str::to_owned),
                     processes: c.processes(),
                 })
                 .collect(),

@@ -1,0 +1,615 @@
+//! The host-process node runs the pods of agent images as real local
+//! processes: with the pod's environment and a pod-bound token of its
+//! service account, Ready only once its readiness probe answers, restarted
+//! when killed or unhealthy, stopped and removed when deleted; pods of other
+//! images are faked Running; nothing outlives the cluster.
+//!
+//! The "agent" is a shell script in a folder of its own, standing for the
+//! freshly built agent binaries.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerStatus, Namespace, Node, Pod, Secret, ServiceAccount,
+};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, KWOK_ANNOTATION, Testbed};
+use serde_json::json;
+
+const NS: &str = "agents";
+const ACCOUNT: &str = "test-agent";
+
+/// Stands for an agent: says who it is, how it was called and with what
+/// environment, waits for the test's go-ahead, then answers HTTP (its
+/// readiness probe) on its pod IP.
+const AGENT: &str = r#"#!/bin/bash
+echo "pod=$POD_NAME namespace=$POD_NAMESPACE ip=$POD_IP args=$*"
+env | sed 's/^/env: /'
+until [ -e "$GATE" ]; do sleep 0.2; done
+echo "serving on $POD_IP:8080"
+exec python3 -m http.server --bind "$POD_IP" 8080
+"#;
+
+/// A folder of "agent binaries", removed with the test.
+struct BinDir(PathBuf);
+
+impl BinDir {
+    fn new() -> Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("liqo-hostnode-bin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let agent = dir.join("test-agent");
+        std::fs::write(&agent, AGENT)?;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for BinDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn running(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+/// The environment the agent printed when it first started, from the log
+/// of `pod`'s container. (Not `/proc/<pid>/environ`: the `python3` the agent
+/// execs may be a shim that adds to its environment.)
+fn agent_env(cluster: &Cluster, pod: &str) -> Result<BTreeMap<String, String>> {
+    let log = cluster
+        .dir()
+        .join("pods")
+        .join(format!("{NS}_{pod}_agent.log"));
+    let text = std::fs::read_to_string(&log).with_context(|| format!("{}", log.display()))?;
+    let mut env = BTreeMap::new();
+    for line in text.lines() {
+        let Some((key, value)) = line.strip_prefix("env: ").and_then(|l| l.split_once('=')) else {
+            continue;
+        };
+        // The first start's, not a restart's.
+        env.entry(key.to_owned())
+            .or_insert_with(|| value.to_owned());
+    }
+    Ok(env)
+}
+
+fn container(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status.as_ref()?.container_statuses.as_ref()?.first()
+}
+
+fn pid(status: &ContainerStatus) -> Option<u32> {
+    status
+        .container_id
+        .as_deref()?
+        .strip_prefix("hostprocess://")?
+        .parse()
+        .ok()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn pod_ip(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.pod_ip.as_deref()
+}
+
+/// The pod of the agent Deployment, once there is one that is not going away.
+async fn agent_pod(pods: &Api<Pod>) -> Result<Option<Pod>> {
+    let list = pods
+        .list(&ListParams::default().labels("app=test-agent"))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .find(|p| p.metadata.deletion_timestamp.is_none()))
+}
+
+async fn create<K>(api: &Api<K>, value: serde_json::Value) -> Result<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug,
+    K: k8s_openapi::serde::de::DeserializeOwned + k8s_openapi::serde::Serialize,
+{
+    Ok(api
+        .create(&PostParams::default(), &serde_json::from_value(value)?)
+        .await?)
+}
+
+/// What a pod needs to land on the host node.
+fn on_host_node() -> serde_json::Value {
+    json!({
+        "nodeSelector": { HOST_PROCESS_LABEL: "true" },
+    })
+}
+
+/// The host node is a Node like a kubelet's: labelled, not kwok's, Ready
+/// with its capacity and a pod CIDR, heart-beating through its Lease.
+async fn host_node_is_registered(cluster: &Cluster) -> Result<()> {
+    let client = cluster.client().await?;
+    let name = cluster.host_node_name().context("no host node")?;
+    assert_eq!(name, format!("{}-host", cluster.name()));
+    let node = Api::<Node>::all(client.clone()).get(name).await?;
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get(HOST_PROCESS_LABEL).map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        labels.get("kubernetes.io/hostname").map(String::as_str),
+        Some(name)
+    );
+    assert_eq!(
+        labels.get("kubernetes.io/os").map(String::as_str),
+        Some("linux")
+    );
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    assert!(
+        !annotations.contains_key(KWOK_ANNOTATION),
+        "kwok must not manage it"
+    );
+    let spec = node.spec.context("node without spec")?;
+    assert!(
+        spec.pod_cidr.is_some(),
+        "the controller-manager gives it a pod CIDR"
+    );
+    let status = node.status.context("node without status")?;
+    let capacity = status.capacity.context("no capacity")?;
+    assert_eq!(capacity.get("cpu").map(|q| q.0.as_str()), Some("8"));
+    assert_eq!(capacity.get("memory").map(|q| q.0.as_str()), Some("16Gi"));
+    assert_eq!(capacity.get("pods").map(|q| q.0.as_str()), Some("110"));
+    let ready = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .context("no Ready condition")?;
+    assert_eq!(ready.status, "True");
+    let addresses = status.addresses.unwrap_or_default();
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && a.address == "127.0.0.1")
+    );
+    let lease = Api::<Lease>::namespaced(client, "kube-node-lease")
+        .get(name)
+        .await?;
+    let lease = lease.spec.context("lease without spec")?;
+    assert_eq!(lease.holder_identity.as_deref(), Some(name));
+    assert_eq!(lease.lease_duration_seconds, Some(40));
+    Ok(())
+}
+
+/// Everything about the agent pod; returns the pids of agent processes
+/// still meant to be running (to check that stopping the cluster ends them).
+async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
+    let client = cluster.client().await?;
+    create(
+        &Api::<Namespace>::all(client.clone()),
+        json!({ "metadata": { "name": NS } }),
+    )
+    .await?;
+    create(
+        &Api::<ServiceAccount>::namespaced(client.clone(), NS),
+        json!({ "metadata": { "name": ACCOUNT } }),
+    )
+    .await?;
+    create(
+        &Api::<ConfigMap>::namespaced(client.clone(), NS),
+        json!({ "metadata": { "name": "agent-config" }, "data": { "greeting": "hello" } }),
+    )
+    .await?;
+    create(
+        &Api::<Secret>::namespaced(client.clone(), NS),
+        json!({ "metadata": { "name": "agent-secret" }, "stringData": { "word": "swordfish" } }),
+    )
+    .await?;
+    // The agent may read ConfigMaps, nothing else.
+    create(
+        &Api::<Role>::namespaced(client.clone(), NS),
+        json!({
+            "metadata": { "name": "config-reader" },
+            "rules": [{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] }],
+        }),
+    )
+    .await?;
+    create(
+        &Api::<RoleBinding>::namespaced(client.clone(), NS),
+        json!({
+            "metadata": { "name": "config-reader" },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "config-reader" },
+            "subjects": [{ "kind": "ServiceAccount", "name": ACCOUNT, "namespace": NS }],
+        }),
+    )
+    .await?;
+
+    let mut pod_spec = on_host_node();
+    pod_spec["serviceAccountName"] = json!(ACCOUNT);
+    pod_spec["terminationGracePeriodSeconds"] = json!(5);
+    pod_spec["containers"] = json!([{
+        "name": "agent",
+        "image": "example.test/test-agent:1",
+        "args": ["--greeting=$(GREETING)", "--escaped=$$(GREETING)", "--unknown=$(NOPE)"],
+        "ports": [{ "name": "http", "containerPort": 8080 }],
+        "env": [
+            { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+            { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+            { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+            { "name": "GATE", "value": gate.display().to_string() },
+            { "name": "GREETING", "valueFrom": { "configMapKeyRef": { "name": "agent-config", "key": "greeting" } } },
+            { "name": "WORD", "valueFrom": { "secretKeyRef": { "name": "agent-secret", "key": "word" } } },
+        ],
+        "readinessProbe": {
+            "httpGet": { "path": "/", "port": "http" },
+            "periodSeconds": 1,
+            "failureThreshold": 1,
+        },
+    }]);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    create(
+        &deployments,
+        json!({
+            "metadata": { "name": "test-agent" },
+            "spec": {
+                "replicas": 1,
+                "selector": { "matchLabels": { "app": "test-agent" } },
+                "template": { "metadata": { "labels": { "app": "test-agent" } }, "spec": pod_spec },
+            },
+        }),
+    )
+    .await?;
+
+    // It runs as a process of the host node, with a loopback pod IP of its own...
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    wait_for("the agent process", Duration::from_secs(60), || {
+        let pods = pods.clone();
+        async move {
+            let pod = agent_pod(&pods).await?;
+            Ok(pod.as_ref().and_then(container).and_then(pid).is_some())
+        }
+    })
+    .await?;
+    let pod = agent_pod(&pods).await?.context("the agent pod went away")?;
+    let pod_name = pod.metadata.name.clone().context("nameless pod")?;
+    let status = container(&pod).context("no container status")?;
+    let first_pid = pid(status).context("no pid")?;
+    assert!(running(first_pid), "pid {first_pid} is not running");
+    assert_eq!(status.started, Some(true));
+    assert_eq!(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        cluster.host_node_name()
+    );
+    let ip = pod_ip(&pod).context("no pod IP")?.to_owned();
+    let octets: Vec<u8> = ip.split('.').map(str::parse).collect::<Result<_, _>>()?;
+    assert!(
+        octets.len() == 4 && octets[0] == 127 && octets[1] != 0,
+        "pod IP {ip} is not a loopback address of its own"
+    );
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.host_ip.as_deref()),
+        Some("127.0.0.1")
+    );
+
+    // ...and is not Ready while nothing answers its readiness probe...
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pod = agent_pod(&pods).await?.context("the agent pod went away")?;
+    assert!(!is_ready(&pod), "Ready before its probe answered");
+    assert!(std::net::TcpStream::connect((ip.as_str(), 8080)).is_err());
+    assert_eq!(
+        container(&pod).and_then(pid),
+        Some(first_pid),
+        "it did not restart"
+    );
+
+    // ...and is once it does.
+    std::fs::write(gate, "")?;
+    wait_for("the agent to be Ready", Duration::from_secs(30), || {
+        let pods = pods.clone();
+        async move { Ok(agent_pod(&pods).await?.is_some_and(|p| is_ready(&p))) }
+    })
+    .await?;
+    assert!(
+        std::net::TcpStream::connect((ip.as_str(), 8080)).is_ok(),
+        "Ready, but nothing answers on {ip}:8080"
+    );
+    // Probes keep passing, every second, and the status is not rewritten.
+    let version = |pod: Option<Pod>| pod.and_then(|p| p.metadata.resource_version);
+    let before = version(agent_pod(&pods).await?);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        version(agent_pod(&pods).await?),
+        before,
+        "an unchanged status is written again"
+    );
+
+    // Its environment is the pod's, and nothing of the harness'.
+    let env = agent_env(cluster, &pod_name)?;
+    assert_eq!(env.get("POD_NAME"), Some(&pod_name));
+    assert_eq!(env.get("POD_NAMESPACE").map(String::as_str), Some(NS));
+    assert_eq!(env.get("POD_IP"), Some(&ip));
+    assert_eq!(env.get("GREETING").map(String::as_str), Some("hello"));
+    assert_eq!(env.get("WORD").map(String::as_str), Some("swordfish"));
+    let allowed = [
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "POD_IP",
+        "GATE",
+        "GREETING",
+        "WORD",
+        "KUBECONFIG",
+        "PATH",
+        "HOME",
+        "RUST_LOG",
+        "RUST_BACKTRACE",
+        // What bash itself exports to the programs it runs.
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+    ];
+    for key in env.keys() {
+        assert!(
+            allowed.contains(&key.as_str()),
+            "{key} leaked into the agent's environment"
+        );
+    }
+    let logs = cluster.pod_logs();
+    assert!(
+        logs.contains(&format!(
+            "pod={pod_name} namespace={NS} ip={ip} args=--greeting=hello --escaped=$(GREETING) --unknown=$(NOPE)"
+        )),
+        "the agent's arguments are not expanded as the kubelet does:\n{logs}"
+    );
+    assert!(logs.contains(&format!("==> {NS}_{pod_name}_agent.log <==")));
+
+    // Its KUBECONFIG authenticates as its service account, with a token
+    // bound to the pod, and gets only what RBAC grants that account.
+    let kubeconfig = PathBuf::from(env.get("KUBECONFIG").context("no KUBECONFIG")?);
+    let agent = liqo_testbed::client_from_kubeconfig(&kubeconfig).await?;
+    let review: SelfSubjectReview = create(&Api::all(agent.clone()), json!({})).await?;
+    let user = review
+        .status
+        .and_then(|s| s.user_info)
+        .context("no user info")?;
+    assert_eq!(
+        user.username.as_deref(),
+        Some(format!("system:serviceaccount:{NS}:{ACCOUNT}").as_str())
+    );
+    let extra = user.extra.unwrap_or_default();
+    assert_eq!(
+        extra.get("authentication.kubernetes.io/pod-name"),
+        Some(&vec![pod_name.clone()]),
+        "the token is bound to the pod"
+    );
+    let config_maps: Api<ConfigMap> = Api::default_namespaced(agent.clone());
+    assert!(
+        config_maps.get("agent-config").await.is_ok(),
+        "the Role grants it"
+    );
+    match Api::<Secret>::default_namespaced(agent.clone())
+        .get("agent-secret")
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
+        other => bail!("reading a secret without rights gave {other:?}"),
+    }
+
+    // Killed, it is restarted, and the API says so.
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &first_pid.to_string()])
+        .status()?;
+    ensure!(killed.success(), "kill -9 {first_pid} failed");
+    wait_for("the agent to restart", Duration::from_secs(30), || {
+        let pods = pods.clone();
+        async move {
+            let Some(pod) = agent_pod(&pods).await? else {
+                return Ok(false);
+            };
+            let restarted = container(&pod).is_some_and(|c| {
+                c.restart_count == 1 && pid(c).is_some_and(|p| p != first_pid) && c.ready
+            });
+            Ok(restarted && is_ready(&pod))
+        }
+    })
+    .await?;
+    let pod = agent_pod(&pods).await?.context("the agent pod went away")?;
+    assert_eq!(pod.metadata.name.as_ref(), Some(&pod_name), "same pod");
+    let status = container(&pod).context("no container status")?;
+    let second_pid = pid(status).context("no pid")?;
+    assert!(!running(first_pid));
+    assert!(running(second_pid));
+    let last = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .context("no lastState.terminated")?;
+    assert_eq!(last.exit_code, 137, "128 + SIGKILL");
+
+    // An image that is not an agent is faked Running, with no process.
+    let mut web_spec = on_host_node();
+    web_spec["containers"] = json!([{ "name": "web", "image": "nginx:1.27" }]);
+    create(
+        &pods,
+        json!({ "metadata": { "name": "web" }, "spec": web_spec }),
+    )
+    .await?;
+    wait_for("the faked pod to be Ready", Duration::from_secs(30), || {
+        let pods = pods.clone();
+        async move { Ok(pods.get_opt("web").await?.is_some_and(|p| is_ready(&p))) }
+    })
+    .await?;
+    let web = pods.get("web").await?;
+    assert_eq!(
+        web.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    let web_ip = pod_ip(&web).context("faked pod without IP")?;
+    assert!(
+        web_ip.starts_with("127.") && web_ip != ip,
+        "faked pod IP {web_ip}"
+    );
+    assert_eq!(container(&web).and_then(pid), None, "no process for nginx");
+
+    // A container that fails its liveness probe is stopped (SIGTERM) and
+    // restarted.
+    let mut unhealthy_spec = on_host_node();
+    unhealthy_spec["containers"] = json!([{
+        "name": "agent",
+        "image": "example.test/test-agent:1",
+        "env": [
+            { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+            { "name": "GATE", "value": gate.display().to_string() },
+        ],
+        "livenessProbe": { "tcpSocket": { "port": 8081 }, "periodSeconds": 1, "failureThreshold": 2 },
+    }]);
+    create(
+        &pods,
+        json!({ "metadata": { "name": "unhealthy" }, "spec": unhealthy_spec }),
+    )
+    .await?;
+    wait_for(
+        "the unhealthy agent to be restarted",
+        Duration::from_secs(30),
+        || {
+            let pods = pods.clone();
+            async move {
+                let pod = pods.get_opt("unhealthy").await?;
+                let last_exit = pod.as_ref().and_then(container).and_then(|c| {
+                    let terminated = c.last_state.as_ref()?.terminated.as_ref()?;
+                    Some((c.restart_count, terminated.exit_code))
+                });
+                Ok(last_exit.is_some_and(|(restarts, code)| restarts >= 1 && code == 143))
+            }
+        },
+    )
+    .await?;
+
+    // Deleting the Deployment and the pods leaves no process and no pod, and
+    // the pod-bound token stops working.
+    let deleting = Instant::now();
+    deployments
+        .delete("test-agent", &DeleteParams::default())
+        .await?;
+    pods.delete("web", &DeleteParams::default()).await?;
+    pods.delete("unhealthy", &DeleteParams::default()).await?;
+    wait_for("the pods to be gone", Duration::from_secs(60), || {
+        let pods = pods.clone();
+        async move { Ok(pods.list(&ListParams::default()).await?.items.is_empty()) }
+    })
+    .await?;
+    eprintln!("pods deleted in {:.1}s", deleting.elapsed().as_secs_f64());
+    assert!(!running(second_pid), "the agent outlived its pod");
+    wait_for(
+        "the pod-bound token to be refused",
+        Duration::from_secs(10),
+        || {
+            let agent = agent.clone();
+            async move {
+                let review: Result<SelfSubjectReview, _> = Api::all(agent)
+                    .create(&PostParams::default(), &serde_json::from_value(json!({}))?)
+                    .await;
+                Ok(matches!(review, Err(kube::Error::Api(s)) if s.code == 401))
+            }
+        },
+    )
+    .await?;
+
+    // With no pod left hanging, the namespace goes too.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.delete(NS, &DeleteParams::default()).await?;
+    wait_for("the namespace to be gone", Duration::from_secs(60), || {
+        let namespaces = namespaces.clone();
+        async move { Ok(namespaces.get_opt(NS).await?.is_none()) }
+    })
+    .await?;
+
+    // One more agent, left running for the cluster's stop to end.
+    let mut spec = on_host_node();
+    spec["containers"] = json!([{
+        "name": "agent",
+        "image": "example.test/test-agent:1",
+        "env": [
+            { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+            { "name": "GATE", "value": gate.display().to_string() },
+        ],
+    }]);
+    let default_pods: Api<Pod> = Api::namespaced(client, "default");
+    create(
+        &default_pods,
+        json!({ "metadata": { "name": "leftover" }, "spec": spec }),
+    )
+    .await?;
+    wait_for("the leftover agent", Duration::from_secs(30), || {
+        let pods = default_pods.clone();
+        async move {
+            let pod = pods.get_opt("leftover").await?;
+            Ok(pod.as_ref().is_some_and(is_ready))
+        }
+    })
+    .await?;
+    let leftover = default_pods.get("leftover").await?;
+    let leftover_pid = container(&leftover).and_then(pid).context("no pid")?;
+    assert!(running(leftover_pid));
+    Ok(vec![leftover_pid])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_node_runs_agent_pods_as_processes() -> Result<()> {
+    let bin = BinDir::new()?;
+    let gate = bin.0.join("go");
+    let mut spec = ClusterSpec::new("hostnode", 7);
+    spec.nodes = 1;
+    spec.agent_bin_dir = Some(bin.0.clone());
+    let testbed = Testbed::start(vec![spec]).await?;
+    let cluster = &testbed.clusters()[0];
+
+    let result = async {
+        host_node_is_registered(cluster).await?;
+        agent_lifecycle(cluster, &gate).await
+    }
+    .await;
+    let pids = match result {
+        Ok(pids) => pids,
+        Err(e) => {
+            eprintln!("the host node's pod logs:\n{}", cluster.pod_logs());
+            return Err(e);
+        }
+    };
+
+    testbed.stop();
+    for pid in pids {
+        assert!(!running(pid), "agent {pid} outlived the cluster");
+    }
+    Ok(())
+}

@@ -1,0 +1,604 @@
+//! The host-process node: one extra node per test cluster, `<cluster>-host`,
+//! on which the pods whose image names a binary of the agents' folder run
+//! as real local processes, with the Kubernetes credentials of their
+//! service account, so that the in-cluster agents really run in tests under
+//! the RBAC their manifests give them. Pods whose images are not there are
+//! faked, as kwok fakes them.
+//!
+//! It is a small kubelet. It owns the Node, its Lease, the pods bound to the
+//! node (their processes, status and final deletion) and the files under
+//! `<cluster dir>/pods/` (each container's log, each pod's token, kubeconfig
+//! and working folder). It touches no other node and no other pod.
+//!
+//! How it differs from a kubelet:
+//! - It runs on a thread of its own, with its own runtime: the kernel kills
+//!   the processes when that thread ends (see [`crate::process`]), so they
+//!   never outlive the node, whatever runtime the caller uses.
+//! - State is in memory and the loop polls: every [`TICK`] it lists the
+//!   node's pods and converges each on what its spec asks for.
+//! - Pod IPs are loopback addresses, which all route to `lo` on Linux: each
+//!   node hands out `127.H.L.2`, `127.H.L.3`, … where `H.L` is its API
+//!   server's port, so the /24 is unique to the cluster among the clusters
+//!   running on the machine. The API server takes them as pod IPs, but
+//!   EndpointSlices and Endpoints refuse loopback addresses: a Service
+//!   selecting host pods has no endpoints, and whoever connects to an agent
+//!   must use its pod IP. Processes share the host's network, so an agent
+//!   must bind its pod IP (`$(POD_IP)`) rather than `0.0.0.0` for two
+//!   clusters' agents not to clash.
+//! - The node is not tainted: it takes any pod, as `liqoctl install
+//!   --node-selector` expects of a real node. A pod meant for it selects
+//!   [`HOST_PROCESS_LABEL`]; a workload meant for kwok nodes selects
+//!   `type=kwok`. Pods whose images are not agents are faked, as kwok does.
+//! - Not supported: volumes (the service-account credentials come through
+//!   `KUBECONFIG` instead of a mounted token), init containers (ignored),
+//!   `exec` and `grpc` probes (they pass), `resourceFieldRef` environment
+//!   variables, HTTPS probes (they fail).
+
+mod env;
+mod node;
+mod pod;
+mod probe;
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use crate::cluster::client_from_kubeconfig;
+use crate::process::{stop_all, tail};
+use crate::{Error, io_error};
+use pod::{Context, PodRuntime};
+
+/// The label (`true`) of host-process nodes.
+pub const HOST_PROCESS_LABEL: &str = "testbed.liqo.io/host-process";
+
+/// How often the loop looks at the node's pods.
+const TICK: Duration = Duration::from_millis(400);
+/// The node's lease lasts this long; it is renewed every [`LEASE_RENEW`].
+const LEASE_SECONDS: i32 = 40;
+const LEASE_RENEW: Duration = Duration::from_secs(10);
+/// How often the node's Ready condition gets a fresh heartbeat time.
+const STATUS_HEARTBEAT: Duration = Duration::from_secs(20);
+/// Grace of the processes of pods that vanished from the API.
+const ORPHAN_GRACE: Duration = Duration::from_secs(2);
+/// Grace of every process when the node stops.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+const FIELD_MANAGER: &str = "liqo-testbed-hostnode";
+
+/// What a host node needs to know of its cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct HostNodeConfig {
+    pub(crate) cluster: String,
+    pub(crate) node_name: String,
+    /// An admin kubeconfig: the node reads ConfigMaps, Secrets and pods,
+    /// requests tokens and writes its own objects.
+    pub(crate) admin_kubeconfig: PathBuf,
+    /// The API server's URL and CA, for the pods' kubeconfigs.
+    pub(crate) server: String,
+    pub(crate) ca_pem: String,
+    /// The binaries that images name.
+    pub(crate) bin_dir: PathBuf,
+    pub(crate) pods_dir: PathBuf,
+    /// The first three bytes of the pods' addresses.
+    pub(crate) subnet: [u8; 3],
+}
+
+/// The loopback /24 of the pods of the cluster whose API server listens on
+/// `api_port`: unique among the clusters running on the machine, as ports
+/// are, and clear of `127.0.0.0/16` since ports below 256 are not used.
+pub(crate) fn loopback_subnet(api_port: u16) -> [u8; 3] {
+    let [high, low] = api_port.to_be_bytes();
+    [127, high, low]
+}
+
+/// A running host node. Dropping it stops its loop and its processes.
+#[derive(Debug)]
+pub(crate) struct HostNode {
+    cluster: String,
+    name: String,
+    pods_dir: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HostNode {
+    /// Registers the node and starts its loop; returns once the Node exists.
+    pub(crate) async fn start(config: HostNodeConfig) -> Result<Self, Error> {
+        std::fs::create_dir_all(&config.pods_dir).map_err(io_error(&config.pods_dir))?;
+        let (registered_tx, registered_rx) = oneshot::channel();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let mut node = Self {
+            cluster: config.cluster.clone(),
+            name: config.node_name.clone(),
+            pods_dir: config.pods_dir.clone(),
+            stop: Some(stop_tx),
+            thread: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name(config.node_name.clone())
+            .spawn(move || serve(config, registered_tx, stop_rx))
+            .map_err(io_error(&node.pods_dir))?;
+        node.thread = Some(thread);
+        match registered_rx.await {
+            Ok(result) => result.map(|()| node),
+            Err(_) => Err(node.stopped()),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Fails if the loop has ended.
+    pub(crate) fn ensure_running(&self) -> Result<(), Error> {
+        match &self.thread {
+            Some(thread) if !thread.is_finished() => Ok(()),
+            _ => Err(self.stopped()),
+        }
+    }
+
+    fn stopped(&self) -> Error {
+        Error::HostNodeStopped {
+            cluster: self.cluster.clone(),
+            node: self.name.clone(),
+        }
+    }
+
+    /// Stops the loop and every process, and waits until they are gone.
+    pub(crate) fn stop(&mut self) {
+        // Dropping the sender is the signal.
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for HostNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The node's thread: registers the node, then runs the loop until told to
+/// stop, then stops the processes.
+fn serve(
+    config: HostNodeConfig,
+    registered: oneshot::Sender<Result<(), Error>>,
+    stop: oneshot::Receiver<()>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(source) => {
+            let _ = registered.send(Err(Error::Io {
+                path: config.pods_dir.clone(),
+                source,
+            }));
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let mut kubelet = match Kubelet::register(config).await {
+            Ok(kubelet) => kubelet,
+            Err(e) => {
+                let _ = registered.send(Err(e));
+                return;
+            }
+        };
+        let _ = registered.send(Ok(()));
+        tokio::select! {
+            _ = stop => {}
+            () = kubelet.run() => {}
+        }
+        kubelet.shutdown();
+    });
+}
+
+/// The loop's state.
+struct Kubelet {
+    config: HostNodeConfig,
+    client: kube::Client,
+    http: reqwest::Client,
+    node_uid: String,
+    ready_since: Timestamp,
+    lease_renewed: Instant,
+    status_posted: Instant,
+    pods: HashMap<String, PodRuntime>,
+    ips: IpPool,
+}
+
+impl Kubelet {
+    /// Creates the Node, Ready, and its Lease.
+    async fn register(config: HostNodeConfig) -> Result<Self, Error> {
+        let client = client_from_kubeconfig(&config.admin_kubeconfig).await?;
+        let http = reqwest::Client::builder()
+            // Probes go to loopback addresses, never through a proxy of
+            // the harness' environment.
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(Error::ProbeClient)?;
+        let name = &config.node_name;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let kube_error = |what: &str| {
+            let what = format!("{what} node {name}");
+            move |source| Error::Kube { what, source }
+        };
+        let node = match nodes
+            .create(&PostParams::default(), &node::object(name))
+            .await
+        {
+            Ok(node) => node,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                nodes.get(name).await.map_err(kube_error("reading"))?
+            }
+            Err(source) => return Err(kube_error("creating")(source)),
+        };
+        let kubelet = Self {
+            ips: IpPool::new(config.subnet),
+            node_uid: node.metadata.uid.unwrap_or_default(),
+            ready_since: Timestamp::now(),
+            lease_renewed: Instant::now(),
+            status_posted: Instant::now(),
+            pods: HashMap::new(),
+            http,
+            client,
+            config,
+        };
+        let name = &kubelet.config.node_name;
+        kubelet
+            .post_node_status()
+            .await
+            .map_err(|source| Error::Kube {
+                what: format!("writing the status of node {name}"),
+                source,
+            })?;
+        kubelet.renew_lease().await.map_err(|source| Error::Kube {
+            what: format!("creating the lease of node {name}"),
+            source,
+        })?;
+        tracing::info!(node = %name, bin_dir = %kubelet.config.bin_dir.display(), "host-process node registered");
+        Ok(kubelet)
+    }
+
+    /// Keeps the node Ready and its pods converging, until cancelled.
+    async fn run(&mut self) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.heartbeat().await;
+            if let Err(e) = self.reconcile().await {
+                tracing::warn!(node = %self.config.node_name, "listing pods: {e}");
+            }
+        }
+    }
+
+    async fn heartbeat(&mut self) {
+        let node = &self.config.node_name;
+        if self.lease_renewed.elapsed() >= LEASE_RENEW {
+            match self.renew_lease().await {
+                Ok(()) => self.lease_renewed = Instant::now(),
+                Err(e) => tracing::warn!(%node, "renewing the lease: {e}"),
+            }
+        }
+        if self.status_posted.elapsed() >= STATUS_HEARTBEAT {
+            match self.post_node_status().await {
+                Ok(()) => self.status_posted = Instant::now(),
+                Err(e) => tracing::warn!(%node, "writing the node status: {e}"),
+            }
+        }
+    }
+
+    async fn renew_lease(&self) -> Result<(), kube::Error> {
+        let name = &self.config.node_name;
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        let lease = node::lease(name, &self.node_uid, &Timestamp::now());
+        leases
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&lease),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn post_node_status(&self) -> Result<(), kube::Error> {
+        let name = &self.config.node_name;
+        let status = node::status(name, &self.ready_since, &Timestamp::now());
+        Api::<Node>::all(self.client.clone())
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// One pass over the node's pods: each converges on its spec, its
+    /// status is written if it changed, the deleted ones are stopped and
+    /// then removed, and the processes of vanished ones are stopped.
+    async fn reconcile(&mut self) -> Result<(), kube::Error> {
+        let node = &self.config.node_name;
+        let listed = Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await?;
+        let ctx = Context {
+            client: &self.client,
+            http: &self.http,
+            config: &self.config,
+        };
+        let mut seen = HashSet::new();
+        for pod in &listed.items {
+            let (Some(uid), Some(namespace), Some(name)) = (
+                pod.metadata.uid.as_deref(),
+                pod.metadata.namespace.as_deref(),
+                pod.metadata.name.as_deref(),
+            ) else {
+                continue;
+            };
+            seen.insert(uid.to_owned());
+            let runtime = match self.pods.entry(uid.to_owned()) {
+                Entry::Occupied(entry) => entry.into_mut(),
+                // A pod that ended before this node knew it has nothing to run.
+                Entry::Vacant(_) if is_finished(pod) => continue,
+                Entry::Vacant(entry) => {
+                    let Some(ip) = self.ips.take(pod) else {
+                        tracing::warn!(%node, pod = %format!("{namespace}/{name}"), "no pod address left");
+                        continue;
+                    };
+                    entry.insert(PodRuntime::new(pod, ip, ctx.config))
+                }
+            };
+            runtime.sync(pod, &ctx).await;
+
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+            if pod.metadata.deletion_timestamp.is_some() {
+                if runtime.is_stopped() && delete(&pods, name, uid).await {
+                    tracing::info!(%node, pod = %format!("{namespace}/{name}"), fake = runtime.is_fake(), "deleted");
+                    let ip = runtime.ip();
+                    self.pods.remove(uid);
+                    self.ips.give_back(ip);
+                }
+            } else if let Some(status) = runtime.status_if_changed(pod) {
+                let patch = Patch::Merge(json!({ "status": status }));
+                match pods
+                    .patch_status(name, &PatchParams::default(), &patch)
+                    .await
+                {
+                    Ok(_) => runtime.posted(status),
+                    Err(e) => {
+                        tracing::warn!(%node, pod = %format!("{namespace}/{name}"), "writing the status: {e}")
+                    }
+                }
+            }
+        }
+
+        let vanished: Vec<String> = (self.pods.keys())
+            .filter(|uid| !seen.contains(*uid))
+            .cloned()
+            .collect();
+        for uid in vanished {
+            let Entry::Occupied(mut entry) = self.pods.entry(uid) else {
+                continue;
+            };
+            let runtime = entry.get_mut();
+            runtime.stop(ORPHAN_GRACE);
+            runtime.reap_all();
+            if runtime.is_stopped() {
+                self.ips.give_back(entry.remove().ip());
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every process of the node at once.
+    fn shutdown(&mut self) {
+        stop_all(
+            self.pods.values_mut().flat_map(PodRuntime::processes_mut),
+            SHUTDOWN_GRACE,
+        );
+        tracing::info!(node = %self.config.node_name, "host-process node stopped");
+    }
+}
+
+fn is_finished(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// Removes a stopped pod from the API at once, as a kubelet does once its
+/// containers are gone; only this very pod (its UID), not a namesake made
+/// since. True when the pod is gone.
+async fn delete(pods: &Api<Pod>, name: &str, uid: &str) -> bool {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match pods.delete(name, &params).await {
+        Ok(_) => true,
+        // Gone already, or replaced by a namesake.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+        Err(e) => {
+            tracing::warn!(pod = %name, "deleting: {e}");
+            false
+        }
+    }
+}
+
+/// The addresses of a node's pods, handed out in turn so that a freed one is
+/// not reused at once.
+#[derive(Debug)]
+struct IpPool {
+    subnet: [u8; 3],
+    used: HashSet<u8>,
+    next: u8,
+}
+
+impl IpPool {
+    const FIRST: u8 = 2;
+    const LAST: u8 = 254;
+
+    fn new(subnet: [u8; 3]) -> Self {
+        Self {
+            subnet,
+            used: HashSet::new(),
+            next: Self::FIRST,
+        }
+    }
+
+    /// An address for `pod`: the host's for a host-network pod, else a
+    /// free one of the subnet, if any is left.
+    fn take(&mut self, pod: &Pod) -> Option<Ipv4Addr> {
+        if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+            return Some(Ipv4Addr::LOCALHOST);
+        }
+        let span = Self::LAST - Self::FIRST + 1;
+        let host = (0..span)
+            .map(|i| Self::FIRST + (self.next - Self::FIRST + i) % span)
+            .find(|h| !self.used.contains(h))?;
+        self.used.insert(host);
+        self.next = if host == Self::LAST {
+            Self::FIRST
+        } else {
+            host + 1
+        };
+        let [a, b, c] = self.subnet;
+        Some(Ipv4Addr::new(a, b, c, host))
+    }
+
+    fn give_back(&mut self, ip: Ipv4Addr) {
+        let [a, b, c, host] = ip.octets();
+        if [a, b, c] == self.subnet {
+            self.used.remove(&host);
+        }
+    }
+}
+
+/// Why a container could not be started; shown in its waiting state.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("{kind} {namespace}/{name} not found")]
+    Missing {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("{kind} {name} has no key {key}")]
+    MissingKey {
+        kind: &'static str,
+        name: String,
+        key: String,
+    },
+    #[error("reading {kind} {name}")]
+    Read {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("requesting a token for service account {account}")]
+    Token {
+        account: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no executable {name} in {}", dir.display())]
+    NoBinary { name: String, dir: PathBuf },
+    #[error("starting {}", program.display())]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StartError {
+    /// The reason the kubelet gives for the same failure.
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::NoBinary { .. } | Self::Spawn { .. } => "RunContainerError",
+            _ => "CreateContainerConfigError",
+        }
+    }
+}
+
+/// The tail of every container log in `pods_dir`, each under a header.
+pub(crate) fn pod_logs(pods_dir: &Path) -> String {
+    let Ok(entries) = std::fs::read_dir(pods_dir) else {
+        return String::new();
+    };
+    let mut logs: Vec<PathBuf> = entries
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    logs.iter()
+        .map(|path| {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            format!("==> {name} <==\n{}\n", tail(path, 100))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(host_network: bool) -> Pod {
+        serde_json::from_value(json!({ "spec": { "containers": [], "hostNetwork": host_network } }))
+            .expect("pod")
+    }
+
+    #[test]
+    fn loopback_subnets_follow_the_api_port() {
+        assert_eq!(loopback_subnet(0x9c41), [127, 0x9c, 0x41]);
+    }
+
+    #[test]
+    fn ip_pool_hands_out_in_turn_and_takes_back() {
+        let mut pool = IpPool::new([127, 1, 2]);
+        let a = pool.take(&pod(false)).expect("first");
+        let b = pool.take(&pod(false)).expect("second");
+        assert_eq!(a, Ipv4Addr::new(127, 1, 2, 2));
+        assert_eq!(b, Ipv4Addr::new(127, 1, 2, 3));
+        pool.give_back(a);
+        assert_eq!(pool.take(&pod(false)), Some(Ipv4Addr::new(127, 1, 2, 4)));
+        assert_eq!(pool.take(&pod(true)), Some(Ipv4Addr::LOCALHOST));
+        pool.give_back(Ipv4Addr::LOCALHOST);
+        for _ in 5..=254 {
+            assert!(pool.take(&pod(false)).is_some());
+        }
+        assert_eq!(
+            pool.take(&pod(false)),
+            Some(a),
+            "wraps around to the freed one"
+        );
+        assert_eq!(pool.take(&pod(false)), None, "full");
+    }
+}
