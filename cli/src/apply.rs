@@ -46,7 +46,7 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
         Manifest::Role(o) => apply_to(namespaced(c, o), o).await,
         Manifest::RoleBinding(o) => apply_to(namespaced(c, o), o).await,
         Manifest::ConfigMap(o) => apply_to(namespaced(c, o), o).await,
-        Manifest::Deployment(o) => apply_to(namespaced(c, o), o).await,
+        Manifest::Deployment(o) => apply_to(namespaced(c, o.as_ref()), o.as_ref()).await,
     };
     result.map_err(|e| cluster.explain(e, &format!("applying {}", manifest.describe())))
 }
@@ -63,7 +63,7 @@ pub async fn delete(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Res
         Manifest::Role(o) => delete_from(namespaced(c, o), o).await,
         Manifest::RoleBinding(o) => delete_from(namespaced(c, o), o).await,
         Manifest::ConfigMap(o) => delete_from(namespaced(c, o), o).await,
-        Manifest::Deployment(o) => delete_from(namespaced(c, o), o).await,
+        Manifest::Deployment(o) => delete_from(namespaced(c, o.as_ref()), o.as_ref()).await,
     };
     result.map_err(|e| cluster.explain(e, &format!("deleting {}", manifest.describe())))
 }

@@ -26,7 +26,7 @@ pub enum Manifest {
     Role(Role),
     RoleBinding(RoleBinding),
     ConfigMap(ConfigMap),
-    Deployment(Deployment),
+    Deployment(Box<Deployment>),
 }
 
 impl Manifest {
@@ -131,7 +131,7 @@ fn gateway(options: &Options) -> Vec<Manifest> {
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
             "subjects": subject,
         }))),
-        Manifest::Deployment(from_json(json!({
+        Manifest::Deployment(Box::new(from_json(json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": meta(name, component),
@@ -177,7 +177,7 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                     },
                 },
             },
-        }))),
+        })))),
     ]
 }
 
