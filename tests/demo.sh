@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The demo: two real Kubernetes clusters on this machine, "home" and
-# "foreign", left running so you can look at them with kubectl.
+# "foreign", with liqo-rs installed on both (its gateway agent running as a
+# real process on each cluster's host-process node), left running so you
+# can look at them with kubectl and liqoctl.
 # Run it again to start afresh; stop with
 #   target/debug/liqo-testbed down --dir .liqo-demo
 set -euo pipefail
@@ -11,5 +13,16 @@ export LIQO_TOOLCHAIN_DIR="$toolchain"
 cargo build --workspace --bins --locked
 
 testbed=target/debug/liqo-testbed
+liqoctl=target/debug/liqoctl
 "$testbed" down --dir .liqo-demo >/dev/null
 "$testbed" up --dir .liqo-demo --cluster home --cluster foreign
+
+for cluster in home foreign; do
+  echo
+  echo "== liqoctl install on $cluster"
+  "$liqoctl" --kubeconfig ".liqo-demo/$cluster/kubeconfig" install \
+    --cluster-name "$cluster" --cluster-labels "demo=true" \
+    --node-selector testbed.liqo.io/host-process=true --yes
+done
+echo
+"$liqoctl" --kubeconfig .liqo-demo/home/kubeconfig info

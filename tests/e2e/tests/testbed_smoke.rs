@@ -13,25 +13,9 @@ use k8s_openapi::api::certificates::v1::{
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use liqo_e2e::wait_for;
 use liqo_testbed::{Cluster, Pair, Testbed};
 use serde_json::json;
-
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// A namespace and a 3-replica Deployment reach Running on kwok nodes, with
 /// pod IPs from the cluster's own pod CIDR.
