@@ -8,10 +8,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::discovery::{Discovery, verbs};
 use liqo_api::names;
+use liqo_api::resources::{ForeignCluster, NamespaceOffloading};
 use liqo_e2e::{liqoctl, wait_for};
 use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, Testbed};
 use serde_json::json;
@@ -316,6 +317,58 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
     let version = liqoctl(Some(kubeconfig), &["version", "-o", "json"]).success();
     let version: serde_json::Value = serde_json::from_str(&version.stdout)?;
     assert_eq!(version["server"], liqo_api::VERSION);
+
+    // Uninstall refuses while the cluster peers or offloads, names what is
+    // in the way, and deletes nothing.
+    let peers: Api<ForeignCluster> = Api::all(client.clone());
+    peers
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "liqo.io/v1alpha1", "kind": "ForeignCluster",
+                "metadata": { "name": "foreign" },
+                "spec": { "clusterId": "foreign-1", "clusterName": "foreign", "outgoing": true },
+            }))?,
+        )
+        .await?;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": "shop" } }))?,
+        )
+        .await?;
+    let offloadings: Api<NamespaceOffloading> = Api::namespaced(client.clone(), "shop");
+    offloadings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "liqo.io/v1alpha1", "kind": "NamespaceOffloading",
+                "metadata": { "name": names::NAMESPACE_OFFLOADING },
+                "spec": {},
+            }))?,
+        )
+        .await?;
+    let before = versions(&client).await?;
+    let refused = liqoctl(Some(kubeconfig), &["uninstall", "--purge", "--yes"]).user_error(6);
+    assert!(
+        refused.error_line().contains("foreign"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.error_line().contains("shop"), "{}", refused.stderr);
+    assert_eq!(
+        versions(&client).await?,
+        before,
+        "a refused uninstall changed objects"
+    );
+    let info = liqoctl(Some(kubeconfig), &["info", "-o", "json"]).success();
+    let info: serde_json::Value = serde_json::from_str(&info.stdout)?;
+    assert_eq!(info["peerings"][0]["clusterId"], "foreign-1");
+    assert_eq!(info["offloadedNamespaces"][0]["namespace"], "shop");
+    peers.delete("foreign", &Default::default()).await?;
+    offloadings
+        .delete(names::NAMESPACE_OFFLOADING, &Default::default())
+        .await?;
 
     // Uninstall takes everything away: the walk over every resource type
     // finds nothing of ours, and the gateway process is gone.

@@ -17,7 +17,9 @@ fn alive(pid: u32) -> bool {
 }
 
 fn state(dir: &std::path::Path) -> Result<serde_json::Value> {
-    Ok(serde_json::from_str(&std::fs::read_to_string(dir.join("state.json"))?)?)
+    Ok(serde_json::from_str(&std::fs::read_to_string(
+        dir.join("state.json"),
+    )?)?)
 }
 
 fn pids(state: &serde_json::Value) -> Vec<u32> {
@@ -49,22 +51,31 @@ async fn a_killed_supervisor_takes_its_clusters_along_and_up_starts_afresh() -> 
 
     // A crash: SIGKILL gives the supervisor no chance to clean up.
     run(Command::new("kill").args(["-9", &supervisor.to_string()])).success();
-    wait_for("the cluster processes to die with the supervisor", Duration::from_secs(10), || {
-        let children = children.clone();
-        async move { Ok(!children.iter().any(|&pid| alive(pid))) }
-    })
+    wait_for(
+        "the cluster processes to die with the supervisor",
+        Duration::from_secs(10),
+        || {
+            let children = children.clone();
+            async move { Ok(!children.iter().any(|&pid| alive(pid))) }
+        },
+    )
     .await?;
 
     // The next run in the same folder is not wedged by the leftovers.
     testbed(&["up", "--dir", dir_arg, "--cluster", "one", "--nodes", "1"]).success();
     let second = state(&dir)?;
-    let kubeconfig = second["clusters"][0]["kubeconfig"].as_str().context("kubeconfig")?;
+    let kubeconfig = second["clusters"][0]["kubeconfig"]
+        .as_str()
+        .context("kubeconfig")?;
     let client = liqo_testbed::client_from_kubeconfig(std::path::Path::new(kubeconfig)).await?;
     client.apiserver_version().await?;
 
     let down = testbed(&["down", "--dir", dir_arg]).success();
     assert!(down.stdout.contains("stopped"), "{}", down.stdout);
-    assert!(!pids(&second).iter().any(|&pid| alive(pid)), "processes outlived down");
+    assert!(
+        !pids(&second).iter().any(|&pid| alive(pid)),
+        "processes outlived down"
+    );
     assert!(!dir.exists(), "down removes the folder");
     testbed(&["status", "--dir", dir_arg]).user_error(1);
     let _ = std::fs::remove_dir_all(&root);
