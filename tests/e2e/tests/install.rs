@@ -65,10 +65,9 @@ async fn gateway_may(
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
-/// Every object in the cluster that carries our managed-by label, or is a
-/// namespace, CRD or cluster-wide RBAC object of ours by name, found by
-/// walking every listable API resource type the server offers.
-async fn leftovers(client: &kube::Client) -> Result<Vec<String>> {
+/// Every object of every listable API resource type the server offers,
+/// with its resource's plural name.
+async fn every_object(client: &kube::Client) -> Result<Vec<(String, DynamicObject)>> {
     let discovery = Discovery::new(client.clone()).run().await?;
     let mut found = Vec::new();
     for group in discovery.groups() {
@@ -83,24 +82,35 @@ async fn leftovers(client: &kube::Client) -> Result<Vec<String>> {
                 Err(kube::Error::Api(s)) if s.code == 405 || s.code == 404 => continue,
                 Err(e) => return Err(e).with_context(|| format!("listing {}", resource.plural)),
             };
-            for obj in list.items {
-                let name = obj.metadata.name.clone().unwrap_or_default();
-                let ours_by_label = obj
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(names::labels::MANAGED_BY))
-                    .is_some_and(|v| v == names::labels::MANAGED_BY_VALUE);
-                let ours_by_name = name.starts_with("liqo")
-                    || name.ends_with(&format!(".{}", names::GROUP))
-                    || obj.metadata.namespace.as_deref() == Some(names::NAMESPACE);
-                if ours_by_label || ours_by_name {
-                    found.push(format!("{}/{}", resource.plural, name));
-                }
-            }
+            found.extend(list.items.into_iter().map(|o| (resource.plural.clone(), o)));
         }
     }
     Ok(found)
+}
+
+fn managed_by_us(obj: &DynamicObject) -> bool {
+    obj.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::labels::MANAGED_BY))
+        .is_some_and(|v| v == names::labels::MANAGED_BY_VALUE)
+}
+
+/// Everything of ours: with our managed-by label, or ours by name (a
+/// `liqo…` object, a CRD of our group, anything in our namespace).
+async fn leftovers(client: &kube::Client) -> Result<Vec<String>> {
+    Ok(every_object(client)
+        .await?
+        .into_iter()
+        .filter(|(_, obj)| {
+            let name = obj.metadata.name.as_deref().unwrap_or_default();
+            managed_by_us(obj)
+                || name.starts_with("liqo")
+                || name.ends_with(&format!(".{}", names::GROUP))
+                || obj.metadata.namespace.as_deref() == Some(names::NAMESPACE)
+        })
+        .map(|(plural, obj)| format!("{plural}/{}", obj.metadata.name.unwrap_or_default()))
+        .collect())
 }
 
 /// Processes the host-process node runs for this cluster: their KUBECONFIG
@@ -125,35 +135,15 @@ fn agent_processes(cluster: &Cluster) -> Vec<u32> {
 /// resourceVersions of everything install made, to prove a re-run changes
 /// nothing.
 async fn versions(client: &kube::Client) -> Result<BTreeMap<String, String>> {
-    let discovery = Discovery::new(client.clone()).run().await?;
-    let selector = format!(
-        "{}={}",
-        names::labels::MANAGED_BY,
-        names::labels::MANAGED_BY_VALUE
-    );
-    let mut out = BTreeMap::new();
-    for group in discovery.groups() {
-        for (resource, caps) in group.recommended_resources() {
-            if !caps.supports_operation(verbs::LIST) {
-                continue;
-            }
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-            let Ok(list) = api.list(&ListParams::default().labels(&selector)).await else {
-                continue;
-            };
-            for obj in list.items {
-                out.insert(
-                    format!(
-                        "{}/{}",
-                        resource.plural,
-                        obj.metadata.name.unwrap_or_default()
-                    ),
-                    obj.metadata.resource_version.unwrap_or_default(),
-                );
-            }
-        }
-    }
-    Ok(out)
+    Ok(every_object(client)
+        .await?
+        .into_iter()
+        .filter(|(_, obj)| managed_by_us(obj))
+        .map(|(plural, obj)| {
+            let key = format!("{plural}/{}", obj.metadata.name.unwrap_or_default());
+            (key, obj.metadata.resource_version.unwrap_or_default())
+        })
+        .collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
