@@ -37,8 +37,13 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         check_permissions(&cluster).await?;
     }
     let existing = read_identity(&cluster).await?;
-    let identity = resolve_identity(&cluster, &flags, existing.as_ref(), &printer).await?;
+    let mut notes = Vec::new();
+    let identity = resolve_identity(&cluster, &flags, existing.as_ref(), &mut notes).await?;
     step.done("");
+    // After the step, so that the notes do not tear its spinner.
+    for note in notes {
+        printer.info(format!("  {note}"));
+    }
 
     let manifests = manifests::render(&Options {
         identity: Some(identity.clone()),
@@ -259,7 +264,7 @@ async fn resolve_identity(
     cluster: &ClusterClient,
     flags: &Flags,
     existing: Option<&ClusterIdentity>,
-    printer: &Printer,
+    notes: &mut Vec<String>,
 ) -> anyhow::Result<ClusterIdentity> {
     let cluster_id = match (existing, &flags.cluster_id) {
         (Some(old), Some(new)) if &old.cluster_id != new => {
@@ -285,8 +290,8 @@ async fn resolve_identity(
         (None, Some(old)) => old.pod_cidr.clone(),
         (None, None) => {
             let cidr = detect_pod_cidr(cluster).await?;
-            printer.info(format!(
-                "  pod CIDR {cidr} found from the nodes (set it with --pod-cidr)"
+            notes.push(format!(
+                "pod CIDR {cidr} found from the nodes (set it with --pod-cidr)"
             ));
             cidr
         }

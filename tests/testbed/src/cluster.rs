@@ -18,7 +18,7 @@ use crate::pki::{self, Authority, Pair};
 use crate::ports::free_port;
 use crate::process::{Process, resident_bytes};
 use crate::toolchain::Toolchain;
-use crate::{Error, io_error};
+use crate::{Error, io_error, write_private};
 
 /// How long each start-up phase may take before the start fails.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -144,7 +144,7 @@ impl Cluster {
         let ca = Authority::new(&spec.name)?;
         let write = |name: &str, contents: &str| -> Result<PathBuf, Error> {
             let path = pki_dir.join(name);
-            std::fs::write(&path, contents).map_err(io_error(&path))?;
+            write_private(&path, contents).map_err(io_error(&path))?;
             Ok(path)
         };
         let ca_crt = write("ca.crt", &ca.pair().cert)?;
@@ -166,7 +166,7 @@ impl Cluster {
             let pair = ca.client(user, groups)?;
             let path = dir.join(file);
             let yaml = kubeconfig_yaml(&spec.name, &server, &ca.pair().cert, user, &pair);
-            std::fs::write(&path, yaml).map_err(io_error(&path))?;
+            write_private(&path, &yaml).map_err(io_error(&path))?;
             Ok(path)
         };
         let kubeconfig = kubeconfig_for("kubeconfig", "testbed-admin", &["system:masters"])?;

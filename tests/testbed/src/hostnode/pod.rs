@@ -620,11 +620,11 @@ fn terminated(status: ExitStatus, running: &Running) -> ContainerStateTerminated
     }
 }
 
-/// Writes a file whole: readers (clients re-reading a token) never see half
-/// of it.
+/// Writes a private file whole: readers (clients re-reading a token) never
+/// see half of it, and nobody else reads it.
 fn write_atomically(path: &std::path::Path, contents: &str) -> Result<(), StartError> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, contents)
+    crate::write_private(&tmp, contents)
         .and_then(|()| std::fs::rename(&tmp, path))
         .map_err(|source| StartError::Write {
             path: path.to_owned(),
