@@ -179,6 +179,15 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
     );
 
     let first = liqoctl(Some(kubeconfig), &install).success();
+    // Not a terminal: plain progress lines, no spinner or colour codes.
+    assert!(!first.stderr.contains('\u{1b}'), "{:?}", first.stderr);
+    assert!(
+        first
+            .stderr
+            .contains("✔ Waiting for the gateway to be ready"),
+        "{}",
+        first.stderr
+    );
     assert!(
         first.stdout.contains("installed on cluster"),
         "{}",
@@ -203,6 +212,37 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
         "the gateway to log its identity",
         Duration::from_secs(20),
         || async { Ok(cluster.pod_logs().contains("home-1")) },
+    )
+    .await?;
+
+    // Killed at any moment, it comes back and converges: it keeps no state
+    // of its own.
+    let pids = agent_processes(cluster);
+    let [pid] = pids[..] else {
+        anyhow::bail!("expected one gateway process, got {pids:?}");
+    };
+    liqo_e2e::run(std::process::Command::new("kill").args(["-9", &pid.to_string()])).success();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), names::NAMESPACE);
+    wait_for(
+        "the gateway to restart and be ready again",
+        Duration::from_secs(30),
+        || async {
+            let pod = pods
+                .get(&pod.metadata.name.clone().unwrap_or_default())
+                .await?;
+            let restarts = pod
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|cs| cs.first().map(|c| c.restart_count))
+                .unwrap_or(0);
+            let ready = deployments
+                .get(names::GATEWAY)
+                .await?
+                .status
+                .and_then(|s| s.ready_replicas)
+                == Some(1);
+            Ok(restarts >= 1 && ready && !agent_processes(cluster).contains(&pid))
+        },
     )
     .await?;
 
