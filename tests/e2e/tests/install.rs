@@ -302,6 +302,34 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
         "a second install changed objects"
     );
 
+    // -o json prints what was applied, still without changing anything.
+    let listed = liqoctl(
+        Some(kubeconfig),
+        &[&install[..], &["-o", "json", "-q"]].concat(),
+    )
+    .success();
+    let listed: serde_json::Value = serde_json::from_str(&listed.stdout)?;
+    let kinds: Vec<&str> = listed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["kind"].as_str())
+        .collect();
+    for kind in [
+        "CustomResourceDefinition",
+        "Namespace",
+        "ConfigMap",
+        "ClusterRole",
+        "Deployment",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    assert_eq!(
+        versions(&client).await?,
+        before,
+        "install -o json changed objects"
+    );
+
     // A conflicting cluster ID is refused, and changes nothing either.
     let conflict = liqoctl(
         Some(kubeconfig),
