@@ -15,8 +15,9 @@ use liqo_testbed::{Cluster, Testbed, Toolchain};
 use serde_json::json;
 
 /// A kubeconfig for a service account that may only read (the built-in
-/// `view` role), made with a real token from the TokenRequest API.
-async fn viewer_kubeconfig(cluster: &Cluster, path: &Path) -> Result<()> {
+/// `view` role), made with a real token from the TokenRequest API; returns
+/// the token.
+async fn viewer_kubeconfig(cluster: &Cluster, path: &Path) -> Result<String> {
     let client = cluster.client().await?;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
     accounts
@@ -54,7 +55,7 @@ async fn viewer_kubeconfig(cluster: &Cluster, path: &Path) -> Result<()> {
         "current-context": "viewer",
     });
     std::fs::write(path, serde_json::to_string(&kubeconfig)?)?;
-    Ok(())
+    Ok(token)
 }
 
 async fn nothing_installed(cluster: &Cluster) -> Result<()> {
@@ -116,7 +117,8 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
 
     // Too few permissions: the check happens before any write.
     let viewer = scratch.join("viewer.kubeconfig");
-    viewer_kubeconfig(cluster, &viewer).await?;
+    let token = viewer_kubeconfig(cluster, &viewer).await?;
+    assert!(token.len() > 20, "a real token");
     let out = liqoctl(Some(&viewer), &["install", "--timeout=5"]).user_error(5);
     assert!(
         out.error_line()
@@ -124,6 +126,44 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
         "{}",
         out.stderr
     );
+    nothing_installed(cluster).await?;
+
+    // Secrets stay out of the output, even with the most verbose logs.
+    let verbose = liqoctl(Some(&viewer), &["-vv", "info"]);
+    assert!(
+        verbose.stderr.contains("DEBUG"),
+        "-vv logs: {}",
+        verbose.stderr
+    );
+    for text in [&verbose.stdout, &verbose.stderr] {
+        assert!(!text.contains(&token), "the token leaked");
+    }
+
+    // A run that fails halfway (the gateway cannot be scheduled) leaves a
+    // state that the same command, corrected, resumes.
+    let cidrs = ["--pod-cidr=10.201.0.0/16", "--service-cidr=10.101.0.0/16"];
+    let stuck = liqoctl(
+        Some(kubeconfig),
+        &[
+            &["install", "--node-selector=nowhere=true", "--timeout=3"],
+            &cidrs[..],
+        ]
+        .concat(),
+    )
+    .user_error(8);
+    assert!(
+        stuck.error_line().contains("not ready after 3s"),
+        "{}",
+        stuck.stderr
+    );
+    let pin = format!("--node-selector={}=true", liqo_testbed::HOST_PROCESS_LABEL);
+    let resumed = liqoctl(
+        Some(kubeconfig),
+        &[&["install", &pin, "--timeout=60"], &cidrs[..]].concat(),
+    )
+    .success();
+    assert!(resumed.stdout.contains("updated on"), "{}", resumed.stdout);
+    liqoctl(Some(kubeconfig), &["uninstall", "--purge", "--yes"]).success();
     nothing_installed(cluster).await?;
 
     // Not installed: info says so and how to fix it; uninstall is a no-op.
