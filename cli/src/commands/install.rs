@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
@@ -289,9 +289,9 @@ async fn resolve_identity(
         (Some(cidr), _) => cidr.clone(),
         (None, Some(old)) => old.pod_cidr.clone(),
         (None, None) => {
-            let cidr = detect_pod_cidr(cluster).await?;
+            let (cidr, source) = detect_pod_cidr(cluster).await?;
             notes.push(format!(
-                "pod CIDR {cidr} found from the nodes (set it with --pod-cidr)"
+                "pod CIDR {cidr} found from {source} (set it with --pod-cidr)"
             ));
             cidr
         }
@@ -331,9 +331,43 @@ fn default_name(context: &str, id: &ClusterId) -> String {
     }
 }
 
-/// The smallest network that holds every node's pod CIDR. Virtual nodes
-/// stand for other clusters and do not count.
-async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<String> {
+/// Where the pod CIDR is found, best source first: the controller-manager's
+/// `--cluster-cidr` (a kubeadm-style static pod), kube-proxy's
+/// `clusterCIDR` (its kubeadm ConfigMap), else the smallest network holding
+/// every node's pod CIDR (virtual nodes stand for other clusters and do not
+/// count). Returns the CIDR and where it came from.
+async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(String, &'static str)> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "kube-system");
+    // Reading kube-system is a courtesy: without the right, look elsewhere.
+    if let Ok(list) = pods
+        .list(&ListParams::default().labels("component=kube-controller-manager"))
+        .await
+    {
+        let flags = list
+            .items
+            .iter()
+            .filter_map(|p| p.spec.as_ref())
+            .flat_map(|s| &s.containers)
+            .flat_map(|c| c.command.iter().flatten().chain(c.args.iter().flatten()));
+        if let Some(cidr) = flags
+            .filter_map(|f| f.strip_prefix("--cluster-cidr="))
+            .find_map(first_cidr)
+        {
+            return Ok((cidr, "the controller-manager's --cluster-cidr"));
+        }
+    }
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "kube-system");
+    if let Ok(Some(proxy)) = maps.get_opt("kube-proxy").await {
+        let config = proxy.data.unwrap_or_default();
+        let cidr = config
+            .values()
+            .flat_map(|text| text.lines())
+            .filter_map(|line| line.trim().strip_prefix("clusterCIDR:"))
+            .find_map(|v| first_cidr(v.trim().trim_matches('"')));
+        if let Some(cidr) = cidr {
+            return Ok((cidr, "kube-proxy's clusterCIDR"));
+        }
+    }
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     let list = nodes
         .list(&ListParams::default().labels(&format!("!{}", labels::VIRTUAL_NODE)))
@@ -344,13 +378,21 @@ async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<String> {
         .iter()
         .filter_map(|n| n.spec.as_ref()?.pod_cidr.as_deref())
         .filter_map(|c| c.parse::<ipnet::IpNet>().ok());
-    covering(cidrs).map(|n| n.to_string()).ok_or_else(|| {
-        UserError::Config(format!(
+    match covering(cidrs) {
+        Some(net) => Ok((net.to_string(), "the nodes' pod CIDRs")),
+        None => Err(UserError::Config(format!(
             "cannot find the pod CIDR of cluster {}: its nodes have none; pass --pod-cidr",
             cluster.name
         ))
-        .into()
-    })
+        .into()),
+    }
+}
+
+/// The first CIDR of a comma-separated list (dual-stack clusters list one
+/// per family), normalised.
+fn first_cidr(list: &str) -> Option<String> {
+    let first = list.split(',').next()?.trim();
+    liqo_api::parse_cidr("", first).ok().map(|n| n.to_string())
 }
 
 /// The smallest network containing all of `nets` (all of one family).
@@ -483,6 +525,19 @@ mod tests {
             Some("10.201.0.0/22")
         );
         assert_eq!(covering(std::iter::empty()), None);
+    }
+
+    #[test]
+    fn first_cidr_of_a_dual_stack_list() {
+        assert_eq!(
+            first_cidr("10.244.0.0/16,fd00::/48").as_deref(),
+            Some("10.244.0.0/16")
+        );
+        assert_eq!(
+            first_cidr("10.244.1.7/16").as_deref(),
+            Some("10.244.0.0/16")
+        );
+        assert_eq!(first_cidr("nonsense"), None);
     }
 
     #[test]
