@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use liqo_api::names::{self, labels};
 use liqo_api::{ClusterId, ClusterIdentity};
@@ -36,6 +37,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     if !args.dry_run {
         check_permissions(&cluster).await?;
     }
+    check_namespace_is_ours(&cluster).await?;
     let existing = read_identity(&cluster).await?;
     let mut notes = Vec::new();
     let identity = resolve_identity(&cluster, &flags, existing.as_ref(), &mut notes).await?;
@@ -236,6 +238,48 @@ async fn check_permissions(cluster: &ClusterClient) -> anyhow::Result<()> {
         "the kubeconfig's user cannot install liqo-rs on cluster {}: it may not {}; use a cluster-admin kubeconfig",
         cluster.name,
         missing.join(", ")
+    ))
+    .into())
+}
+
+/// Whether the `liqo` namespace exists, and whether liqoctl made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamespaceState {
+    Absent,
+    Ours,
+    /// Someone else's: install must not adopt it, uninstall must not delete it.
+    Foreign,
+}
+
+pub async fn namespace_state(cluster: &ClusterClient) -> anyhow::Result<NamespaceState> {
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let ns = namespaces
+        .get_opt(names::NAMESPACE)
+        .await
+        .map_err(|e| cluster.explain(e, "reading the liqo namespace"))?;
+    Ok(match ns {
+        None => NamespaceState::Absent,
+        Some(ns)
+            if ns.labels().get(labels::MANAGED_BY).map(String::as_str)
+                == Some(labels::MANAGED_BY_VALUE) =>
+        {
+            NamespaceState::Ours
+        }
+        Some(_) => NamespaceState::Foreign,
+    })
+}
+
+/// Refuses to take over a `liqo` namespace that someone else made: install
+/// would adopt it and uninstall would delete it with whatever it holds.
+async fn check_namespace_is_ours(cluster: &ClusterClient) -> anyhow::Result<()> {
+    if namespace_state(cluster).await? != NamespaceState::Foreign {
+        return Ok(());
+    }
+    Err(UserError::Refused(format!(
+        "cluster {} already has a namespace {} that liqoctl did not create; \
+         remove or rename it, then install again",
+        cluster.name,
+        names::NAMESPACE
     ))
     .into())
 }

@@ -13,6 +13,7 @@ use liqo_api::resources::{ForeignCluster, NamespaceOffloading};
 
 use crate::apply;
 use crate::cli::{GlobalArgs, UninstallArgs};
+use crate::commands::install::{NamespaceState, namespace_state};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::manifests::{self, Manifest, Options};
@@ -34,11 +35,8 @@ pub async fn run(
         ))
         .into());
     }
-    let installed = Api::<Namespace>::all(cluster.client.clone())
-        .get_opt(names::NAMESPACE)
-        .await
-        .map_err(|e| cluster.explain(e, "reading the liqo namespace"))?
-        .is_some();
+    let namespace = namespace_state(&cluster).await?;
+    let installed = namespace == NamespaceState::Ours;
     step.done("");
 
     if !installed && !args.purge {
@@ -65,8 +63,13 @@ pub async fn run(
     let step = printer.step("Removing the agents, RBAC and namespace");
     let mut deleted = 0;
     for manifest in all.iter().rev() {
-        let is_crd = matches!(manifest, Manifest::Crd(_));
-        if !is_crd && apply::delete(&cluster, manifest).await? {
+        let skip = match manifest {
+            Manifest::Crd(_) => true,
+            // Never someone else's namespace of the same name.
+            Manifest::Namespace(_) => namespace == NamespaceState::Foreign,
+            _ => false,
+        };
+        if !skip && apply::delete(&cluster, manifest).await? {
             deleted += 1;
         }
     }
@@ -74,7 +77,10 @@ pub async fn run(
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
     let gone = apply::poll_until(timeout, || {
         let namespaces = namespaces.clone();
-        async move { Ok(namespaces.get_opt(names::NAMESPACE).await?.is_none()) }
+        async move {
+            Ok(namespace == NamespaceState::Foreign
+                || namespaces.get_opt(names::NAMESPACE).await?.is_none())
+        }
     })
     .await?;
     if !gone {

@@ -166,6 +166,43 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
     liqoctl(Some(kubeconfig), &["uninstall", "--purge", "--yes"]).success();
     nothing_installed(cluster).await?;
 
+    // A namespace of the same name that liqoctl did not make is not adopted.
+    let namespaces: Api<Namespace> = Api::all(cluster.client().await?);
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": names::NAMESPACE } }))?,
+        )
+        .await?;
+    let taken = liqoctl(Some(kubeconfig), &[&["install"], &cidrs[..]].concat()).user_error(6);
+    assert!(
+        taken.error_line().contains("did not create"),
+        "{}",
+        taken.stderr
+    );
+    let crds = Api::<CustomResourceDefinition>::all(cluster.client().await?);
+    assert!(
+        !crds
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .any(|c| c.spec.group == names::GROUP),
+        "a refused install created CRDs"
+    );
+    namespaces
+        .delete(names::NAMESPACE, &Default::default())
+        .await?;
+    liqo_e2e::wait_for(
+        "the namespace to go",
+        std::time::Duration::from_secs(30),
+        || {
+            let namespaces = namespaces.clone();
+            async move { Ok(namespaces.get_opt(names::NAMESPACE).await?.is_none()) }
+        },
+    )
+    .await?;
+
     // Not installed: info says so and how to fix it; uninstall is a no-op.
     let out = liqoctl(Some(kubeconfig), &["info"]).user_error(7);
     assert!(
