@@ -15,9 +15,11 @@ if need rustup; then
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy >&2
 fi
 
-# Debian packages: flock (util-linux) for the toolchain cache.
+# Debian packages: flock (util-linux) for the toolchain cache; python3
+# serves HTTP for the stand-in agent of the host-process node's test.
 packages=()
 need flock || packages+=(util-linux)
+need python3 || packages+=(python3)
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "error: missing packages ${packages[*]}; install them (apt-get install ${packages[*]})" >&2

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use liqo_e2e::wait_for;
 use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, KWOK_ANNOTATION, Testbed};
 use serde_json::json;
 
@@ -56,23 +57,6 @@ impl BinDir {
 impl Drop for BinDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
