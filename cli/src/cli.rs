@@ -89,7 +89,8 @@ pub struct InstallArgs {
     /// The service CIDR; found from the ServiceCIDR API when not given.
     #[arg(long, value_name = "CIDR")]
     pub service_cidr: Option<String>,
-    /// Run the agents only on nodes with these labels (repeatable).
+    /// Run the agents only on nodes with these labels (repeatable); kept from the
+    /// installation when not given, cleared by an empty value.
     #[arg(
         long = "node-selector",
         value_name = "KEY=VALUE[,KEY=VALUE]",

@@ -47,9 +47,13 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         printer.info(format!("  {note}"));
     }
 
+    let node_selector = match flags.node_selector {
+        Some(selector) => selector,
+        None => current_node_selector(&cluster).await?,
+    };
     let manifests = manifests::render(&Options {
         identity: Some(identity.clone()),
-        node_selector: flags.node_selector,
+        node_selector,
     });
     if args.dry_run {
         return print_manifests(
@@ -117,7 +121,9 @@ struct Flags {
     labels: Option<BTreeMap<String, String>>,
     pod_cidr: Option<String>,
     service_cidr: Option<String>,
-    node_selector: BTreeMap<String, String>,
+    /// `None` keeps the installed agents' selector; `--node-selector ''`
+    /// clears it.
+    node_selector: Option<BTreeMap<String, String>>,
 }
 
 impl Flags {
@@ -149,7 +155,9 @@ impl Flags {
                 .transpose()?,
             pod_cidr: cidr("--pod-cidr", &args.pod_cidr)?,
             service_cidr: cidr("--service-cidr", &args.service_cidr)?,
-            node_selector: parse_pairs("--node-selector", &args.node_selector)?,
+            node_selector: (!args.node_selector.is_empty())
+                .then(|| parse_pairs("--node-selector", &args.node_selector))
+                .transpose()?,
         })
     }
 }
@@ -240,6 +248,21 @@ async fn check_permissions(cluster: &ClusterClient) -> anyhow::Result<()> {
         missing.join(", ")
     ))
     .into())
+}
+
+/// The node selector of the installed gateway, so that a run without
+/// `--node-selector` keeps it, as it keeps the identity.
+async fn current_node_selector(
+    cluster: &ClusterClient,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    let gateway = deployments
+        .get_opt(names::GATEWAY)
+        .await
+        .map_err(|e| cluster.explain(e, "reading the installed gateway"))?;
+    Ok(gateway
+        .and_then(|d| d.spec?.template.spec?.node_selector)
+        .unwrap_or_default())
 }
 
 /// Whether the `liqo` namespace exists, and whether liqoctl made it.

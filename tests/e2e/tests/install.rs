@@ -302,6 +302,20 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
         "a second install changed objects"
     );
 
+    // Without flags, install keeps what the installation has, the agents'
+    // node selector included.
+    let bare = liqoctl(Some(kubeconfig), &["install", "--timeout=60"]).success();
+    assert!(
+        bare.stdout.contains("already up to date"),
+        "{}",
+        bare.stdout
+    );
+    assert_eq!(
+        versions(&client).await?,
+        before,
+        "a bare install changed objects"
+    );
+
     // -o json prints what was applied, still without changing anything.
     let listed = liqoctl(
         Some(kubeconfig),
