@@ -113,22 +113,11 @@ async fn leftovers(client: &kube::Client) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Processes the host-process node runs for this cluster: their KUBECONFIG
-/// lies in the cluster's folder.
+/// Pids of the processes the host-process node runs for this cluster.
 fn agent_processes(cluster: &Cluster) -> Vec<u32> {
-    let dir = cluster.dir().to_string_lossy().into_owned();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|b| *b == 0).any(|var| {
-                    var.starts_with(b"KUBECONFIG=") && String::from_utf8_lossy(var).contains(&dir)
-                })
-            })
-        })
+    liqo_testbed::agent_processes(cluster.dir())
+        .iter()
+        .map(|p| p.pid)
         .collect()
 }
 

@@ -23,7 +23,7 @@ pub use cluster::{
 };
 pub use hostnode::HOST_PROCESS_LABEL;
 pub use pki::Pair;
-pub use process::{resident_bytes, tail};
+pub use process::{agent_processes, resident_bytes, tail};
 pub use toolchain::{BINARIES, Toolchain};
 
 /// Why a testbed could not start or be used.

@@ -142,3 +142,35 @@ pub fn resident_bytes(pid: u32) -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+/// The agent processes that a cluster's host-process node runs: those whose
+/// `KUBECONFIG` lies in the cluster's folder. Read from /proc, so it works
+/// from any process, not only the one that started them.
+pub fn agent_processes(cluster_dir: &Path) -> Vec<super::ProcessInfo> {
+    // With its trailing slash, so that cluster `a` does not claim `ab`'s.
+    let mut dir = cluster_dir.as_os_str().as_encoded_bytes().to_vec();
+    dir.push(b'/');
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found: Vec<super::ProcessInfo> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0).any(|var| {
+                    var.strip_prefix(b"KUBECONFIG=".as_slice())
+                        .is_some_and(|path| path.starts_with(&dir))
+                })
+            })
+        })
+        .map(|pid| super::ProcessInfo {
+            name: std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|c| c.trim().to_owned())
+                .unwrap_or_default(),
+            pid,
+            resident_bytes: resident_bytes(pid),
+        })
+        .collect();
+    found.sort_by_key(|p| p.pid);
+    found
+}

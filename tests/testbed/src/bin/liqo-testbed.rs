@@ -406,6 +406,10 @@ fn status(dir: &Path, json: bool) -> Result<()> {
         return Ok(());
     }
     const MIB: f64 = 1024.0 * 1024.0;
+    let line = |name: &str, p: &ProcessInfo| match p.resident_bytes {
+        Some(b) => println!("  {name:<32} pid {:<8} {:>8.1} MiB", p.pid, b as f64 / MIB),
+        None => println!("  {name:<32} pid {:<8} NOT RUNNING", p.pid),
+    };
     for c in &state.clusters {
         let total: u64 = c.processes.iter().filter_map(|p| p.resident_bytes).sum();
         println!(
@@ -415,17 +419,14 @@ fn status(dir: &Path, json: bool) -> Result<()> {
             c.kubeconfig.display()
         );
         for p in &c.processes {
-            match p.resident_bytes {
-                Some(b) => println!(
-                    "  {:<24} pid {:<8} {:>8.1} MiB",
-                    p.name,
-                    p.pid,
-                    b as f64 / MIB
-                ),
-                None => println!("  {:<24} pid {:<8} NOT RUNNING", p.name, p.pid),
-            }
+            line(&p.name, p);
         }
-        println!("  {:<24} {:>21.1} MiB", "total", total as f64 / MIB);
+        println!("  {:<32} {:>21.1} MiB", "control plane", total as f64 / MIB);
+        // The host-process node's agents, found by their KUBECONFIG.
+        let cluster_dir = c.kubeconfig.parent().unwrap_or(dir);
+        for p in liqo_testbed::agent_processes(cluster_dir) {
+            line(&format!("agent {}", p.name), &p);
+        }
     }
     Ok(())
 }
