@@ -101,7 +101,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     match api
-        .delete(&obj.name_any(), &DeleteParams::foreground())
+        .delete(&obj.name_any(), &DeleteParams::background())
         .await
     {
         Ok(_) => Ok(true),
@@ -110,7 +110,7 @@ where
     }
 }
 
-/// Polls `check` every half second until it is true or `timeout` passes;
+/// Polls `check` every 200 ms until it is true or `timeout` passes;
 /// false on timeout.
 pub async fn poll_until<F, Fut>(timeout: Duration, mut check: F) -> anyhow::Result<bool>
 where
@@ -125,6 +125,6 @@ where
         if tokio::time::Instant::now() >= deadline {
             return Ok(false);
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

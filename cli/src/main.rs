@@ -76,6 +76,7 @@ fn init_logging(verbose: u8) {
                 .unwrap_or_else(|_| default.into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .init();
 }

@@ -10,9 +10,12 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: info).
+/// Logs to stderr, filtered by `RUST_LOG` (default: info), with colours
+/// only on a terminal: container logs are files.
 pub fn init_logging() {
+    use std::io::IsTerminal as _;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )

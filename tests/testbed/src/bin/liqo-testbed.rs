@@ -149,6 +149,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "liqo_testbed=info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
