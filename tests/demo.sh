@@ -20,8 +20,9 @@ liqoctl=target/debug/liqoctl
 for cluster in home foreign; do
   echo
   echo "== liqoctl install on $cluster"
-  "$liqoctl" --kubeconfig ".liqo-demo/$cluster/kubeconfig" install \
+  "$liqoctl" --kubeconfig "$("$testbed" get --dir .liqo-demo "$cluster" kubeconfig)" install \
     --cluster-name "$cluster" --cluster-labels "demo=true" \
+    --pod-cidr "$("$testbed" get --dir .liqo-demo "$cluster" pod-cidr)" \
     --node-selector testbed.liqo.io/host-process=true --yes
 done
 echo

@@ -46,6 +46,12 @@ async fn a_killed_supervisor_takes_its_clusters_along_and_up_starts_afresh() -> 
     let supervisor = first["supervisor_pid"].as_u64().context("supervisor pid")? as u32;
     let children = pids(&first);
     assert_eq!(children.len(), 5, "{first}");
+    let cidr = testbed(&["get", "--dir", dir_arg, "one", "pod-cidr"]).success();
+    assert_eq!(
+        cidr.stdout.trim(),
+        first["clusters"][0]["pod_cidr"].as_str().unwrap_or("?")
+    );
+    testbed(&["get", "--dir", dir_arg, "two", "server"]).user_error(1);
     let status = testbed(&["status", "--dir", dir_arg]).success();
     assert!(status.stdout.contains("MiB"), "{}", status.stdout);
 

@@ -49,8 +49,26 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print one fact of a running cluster, for scripts.
+    Get {
+        #[command(flatten)]
+        dir: DirArg,
+        /// The cluster's name.
+        cluster: String,
+        /// What to print.
+        #[arg(value_enum)]
+        field: Field,
+    },
     /// Build (or find in the cache) the control-plane binaries and print their folder.
     Toolchain,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum Field {
+    Kubeconfig,
+    Server,
+    PodCidr,
+    ServiceCidr,
 }
 
 #[derive(Args, Debug)]
@@ -157,6 +175,11 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run(&args),
         Cmd::Down { dir, keep } => down(&dir.dir, keep),
         Cmd::Status { dir, json } => status(&dir.dir, json),
+        Cmd::Get {
+            dir,
+            cluster,
+            field,
+        } => get(&dir.dir, &cluster, field),
         Cmd::Toolchain => Toolchain::locate()
             .map(|t| println!("{}", t.dir().display()))
             .map_err(Into::into),
@@ -390,6 +413,26 @@ fn down(dir: &Path, keep: bool) -> Result<()> {
         std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     println!("stopped the clusters in {}", dir.display());
+    Ok(())
+}
+
+fn get(dir: &Path, name: &str, field: Field) -> Result<()> {
+    let Some(state) = read_state(dir).filter(|_| running_supervisor(dir).is_some()) else {
+        bail!("no clusters are running in {}", dir.display());
+    };
+    let Some(cluster) = state.clusters.iter().find(|c| c.name == name) else {
+        let names: Vec<&str> = state.clusters.iter().map(|c| c.name.as_str()).collect();
+        bail!(
+            "no cluster {name:?} in {}; there are {names:?}",
+            dir.display()
+        );
+    };
+    match field {
+        Field::Kubeconfig => println!("{}", cluster.kubeconfig.display()),
+        Field::Server => println!("{}", cluster.server),
+        Field::PodCidr => println!("{}", cluster.pod_cidr),
+        Field::ServiceCidr => println!("{}", cluster.service_cidr),
+    }
     Ok(())
 }
 
