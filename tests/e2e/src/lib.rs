@@ -120,3 +120,8 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Whether a process is running: it exists and is not a zombie.
+pub fn process_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}

@@ -244,7 +244,8 @@ async fn liqoctl_finds_its_cluster_like_kubectl_and_runs_as_a_plugin() -> Result
     assert!(version["server"].is_null(), "not installed: {}", out.stdout);
 
     // As a kubectl plugin: kubectl finds `kubectl-liqo` on the PATH.
-    let plugins = tempfile_dir(cluster, "plugins")?;
+    let plugins = cluster.dir().join("plugins");
+    std::fs::create_dir_all(&plugins)?;
     std::os::unix::fs::symlink(
         liqo_e2e::bin_dir().join("liqoctl"),
         plugins.join("kubectl-liqo"),
@@ -269,10 +270,4 @@ async fn liqoctl_finds_its_cluster_like_kubectl_and_runs_as_a_plugin() -> Result
     }
     liqoctl(None, &["completion", "tcsh"]).user_error(2);
     Ok(())
-}
-
-fn tempfile_dir(cluster: &Cluster, name: &str) -> Result<std::path::PathBuf> {
-    let dir = cluster.dir().join(name);
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use liqo_e2e::wait_for;
+use liqo_e2e::{process_running, wait_for};
 use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, KWOK_ANNOTATION, Testbed};
 use serde_json::json;
 
@@ -58,11 +58,6 @@ impl Drop for BinDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn running(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }
 
 /// The environment the agent printed when it first started, from the log
@@ -288,7 +283,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     let pod_name = pod.metadata.name.clone().context("nameless pod")?;
     let status = container(&pod).context("no container status")?;
     let first_pid = pid(status).context("no pid")?;
-    assert!(running(first_pid), "pid {first_pid} is not running");
+    assert!(process_running(first_pid), "pid {first_pid} is not running");
     assert_eq!(status.started, Some(true));
     assert_eq!(
         pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
@@ -431,8 +426,8 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     assert_eq!(pod.metadata.name.as_ref(), Some(&pod_name), "same pod");
     let status = container(&pod).context("no container status")?;
     let second_pid = pid(status).context("no pid")?;
-    assert!(!running(first_pid));
-    assert!(running(second_pid));
+    assert!(!process_running(first_pid));
+    assert!(process_running(second_pid));
     let last = status
         .last_state
         .as_ref()
@@ -513,7 +508,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     })
     .await?;
     eprintln!("pods deleted in {:.1}s", deleting.elapsed().as_secs_f64());
-    assert!(!running(second_pid), "the agent outlived its pod");
+    assert!(!process_running(second_pid), "the agent outlived its pod");
     wait_for(
         "the pod-bound token to be refused",
         Duration::from_secs(10),
@@ -564,7 +559,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     .await?;
     let leftover = default_pods.get("leftover").await?;
     let leftover_pid = container(&leftover).and_then(pid).context("no pid")?;
-    assert!(running(leftover_pid));
+    assert!(process_running(leftover_pid));
     Ok(vec![leftover_pid])
 }
 
@@ -593,7 +588,7 @@ async fn host_node_runs_agent_pods_as_processes() -> Result<()> {
 
     testbed.stop();
     for pid in pids {
-        assert!(!running(pid), "agent {pid} outlived the cluster");
+        assert!(!process_running(pid), "agent {pid} outlived the cluster");
     }
     Ok(())
 }

@@ -6,14 +6,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use liqo_e2e::{bin_dir, run, wait_for};
+use liqo_e2e::{bin_dir, process_running, run, wait_for};
 
 fn testbed(args: &[&str]) -> liqo_e2e::Run {
     run(Command::new(bin_dir().join("liqo-testbed")).args(args))
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
 
 fn state(dir: &std::path::Path) -> Result<serde_json::Value> {
@@ -62,7 +58,7 @@ async fn a_killed_supervisor_takes_its_clusters_along_and_up_starts_afresh() -> 
         Duration::from_secs(10),
         || {
             let children = children.clone();
-            async move { Ok(!children.iter().any(|&pid| alive(pid))) }
+            async move { Ok(!children.iter().any(|&pid| process_running(pid))) }
         },
     )
     .await?;
@@ -79,7 +75,7 @@ async fn a_killed_supervisor_takes_its_clusters_along_and_up_starts_afresh() -> 
     let down = testbed(&["down", "--dir", dir_arg]).success();
     assert!(down.stdout.contains("stopped"), "{}", down.stdout);
     assert!(
-        !pids(&second).iter().any(|&pid| alive(pid)),
+        !pids(&second).iter().any(|&pid| process_running(pid)),
         "processes outlived down"
     );
     assert!(!dir.exists(), "down removes the folder");

@@ -13,7 +13,7 @@ use k8s_openapi::api::certificates::v1::{
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use liqo_e2e::wait_for;
+use liqo_e2e::{process_running, wait_for};
 use liqo_testbed::{Cluster, Pair, Testbed};
 use serde_json::json;
 
@@ -178,7 +178,7 @@ async fn csr_certificate_authenticates(cluster: &Cluster) -> Result<()> {
     );
 
     // It authenticates as that user...
-    let kubeconfig = tempfile_path(cluster, "smoke-tester.kubeconfig");
+    let kubeconfig = cluster.dir().join("smoke-tester.kubeconfig");
     let pair = Pair {
         cert: issued,
         key: key.serialize_pem(),
@@ -250,15 +250,6 @@ async fn csr_certificate_authenticates(cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
-fn tempfile_path(cluster: &Cluster, name: &str) -> std::path::PathBuf {
-    cluster.dir().join(name)
-}
-
-fn running(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_run_workloads_issue_certificates_and_stop_clean() -> Result<()> {
     let testbed = Testbed::start_default(2).await?;
@@ -300,7 +291,7 @@ async fn two_clusters_run_workloads_issue_certificates_and_stop_clean() -> Resul
     testbed.stop();
 
     for pid in pids {
-        assert!(!running(pid), "process {pid} outlived the testbed");
+        assert!(!process_running(pid), "process {pid} outlived the testbed");
     }
     for server in ports {
         let addr = server.trim_start_matches("https://");
