@@ -1,21 +1,57 @@
 //! The contract between `liqoctl` and the in-cluster agents: the names,
-//! labels and resource types both sides read and write. No IO lives here.
+//! labels and resource types both sides read and write, split by concern.
+//! No IO lives here.
+//!
+//! - [`core`]: the cluster's identity and its peers (ForeignCluster);
+//! - [`authentication`]: how a peer is known to a provider;
+//! - [`offloading`]: which namespaces run on which peers;
+//! - [`networking`]: the networks clusters bring, and their arithmetic;
+//! - [`names`] and [`validation`]: well-known names, and the checks the API
+//!   server applies to names and labels.
 
-pub mod identity;
+pub mod authentication;
+pub mod core;
 pub mod names;
-pub mod resources;
+pub mod networking;
+pub mod offloading;
+pub mod validation;
 
-pub use identity::{ClusterId, ClusterIdentity};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+pub use crate::core::{ClusterId, ClusterIdentity};
 
 /// The version of liqo-rs this crate belongs to; `liqoctl`, the agents and
 /// the image tags in `manifests/` all carry it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Parses an IPv4 or IPv6 CIDR such as `10.200.0.0/16`, normalised to its
-/// network address; `what` names it in the error.
-pub fn parse_cidr(what: &str, value: &str) -> Result<ipnet::IpNet, String> {
-    let net: ipnet::IpNet = value
-        .parse()
-        .map_err(|_| format!("{what} {value:?} is not a CIDR such as 10.0.0.0/16"))?;
-    Ok(net.trunc())
+/// Every CRD liqo-rs installs, in the order they are applied. Their
+/// schemas are generated from the types (`manifests/crds.yaml` is checked
+/// against them by a test).
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    use kube::CustomResourceExt as _;
+    vec![
+        core::ForeignCluster::crd(),
+        offloading::NamespaceOffloading::crd(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crds_are_in_our_group_and_served() {
+        for crd in crds() {
+            assert_eq!(crd.spec.group, names::GROUP);
+            let version = &crd.spec.versions[0];
+            assert!(version.served && version.storage);
+            assert!(
+                version
+                    .subresources
+                    .as_ref()
+                    .and_then(|s| s.status.as_ref())
+                    .is_some()
+            );
+        }
+    }
 }

@@ -97,6 +97,11 @@ pub struct InstallArgs {
         value_delimiter = ','
     )]
     pub node_selector: Vec<String>,
+    /// Let the agents run on nodes with this taint: KEY[=VALUE][:EFFECT], as
+    /// `kubectl taint` writes it (repeatable); kept from the installation when
+    /// not given, cleared by an empty value.
+    #[arg(long = "toleration", value_name = "KEY[=VALUE][:EFFECT]")]
+    pub tolerations: Vec<String>,
     /// How long to wait for the agents to be ready, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,

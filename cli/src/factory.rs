@@ -100,15 +100,56 @@ impl ClusterClient {
                 self.name
             ))
             .into(),
+            kube::Error::Api(status) if status.code == 404 => UserError::NotFound(format!(
+                "{doing} on cluster {}: not found ({})",
+                self.name, status.message
+            ))
+            .into(),
             kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::TlsRequired => {
                 UserError::Unreachable(format!(
-                    "cannot reach cluster {} at {}: check the kubeconfig and that the API server is up",
-                    self.name, self.server
+                    "cannot reach cluster {} at {}: {}",
+                    self.name,
+                    self.server,
+                    transport_reason(&err)
                 ))
                 .into()
             }
             _ => anyhow::Error::new(err).context(format!("{doing} on cluster {}", self.name)),
         }
+    }
+}
+
+/// What went wrong on the way to the API server, in words that say what to
+/// check: the causes of a transport error are nested several layers deep.
+fn transport_reason(err: &kube::Error) -> &'static str {
+    let mut causes = Vec::new();
+    let mut cause: Option<&dyn std::error::Error> = Some(err);
+    while let Some(c) = cause {
+        causes.push(c.to_string());
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    return "connection refused; check that the API server is up and the kubeconfig's server address";
+                }
+                std::io::ErrorKind::TimedOut => {
+                    return "no answer in time; check the address and the network";
+                }
+                _ => {}
+            }
+        }
+        cause = c.source();
+    }
+    let all = causes.join(": ");
+    if all.contains("certificate") || all.contains("UnknownIssuer") {
+        "its certificate is not trusted; check the kubeconfig's certificate-authority-data"
+    } else if all.contains("dns error") || all.contains("failed to lookup address") {
+        "its host name does not resolve; check the kubeconfig's server address"
+    } else if all.contains("connection refused") {
+        "connection refused; check that the API server is up and the kubeconfig's server address"
+    } else if all.contains("timed out") || all.contains("elapsed") {
+        "no answer in time; check the address and the network"
+    } else {
+        "check the kubeconfig and that the API server is up"
     }
 }
 

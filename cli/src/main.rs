@@ -1,10 +1,10 @@
 //! `liqoctl`: installs liqo-rs, peers clusters and offloads namespaces.
 
-mod apply;
 mod cli;
 mod commands;
 mod error;
 mod factory;
+mod k8s;
 mod manifests;
 mod printer;
 
@@ -64,10 +64,14 @@ fn parse_args() -> Cli {
     Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
+/// Logs go to stderr. By default only liqoctl's own warnings: a failure
+/// reaches the user as the one `error:` line, not also as a library's log
+/// line (kube's client logs every failed connection at ERROR). `-v` adds
+/// liqoctl's debug lines and the libraries' warnings, `-vv` everything.
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
-        1 => "liqoctl=debug,info",
+        0 => "off,liqoctl=warn",
+        1 => "warn,liqoctl=debug",
         _ => "debug",
     };
     tracing_subscriber::fmt()

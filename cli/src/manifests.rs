@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount, Toleration};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::ApiResource;
+use kube::core::ObjectMeta;
 use liqo_api::ClusterIdentity;
 use liqo_api::names::{self, labels};
 use serde::Serialize;
@@ -30,9 +32,8 @@ pub enum Manifest {
 }
 
 impl Manifest {
-    /// `Kind/name`, as kubectl prints it.
-    pub fn describe(&self) -> String {
-        let (kind, meta) = match self {
+    fn meta(&self) -> (&'static str, &ObjectMeta) {
+        match self {
             Self::Crd(o) => ("CustomResourceDefinition", &o.metadata),
             Self::Namespace(o) => ("Namespace", &o.metadata),
             Self::ServiceAccount(o) => ("ServiceAccount", &o.metadata),
@@ -42,8 +43,34 @@ impl Manifest {
             Self::RoleBinding(o) => ("RoleBinding", &o.metadata),
             Self::ConfigMap(o) => ("ConfigMap", &o.metadata),
             Self::Deployment(o) => ("Deployment", &o.metadata),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.meta().1.name.as_deref().unwrap_or_default()
+    }
+
+    /// `Kind/name`, as kubectl prints it.
+    pub fn describe(&self) -> String {
+        format!("{}/{}", self.meta().0, self.name())
+    }
+
+    /// The object's type, and its namespace when it has one, for requests
+    /// that do not need the typed object.
+    pub fn api_resource(&self) -> (ApiResource, Option<&str>) {
+        let namespace = self.meta().1.namespace.as_deref();
+        let resource = match self {
+            Self::Crd(_) => ApiResource::erase::<CustomResourceDefinition>(&()),
+            Self::Namespace(_) => ApiResource::erase::<Namespace>(&()),
+            Self::ServiceAccount(_) => ApiResource::erase::<ServiceAccount>(&()),
+            Self::ClusterRole(_) => ApiResource::erase::<ClusterRole>(&()),
+            Self::ClusterRoleBinding(_) => ApiResource::erase::<ClusterRoleBinding>(&()),
+            Self::Role(_) => ApiResource::erase::<Role>(&()),
+            Self::RoleBinding(_) => ApiResource::erase::<RoleBinding>(&()),
+            Self::ConfigMap(_) => ApiResource::erase::<ConfigMap>(&()),
+            Self::Deployment(_) => ApiResource::erase::<Deployment>(&()),
         };
-        format!("{kind}/{}", meta.name.as_deref().unwrap_or_default())
+        (resource, namespace)
     }
 }
 
@@ -53,21 +80,24 @@ pub struct Options {
     /// Absent when rendering `manifests/`, which holds no cluster's identity.
     pub identity: Option<ClusterIdentity>,
     pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
 }
 
 /// Every object of an installation, in the order they must be applied.
 pub fn render(options: &Options) -> Vec<Manifest> {
-    let mut out: Vec<Manifest> = liqo_api::resources::crds()
+    let mut out: Vec<Manifest> = liqo_api::crds()
         .into_iter()
         .map(|mut crd| {
             crd.metadata.labels = Some(common_labels("crds"));
             Manifest::Crd(Box::new(crd))
         })
         .collect();
+    let mut namespace_labels = common_labels("namespace");
+    namespace_labels.extend(pod_security_labels());
     out.push(Manifest::Namespace(from_json(json!({
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": { "name": names::NAMESPACE, "labels": common_labels("namespace") },
+        "metadata": { "name": names::NAMESPACE, "labels": namespace_labels },
     }))));
     if let Some(identity) = &options.identity {
         out.push(Manifest::ConfigMap(from_json(json!({
@@ -146,7 +176,9 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                     "spec": {
                         "serviceAccountName": name,
                         "nodeSelector": options.node_selector,
+                        "tolerations": options.tolerations,
                         "terminationGracePeriodSeconds": 10,
+                        "securityContext": pod_security_context(),
                         "containers": [{
                             "name": "gateway",
                             "image": format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION),
@@ -169,16 +201,53 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                                 "requests": { "cpu": "50m", "memory": "32Mi" },
                                 "limits": { "memory": "128Mi" },
                             },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": false,
-                                "readOnlyRootFilesystem": true,
-                            },
+                            "securityContext": container_security_context(),
                         }],
                     },
                 },
             },
         })))),
     ]
+}
+
+/// The Pod Security Standard the `liqo` namespace enforces: `restricted`,
+/// which the agents meet today. The gateway's tunnel will need NET_ADMIN
+/// and a TUN device, which only `privileged` allows (docs/install.md).
+fn pod_security_labels() -> BTreeMap<String, String> {
+    ["enforce", "audit", "warn"]
+        .into_iter()
+        .flat_map(|mode| {
+            [
+                (
+                    format!("pod-security.kubernetes.io/{mode}"),
+                    "restricted".to_owned(),
+                ),
+                (
+                    format!("pod-security.kubernetes.io/{mode}-version"),
+                    "v1.34".to_owned(),
+                ),
+            ]
+        })
+        .collect()
+}
+
+/// Agents run as an unprivileged user with the runtime's default seccomp
+/// profile: nothing they do today needs more.
+fn pod_security_context() -> serde_json::Value {
+    json!({
+        "runAsNonRoot": true,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": { "type": "RuntimeDefault" },
+    })
+}
+
+fn container_security_context() -> serde_json::Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": { "drop": ["ALL"] },
+    })
 }
 
 /// Labels on every object we create, so that they can all be found.
@@ -267,11 +336,12 @@ mod tests {
                 cluster_id: liqo_api::ClusterId::new("c1").expect("valid"),
                 cluster_name: "c1".into(),
                 labels: BTreeMap::new(),
-                pod_cidr: "10.0.0.0/16".into(),
-                service_cidr: "10.1.0.0/16".into(),
+                pod_cidr: "10.0.0.0/16".parse().expect("cidr"),
+                service_cidr: "10.1.0.0/16".parse().expect("cidr"),
                 version: liqo_api::VERSION.into(),
             }),
             node_selector: BTreeMap::from([("k".into(), "v".into())]),
+            tolerations: Vec::new(),
         };
         for m in render(&options) {
             let value = serde_json::to_value(&m).expect("serialize");

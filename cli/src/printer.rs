@@ -34,7 +34,7 @@ impl Printer {
 
     /// The command's result, on stdout.
     pub fn result(&self, text: impl AsRef<str>) {
-        println!("{}", text.as_ref());
+        write_stdout(format!("{}\n", text.as_ref()).as_bytes());
     }
 
     /// A value in the requested machine-readable format, on stdout.
@@ -43,7 +43,7 @@ impl Printer {
             OutputFormat::Json => serde_json::to_string_pretty(value)?,
             OutputFormat::Yaml => serde_yaml::to_string(value)?,
         };
-        println!("{}", text.trim_end());
+        self.result(text.trim_end());
         Ok(())
     }
 
@@ -82,6 +82,21 @@ impl Printer {
             message,
             quiet: self.quiet,
         }
+    }
+}
+
+/// Writes to stdout. When the reader has gone (`liqoctl info | head -1`),
+/// there is nobody left to tell anything: exit quietly, as tools killed by
+/// SIGPIPE do, instead of panicking as `println!` would.
+pub fn write_stdout(bytes: &[u8]) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing to stdout: {e}");
+        std::process::exit(i32::from(crate::error::exit::UNEXPECTED));
     }
 }
 

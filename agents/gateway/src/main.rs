@@ -16,7 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use liqo_agent_runtime::Readiness;
 use liqo_api::ClusterIdentity;
 use liqo_api::names;
-use liqo_api::resources::ForeignCluster;
+use liqo_api::core::ForeignCluster;
 
 #[derive(Parser, Debug)]
 #[command(version = liqo_api::VERSION, about = "The liqo-rs network gateway")]

@@ -6,8 +6,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::ListParams;
 use liqo_api::ClusterIdentity;
+use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, labels};
-use liqo_api::resources::{ForeignCluster, NamespaceOffloading};
+use liqo_api::offloading::NamespaceOffloading;
 use serde::Serialize;
 
 use crate::cli::{GlobalArgs, InfoArgs};
@@ -116,7 +117,7 @@ async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<Peering>> {
         .into_iter()
         .map(|fc| Peering {
             name: fc.metadata.name.unwrap_or_default(),
-            cluster_id: fc.spec.cluster_id,
+            cluster_id: fc.spec.cluster_id.to_string(),
             outgoing: fc.spec.outgoing,
             incoming: fc.spec.incoming,
             conditions: fc
@@ -159,8 +160,8 @@ fn render(info: &Info) -> String {
     identity.add_row(vec!["Name", &id.cluster_name]);
     let labels: Vec<String> = id.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     identity.add_row(vec!["Labels".to_owned(), labels.join("\n")]);
-    identity.add_row(vec!["Pod CIDR", &id.pod_cidr]);
-    identity.add_row(vec!["Service CIDR", &id.service_cidr]);
+    identity.add_row(vec!["Pod CIDR".to_owned(), id.pod_cidr.to_string()]);
+    identity.add_row(vec!["Service CIDR".to_owned(), id.service_cidr.to_string()]);
     identity.add_row(vec!["Version", &id.version]);
 
     let mut agents = table(&["Agent", "Ready", "Image"]);

@@ -6,27 +6,33 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Toleration};
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::wait::conditions;
+use liqo_api::core::identity;
 use liqo_api::names::{self, labels};
 use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
 
-use crate::apply::{self, Change};
 use crate::cli::{GlobalArgs, InstallArgs, OutputFormat};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
+use crate::k8s::apply::{self, Change};
+use crate::k8s::ownership;
+use crate::k8s::wait::{self, Waited};
 use crate::manifests::{self, Manifest, Options};
 use crate::printer::Printer;
 
 pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
     let flags = Flags::parse(args)?;
     let cluster = ClusterClient::local(global).await?;
+    // One deadline for every wait of the run.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
 
     let step = printer.step(format!("Checking cluster {}", cluster.name));
     cluster
@@ -37,7 +43,20 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     if !args.dry_run {
         check_permissions(&cluster).await?;
     }
-    check_namespace_is_ours(&cluster).await?;
+    // Nothing is written before we know every name we use is ours to use.
+    let ours_to_use = manifests::render(&Options::default());
+    let foreign = ownership::foreign(&cluster, &ours_to_use).await?;
+    if !foreign.is_empty() {
+        step.fail("not ours");
+        return Err(UserError::Refused(format!(
+            "cluster {} already has {}, which liqoctl did not create; \
+             remove or rename {}, then install again",
+            cluster.name,
+            foreign.join(", "),
+            if foreign.len() == 1 { "it" } else { "them" }
+        ))
+        .into());
+    }
     let existing = read_identity(&cluster).await?;
     let mut notes = Vec::new();
     let identity = resolve_identity(&cluster, &flags, existing.as_ref(), &mut notes).await?;
@@ -47,13 +66,11 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         printer.info(format!("  {note}"));
     }
 
-    let node_selector = match flags.node_selector {
-        Some(selector) => selector,
-        None => current_node_selector(&cluster).await?,
-    };
+    let installed = installed_pod_placement(&cluster).await?;
     let manifests = manifests::render(&Options {
         identity: Some(identity.clone()),
-        node_selector,
+        node_selector: flags.node_selector.unwrap_or(installed.node_selector),
+        tolerations: flags.tolerations.unwrap_or(installed.tolerations),
     });
     if args.dry_run {
         return print_manifests(
@@ -72,15 +89,14 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         }
         *changes.entry(change.to_string()).or_default() += 1;
         if let Manifest::Crd(crd) = manifest {
-            wait_established(&cluster, crd).await?;
+            wait_established(&cluster, crd, deadline, args.timeout).await?;
         }
     }
     let summary: Vec<String> = changes.iter().map(|(c, n)| format!("{n} {c}")).collect();
     step.done(summary.join(", "));
 
     let step = printer.step("Waiting for the gateway to be ready");
-    let timeout = Duration::from_secs(args.timeout);
-    if !wait_ready(&cluster, names::GATEWAY, timeout).await? {
+    if !wait_ready(&cluster, names::GATEWAY, wait::left(deadline)).await? {
         step.fail("timed out");
         return Err(UserError::Timeout(format!(
             "the gateway is not ready after {}s; see `kubectl -n {ns} get pods` and \
@@ -119,11 +135,13 @@ struct Flags {
     cluster_id: Option<ClusterId>,
     cluster_name: Option<String>,
     labels: Option<BTreeMap<String, String>>,
-    pod_cidr: Option<String>,
-    service_cidr: Option<String>,
+    pod_cidr: Option<IpNet>,
+    service_cidr: Option<IpNet>,
     /// `None` keeps the installed agents' selector; `--node-selector ''`
     /// clears it.
     node_selector: Option<BTreeMap<String, String>>,
+    /// Likewise for `--toleration`.
+    tolerations: Option<Vec<Toleration>>,
 }
 
 impl Flags {
@@ -135,34 +153,42 @@ impl Flags {
             .map(|id| ClusterId::new(id).map_err(|e| usage(format!("--cluster-id: {e}"))))
             .transpose()?;
         if let Some(name) = &args.cluster_name {
-            liqo_api::identity::check_dns_label("cluster name", name)
+            identity::check_cluster_name(name)
                 .map_err(|e| usage(format!("--cluster-name: {e}")))?;
         }
-        let cidr = |what: &str, v: &Option<String>| {
+        let cidr = |flag: &'static str, v: &Option<String>| {
             v.as_deref()
                 .map(|v| {
-                    liqo_api::parse_cidr(what, v)
-                        .map(|n| n.to_string())
-                        .map_err(usage)
+                    let net = liqo_api::networking::parse_cidr(flag, v).map_err(usage)?;
+                    identity::check_cidr(flag, &net).map_err(|e| usage(e.to_string()))?;
+                    Ok(net)
                 })
                 .transpose()
         };
+        let labels = (!args.cluster_labels.is_empty())
+            .then(|| parse_pairs("--cluster-labels", &args.cluster_labels))
+            .transpose()?;
+        if let Some(labels) = &labels {
+            identity::check_labels(labels).map_err(|e| usage(format!("--cluster-labels: {e}")))?;
+        }
         Ok(Self {
             cluster_id,
             cluster_name: args.cluster_name.clone(),
-            labels: (!args.cluster_labels.is_empty())
-                .then(|| parse_pairs("--cluster-labels", &args.cluster_labels))
-                .transpose()?,
+            labels,
             pod_cidr: cidr("--pod-cidr", &args.pod_cidr)?,
             service_cidr: cidr("--service-cidr", &args.service_cidr)?,
             node_selector: (!args.node_selector.is_empty())
                 .then(|| parse_pairs("--node-selector", &args.node_selector))
                 .transpose()?,
+            tolerations: (!args.tolerations.is_empty())
+                .then(|| parse_tolerations(&args.tolerations))
+                .transpose()?,
         })
     }
 }
 
-/// Parses `key=value` pairs; keys and values as Kubernetes labels allow.
+/// Parses `key=value` pairs; keys and values checked as the API server
+/// checks labels, and the reason given in its words.
 pub fn parse_pairs(flag: &str, pairs: &[String]) -> Result<BTreeMap<String, String>, UserError> {
     let mut out = BTreeMap::new();
     for pair in pairs.iter().filter(|p| !p.is_empty()) {
@@ -171,20 +197,48 @@ pub fn parse_pairs(flag: &str, pairs: &[String]) -> Result<BTreeMap<String, Stri
                 "{flag}: {pair:?} is not KEY=VALUE"
             )));
         };
-        let label_ok = |s: &str| {
-            s.len() <= 63
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-                && s.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric())
-                && s.bytes().last().is_none_or(|b| b.is_ascii_alphanumeric())
+        let label = BTreeMap::from([(key.to_owned(), value.to_owned())]);
+        liqo_api::validation::labels(&label)
+            .map_err(|e| UserError::Usage(format!("{flag}: {pair:?}: {e}")))?;
+        out.extend(label);
+    }
+    Ok(out)
+}
+
+/// Parses `--toleration KEY[=VALUE][:EFFECT]` (kubectl taint's syntax): with
+/// a value the toleration matches it exactly, without one any value; with
+/// no effect it tolerates every effect.
+fn parse_tolerations(values: &[String]) -> Result<Vec<Toleration>, UserError> {
+    const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+    let usage = |v: &str, why: String| UserError::Usage(format!("--toleration: {v:?}: {why}"));
+    let mut out = Vec::new();
+    for value in values.iter().filter(|v| !v.is_empty()) {
+        let (rest, effect) = match value.rsplit_once(':') {
+            Some((rest, effect)) if EFFECTS.contains(&effect) => (rest, Some(effect.to_owned())),
+            Some((_, effect)) => {
+                return Err(usage(
+                    value,
+                    format!("the effect {effect:?} is none of {}", EFFECTS.join(", ")),
+                ));
+            }
+            None => (value.as_str(), None),
         };
-        let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
-        if name.is_empty() || !label_ok(name) || prefix.len() > 253 || !label_ok(value) {
-            return Err(UserError::Usage(format!(
-                "{flag}: {pair:?} is not a valid Kubernetes label"
-            )));
+        let (key, val) = match rest.split_once('=') {
+            Some((key, val)) => (key, Some(val.to_owned())),
+            None => (rest, None),
+        };
+        liqo_api::validation::label_key(key).map_err(|e| usage(value, format!("key {e}")))?;
+        if let Some(val) = &val {
+            liqo_api::validation::label_value(val)
+                .map_err(|e| usage(value, format!("value {e}")))?;
         }
-        out.insert(key.to_owned(), value.to_owned());
+        out.push(Toleration {
+            operator: Some(if val.is_some() { "Equal" } else { "Exists" }.to_owned()),
+            key: Some(key.to_owned()),
+            value: val,
+            effect,
+            ..Default::default()
+        });
     }
     Ok(out)
 }
@@ -250,61 +304,29 @@ async fn check_permissions(cluster: &ClusterClient) -> anyhow::Result<()> {
     .into())
 }
 
-/// The node selector of the installed gateway, so that a run without
-/// `--node-selector` keeps it, as it keeps the identity.
-async fn current_node_selector(
-    cluster: &ClusterClient,
-) -> anyhow::Result<BTreeMap<String, String>> {
+/// Where the installed agents may run.
+#[derive(Debug, Default)]
+struct Placement {
+    node_selector: BTreeMap<String, String>,
+    tolerations: Vec<Toleration>,
+}
+
+/// The node selector and tolerations of the installed gateway, so that a
+/// run without `--node-selector` or `--toleration` keeps them, as it keeps
+/// the identity.
+async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<Placement> {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let gateway = deployments
         .get_opt(names::GATEWAY)
         .await
         .map_err(|e| cluster.explain(e, "reading the installed gateway"))?;
-    Ok(gateway
-        .and_then(|d| d.spec?.template.spec?.node_selector)
-        .unwrap_or_default())
-}
-
-/// Whether the `liqo` namespace exists, and whether liqoctl made it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NamespaceState {
-    Absent,
-    Ours,
-    /// Someone else's: install must not adopt it, uninstall must not delete it.
-    Foreign,
-}
-
-pub async fn namespace_state(cluster: &ClusterClient) -> anyhow::Result<NamespaceState> {
-    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
-    let ns = namespaces
-        .get_opt(names::NAMESPACE)
-        .await
-        .map_err(|e| cluster.explain(e, "reading the liqo namespace"))?;
-    Ok(match ns {
-        None => NamespaceState::Absent,
-        Some(ns)
-            if ns.labels().get(labels::MANAGED_BY).map(String::as_str)
-                == Some(labels::MANAGED_BY_VALUE) =>
-        {
-            NamespaceState::Ours
-        }
-        Some(_) => NamespaceState::Foreign,
+    let Some(spec) = gateway.and_then(|d| d.spec?.template.spec) else {
+        return Ok(Placement::default());
+    };
+    Ok(Placement {
+        node_selector: spec.node_selector.unwrap_or_default(),
+        tolerations: spec.tolerations.unwrap_or_default(),
     })
-}
-
-/// Refuses to take over a `liqo` namespace that someone else made: install
-/// would adopt it and uninstall would delete it with whatever it holds.
-async fn check_namespace_is_ours(cluster: &ClusterClient) -> anyhow::Result<()> {
-    if namespace_state(cluster).await? != NamespaceState::Foreign {
-        return Ok(());
-    }
-    Err(UserError::Refused(format!(
-        "cluster {} already has a namespace {} that liqoctl did not create; \
-         remove or rename it, then install again",
-        cluster.name,
-        names::NAMESPACE
-    ))
-    .into())
 }
 
 pub async fn read_identity(cluster: &ClusterClient) -> anyhow::Result<Option<ClusterIdentity>> {
@@ -352,9 +374,9 @@ async fn resolve_identity(
         (None, Some(old)) => old.cluster_name.clone(),
         (None, None) => default_name(&cluster.name, &cluster_id),
     };
-    let pod_cidr = match (&flags.pod_cidr, existing) {
-        (Some(cidr), _) => cidr.clone(),
-        (None, Some(old)) => old.pod_cidr.clone(),
+    let pod_cidr = match (flags.pod_cidr, existing) {
+        (Some(cidr), _) => cidr,
+        (None, Some(old)) => old.pod_cidr,
         (None, None) => {
             let (cidr, source) = detect_pod_cidr(cluster).await?;
             notes.push(format!(
@@ -363,12 +385,12 @@ async fn resolve_identity(
             cidr
         }
     };
-    let service_cidr = match (&flags.service_cidr, existing) {
-        (Some(cidr), _) => cidr.clone(),
-        (None, Some(old)) => old.service_cidr.clone(),
+    let service_cidr = match (flags.service_cidr, existing) {
+        (Some(cidr), _) => cidr,
+        (None, Some(old)) => old.service_cidr,
         (None, None) => detect_service_cidr(cluster).await?,
     };
-    Ok(ClusterIdentity {
+    let identity = ClusterIdentity {
         cluster_id,
         cluster_name,
         labels: flags
@@ -379,7 +401,16 @@ async fn resolve_identity(
         pod_cidr,
         service_cidr,
         version: liqo_api::VERSION.to_owned(),
-    })
+    };
+    // What was found in the cluster is checked like what was given.
+    identity.validate().map_err(|e| {
+        UserError::Usage(format!(
+            "the identity for cluster {} is not valid: {e}; set it with \
+             --cluster-name, --cluster-labels, --pod-cidr or --service-cidr",
+            cluster.name
+        ))
+    })?;
+    Ok(identity)
 }
 
 /// The context's name made a DNS label, or one made from the cluster ID.
@@ -391,7 +422,7 @@ fn default_name(context: &str, id: &ClusterId) -> String {
         .collect();
     name.truncate(63);
     let name = name.trim_matches('-').to_owned();
-    if liqo_api::identity::check_dns_label("", &name).is_ok() && !name.starts_with("https") {
+    if identity::check_cluster_name(&name).is_ok() && !name.starts_with("https") {
         name
     } else {
         format!("cluster-{}", &id.as_str()[..id.as_str().len().min(8)])
@@ -403,7 +434,7 @@ fn default_name(context: &str, id: &ClusterId) -> String {
 /// `clusterCIDR` (its kubeadm ConfigMap), else the smallest network holding
 /// every node's pod CIDR (virtual nodes stand for other clusters and do not
 /// count). Returns the CIDR and where it came from.
-async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(String, &'static str)> {
+async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(IpNet, &'static str)> {
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "kube-system");
     // Reading kube-system is a courtesy: without the right, look elsewhere.
     if let Ok(list) = pods
@@ -424,16 +455,14 @@ async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(String, &'s
         }
     }
     let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "kube-system");
-    if let Ok(Some(proxy)) = maps.get_opt("kube-proxy").await {
-        let config = proxy.data.unwrap_or_default();
-        let cidr = config
+    if let Ok(Some(proxy)) = maps.get_opt("kube-proxy").await
+        && let Some(cidr) = proxy
+            .data
+            .unwrap_or_default()
             .values()
-            .flat_map(|text| text.lines())
-            .filter_map(|line| line.trim().strip_prefix("clusterCIDR:"))
-            .find_map(|v| first_cidr(v.trim().trim_matches('"')));
-        if let Some(cidr) = cidr {
-            return Ok((cidr, "kube-proxy's clusterCIDR"));
-        }
+            .find_map(|c| kube_proxy_cidr(c))
+    {
+        return Ok((cidr, "kube-proxy's clusterCIDR"));
     }
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     let list = nodes
@@ -444,9 +473,9 @@ async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(String, &'s
         .items
         .iter()
         .filter_map(|n| n.spec.as_ref()?.pod_cidr.as_deref())
-        .filter_map(|c| c.parse::<ipnet::IpNet>().ok());
+        .filter_map(|c| c.parse::<IpNet>().ok());
     match covering(cidrs) {
-        Some(net) => Ok((net.to_string(), "the nodes' pod CIDRs")),
+        Some(net) => Ok((net, "the nodes' pod CIDRs")),
         None => Err(UserError::Config(format!(
             "cannot find the pod CIDR of cluster {}: its nodes have none; pass --pod-cidr",
             cluster.name
@@ -455,15 +484,22 @@ async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(String, &'s
     }
 }
 
+/// `clusterCIDR` of a KubeProxyConfiguration document (the `config.conf`
+/// key of kubeadm's kube-proxy ConfigMap), parsed as YAML.
+fn kube_proxy_cidr(config: &str) -> Option<IpNet> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(config).ok()?;
+    first_cidr(doc.get("clusterCIDR")?.as_str()?)
+}
+
 /// The first CIDR of a comma-separated list (dual-stack clusters list one
 /// per family), normalised.
-fn first_cidr(list: &str) -> Option<String> {
-    let first = list.split(',').next()?.trim();
-    liqo_api::parse_cidr("", first).ok().map(|n| n.to_string())
+fn first_cidr(list: &str) -> Option<IpNet> {
+    let first = list.split(',').next()?;
+    liqo_api::networking::parse_cidr("", first).ok()
 }
 
 /// The smallest network containing all of `nets` (all of one family).
-fn covering(mut nets: impl Iterator<Item = ipnet::IpNet>) -> Option<ipnet::IpNet> {
+fn covering(mut nets: impl Iterator<Item = IpNet>) -> Option<IpNet> {
     let first = nets.next()?;
     nets.try_fold(first.trunc(), |acc, net| {
         let mut acc = acc;
@@ -474,7 +510,7 @@ fn covering(mut nets: impl Iterator<Item = ipnet::IpNet>) -> Option<ipnet::IpNet
     })
 }
 
-async fn detect_service_cidr(cluster: &ClusterClient) -> anyhow::Result<String> {
+async fn detect_service_cidr(cluster: &ClusterClient) -> anyhow::Result<IpNet> {
     let cidrs: Api<ServiceCIDR> = Api::all(cluster.client.clone());
     let found = match cidrs.get_opt("kubernetes").await {
         Ok(cidr) => cidr.and_then(|c| c.spec?.cidrs?.into_iter().next()),
@@ -482,7 +518,7 @@ async fn detect_service_cidr(cluster: &ClusterClient) -> anyhow::Result<String> 
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => None,
         Err(e) => return Err(cluster.explain(e, "reading the service CIDR")),
     };
-    found.ok_or_else(|| {
+    found.as_deref().and_then(first_cidr).ok_or_else(|| {
         UserError::Config(format!(
             "cannot find the service CIDR of cluster {}; pass --service-cidr",
             cluster.name
@@ -494,46 +530,47 @@ async fn detect_service_cidr(cluster: &ClusterClient) -> anyhow::Result<String> 
 async fn wait_established(
     cluster: &ClusterClient,
     crd: &CustomResourceDefinition,
+    deadline: tokio::time::Instant,
+    timeout_flag: u64,
 ) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    let established = apply::poll_until(Duration::from_secs(30), || {
-        let api = api.clone();
-        let name = name.clone();
-        async move {
-            let crd = api.get(&name).await?;
-            Ok(crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            }))
-        }
-    })
+    let name = crd.metadata.name.as_deref().unwrap_or_default();
+    let waited = wait::until(
+        cluster,
+        api,
+        name,
+        conditions::is_crd_established(),
+        wait::left(deadline),
+        &format!("waiting for the CRD {name}"),
+    )
     .await?;
-    if !established {
-        return Err(
-            UserError::Timeout(format!("the CRD {name} was not established within 30s")).into(),
-        );
+    match waited {
+        Waited::Done(_) => Ok(()),
+        Waited::TimedOut => Err(UserError::Timeout(format!(
+            "the CRD {name} is not established after {timeout_flag}s; see `kubectl get crd {name} -o yaml`, then run install again"
+        ))
+        .into()),
     }
-    Ok(())
 }
 
-/// True once the Deployment's current generation is fully available.
+/// True once the Deployment's current generation is fully available,
+/// false if `timeout` passes first.
 pub async fn wait_ready(
     cluster: &ClusterClient,
     name: &str,
     timeout: Duration,
 ) -> anyhow::Result<bool> {
     let api: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
-    apply::poll_until(timeout, || {
-        let api = api.clone();
-        async move {
-            Ok(api
-                .get_opt(name)
-                .await?
-                .is_some_and(|d| deployment_ready(&d)))
-        }
-    })
-    .await
+    let waited = wait::until(
+        cluster,
+        api,
+        name,
+        |d: Option<&Deployment>| d.is_some_and(deployment_ready),
+        timeout,
+        &format!("waiting for deployment {name}"),
+    )
+    .await?;
+    Ok(matches!(waited, Waited::Done(_)))
 }
 
 pub fn deployment_ready(d: &Deployment) -> bool {
@@ -577,10 +614,68 @@ mod tests {
             ok.get("topology.kubernetes.io/region").map(String::as_str),
             Some("eu")
         );
-        for bad in ["novalue", "=v", "k=bad value", "k=-x"] {
+        for bad in [
+            "novalue",
+            "=v",
+            "k=bad value",
+            "k=-x",
+            "Bad.Prefix/k=v",
+            "a/b/c=v",
+        ] {
             let err = parse_pairs("--x", &[bad.into()]).expect_err(bad);
             assert!(err.to_string().contains(bad), "{err}");
         }
+    }
+
+    #[test]
+    fn tolerations_follow_kubectl_taint_syntax() {
+        let parsed = parse_tolerations(&[
+            "testbed.liqo.io/host-process=true:NoSchedule".into(),
+            "dedicated:NoExecute".into(),
+            "infra".into(),
+        ])
+        .expect("valid");
+        let summary: Vec<_> = parsed
+            .iter()
+            .map(|t| {
+                (
+                    t.key.as_deref(),
+                    t.operator.as_deref(),
+                    t.value.as_deref(),
+                    t.effect.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    Some("testbed.liqo.io/host-process"),
+                    Some("Equal"),
+                    Some("true"),
+                    Some("NoSchedule")
+                ),
+                (Some("dedicated"), Some("Exists"), None, Some("NoExecute")),
+                (Some("infra"), Some("Exists"), None, None),
+            ]
+        );
+        for bad in ["k=v:Never", "bad key:NoSchedule", "k=bad value"] {
+            let err = parse_tolerations(&[bad.into()]).expect_err(bad);
+            assert!(err.to_string().contains("--toleration"), "{err}");
+        }
+    }
+
+    #[test]
+    fn kube_proxy_cluster_cidr_is_read_from_yaml() {
+        let config = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
+                      # clusterCIDR: 192.168.0.0/16 in a comment is not it\n\
+                      clusterCIDR: \"10.244.0.0/16,fd00::/48\"\nmode: iptables\n";
+        assert_eq!(
+            kube_proxy_cidr(config),
+            Some("10.244.0.0/16".parse().expect("net"))
+        );
+        assert_eq!(kube_proxy_cidr("mode: ipvs\n"), None);
+        assert_eq!(kube_proxy_cidr("{ not yaml"), None);
     }
 
     #[test]
@@ -597,11 +692,15 @@ mod tests {
     #[test]
     fn first_cidr_of_a_dual_stack_list() {
         assert_eq!(
-            first_cidr("10.244.0.0/16,fd00::/48").as_deref(),
+            first_cidr("10.244.0.0/16,fd00::/48")
+                .map(|n| n.to_string())
+                .as_deref(),
             Some("10.244.0.0/16")
         );
         assert_eq!(
-            first_cidr("10.244.1.7/16").as_deref(),
+            first_cidr("10.244.1.7/16")
+                .map(|n| n.to_string())
+                .as_deref(),
             Some("10.244.0.0/16")
         );
         assert_eq!(first_cidr("nonsense"), None);

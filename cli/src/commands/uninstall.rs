@@ -1,6 +1,8 @@
 //! `liqoctl uninstall`: refuses while the cluster peers or offloads, then
 //! deletes what install created, the namespace last but the CRDs, and waits
-//! until it is gone.
+//! until it is gone. It deletes only what liqoctl made: a namesake of one
+//! of our objects, or someone else's object inside our namespace, is left
+//! and named.
 
 use std::time::Duration;
 
@@ -8,14 +10,17 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::ListParams;
+use kube::runtime::wait::conditions;
+use liqo_api::core::ForeignCluster;
 use liqo_api::names;
-use liqo_api::resources::{ForeignCluster, NamespaceOffloading};
+use liqo_api::offloading::NamespaceOffloading;
 
-use crate::apply;
 use crate::cli::{GlobalArgs, UninstallArgs};
-use crate::commands::install::{NamespaceState, namespace_state};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
+use crate::k8s::apply::{self, Deletion};
+use crate::k8s::ownership::{self, Ownership};
+use crate::k8s::wait::{self, Waited};
 use crate::manifests::{self, Manifest, Options};
 use crate::printer::Printer;
 
@@ -25,6 +30,7 @@ pub async fn run(
     printer: Printer,
 ) -> anyhow::Result<()> {
     let cluster = ClusterClient::local(global).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
     let step = printer.step(format!("Checking cluster {}", cluster.name));
     let in_use = InUse::read(&cluster).await?;
     if let Some(why) = in_use.refusal() {
@@ -35,10 +41,26 @@ pub async fn run(
         ))
         .into());
     }
-    let namespace = namespace_state(&cluster).await?;
-    let installed = namespace == NamespaceState::Ours;
+    // Everything install makes, named as install names it; the identity
+    // ConfigMap goes with the namespace.
+    let all = manifests::render(&Options::default());
+    let (crds, rest): (Vec<&Manifest>, Vec<&Manifest>) =
+        all.iter().partition(|m| matches!(m, Manifest::Crd(_)));
+    let namespace = rest
+        .iter()
+        .find(|m| matches!(m, Manifest::Namespace(_)))
+        .expect("invariant: install makes the liqo namespace");
+    let namespace_ownership = ownership::of(&cluster, namespace).await?;
+    // Someone else's objects in our namespace would go with it.
+    let foreign_inside = match namespace_ownership {
+        Ownership::Ours { .. } => {
+            ownership::foreign_in_namespace(&cluster, names::NAMESPACE).await?
+        }
+        _ => Vec::new(),
+    };
     step.done("");
 
+    let installed = matches!(namespace_ownership, Ownership::Ours { .. });
     if !installed && !args.purge {
         printer.result(format!(
             "liqo-rs is not installed on cluster {}",
@@ -57,75 +79,102 @@ pub async fn run(
         return Err(UserError::Refused("cancelled; nothing was changed".to_owned()).into());
     }
 
-    // Everything install makes, named as install names it; the identity
-    // ConfigMap goes with the namespace.
-    let all = manifests::render(&Options::default());
     let step = printer.step("Removing the agents, RBAC and namespace");
     let mut deleted = 0;
-    for manifest in all.iter().rev() {
-        let skip = match manifest {
-            Manifest::Crd(_) => true,
-            // Never someone else's namespace of the same name.
-            Manifest::Namespace(_) => namespace == NamespaceState::Foreign,
-            _ => false,
-        };
-        if !skip && apply::delete(&cluster, manifest).await? {
-            deleted += 1;
+    let mut left = Vec::new();
+    for manifest in rest.iter().rev() {
+        if matches!(manifest, Manifest::Namespace(_)) && !foreign_inside.is_empty() {
+            continue;
+        }
+        match apply::delete(&cluster, manifest).await? {
+            Deletion::Deleted { .. } => deleted += 1,
+            Deletion::Absent => {}
+            Deletion::Foreign => left.push(manifest.describe()),
         }
     }
-    let timeout = Duration::from_secs(args.timeout);
-    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
-    let gone = apply::poll_until(timeout, || {
-        let namespaces = namespaces.clone();
-        async move {
-            Ok(namespace == NamespaceState::Foreign
-                || namespaces.get_opt(names::NAMESPACE).await?.is_none())
-        }
-    })
-    .await?;
-    if !gone {
-        step.fail("timed out");
-        return Err(UserError::Timeout(format!(
-            "the namespace {} is still terminating after {}s; see `kubectl get namespace {} -o yaml`, \
-             then run uninstall again",
+    if let Ownership::Ours { uid } = &namespace_ownership
+        && foreign_inside.is_empty()
+    {
+        let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+        let waited = wait::until(
+            &cluster,
+            namespaces,
             names::NAMESPACE,
-            args.timeout,
-            names::NAMESPACE
-        ))
-        .into());
-    }
-    step.done(format!("{deleted} objects deleted"));
-
-    if args.purge {
-        let step = printer.step("Removing the CRDs");
-        let crds: Vec<&Manifest> = all
-            .iter()
-            .filter(|m| matches!(m, Manifest::Crd(_)))
-            .collect();
-        for manifest in &crds {
-            apply::delete(&cluster, manifest).await?;
-        }
-        let api: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-        let gone = apply::poll_until(timeout, || {
-            let api = api.clone();
-            async move {
-                let list = api.list(&ListParams::default()).await?;
-                Ok(!list.items.iter().any(|crd| crd.spec.group == names::GROUP))
-            }
-        })
+            conditions::is_deleted(uid),
+            wait::left(deadline),
+            "waiting for the liqo namespace to be deleted",
+        )
         .await?;
-        if !gone {
+        if let Waited::TimedOut = waited {
             step.fail("timed out");
             return Err(UserError::Timeout(format!(
-                "the {} CRDs are still being removed after {}s; run uninstall --purge again",
-                names::GROUP,
-                args.timeout
+                "the namespace {ns} is still terminating after {}s; see `kubectl get namespace {ns} -o yaml`, \
+                 then run uninstall again",
+                args.timeout,
+                ns = names::NAMESPACE,
             ))
             .into());
         }
-        step.done(format!("{} CRDs deleted", crds.len()));
     }
-    printer.result(format!("liqo-rs uninstalled from cluster {}", cluster.name));
+    step.done(format!("{deleted} objects deleted"));
+    for object in &left {
+        printer.info(format!("  left {object}: liqoctl did not create it"));
+    }
+    if !foreign_inside.is_empty() {
+        printer.info(format!(
+            "  left namespace {}: it holds objects liqoctl did not create ({}); \
+             move or delete them, then run uninstall again",
+            names::NAMESPACE,
+            foreign_inside.join(", ")
+        ));
+    }
+
+    if args.purge {
+        let step = printer.step("Removing the CRDs");
+        let mut removed = Vec::new();
+        let mut foreign_crds = Vec::new();
+        for manifest in &crds {
+            match apply::delete(&cluster, manifest).await? {
+                Deletion::Deleted { uid } => removed.push((manifest.name(), uid)),
+                Deletion::Absent => {}
+                Deletion::Foreign => foreign_crds.push(manifest.describe()),
+            }
+        }
+        let api: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+        for (name, uid) in &removed {
+            let waited = wait::until(
+                &cluster,
+                api.clone(),
+                name,
+                conditions::is_deleted(uid),
+                wait::left(deadline),
+                &format!("waiting for the CRD {name} to be deleted"),
+            )
+            .await?;
+            if let Waited::TimedOut = waited {
+                step.fail("timed out");
+                return Err(UserError::Timeout(format!(
+                    "the CRD {name} is still being removed after {}s; run uninstall --purge again",
+                    args.timeout
+                ))
+                .into());
+            }
+        }
+        step.done(format!("{} CRDs deleted", removed.len()));
+        for object in &foreign_crds {
+            printer.info(format!("  left {object}: liqoctl did not create it"));
+        }
+        left.extend(foreign_crds);
+    }
+    let outcome = if left.is_empty() && foreign_inside.is_empty() {
+        String::new()
+    } else {
+        " (objects liqoctl did not create were left in place)".to_owned()
+    };
+    printer.result(format!(
+        "liqo-rs uninstalled from cluster {}{outcome}",
+        cluster.name
+    ));
     Ok(())
 }
 

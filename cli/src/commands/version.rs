@@ -27,26 +27,37 @@ pub async fn run(args: &VersionArgs, global: &GlobalArgs, printer: Printer) -> a
         kubernetes: None,
         server: None,
     };
-    if !args.client {
-        let cluster = ClusterClient::local(global).await?;
-        let info = cluster
-            .client
-            .apiserver_version()
-            .await
-            .map_err(|e| cluster.explain(e, "reading the Kubernetes version"))?;
-        versions.kubernetes = Some(info.git_version);
-        let maps: Api<ConfigMap> =
-            Api::namespaced(cluster.client.clone(), liqo_api::names::NAMESPACE);
-        let identity = maps
-            .get_opt(liqo_api::names::IDENTITY_CONFIGMAP)
-            .await
-            .map_err(|e| cluster.explain(e, "reading the installed version"))?;
-        versions.server = Some(
-            identity.and_then(|cm| cm.data?.get(liqo_api::names::IDENTITY_VERSION_KEY).cloned()),
-        );
-    }
+    // Like kubectl: what is known is printed even when the cluster fails.
+    let asked = if args.client {
+        Ok(())
+    } else {
+        ask_cluster(global, &mut versions).await
+    };
+    print(&versions, args, printer)?;
+    asked
+}
+
+async fn ask_cluster(global: &GlobalArgs, versions: &mut Versions) -> anyhow::Result<()> {
+    let cluster = ClusterClient::local(global).await?;
+    let info = cluster
+        .client
+        .apiserver_version()
+        .await
+        .map_err(|e| cluster.explain(e, "reading the Kubernetes version"))?;
+    versions.kubernetes = Some(info.git_version);
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), liqo_api::names::NAMESPACE);
+    let identity = maps
+        .get_opt(liqo_api::names::IDENTITY_CONFIGMAP)
+        .await
+        .map_err(|e| cluster.explain(e, "reading the installed version"))?;
+    versions.server =
+        Some(identity.and_then(|cm| cm.data?.get(liqo_api::names::IDENTITY_VERSION_KEY).cloned()));
+    Ok(())
+}
+
+fn print(versions: &Versions, args: &VersionArgs, printer: Printer) -> anyhow::Result<()> {
     if let Some(format) = args.output.output {
-        return printer.structured(&versions, format);
+        return printer.structured(versions, format);
     }
     printer.result(format!("Client:     {}", versions.client));
     if let Some(kubernetes) = &versions.kubernetes {

@@ -1,15 +1,17 @@
 //! Applies and deletes [`Manifest`]s with server-side apply, reporting what
-//! changed the way `kubectl apply` does.
+//! changed the way `kubectl apply` does. Callers check [`super::ownership`]
+//! first: apply forces our fields over other managers', so it must only
+//! ever touch objects that are ours.
 
 use std::fmt::Debug;
-use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::ownership::{self, Ownership};
 use crate::factory::ClusterClient;
 use crate::manifests::Manifest;
 
@@ -33,8 +35,8 @@ impl std::fmt::Display for Change {
     }
 }
 
-/// Applies one object; ours to own, so conflicts with other managers are
-/// forced.
+/// Applies one object; ours to own (the caller checked), so conflicts with
+/// other managers are forced.
 pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Result<Change> {
     let c = cluster.client.clone();
     let result = match manifest {
@@ -51,21 +53,43 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
     result.map_err(|e| cluster.explain(e, &format!("applying {}", manifest.describe())))
 }
 
-/// Deletes one object if it exists; true if it did.
-pub async fn delete(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Result<bool> {
-    let c = cluster.client.clone();
-    let result = match manifest {
-        Manifest::Crd(o) => delete_from(Api::all(c), o.as_ref()).await,
-        Manifest::Namespace(o) => delete_from(Api::all(c), o).await,
-        Manifest::ClusterRole(o) => delete_from(Api::all(c), o).await,
-        Manifest::ClusterRoleBinding(o) => delete_from(Api::all(c), o).await,
-        Manifest::ServiceAccount(o) => delete_from(namespaced(c, o), o).await,
-        Manifest::Role(o) => delete_from(namespaced(c, o), o).await,
-        Manifest::RoleBinding(o) => delete_from(namespaced(c, o), o).await,
-        Manifest::ConfigMap(o) => delete_from(namespaced(c, o), o).await,
-        Manifest::Deployment(o) => delete_from(namespaced(c, o.as_ref()), o.as_ref()).await,
+/// How deleting one of our objects went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deletion {
+    /// Deleted (it may still be terminating): the UID to wait on.
+    Deleted { uid: String },
+    /// There was nothing to delete.
+    Absent,
+    /// Someone else's object of that name: left alone.
+    Foreign,
+}
+
+/// Deletes the object a manifest names if it is ours, and only that very
+/// object (its UID), never someone else's namesake.
+pub async fn delete(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Result<Deletion> {
+    let uid = match ownership::of(cluster, manifest).await? {
+        Ownership::Absent => return Ok(Deletion::Absent),
+        Ownership::Foreign => return Ok(Deletion::Foreign),
+        Ownership::Ours { uid } => uid,
     };
-    result.map_err(|e| cluster.explain(e, &format!("deleting {}", manifest.describe())))
+    let (resource, namespace) = manifest.api_resource();
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(cluster.client.clone(), ns, &resource),
+        None => Api::all_with(cluster.client.clone(), &resource),
+    };
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(manifest.name(), &params).await {
+        Ok(_) => Ok(Deletion::Deleted { uid }),
+        // Gone meanwhile (404), or replaced by a namesake (409).
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Deletion::Absent),
+        Err(e) => Err(cluster.explain(e, &format!("deleting {}", manifest.describe()))),
+    }
 }
 
 fn namespaced<K>(client: kube::Client, obj: &K) -> Api<K>
@@ -94,37 +118,4 @@ where
         Some(rv) if after.resource_version().as_ref() == Some(&rv) => Change::Unchanged,
         Some(_) => Change::Configured,
     })
-}
-
-async fn delete_from<K>(api: Api<K>, obj: &K) -> Result<bool, kube::Error>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    match api
-        .delete(&obj.name_any(), &DeleteParams::background())
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Polls `check` every 200 ms until it is true or `timeout` passes;
-/// false on timeout.
-pub async fn poll_until<F, Fut>(timeout: Duration, mut check: F) -> anyhow::Result<bool>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if check().await? {
-            return Ok(true);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(false);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }

@@ -1,0 +1,7 @@
+//! What every command does with a cluster's API: apply and delete our
+//! objects ([`apply`]), tell ours from someone else's ([`ownership`]), and
+//! wait for a state with a deadline ([`wait`]).
+
+pub mod apply;
+pub mod ownership;
+pub mod wait;
