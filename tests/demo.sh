@@ -23,7 +23,7 @@ for cluster in home foreign; do
   "$liqoctl" --kubeconfig "$("$testbed" get --dir .liqo-demo "$cluster" kubeconfig)" install \
     --cluster-name "$cluster" --cluster-labels "demo=true" \
     --pod-cidr "$("$testbed" get --dir .liqo-demo "$cluster" pod-cidr)" \
-    --node-selector testbed.liqo.io/host-process=true --yes
+    --node-selector testbed.liqo.io/host-process=true --toleration testbed.liqo.io/host-process=true:NoSchedule --yes
 done
 echo
 "$liqoctl" --kubeconfig .liqo-demo/home/kubeconfig info

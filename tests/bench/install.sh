@@ -18,7 +18,7 @@ trap '"$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true; rm -rf "$dir"' EX
 "$testbed" up --dir "$dir/tb" --cluster bench --nodes 1 >/dev/null
 export KUBECONFIG="$dir/tb/bench/kubeconfig"
 flags=(--cluster-id bench --pod-cidr 10.201.0.0/16 --service-cidr 10.101.0.0/16
-  --node-selector testbed.liqo.io/host-process=true --timeout 120)
+  --node-selector testbed.liqo.io/host-process=true --toleration testbed.liqo.io/host-process=true:NoSchedule --timeout 120)
 
 seconds() { # runs "$@" quietly, prints its wall time
   local start end

@@ -157,9 +157,13 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
         stuck.stderr
     );
     let pin = format!("--node-selector={}=true", liqo_testbed::HOST_PROCESS_LABEL);
+    let tolerate = format!(
+        "--toleration={}=true:NoSchedule",
+        liqo_testbed::HOST_PROCESS_TAINT
+    );
     let resumed = liqoctl(
         Some(kubeconfig),
-        &[&["install", &pin, "--timeout=60"], &cidrs[..]].concat(),
+        &[&["install", &pin, &tolerate, "--timeout=60"], &cidrs[..]].concat(),
     )
     .success();
     assert!(resumed.stdout.contains("updated on"), "{}", resumed.stdout);

@@ -1,11 +1,14 @@
-//! The host-process node runs the pods of agent images as real local
-//! processes: with the pod's environment and a pod-bound token of its
-//! service account, Ready only once its readiness probe answers, restarted
-//! when killed or unhealthy, stopped and removed when deleted; pods of other
-//! images are faked Running; nothing outlives the cluster.
+//! The host-process node runs the pods of allow-listed agent images as real
+//! local processes: with the pod's environment, volumes and a pod-bound
+//! token of its service account, Ready only once its readiness probe
+//! (HTTP or exec) passes, restarted when killed or unhealthy, stopped and
+//! removed when deleted; nothing outlives the cluster. It fails where a
+//! kubelet fails: other images do not pull, pods that do not tolerate its
+//! taint do not land on it, a missing Secret stops a container, a grpc probe
+//! never passes.
 //!
 //! The "agent" is a shell script in a folder of its own, standing for the
-//! freshly built agent binaries.
+//! freshly built agent binaries, allow-listed as image [`AGENT_IMAGE`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,16 +19,20 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerStatus, Namespace, Node, Pod, Secret, ServiceAccount,
+    ConfigMap, ContainerStatus, Event, Namespace, Node, Pod, Secret, ServiceAccount,
 };
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use liqo_e2e::{process_running, wait_for};
-use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, KWOK_ANNOTATION, Testbed};
+use liqo_testbed::{
+    Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, KWOK_ANNOTATION, Testbed,
+};
 use serde_json::json;
 
 const NS: &str = "agents";
 const ACCOUNT: &str = "test-agent";
+/// The stand-in agent's image repository, allow-listed for the test.
+const AGENT_IMAGE: &str = "example.test/test-agent";
 
 /// Stands for an agent: says who it is, how it was called and with what
 /// environment, waits for the test's go-ahead, then answers HTTP (its
@@ -34,8 +41,8 @@ const AGENT: &str = r#"#!/bin/bash
 echo "pod=$POD_NAME namespace=$POD_NAMESPACE ip=$POD_IP args=$*"
 env | sed 's/^/env: /'
 until [ -e "$GATE" ]; do sleep 0.2; done
-echo "serving on $POD_IP:8080"
-exec python3 -m http.server --bind "$POD_IP" 8080
+echo "serving ${SERVE_DIR:-.} on $POD_IP:8080"
+exec python3 -m http.server --bind "$POD_IP" --directory "${SERVE_DIR:-.}" 8080
 "#;
 
 /// A folder of "agent binaries", removed with the test.
@@ -126,10 +133,14 @@ where
         .await?)
 }
 
-/// What a pod needs to land on the host node.
+/// What a pod needs to land on the host node: to select it and to tolerate
+/// its taint.
 fn on_host_node() -> serde_json::Value {
     json!({
         "nodeSelector": { HOST_PROCESS_LABEL: "true" },
+        "tolerations": [{
+            "key": HOST_PROCESS_TAINT, "operator": "Equal", "value": "true", "effect": "NoSchedule",
+        }],
     })
 }
 
@@ -159,6 +170,13 @@ async fn host_node_is_registered(cluster: &Cluster) -> Result<()> {
         "kwok must not manage it"
     );
     let spec = node.spec.context("node without spec")?;
+    let taints = spec.taints.clone().unwrap_or_default();
+    assert!(
+        taints.iter().any(|t| t.key == HOST_PROCESS_TAINT
+            && t.value.as_deref() == Some("true")
+            && t.effect == "NoSchedule"),
+        "not tainted: {taints:?}"
+    );
     assert!(
         spec.pod_cidr.is_some(),
         "the controller-manager gives it a pod CIDR"
@@ -187,6 +205,338 @@ async fn host_node_is_registered(cluster: &Cluster) -> Result<()> {
     let lease = lease.spec.context("lease without spec")?;
     assert_eq!(lease.holder_identity.as_deref(), Some(name));
     assert_eq!(lease.lease_duration_seconds, Some(40));
+    Ok(())
+}
+
+/// The reason a pod's first container waits, if it does.
+fn waiting_reason(pod: &Pod) -> Option<(String, String)> {
+    let waiting = container(pod)?.state.as_ref()?.waiting.as_ref()?;
+    Some((
+        waiting.reason.clone().unwrap_or_default(),
+        waiting.message.clone().unwrap_or_default(),
+    ))
+}
+
+fn phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.phase.as_deref()
+}
+
+/// `reason: message` of the events of pod `name`.
+async fn events(client: &kube::Client, namespace: &str, name: &str) -> Result<Vec<String>> {
+    let list = Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default()
+            )
+        })
+        .collect())
+}
+
+/// The body of `GET path` from `ip:8080` (the stand-in agent's server).
+fn http_get(ip: &str, path: &str) -> Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect((ip, 8080))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n")?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let (head, body) = answer.split_once("\r\n\r\n").context("no HTTP answer")?;
+    ensure!(head.starts_with("HTTP/1.0 200"), "GET {path}: {head}");
+    Ok(body.to_owned())
+}
+
+/// Waits until `check` holds of pod `name`, and returns the pod.
+async fn wait_pod(
+    pods: &Api<Pod>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&Pod) -> bool,
+) -> Result<Pod> {
+    let check = &check;
+    wait_for(what, Duration::from_secs(30), || {
+        let pods = pods.clone();
+        async move { Ok(pods.get_opt(name).await?.as_ref().is_some_and(check)) }
+    })
+    .await?;
+    Ok(pods.get(name).await?)
+}
+
+/// The host node fails where a kubelet fails, and does what it says.
+async fn fails_like_a_kubelet(cluster: &Cluster) -> Result<()> {
+    const HONEST: &str = "honest";
+    let client = cluster.client().await?;
+    create(
+        &Api::<Namespace>::all(client.clone()),
+        json!({ "metadata": { "name": HONEST } }),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), HONEST);
+    let agent = |name: &str, extra: serde_json::Value| {
+        let mut container = json!({
+            "name": "agent",
+            "image": format!("{AGENT_IMAGE}:1"),
+            "env": [
+                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+                { "name": "GATE", "value": "/" },
+            ],
+        });
+        for (key, value) in extra.as_object().into_iter().flatten() {
+            container[key] = value.clone();
+        }
+        let mut spec = on_host_node();
+        spec["terminationGracePeriodSeconds"] = json!(2);
+        spec["containers"] = json!([container]);
+        json!({ "metadata": { "name": name }, "spec": spec })
+    };
+
+    // An image that is not on the allow-list does not pull: ErrImagePull,
+    // then ImagePullBackOff, Pending, never Ready, no process.
+    let mut web_spec = on_host_node();
+    web_spec["containers"] = json!([{ "name": "web", "image": "nginx:1.27" }]);
+    create(
+        &pods,
+        json!({ "metadata": { "name": "web" }, "spec": web_spec }),
+    )
+    .await?;
+    let web = wait_pod(&pods, "web", "nginx to back off pulling", |p| {
+        waiting_reason(p).is_some_and(|(r, _)| r == "ImagePullBackOff")
+    })
+    .await?;
+    let (_, message) = waiting_reason(&web).context("not waiting")?;
+    assert!(
+        message.contains("not on the host-process node's allow-list"),
+        "{message}"
+    );
+    assert_eq!(phase(&web), Some("Pending"));
+    assert!(!is_ready(&web));
+    assert_eq!(container(&web).and_then(pid), None, "no process for nginx");
+    let told = events(&client, HONEST, "web").await?;
+    assert!(
+        told.iter()
+            .any(|e| e.starts_with("Failed: Failed to pull image \"nginx:1.27\"")),
+        "no ErrImagePull event: {told:?}"
+    );
+
+    // A pod that does not tolerate the taint does not land on the host
+    // node: pinned there, it stays Pending; free, it goes to a kwok node.
+    let mut untolerated = on_host_node();
+    untolerated
+        .as_object_mut()
+        .context("spec")?
+        .remove("tolerations");
+    untolerated["containers"] = json!([{ "name": "agent", "image": format!("{AGENT_IMAGE}:1") }]);
+    create(
+        &pods,
+        json!({ "metadata": { "name": "untolerated" }, "spec": untolerated }),
+    )
+    .await?;
+    create(
+        &pods,
+        json!({ "metadata": { "name": "anywhere" }, "spec": {
+            "containers": [{ "name": "agent", "image": format!("{AGENT_IMAGE}:1") }],
+        }}),
+    )
+    .await?;
+    let unscheduled = wait_pod(&pods, "untolerated", "the scheduler to refuse it", |p| {
+        (p.status.as_ref().and_then(|s| s.conditions.as_ref())).is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        })
+    })
+    .await?;
+    assert_eq!(unscheduled.spec.and_then(|s| s.node_name), None);
+    let anywhere = wait_pod(&pods, "anywhere", "the free pod to be scheduled", |p| {
+        p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+    })
+    .await?;
+    let node = anywhere.spec.and_then(|s| s.node_name).context("no node")?;
+    assert_eq!(
+        node,
+        format!("{}-worker-0", cluster.name()),
+        "not on a kwok node"
+    );
+
+    // Exec probes run: `false` keeps the container unready (and says so),
+    // whereas it runs; a grpc probe is refused loudly.
+    let readiness = |probe: serde_json::Value| {
+        json!({ "readinessProbe": {
+            "exec": { "command": probe }, "periodSeconds": 1, "failureThreshold": 1,
+        }})
+    };
+    create(&pods, agent("exec-false", readiness(json!(["false"])))).await?;
+    create(
+        &pods,
+        agent(
+            "grpc",
+            json!({ "readinessProbe": { "grpc": { "port": 8080 }, "periodSeconds": 1 } }),
+        ),
+    )
+    .await?;
+
+    // Secret and ConfigMap volumes are files at their mount paths, for the
+    // process only; updates show; the service-account volume is there too.
+    let mount_root = PathBuf::from(format!("/run/liqo-hostnode-test-{}", std::process::id()));
+    ensure!(!mount_root.exists(), "{} exists", mount_root.display());
+    let at = |sub: &str| mount_root.join(sub).display().to_string();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), HONEST);
+    create(
+        &secrets,
+        json!({ "metadata": { "name": "files" }, "stringData": { "word": "swordfish", "other": "x" } }),
+    )
+    .await?;
+    create(
+        &Api::<ConfigMap>::namespaced(client.clone(), HONEST),
+        json!({ "metadata": { "name": "files" }, "data": { "greeting": "hello", "farewell": "bye" } }),
+    )
+    .await?;
+    let token = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let check = format!(
+        "test \"$(cat {})\" = hello && test -s {token}/token && test \"$(cat {token}/namespace)\" = {HONEST}",
+        at("config/greeting")
+    );
+    let mut volumes = agent(
+        "volumes",
+        json!({
+            "env": [
+                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+                { "name": "GATE", "value": "/" },
+                { "name": "SERVE_DIR", "value": at("") },
+            ],
+            "volumeMounts": [
+                { "name": "secret", "mountPath": at("secret"), "readOnly": true },
+                { "name": "config", "mountPath": at("config") },
+            ],
+            "readinessProbe": {
+                "exec": { "command": ["sh", "-c", check] }, "periodSeconds": 1, "failureThreshold": 1,
+            },
+        }),
+    );
+    volumes["spec"]["volumes"] = json!([
+        { "name": "secret", "secret": {
+            "secretName": "files", "items": [{ "key": "word", "path": "dir/word", "mode": 0o600 }],
+        }},
+        { "name": "config", "configMap": { "name": "files" } },
+    ]);
+    create(&pods, volumes).await?;
+
+    // A Secret that is missing stops the container, unless optional.
+    let mut no_secret = agent("no-secret", json!({}));
+    no_secret["spec"]["volumes"] = json!([{ "name": "s", "secret": { "secretName": "nope" } }]);
+    create(&pods, no_secret).await?;
+    // Init containers are refused, not skipped.
+    let mut init = agent("init", json!({}));
+    init["spec"]["initContainers"] =
+        json!([{ "name": "init", "image": format!("{AGENT_IMAGE}:1") }]);
+    create(&pods, init).await?;
+
+    let volumes = wait_pod(&pods, "volumes", "the volumes pod to be Ready", is_ready).await?;
+    let ip = pod_ip(&volumes).context("no pod IP")?.to_owned();
+    // Ready by its exec probe, which does not wait for the server.
+    wait_for("the volumes pod's server", Duration::from_secs(10), || {
+        let ip = ip.clone();
+        async move { Ok(std::net::TcpStream::connect((ip.as_str(), 8080)).is_ok()) }
+    })
+    .await?;
+    assert_eq!(http_get(&ip, "/secret/dir/word")?, "swordfish");
+    assert_eq!(http_get(&ip, "/config/farewell")?, "bye");
+    assert!(
+        http_get(&ip, "/secret/other").is_err(),
+        "items choose the keys"
+    );
+    for sub in ["secret", "config"] {
+        let seen = std::fs::read_dir(mount_root.join(sub))?.count();
+        assert_eq!(seen, 0, "the host sees the mount on {sub}");
+    }
+    let updated = Instant::now();
+    secrets
+        .patch(
+            "files",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "stringData": { "word": "marlin" } })),
+        )
+        .await?;
+    wait_for(
+        "the updated secret in the file",
+        Duration::from_secs(10),
+        || {
+            let ip = ip.clone();
+            async move { Ok(http_get(&ip, "/secret/dir/word").is_ok_and(|w| w == "marlin")) }
+        },
+    )
+    .await?;
+    eprintln!(
+        "secret update seen in {:.1}s",
+        updated.elapsed().as_secs_f64()
+    );
+
+    let no_secret = wait_pod(&pods, "no-secret", "the missing secret to stop it", |p| {
+        waiting_reason(p).is_some_and(|(r, _)| r == "CreateContainerConfigError")
+    })
+    .await?;
+    let (_, message) = waiting_reason(&no_secret).context("not waiting")?;
+    assert!(message.contains("nope"), "{message}");
+    let init = wait_pod(&pods, "init", "init containers to be refused", |p| {
+        waiting_reason(p).is_some_and(|(r, _)| r == "CreateContainerConfigError")
+    })
+    .await?;
+    let (_, message) = waiting_reason(&init).context("not waiting")?;
+    assert!(message.contains("init containers"), "{message}");
+
+    // By now the unready ones have had many probes.
+    for name in ["exec-false", "grpc"] {
+        let pod = pods.get(name).await?;
+        assert!(
+            container(&pod).and_then(pid).is_some(),
+            "{name} does not run"
+        );
+        assert!(!is_ready(&pod), "{name} is Ready");
+    }
+    let told = events(&client, HONEST, "exec-false").await?;
+    assert!(
+        told.iter().any(|e| e.starts_with("Unhealthy: Readiness probe failed: command [\"false\"] exited")),
+        "no probe failure event: {told:?}"
+    );
+    let grpc = pods.get("grpc").await?;
+    let ready = (grpc.status.as_ref().and_then(|s| s.conditions.as_ref()))
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .context("no Ready condition")?;
+    let message = ready.message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("grpc probes are not supported on the host-process node"),
+        "{message}"
+    );
+
+    // Gone with its pods: the namespace, and the mount points made for them.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.delete(HONEST, &DeleteParams::default()).await?;
+    wait_for(
+        "the honest namespace to be gone",
+        Duration::from_secs(60),
+        || {
+            let namespaces = namespaces.clone();
+            async move { Ok(namespaces.get_opt(HONEST).await?.is_none()) }
+        },
+    )
+    .await?;
+    wait_for(
+        "the mount points to be removed",
+        Duration::from_secs(10),
+        || {
+            let gone = !mount_root.exists();
+            async move { Ok(gone) }
+        },
+    )
+    .await?;
     Ok(())
 }
 
@@ -238,7 +588,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     pod_spec["terminationGracePeriodSeconds"] = json!(5);
     pod_spec["containers"] = json!([{
         "name": "agent",
-        "image": "example.test/test-agent:1",
+        "image": format!("{AGENT_IMAGE}:1"),
         "args": ["--greeting=$(GREETING)", "--escaped=$$(GREETING)", "--unknown=$(NOPE)"],
         "ports": [{ "name": "http", "containerPort": 8080 }],
         "env": [
@@ -435,37 +785,12 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
         .context("no lastState.terminated")?;
     assert_eq!(last.exit_code, 137, "128 + SIGKILL");
 
-    // An image that is not an agent is faked Running, with no process.
-    let mut web_spec = on_host_node();
-    web_spec["containers"] = json!([{ "name": "web", "image": "nginx:1.27" }]);
-    create(
-        &pods,
-        json!({ "metadata": { "name": "web" }, "spec": web_spec }),
-    )
-    .await?;
-    wait_for("the faked pod to be Ready", Duration::from_secs(30), || {
-        let pods = pods.clone();
-        async move { Ok(pods.get_opt("web").await?.is_some_and(|p| is_ready(&p))) }
-    })
-    .await?;
-    let web = pods.get("web").await?;
-    assert_eq!(
-        web.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Running")
-    );
-    let web_ip = pod_ip(&web).context("faked pod without IP")?;
-    assert!(
-        web_ip.starts_with("127.") && web_ip != ip,
-        "faked pod IP {web_ip}"
-    );
-    assert_eq!(container(&web).and_then(pid), None, "no process for nginx");
-
     // A container that fails its liveness probe is stopped (SIGTERM) and
     // restarted.
     let mut unhealthy_spec = on_host_node();
     unhealthy_spec["containers"] = json!([{
         "name": "agent",
-        "image": "example.test/test-agent:1",
+        "image": format!("{AGENT_IMAGE}:1"),
         "env": [
             { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
             { "name": "GATE", "value": gate.display().to_string() },
@@ -500,7 +825,6 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     deployments
         .delete("test-agent", &DeleteParams::default())
         .await?;
-    pods.delete("web", &DeleteParams::default()).await?;
     pods.delete("unhealthy", &DeleteParams::default()).await?;
     wait_for("the pods to be gone", Duration::from_secs(60), || {
         let pods = pods.clone();
@@ -537,7 +861,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     let mut spec = on_host_node();
     spec["containers"] = json!([{
         "name": "agent",
-        "image": "example.test/test-agent:1",
+        "image": format!("{AGENT_IMAGE}:1"),
         "env": [
             { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
             { "name": "GATE", "value": gate.display().to_string() },
@@ -570,11 +894,14 @@ async fn host_node_runs_agent_pods_as_processes() -> Result<()> {
     let mut spec = ClusterSpec::new("hostnode", 7);
     spec.nodes = 1;
     spec.agent_bin_dir = Some(bin.0.clone());
+    spec.host_images
+        .insert(AGENT_IMAGE.to_owned(), "test-agent".to_owned());
     let testbed = Testbed::start(vec![spec]).await?;
     let cluster = &testbed.clusters()[0];
 
     let result = async {
         host_node_is_registered(cluster).await?;
+        fails_like_a_kubelet(cluster).await?;
         agent_lifecycle(cluster, &gate).await
     }
     .await;
@@ -591,4 +918,22 @@ async fn host_node_runs_agent_pods_as_processes() -> Result<()> {
         assert!(!process_running(pid), "agent {pid} outlived the cluster");
     }
     Ok(())
+}
+
+#[test]
+fn the_default_allow_list_holds_the_agents_images() {
+    let images = liqo_testbed::default_host_images();
+    assert_eq!(
+        images
+            .get(liqo_api::names::GATEWAY_IMAGE)
+            .map(String::as_str),
+        Some("liqo-gateway")
+    );
+    assert_eq!(
+        images
+            .get(liqo_api::names::VIRTUAL_KUBELET_IMAGE)
+            .map(String::as_str),
+        Some("liqo-virtual-kubelet")
+    );
+    assert_eq!(images.len(), 2);
 }

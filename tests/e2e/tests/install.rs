@@ -14,7 +14,7 @@ use kube::discovery::{Discovery, verbs};
 use liqo_api::names;
 use liqo_api::resources::{ForeignCluster, NamespaceOffloading};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, Testbed};
+use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 use serde_json::json;
 
 /// Prints the agents' logs if the test fails while it is alive.
@@ -143,6 +143,7 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
     let kubeconfig = cluster.kubeconfig_path();
     let client = cluster.client().await?;
     let pin = format!("--node-selector={HOST_PROCESS_LABEL}=true");
+    let tolerate = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
     let install = [
         "install",
         "--cluster-id=home-1",
@@ -151,6 +152,7 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
         "--pod-cidr=10.201.0.0/16",
         "--service-cidr=10.101.0.0/16",
         &pin,
+        &tolerate,
         "--timeout=60",
     ];
 

@@ -3,6 +3,7 @@
 //! host-process node (see [`crate::hostnode`]), all on loopback, all stopped
 //! when the [`Cluster`] is dropped.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -40,10 +41,15 @@ pub struct ClusterSpec {
     /// The cluster's service CIDR.
     pub service_cidr: String,
     /// A folder of agent binaries. When set, the cluster gets a
-    /// host-process node, `<name>-host`, that runs the pods whose image
-    /// names one of them as local processes.
+    /// host-process node, `<name>-host`, that runs the pods of the images of
+    /// [`Self::host_images`] as local processes.
     #[serde(default)]
     pub agent_bin_dir: Option<PathBuf>,
+    /// The host-process node's allow-list: image repository (no tag or
+    /// digest) → the binary of `agent_bin_dir` it runs. Pods of other images
+    /// fail to pull there. [`crate::default_host_images`] by default.
+    #[serde(default = "crate::default_host_images")]
+    pub host_images: BTreeMap<String, String>,
 }
 
 impl ClusterSpec {
@@ -59,6 +65,7 @@ impl ClusterSpec {
             pod_cidr: format!("10.{}.0.0/16", 200u16 + u16::from(index)),
             service_cidr: format!("10.{}.0.0/16", 100u16 + u16::from(index)),
             agent_bin_dir: None,
+            host_images: crate::default_host_images(),
         }
     }
 
@@ -327,6 +334,7 @@ impl Cluster {
                 server: server.clone(),
                 ca_pem: ca.pair().cert.clone(),
                 bin_dir: absolute(bin_dir)?,
+                images: spec.host_images.clone(),
                 pods_dir: absolute(&dir.join("pods"))?,
                 subnet: hostnode::loopback_subnet(api_port),
             };

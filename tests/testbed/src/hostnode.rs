@@ -1,14 +1,50 @@
 //! The host-process node: one extra node per test cluster, `<cluster>-host`,
-//! on which the pods whose image names a binary of the agents' folder run
-//! as real local processes, with the Kubernetes credentials of their
-//! service account, so that the in-cluster agents really run in tests under
-//! the RBAC their manifests give them. Pods whose images are not there are
-//! faked, as kwok fakes them.
+//! on which the pods of allow-listed images run as real local processes
+//! (the freshly built agent binaries), with the Kubernetes credentials of
+//! their service account, so that the in-cluster agents really run in tests
+//! under the RBAC their manifests give them.
 //!
-//! It is a small kubelet. It owns the Node, its Lease, the pods bound to the
-//! node (their processes, status and final deletion) and the files under
-//! `<cluster dir>/pods/` (each container's log, each pod's token, kubeconfig
-//! and working folder). It touches no other node and no other pod.
+//! It is a small kubelet, and a test node that does not lie: where it
+//! cannot do what a pod asks, the pod fails as it would on a real node,
+//! rather than pretend to run. It owns the Node, its Lease, the pods bound
+//! to the node (their processes, volumes, status, events and final
+//! deletion), the files under `<cluster dir>/pods/` (each container's log,
+//! each pod's token, kubeconfig, volumes and working folder) and the mount
+//! points it makes on the host. It touches no other node and no other pod.
+//!
+//! What it does as a kubelet does:
+//! - Images: an explicit allow-list (`ClusterSpec::host_images`, image
+//!   repository without tag or digest → binary of the agent folder; by
+//!   default [`default_host_images`]) says what runs. Any other image, or
+//!   an allow-listed one whose binary was not built, fails to pull: the
+//!   container waits in `ErrImagePull`, then `ImagePullBackOff`, the pod is
+//!   Pending and never Ready, and a `Failed` event says why.
+//! - Scheduling: the node is tainted [`HOST_PROCESS_TAINT`]`=true:NoSchedule`
+//!   and labelled [`HOST_PROCESS_LABEL`]`=true`; a pod meant for it selects
+//!   the label and tolerates the taint (`liqoctl install --node-selector …
+//!   --toleration …`), and no other pod lands on it.
+//! - Containers get their args (`$(VAR)` expanded), env (values, downward
+//!   API, ConfigMap and Secret keys), `workingDir` (a folder of the host)
+//!   and volumes; a missing ConfigMap, Secret or key that is not optional
+//!   leaves them waiting in `CreateContainerConfigError`.
+//! - Volumes: `secret`, `configMap`, `downwardAPI`, `emptyDir` and
+//!   `projected` (of those and `serviceAccountToken`, such as the
+//!   `kube-api-access-…` volume every pod gets) are folders
+//!   `<pod dir>/volumes/<volume>/`, with `items`, modes and `optional`
+//!   honoured, kept up to date every second (each changed file written
+//!   aside and renamed over). Each process runs in a mount namespace of its
+//!   own, private, where each `volumeMount` is bound over its `mountPath`
+//!   (read-only if asked; `subPath` and `subPathExpr` too), so only it sees
+//!   them. A missing mount point is made on the host (and removed once no
+//!   pod needs it), as a container runtime makes one in the image.
+//! - Probes: `httpGet`, `tcpSocket` and `exec` startup, readiness and
+//!   liveness probes are checked with their timing and thresholds; an exec
+//!   probe runs its command as the container runs (environment, folder,
+//!   mounts), within `timeoutSeconds`. Failures are told in `Unhealthy`
+//!   events; failed startup and liveness probes restart the container.
+//! - Restarts follow the restart policy, with back-off; deletion stops the
+//!   processes (SIGTERM, then SIGKILL after the grace period, at most 10s)
+//!   and removes the pod.
 //!
 //! How it differs from a kubelet:
 //! - It runs on a thread of its own, with its own runtime: the kernel kills
@@ -16,6 +52,10 @@
 //!   never outlive the node, whatever runtime the caller uses.
 //! - State is in memory and the loop polls: every [`TICK`] it lists the
 //!   node's pods and converges each on what its spec asks for.
+//! - A process sees the host's whole file system (with its volumes bound in
+//!   its own mount namespace), runs as the harness' user (root), shares the
+//!   host's network, and is given the service-account credentials through
+//!   `KUBECONFIG` (with a pod-bound token) besides the mounted token.
 //! - Pod IPs are loopback addresses, which all route to `lo` on Linux: each
 //!   node hands out `127.H.L.2`, `127.H.L.3`, … where `H.L` is its API
 //!   server's port, so the /24 is unique to the cluster among the clusters
@@ -25,28 +65,31 @@
 //!   must use its pod IP. Processes share the host's network, so an agent
 //!   must bind its pod IP (`$(POD_IP)`) rather than `0.0.0.0` for two
 //!   clusters' agents not to clash.
-//! - The node is not tainted: it takes any pod, as `liqoctl install
-//!   --node-selector` expects of a real node. A pod meant for it selects
-//!   [`HOST_PROCESS_LABEL`]; a workload meant for kwok nodes selects
-//!   `type=kwok`. Pods whose images are not agents are faked, as kwok does.
-//! - Not supported: volumes (the service-account credentials come through
-//!   `KUBECONFIG` instead of a mounted token), init containers (ignored),
-//!   `exec` and `grpc` probes (they pass), `resourceFieldRef` environment
-//!   variables, HTTPS probes (they fail).
+//! - Not supported, and refused rather than ignored: init containers,
+//!   lifecycle hooks, other kinds of volume (`hostPath`, PVCs, …),
+//!   `resourceFieldRef`, mount propagation, a `workingDir` that is not a
+//!   folder of the host (the container waits in
+//!   `CreateContainerConfigError`, saying what is not supported); `grpc`
+//!   probes (the container never becomes Ready: the pod's Ready condition
+//!   says "grpc probes are not supported on the host-process node"; a grpc
+//!   liveness probe is not checked); HTTPS probes (they fail, saying so).
+//!   Ignored: resources, security contexts, `emptyDir` size limits.
 
 mod env;
 mod node;
 mod pod;
 mod probe;
+mod volume;
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
@@ -59,6 +102,29 @@ use pod::{Context, PodRuntime};
 
 /// The label (`true`) of host-process nodes.
 pub const HOST_PROCESS_LABEL: &str = "testbed.liqo.io/host-process";
+/// The key of the taint (`true:NoSchedule`) of host-process nodes: only
+/// pods that tolerate it land there, as only pods meant for a special node
+/// land on a tainted one.
+pub const HOST_PROCESS_TAINT: &str = "testbed.liqo.io/host-process";
+
+/// The images the host-process node runs unless told otherwise: image
+/// repository (no tag or digest) → the binary of the agent folder it
+/// stands for. Pods of any other image fail to pull. The repositories are
+/// `liqo_api::names::{GATEWAY_IMAGE, VIRTUAL_KUBELET_IMAGE}`, spelt out so
+/// that the testbed does not build the API crate (an e2e test checks they
+/// agree).
+pub fn default_host_images() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "ghcr.io/liqo-rs/liqo-gateway".to_owned(),
+            "liqo-gateway".to_owned(),
+        ),
+        (
+            "ghcr.io/liqo-rs/liqo-virtual-kubelet".to_owned(),
+            "liqo-virtual-kubelet".to_owned(),
+        ),
+    ])
+}
 
 /// How often the loop looks at the node's pods.
 const TICK: Duration = Duration::from_millis(400);
@@ -84,8 +150,10 @@ pub(crate) struct HostNodeConfig {
     /// The API server's URL and CA, for the pods' kubeconfigs.
     pub(crate) server: String,
     pub(crate) ca_pem: String,
-    /// The binaries that images name.
+    /// The binaries that images stand for.
     pub(crate) bin_dir: PathBuf,
+    /// The allow-list: image repository → binary of `bin_dir`.
+    pub(crate) images: BTreeMap<String, String>,
     pub(crate) pods_dir: PathBuf,
     /// The first three bytes of the pods' addresses.
     pub(crate) subnet: [u8; 3],
@@ -216,6 +284,9 @@ struct Kubelet {
     status_posted: Instant,
     pods: HashMap<String, PodRuntime>,
     ips: IpPool,
+    /// The mount points made on the host for the pods' volumes, parents
+    /// first, removed once no pod needs them.
+    created: std::cell::RefCell<Vec<PathBuf>>,
 }
 
 impl Kubelet {
@@ -252,6 +323,7 @@ impl Kubelet {
             lease_renewed: Instant::now(),
             status_posted: Instant::now(),
             pods: HashMap::new(),
+            created: std::cell::RefCell::new(Vec::new()),
             http,
             client,
             config,
@@ -340,7 +412,9 @@ impl Kubelet {
             client: &self.client,
             http: &self.http,
             config: &self.config,
+            created: &self.created,
         };
+        let count = self.pods.len();
         let mut seen = HashSet::new();
         for pod in &listed.items {
             let (Some(uid), Some(namespace), Some(name)) = (
@@ -364,11 +438,12 @@ impl Kubelet {
                 }
             };
             runtime.sync(pod, &ctx).await;
+            post_events(&self.client, node, pod, runtime.take_events()).await;
 
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             if pod.metadata.deletion_timestamp.is_some() {
                 if runtime.is_stopped() && delete(&pods, name, uid).await {
-                    tracing::info!(%node, pod = %format!("{namespace}/{name}"), fake = runtime.is_fake(), "deleted");
+                    tracing::info!(%node, pod = %format!("{namespace}/{name}"), "deleted");
                     let ip = runtime.ip();
                     self.pods.remove(uid);
                     self.ips.give_back(ip);
@@ -402,7 +477,19 @@ impl Kubelet {
                 self.ips.give_back(entry.remove().ip());
             }
         }
+        if self.pods.len() < count {
+            self.remove_unused_mount_points();
+        }
         Ok(())
+    }
+
+    /// Removes the mount points the node made that no pod uses any more.
+    fn remove_unused_mount_points(&self) {
+        let in_use: BTreeSet<PathBuf> = (self.pods.values())
+            .flat_map(PodRuntime::mount_targets)
+            .map(Path::to_owned)
+            .collect();
+        volume::remove_created(&mut self.created.borrow_mut(), &in_use);
     }
 
     /// Stops every process of the node at once.
@@ -411,6 +498,8 @@ impl Kubelet {
             self.pods.values_mut().flat_map(PodRuntime::processes_mut),
             SHUTDOWN_GRACE,
         );
+        self.pods.clear();
+        self.remove_unused_mount_points();
         tracing::info!(node = %self.config.node_name, "host-process node stopped");
     }
 }
@@ -439,6 +528,51 @@ async fn delete(pods: &Api<Pod>, name: &str, uid: &str) -> bool {
         Err(e) => {
             tracing::warn!(pod = %name, "deleting: {e}");
             false
+        }
+    }
+}
+
+/// Tells what happened to `pod`'s containers with Events, as a kubelet does;
+/// an event that cannot be posted is only logged.
+async fn post_events(client: &kube::Client, node: &str, pod: &Pod, events: Vec<pod::Event>) {
+    if events.is_empty() {
+        return;
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    for event in events {
+        let now = Timestamp::now();
+        let object = json!({
+            "metadata": { "generateName": format!("{name}.") },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": name,
+                "uid": pod.metadata.uid,
+                "fieldPath": format!("spec.containers{{{}}}", event.container),
+            },
+            "type": if event.warning { "Warning" } else { "Normal" },
+            "reason": event.reason,
+            "message": event.message,
+            "source": { "component": "kubelet", "host": node },
+            "reportingComponent": "kubelet",
+            "reportingInstance": node,
+            "firstTimestamp": Time(now),
+            "lastTimestamp": Time(now),
+            "count": 1,
+        });
+        let posted = match serde_json::from_value::<Event>(object) {
+            Ok(object) => api
+                .create(&PostParams::default(), &object)
+                .await
+                .err()
+                .map(|e| e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(e) = posted {
+            tracing::warn!(%node, pod = %format!("{namespace}/{name}"), reason = event.reason, "posting an event: {e}");
         }
     }
 }
@@ -514,8 +648,10 @@ enum StartError {
         #[source]
         source: kube::Error,
     },
-    #[error("unsupported: {0}")]
+    #[error("{0} is not supported on the host-process node")]
     Unsupported(String),
+    #[error("{0}")]
+    Pull(String),
     #[error("requesting a token for service account {account}")]
     Token {
         account: String,
@@ -543,6 +679,7 @@ impl StartError {
     fn reason(&self) -> &'static str {
         match self {
             Self::NoBinary { .. } | Self::Spawn { .. } => "RunContainerError",
+            Self::Pull(_) => "ErrImagePull",
             _ => "CreateContainerConfigError",
         }
     }

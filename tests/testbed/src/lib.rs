@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 pub use cluster::{
     Cluster, ClusterSpec, KWOK_ANNOTATION, ProcessInfo, client_from_kubeconfig, kubeconfig_yaml,
 };
-pub use hostnode::HOST_PROCESS_LABEL;
+pub use hostnode::{HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, default_host_images};
 pub use pki::Pair;
 pub use process::{agent_processes, resident_bytes, tail};
 pub use toolchain::{BINARIES, Toolchain};

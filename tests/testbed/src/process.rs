@@ -124,7 +124,7 @@ pub fn tail(path: &Path, lines: usize) -> String {
 /// Makes the kernel kill the child when the thread that spawned it ends, so
 /// that a crashed or killed test run leaves no control plane behind.
 #[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec and only
     // makes the async-signal-safe prctl(2) system call.
@@ -133,6 +133,111 @@ fn die_with_parent(cmd: &mut Command) {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
         });
     }
+}
+
+/// A folder (or file) of the host bound over a path of a child's own view
+/// of the file system.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BindMount {
+    pub(crate) source: PathBuf,
+    /// Must exist, and be of the same kind as `source`.
+    pub(crate) target: PathBuf,
+    pub(crate) read_only: bool,
+}
+
+/// Makes the child run in a mount namespace of its own, where `mounts` are
+/// bound in order (a folder before what is mounted inside it): the host
+/// sees none of them, and they go with the child. Nothing to do without
+/// mounts. Needs root (CAP_SYS_ADMIN).
+#[allow(unsafe_code)]
+pub(crate) fn with_mounts(cmd: &mut Command, mounts: &[BindMount]) -> std::io::Result<()> {
+    use std::ffi::{CStr, CString};
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::os::unix::process::CommandExt;
+
+    use nix::mount::{MsFlags, mount};
+    use nix::sched::{CloneFlags, unshare};
+
+    if mounts.is_empty() {
+        return Ok(());
+    }
+    let c_path = |path: &Path| {
+        CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} holds a NUL byte", path.display()),
+            )
+        })
+    };
+    // Made before the fork: the child must not allocate.
+    let mounts: Vec<(CString, CString, bool)> = mounts
+        .iter()
+        .map(|m| Ok((c_path(&m.source)?, c_path(&m.target)?, m.read_only)))
+        .collect::<std::io::Result<_>>()?;
+    const NONE: Option<&CStr> = None;
+    // SAFETY: the closure runs in the forked child before exec; it only
+    // makes the unshare(2) and mount(2) system calls, with C strings made
+    // before the fork (nix passes a `CStr` as it is, without allocating).
+    unsafe {
+        cmd.pre_exec(move || {
+            unshare(CloneFlags::CLONE_NEWNS)?;
+            // Private, so that the binds below never reach the host's view.
+            mount(
+                NONE,
+                c"/",
+                NONE,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                NONE,
+            )?;
+            for (source, target, read_only) in &mounts {
+                mount(
+                    Some(source.as_c_str()),
+                    target.as_c_str(),
+                    NONE,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    NONE,
+                )?;
+                if *read_only {
+                    // A bind mount takes its own flags only when remounted.
+                    mount(
+                        NONE,
+                        target.as_c_str(),
+                        NONE,
+                        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                        NONE,
+                    )?;
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
+/// Whether a process of the machine, in whatever mount namespace, has a
+/// mount on `path`: such a folder must not be removed, as removing a mount
+/// point of another namespace detaches that mount.
+pub(crate) fn mounted_anywhere(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    // mountinfo escapes spaces, tabs, newlines and backslashes in octal.
+    let mut wanted = Vec::new();
+    for b in path.as_os_str().as_bytes() {
+        match b {
+            b' ' | b'\t' | b'\n' | b'\\' => wanted.extend(format!("\\{b:03o}").bytes()),
+            _ => wanted.push(*b),
+        }
+    }
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .any(|pid| {
+            std::fs::read(format!("/proc/{pid}/mountinfo")).is_ok_and(|info| {
+                info.split(|b| *b == b'\n')
+                    .any(|line| line.split(|b| *b == b' ').nth(4) == Some(wanted.as_slice()))
+            })
+        })
 }
 
 /// Resident memory of a process in bytes, read from /proc (Linux only).
@@ -173,4 +278,45 @@ pub fn agent_processes(cluster_dir: &Path) -> Vec<super::ProcessInfo> {
         .collect();
     found.sort_by_key(|p| p.pid);
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mounts_are_seen_by_the_child_only() {
+        use std::os::unix::fs::MetadataExt as _;
+        // /proc/self belongs to the process's effective user.
+        if std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() != 0) {
+            eprintln!("skipped: mount namespaces need root");
+            return;
+        }
+        let root = tempfile::tempdir().expect("tempdir");
+        let source = root.path().join("source");
+        let target = root.path().join("target");
+        std::fs::create_dir_all(&source).expect("source");
+        std::fs::create_dir_all(&target).expect("target");
+        std::fs::write(source.join("key"), "value").expect("write");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!(
+            "cat {0}/key; touch {0}/new 2>/dev/null && echo writable || echo read-only",
+            target.display()
+        ));
+        let mounts = [BindMount {
+            source: source.clone(),
+            target: target.clone(),
+            read_only: true,
+        }];
+        with_mounts(&mut cmd, &mounts).expect("mounts");
+        let out = cmd.output().expect("run");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "valueread-only\n");
+        assert_eq!(
+            std::fs::read_dir(&target).expect("target").count(),
+            0,
+            "the host does not see the mount"
+        );
+        assert!(!mounted_anywhere(&target), "gone with the child");
+    }
 }

@@ -105,9 +105,26 @@ struct UpArgs {
     /// else the folder of this binary].
     #[arg(long)]
     agent_bin_dir: Option<PathBuf>,
+    /// Adds an image to the host-process node's allow-list: pods of image
+    /// repository REPOSITORY (no tag) run binary BINARY of the agent folder
+    /// (repeatable; liqo-gateway and liqo-virtual-kubelet are always listed).
+    #[arg(long = "host-image", value_name = "REPOSITORY=BINARY", value_parser = parse_host_image)]
+    host_images: Vec<(String, String)>,
     /// Seconds to wait for the clusters (`up` only).
     #[arg(long, default_value_t = 180)]
     timeout: u64,
+}
+
+/// `REPOSITORY=BINARY` of `--host-image`.
+fn parse_host_image(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((repository, binary))
+            if !repository.is_empty() && !binary.is_empty() && !repository.contains(['@', ' ']) =>
+        {
+            Ok((repository.to_owned(), binary.to_owned()))
+        }
+        _ => Err(format!("{value:?} is not REPOSITORY=BINARY")),
+    }
 }
 
 impl UpArgs {
@@ -130,6 +147,7 @@ impl UpArgs {
                 spec.node_memory.clone_from(&self.node_memory);
                 spec.node_pods = self.node_pods;
                 spec.agent_bin_dir.clone_from(&agent_bin_dir);
+                spec.host_images.extend(self.host_images.iter().cloned());
                 if self.same_pod_cidr {
                     spec.pod_cidr.clone_from(&first.pod_cidr);
                 }

@@ -21,13 +21,25 @@ const INHERITED: [&str; 4] = ["PATH", "HOME", "RUST_LOG", "RUST_BACKTRACE"];
 /// How long the service-account tokens given to pods last.
 pub(super) const TOKEN_SECONDS: i64 = 3600;
 
-/// The binary an image stands for: the last segment of its repository,
-/// without tag or digest (`ghcr.io/liqo-rs/liqo-gateway:0.1.0` names
-/// `liqo-gateway`).
-pub(super) fn image_binary(image: &str) -> &str {
+/// The repository of an image: without its tag or digest
+/// (`ghcr.io/liqo-rs/liqo-gateway:0.1.0` is `ghcr.io/liqo-rs/liqo-gateway`;
+/// the port of `localhost:5000/agent` is not a tag).
+pub(super) fn image_repository(image: &str) -> &str {
     let image = image.split('@').next().unwrap_or(image);
-    let last = image.rsplit('/').next().unwrap_or(image);
-    last.split(':').next().unwrap_or(last)
+    let last_segment = image.rfind('/').map_or(0, |at| at + 1);
+    match image[last_segment..].find(':') {
+        Some(colon) => &image[..last_segment + colon],
+        None => image,
+    }
+}
+
+/// The binary the allow-list `images` (repository → binary) gives for
+/// `image`, if it lists its repository.
+pub(super) fn allowed_binary<'a>(
+    images: &'a BTreeMap<String, String>,
+    image: &str,
+) -> Option<&'a str> {
+    images.get(image_repository(image)).map(String::as_str)
 }
 
 /// The executable file `name` in `dir`, if there is one. Names that are not
@@ -281,7 +293,7 @@ impl<'a> Sources<'a> {
 }
 
 /// A downward-API field of the pod.
-fn field_value(pod: &Pod, path: &str, pod_ip: Ipv4Addr) -> Result<String, StartError> {
+pub(super) fn field_value(pod: &Pod, path: &str, pod_ip: Ipv4Addr) -> Result<String, StartError> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let from_map = |map: Option<&BTreeMap<String, String>>, prefix: &str| {
@@ -311,17 +323,23 @@ pub(super) fn service_account(pod: &Pod) -> &str {
         .unwrap_or("default")
 }
 
-/// A token of the pod's service account, bound to the pod (it stops working
-/// when the pod is deleted), from the TokenRequest API.
-pub(super) async fn request_token(client: &kube::Client, pod: &Pod) -> Result<String, StartError> {
+/// A token of the pod's service account for `audiences` (none: the API
+/// server's), lasting `seconds`, bound to the pod (it stops working when the
+/// pod is deleted), from the TokenRequest API.
+pub(super) async fn request_token(
+    client: &kube::Client,
+    pod: &Pod,
+    audiences: &[&str],
+    seconds: i64,
+) -> Result<String, StartError> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let account = service_account(pod);
     let request: TokenRequest = serde_json::from_value(json!({
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenRequest",
         "spec": {
-            "audiences": [],
-            "expirationSeconds": TOKEN_SECONDS,
+            "audiences": audiences,
+            "expirationSeconds": seconds,
             "boundObjectRef": {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -382,16 +400,50 @@ mod tests {
     }
 
     #[test]
-    fn image_binary_is_the_last_segment_without_tag_or_digest() {
-        for (image, binary) in [
-            ("ghcr.io/liqo-rs/liqo-gateway:0.1.0", "liqo-gateway"),
+    fn image_repository_drops_tag_and_digest() {
+        for (image, repository) in [
+            (
+                "ghcr.io/liqo-rs/liqo-gateway:0.1.0",
+                "ghcr.io/liqo-rs/liqo-gateway",
+            ),
+            (
+                "ghcr.io/liqo-rs/liqo-gateway",
+                "ghcr.io/liqo-rs/liqo-gateway",
+            ),
             ("liqo-gateway", "liqo-gateway"),
-            ("example.test/test-agent:1", "test-agent"),
-            ("localhost:5000/agents/vk@sha256:abcd", "vk"),
-            ("localhost:5000/vk:1@sha256:abcd", "vk"),
+            (
+                "localhost:5000/agents/vk@sha256:abcd",
+                "localhost:5000/agents/vk",
+            ),
+            ("localhost:5000/vk:1@sha256:abcd", "localhost:5000/vk"),
+            ("localhost:5000/vk", "localhost:5000/vk"),
             ("nginx:1.27", "nginx"),
         ] {
-            assert_eq!(image_binary(image), binary, "{image}");
+            assert_eq!(image_repository(image), repository, "{image}");
+        }
+    }
+
+    #[test]
+    fn only_allow_listed_repositories_have_a_binary() {
+        let images = vars(&[
+            ("ghcr.io/liqo-rs/liqo-gateway", "liqo-gateway"),
+            ("example.test/test-agent", "test-agent"),
+        ]);
+        for (image, binary) in [
+            ("ghcr.io/liqo-rs/liqo-gateway:0.1.0", Some("liqo-gateway")),
+            (
+                "ghcr.io/liqo-rs/liqo-gateway@sha256:abcd",
+                Some("liqo-gateway"),
+            ),
+            ("example.test/test-agent:1", Some("test-agent")),
+            // The same last segment under another repository is not listed.
+            ("evil.test/liqo-gateway:0.1.0", None),
+            ("liqo-gateway", None),
+            ("ghcr.io/liqo-rs/liqo-gateway-extra:1", None),
+            ("nginx:1.27", None),
+            ("", None),
+        ] {
+            assert_eq!(allowed_binary(&images, image), binary, "{image}");
         }
     }
 

@@ -7,12 +7,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::{HOST_PROCESS_LABEL, LEASE_SECONDS};
+use super::{HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, LEASE_SECONDS};
 
 const CAPACITY: [(&str, &str); 3] = [("cpu", "8"), ("memory", "16Gi"), ("pods", "110")];
 
-/// The Node object, as registered: not annotated for kwok, and labelled
-/// [`HOST_PROCESS_LABEL`] so that agents can be pinned to it.
+/// The Node object, as registered: not annotated for kwok, labelled
+/// [`HOST_PROCESS_LABEL`] so that agents can be pinned to it, and tainted
+/// [`HOST_PROCESS_TAINT`] so that nothing else lands on it.
 pub(super) fn object(name: &str) -> Node {
     serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -25,6 +26,9 @@ pub(super) fn object(name: &str) -> Node {
                 "kubernetes.io/arch": arch(),
                 HOST_PROCESS_LABEL: "true",
             },
+        },
+        "spec": {
+            "taints": [{ "key": HOST_PROCESS_TAINT, "value": "true", "effect": "NoSchedule" }],
         },
     }))
     .expect("invariant: the literal above is a Node")

@@ -1,10 +1,10 @@
-//! One pod on the host node: its containers' processes (or their fakes),
-//! their restarts and probes, its credentials, its termination, and the
-//! status the API should show for it. Knows nothing of other pods.
+//! One pod on the host node: its containers' processes, their restarts and
+//! probes, its credentials, its termination, the status the API should show
+//! for it and the events worth telling. Knows nothing of other pods.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -15,9 +15,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::probe::Prober;
+use super::probe::{ExecContext, GRPC_UNSUPPORTED, Prober};
+use super::volume::{self, Volumes};
 use super::{HostNodeConfig, StartError, env};
-use crate::process::Process;
+use crate::process::{self, Process};
 
 /// First wait before restarting a container that exited.
 const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
@@ -35,6 +36,8 @@ pub(super) struct Context<'a> {
     pub(super) client: &'a kube::Client,
     pub(super) http: &'a reqwest::Client,
     pub(super) config: &'a HostNodeConfig,
+    /// The mount points the node made on the host, to remove once unused.
+    pub(super) created: &'a std::cell::RefCell<Vec<PathBuf>>,
 }
 
 /// The runtime state of one pod, keyed by its UID on the node.
@@ -48,12 +51,47 @@ pub(super) struct PodRuntime {
     start_time: Timestamp,
     containers: Vec<ContainerRuntime>,
     credentials: Option<Credentials>,
+    volumes: Volumes,
+    /// Why the pod's spec cannot run here, whatever its containers.
+    refused: Option<String>,
     /// When the pod is being stopped: the instant its processes get SIGKILL.
     stopping: Option<Instant>,
     /// Each condition's last status and when it took it.
     transitions: BTreeMap<&'static str, (bool, Timestamp)>,
     /// The status last written to the API.
     posted: Option<PodStatus>,
+    /// Events to post, oldest first.
+    events: Vec<Event>,
+}
+
+/// Something worth telling about a container, as a kubelet tells it with an
+/// Event of the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Event {
+    pub(super) container: String,
+    pub(super) warning: bool,
+    pub(super) reason: &'static str,
+    pub(super) message: String,
+}
+
+impl Event {
+    fn warning(container: String, reason: &'static str, message: String) -> Self {
+        Self {
+            container,
+            warning: true,
+            reason,
+            message,
+        }
+    }
+
+    fn normal(container: String, reason: &'static str, message: String) -> Self {
+        Self {
+            container,
+            warning: false,
+            reason,
+            message,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,13 +109,25 @@ struct Credentials {
     refreshed: Instant,
 }
 
+/// What a container's image gives it to run.
+#[derive(Debug)]
+enum Image {
+    /// The binary the allow-list gives for the image.
+    Binary(PathBuf),
+    /// Why the image cannot be "pulled": it is not on the allow-list, or
+    /// its binary is not there.
+    Unpullable(String),
+}
+
 #[derive(Debug)]
 struct ContainerRuntime {
     spec: Container,
-    /// The binary the image names; `None` for a faked container.
-    binary: Option<PathBuf>,
+    image: Image,
+    startup: Option<Prober>,
     readiness: Option<Prober>,
     liveness: Option<Prober>,
+    /// Why the container can never be Ready here (a grpc probe).
+    never_ready: Option<&'static str>,
     running: Option<Running>,
     last: Option<ContainerStateTerminated>,
     /// Why the container is not running, when it should be.
@@ -86,11 +136,16 @@ struct ContainerRuntime {
     started_once: bool,
     next_start: Instant,
     backoff: Duration,
+    /// The message of the last warning event about the container, so that
+    /// a failure that repeats is told once.
+    reported: Option<String>,
 }
 
 #[derive(Debug)]
 struct Running {
     process: Process,
+    /// What the process was started with, for exec probes.
+    exec: ExecContext,
     id: String,
     started_at: Timestamp,
     since: Instant,
@@ -107,14 +162,23 @@ impl PodRuntime {
             .containers
             .iter()
             .map(|c| {
-                let image = c.image.as_deref().unwrap_or_default();
-                let binary = env::executable(&config.bin_dir, env::image_binary(image));
+                let grpc = [&c.startup_probe, &c.readiness_probe, &c.liveness_probe]
+                    .into_iter()
+                    .flatten()
+                    .any(|p| p.grpc.is_some());
                 ContainerRuntime {
+                    startup: (c.startup_probe.as_ref()).map(|p| Prober::startup(p, c, ip)),
                     readiness: (c.readiness_probe.as_ref()).map(|p| Prober::readiness(p, c, ip)),
-                    liveness: (c.liveness_probe.as_ref()).map(|p| Prober::liveness(p, c, ip)),
-                    started_once: binary.is_none(),
-                    binary,
+                    // Not checked, but the container is never Ready (a
+                    // grpc liveness probe would only restart it in a loop).
+                    liveness: (c.liveness_probe.as_ref())
+                        .filter(|p| p.grpc.is_none())
+                        .map(|p| Prober::liveness(p, c, ip)),
+                    never_ready: grpc.then_some(GRPC_UNSUPPORTED),
+                    started_once: false,
+                    image: image(c, config),
                     spec: c.clone(),
+                    reported: None,
                     running: None,
                     last: None,
                     waiting: None,
@@ -141,9 +205,12 @@ impl PodRuntime {
             start_time: Timestamp::now(),
             containers,
             credentials: None,
+            volumes: Volumes::new(&pod_dir(config, pod)),
+            refused: refusal(&spec),
             stopping: None,
             transitions: BTreeMap::new(),
             posted: None,
+            events: Vec::new(),
         }
     }
 
@@ -151,9 +218,9 @@ impl PodRuntime {
         self.ip
     }
 
-    /// Whether every container is faked: such a pod has nothing to stop.
-    pub(super) fn is_fake(&self) -> bool {
-        self.containers.iter().all(|c| c.binary.is_none())
+    /// The events to post since the last call.
+    pub(super) fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
     }
 
     /// Brings the processes in line with the pod: notes exits, (re)starts
@@ -168,11 +235,14 @@ impl PodRuntime {
             self.reap(i, now);
             if self.should_start(i, now) {
                 self.start(i, pod, ctx, now).await;
+            } else {
+                self.containers[i].back_off_pull();
             }
         }
         if self.stopping.is_none() {
             self.probe(ctx.http).await;
             self.refresh_credentials(pod, ctx).await;
+            self.refresh_volumes(pod, ctx).await;
         }
     }
 
@@ -255,7 +325,6 @@ impl PodRuntime {
     fn should_start(&self, i: usize, now: Instant) -> bool {
         let c = &self.containers[i];
         self.stopping.is_none()
-            && c.binary.is_some()
             && c.running.is_none()
             && now >= c.next_start
             && c.last
@@ -266,7 +335,7 @@ impl PodRuntime {
     async fn start(&mut self, i: usize, pod: &Pod, ctx: &Context<'_>, now: Instant) {
         let label = self.label(&self.containers[i].spec.name);
         match self.spawn(i, pod, ctx).await {
-            Ok(process) => {
+            Ok((process, exec)) => {
                 let pid = process.pid();
                 tracing::info!(container = %label, pid, "started");
                 let c = &mut self.containers[i];
@@ -275,11 +344,16 @@ impl PodRuntime {
                 }
                 c.started_once = true;
                 c.waiting = None;
-                for prober in [&mut c.readiness, &mut c.liveness].into_iter().flatten() {
+                c.reported = None;
+                for prober in [&mut c.startup, &mut c.readiness, &mut c.liveness]
+                    .into_iter()
+                    .flatten()
+                {
                     prober.reset(now);
                 }
                 c.running = Some(Running {
                     process,
+                    exec,
                     id: format!("hostprocess://{pid}"),
                     started_at: Timestamp::now(),
                     since: now,
@@ -288,10 +362,21 @@ impl PodRuntime {
             }
             Err(e) => {
                 let message = chain(&e);
+                let event = match &e {
+                    StartError::Pull(_) => format!(
+                        "Failed to pull image {:?}: {message}",
+                        self.containers[i].spec.image.as_deref().unwrap_or_default()
+                    ),
+                    _ => format!("Error: {message}"),
+                };
                 let c = &mut self.containers[i];
-                if c.waiting.as_ref().is_none_or(|(_, m)| *m != message) {
+                if c.reported.as_ref() != Some(&event) {
                     tracing::warn!(container = %label, "cannot start: {message}");
+                    c.reported = Some(event.clone());
+                    let name = c.spec.name.clone();
+                    self.events.push(Event::warning(name, "Failed", event));
                 }
+                let c = &mut self.containers[i];
                 c.waiting = Some((e.reason(), message));
                 c.next_start = now + c.backoff;
                 c.backoff = (c.backoff * 2).min(BACKOFF_MAX);
@@ -299,37 +384,74 @@ impl PodRuntime {
         }
     }
 
+    /// Starts container `i`'s process, in a mount namespace of its own
+    /// with its volumes at their mount paths; returns it with what exec
+    /// probes need to run as it does.
     async fn spawn(
         &mut self,
         i: usize,
         pod: &Pod,
         ctx: &Context<'_>,
-    ) -> Result<Process, StartError> {
+    ) -> Result<(Process, ExecContext), StartError> {
         let spec = self.containers[i].spec.clone();
-        let binary = self.containers[i]
-            .binary
-            .clone()
-            .expect("invariant: only containers with a binary are started");
+        let binary = match &self.containers[i].image {
+            Image::Binary(binary) => binary.clone(),
+            Image::Unpullable(why) => return Err(StartError::Pull(why.clone())),
+        };
+        if let Some(why) = self.refused.clone().or_else(|| container_refusal(&spec)) {
+            return Err(StartError::Unsupported(why));
+        }
         let kubeconfig = self.credentials(pod, ctx).await?;
         let vars = env::container_env(ctx.client, pod, &spec, self.ip, &kubeconfig).await?;
         let (program, args) = env::command_line(&ctx.config.bin_dir, &binary, &spec, &vars)?;
-        let dir = self.dir(ctx.config);
+        self.volumes.sync(ctx.client, pod, self.ip).await?;
+        let mounts = self.volumes.mounts(&spec, &vars)?;
+        for m in &mounts {
+            volume::ensure_target(&m.target, m.source.is_file(), &mut ctx.created.borrow_mut())
+                .map_err(|source| StartError::Write {
+                    path: m.target.clone(),
+                    source,
+                })?;
+        }
+        let dir = match spec.working_dir.as_deref().filter(|d| !d.is_empty()) {
+            Some(dir) if Path::new(dir).is_dir() => PathBuf::from(dir),
+            Some(dir) => {
+                return Err(StartError::Unsupported(format!(
+                    "workingDir {dir:?}, which is not a folder of the host"
+                )));
+            }
+            None => pod_dir(ctx.config, pod),
+        };
         let mut cmd = Command::new(&program);
         cmd.args(&args).env_clear().envs(&vars).current_dir(&dir);
+        let spawn_error = |source| StartError::Spawn {
+            program: program.clone(),
+            source,
+        };
+        process::with_mounts(&mut cmd, &mounts).map_err(spawn_error)?;
         let log = ctx.config.pods_dir.join(format!(
             "{}_{}_{}.log",
             self.namespace, self.name, spec.name
         ));
-        Process::spawn_command(&self.label(&spec.name), cmd, &log).map_err(|source| {
-            StartError::Spawn {
-                program: program.clone(),
-                source,
-            }
-        })
+        let process =
+            Process::spawn_command(&self.label(&spec.name), cmd, &log).map_err(spawn_error)?;
+        let exec = ExecContext {
+            env: vars,
+            dir,
+            mounts,
+        };
+        Ok((process, exec))
     }
 
-    /// The pod's own folder: its credentials, and its processes' working
-    /// folder.
+    /// The mount points the pod's processes use, which must stay.
+    pub(super) fn mount_targets(&self) -> impl Iterator<Item = &Path> {
+        self.containers
+            .iter()
+            .filter_map(|c| c.running.as_ref())
+            .flat_map(|r| r.exec.mounts.iter().map(|m| m.target.as_path()))
+    }
+
+    /// The pod's own folder: its credentials and volumes.
     fn dir(&self, config: &HostNodeConfig) -> PathBuf {
         config
             .pods_dir
@@ -348,7 +470,8 @@ impl PodRuntime {
             path: dir.clone(),
             source,
         })?;
-        write_atomically(&token, &env::request_token(ctx.client, pod).await?)?;
+        let token_value = env::request_token(ctx.client, pod, &[], env::TOKEN_SECONDS).await?;
+        write_atomically(&token, &token_value)?;
         let user = format!(
             "system:serviceaccount:{}:{}",
             self.namespace,
@@ -379,7 +502,7 @@ impl PodRuntime {
         if c.refreshed.elapsed() < TOKEN_REFRESH {
             return;
         }
-        let written = match env::request_token(ctx.client, pod).await {
+        let written = match env::request_token(ctx.client, pod, &[], env::TOKEN_SECONDS).await {
             Ok(token) => write_atomically(&c.token, &token),
             Err(e) => Err(e),
         };
@@ -393,45 +516,82 @@ impl PodRuntime {
         }
     }
 
-    /// Runs the probes that are due, all at once, and acts on the verdicts.
+    /// Runs the probes that are due, all at once, and acts on the verdicts:
+    /// readiness and liveness wait for the startup probe; a container that
+    /// fails its startup or liveness probe is stopped, to be restarted.
     async fn probe(&mut self, http: &reqwest::Client) {
         let now = Instant::now();
         let mut due = Vec::new();
         for (i, c) in self.containers.iter().enumerate() {
-            if c.running.as_ref().is_none_or(|r| r.kill_at.is_some()) {
+            let Some(running) = c.running.as_ref().filter(|r| r.kill_at.is_none()) else {
                 continue;
-            }
-            for (liveness, prober) in [(false, &c.readiness), (true, &c.liveness)] {
-                if let Some(p) = prober.as_ref().filter(|p| p.due(now)) {
-                    due.push((i, liveness, p));
+            };
+            let started = c.startup.as_ref().is_none_or(Prober::healthy);
+            let probers = [
+                (Kind::Startup, c.startup.as_ref().filter(|_| !started)),
+                (Kind::Readiness, c.readiness.as_ref().filter(|_| started)),
+                (Kind::Liveness, c.liveness.as_ref().filter(|_| started)),
+            ];
+            for (kind, prober) in probers {
+                if let Some(p) = prober.filter(|p| p.due(now)) {
+                    due.push((i, kind, p, &running.exec));
                 }
             }
         }
         if due.is_empty() {
             return;
         }
-        let passed = futures::future::join_all(due.iter().map(|(_, _, p)| p.run(http))).await;
-        let due: Vec<(usize, bool)> = due.into_iter().map(|(i, l, _)| (i, l)).collect();
-        for ((i, liveness), passed) in due.into_iter().zip(passed) {
+        let outcomes =
+            futures::future::join_all(due.iter().map(|(_, _, p, exec)| p.run(http, exec))).await;
+        let due: Vec<(usize, Kind)> = due.into_iter().map(|(i, k, _, _)| (i, k)).collect();
+        for ((i, kind), outcome) in due.into_iter().zip(outcomes) {
             let label = self.label(&self.containers[i].spec.name);
             let grace = self.grace;
             let c = &mut self.containers[i];
-            let prober = if liveness {
-                &mut c.liveness
-            } else {
-                &mut c.readiness
-            };
-            let Some(prober) = prober.as_mut() else {
+            let Some(prober) = (match kind {
+                Kind::Startup => c.startup.as_mut(),
+                Kind::Readiness => c.readiness.as_mut(),
+                Kind::Liveness => c.liveness.as_mut(),
+            }) else {
                 continue;
             };
-            let healthy = prober.record(now, passed);
-            if liveness
+            let healthy = prober.record(now, outcome.is_ok());
+            if let Some(why) = prober.report(&outcome) {
+                tracing::info!(container = %label, "{} probe failed: {why}", kind.name());
+                let message = format!("{} probe failed: {why}", kind.name());
+                self.events
+                    .push(Event::warning(c.spec.name.clone(), "Unhealthy", message));
+            }
+            let kills = matches!(kind, Kind::Startup | Kind::Liveness);
+            if kills
                 && !healthy
+                && prober.failed_out()
                 && let Some(running) = c.running.as_mut()
             {
-                tracing::info!(container = %label, "liveness probe failed; restarting");
+                tracing::info!(container = %label, "{} probe failed; restarting", kind.name());
+                let message = format!(
+                    "Container {} failed {} probe, will be restarted",
+                    c.spec.name,
+                    kind.name().to_ascii_lowercase()
+                );
+                self.events
+                    .push(Event::normal(c.spec.name.clone(), "Killing", message));
                 running.process.terminate();
                 running.kill_at = Some(now + grace);
+            }
+        }
+    }
+
+    /// Refreshes the volumes of a pod that runs; a failure keeps the files
+    /// as they were, as with a kubelet, and is logged once.
+    async fn refresh_volumes(&mut self, pod: &Pod, ctx: &Context<'_>) {
+        if !self.volumes.due() || self.containers.iter().all(|c| c.running.is_none()) {
+            return;
+        }
+        if let Err(e) = self.volumes.sync(ctx.client, pod, self.ip).await {
+            let message = chain(&e);
+            if self.volumes.failed(message.clone()) {
+                tracing::warn!(pod = %format!("{}/{}", self.namespace, self.name), "refreshing the volumes: {message}");
             }
         }
     }
@@ -451,7 +611,7 @@ impl PodRuntime {
         let containers: Vec<ContainerStatus> = self
             .containers
             .iter()
-            .map(|c| c.status(&self.start_time))
+            .map(ContainerRuntime::status)
             .collect();
         let ready = containers.iter().all(|c| c.ready);
         let scheduled = pod
@@ -460,11 +620,39 @@ impl PodRuntime {
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
             .cloned();
+        // As a kubelet says it, and why, when this node knows better.
+        let unready: Vec<&str> = (self.containers.iter())
+            .filter(|c| !c.ready())
+            .map(|c| c.spec.name.as_str())
+            .collect();
+        let why = (self.containers.iter())
+            .find_map(|c| c.never_ready)
+            .map(|why| format!(" ({why})"))
+            .unwrap_or_default();
+        let not_ready = (!ready).then(|| {
+            (
+                "ContainersNotReady",
+                format!(
+                    "containers with unready status: [{}]{why}",
+                    unready.join(" ")
+                ),
+            )
+        });
+        let mut ready_condition = |type_| {
+            let mut c = self.condition(type_, ready);
+            if let Some((reason, message)) = &not_ready {
+                c.reason = Some((*reason).to_owned());
+                c.message = Some(message.clone());
+            }
+            c
+        };
+        let containers_ready = ready_condition("ContainersReady");
+        let ready_condition = ready_condition("Ready");
         let conditions = vec![
             scheduled.unwrap_or_else(|| self.condition("PodScheduled", true)),
             self.condition("Initialized", true),
-            self.condition("ContainersReady", ready),
-            self.condition("Ready", ready),
+            containers_ready,
+            ready_condition,
         ];
         let host = "127.0.0.1".to_owned();
         PodStatus {
@@ -524,7 +712,84 @@ impl PodRuntime {
     }
 }
 
+/// Which probe.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Startup,
+    Readiness,
+    Liveness,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Startup => "Startup",
+            Self::Readiness => "Readiness",
+            Self::Liveness => "Liveness",
+        }
+    }
+}
+
+/// The pod's own folder: its credentials, its volumes, and its processes'
+/// working folder.
+fn pod_dir(config: &HostNodeConfig, pod: &Pod) -> PathBuf {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    config.pods_dir.join(format!("{namespace}_{name}"))
+}
+
+/// What of a pod's spec this node cannot do, and refuses rather than
+/// ignores.
+fn refusal(spec: &k8s_openapi::api::core::v1::PodSpec) -> Option<String> {
+    if spec.init_containers.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Some("init containers".to_owned());
+    }
+    None
+}
+
+/// What of a container's spec this node cannot do.
+fn container_refusal(container: &Container) -> Option<String> {
+    let lifecycle = container.lifecycle.as_ref();
+    if lifecycle.is_some_and(|l| l.post_start.is_some() || l.pre_stop.is_some()) {
+        return Some("lifecycle hooks (postStart, preStop)".to_owned());
+    }
+    None
+}
+
+/// What a container's image gives it to run, from the node's allow-list.
+fn image(container: &Container, config: &HostNodeConfig) -> Image {
+    let image = container.image.as_deref().unwrap_or_default();
+    match env::allowed_binary(&config.images, image) {
+        None => {
+            let allowed: Vec<&str> = config.images.keys().map(String::as_str).collect();
+            Image::Unpullable(format!(
+                "image {image:?} is not on the host-process node's allow-list ({})",
+                allowed.join(", ")
+            ))
+        }
+        Some(name) => match env::executable(&config.bin_dir, name) {
+            Some(path) => Image::Binary(path),
+            None => Image::Unpullable(format!(
+                "image {image:?} stands for {name}, but {} has no executable {name} (not built?)",
+                config.bin_dir.display()
+            )),
+        },
+    }
+}
+
 impl ContainerRuntime {
+    /// After a failed pull, the container waits in ImagePullBackOff until
+    /// the next attempt, as with a kubelet.
+    fn back_off_pull(&mut self) {
+        if let Some((reason, message)) = self.waiting.as_mut()
+            && *reason == "ErrImagePull"
+        {
+            let image = self.spec.image.as_deref().unwrap_or_default();
+            *reason = "ImagePullBackOff";
+            *message = format!("Back-off pulling image {image:?}: {message}");
+        }
+    }
+
     fn may_restart(&self, policy: RestartPolicy, exit_code: i32) -> bool {
         match policy {
             RestartPolicy::Always => true,
@@ -534,15 +799,13 @@ impl ContainerRuntime {
     }
 
     fn ready(&self) -> bool {
-        match &self.binary {
-            None => true,
-            Some(_) => {
-                self.running.is_some() && self.readiness.as_ref().is_none_or(Prober::healthy)
-            }
-        }
+        self.running.is_some()
+            && self.never_ready.is_none()
+            && self.startup.as_ref().is_none_or(Prober::healthy)
+            && self.readiness.as_ref().is_none_or(Prober::healthy)
     }
 
-    fn status(&self, pod_start: &Timestamp) -> ContainerStatus {
+    fn status(&self) -> ContainerStatus {
         let running = |started_at: &Timestamp| ContainerState {
             running: Some(ContainerStateRunning {
                 started_at: Some(Time(*started_at)),
@@ -553,10 +816,9 @@ impl ContainerRuntime {
             terminated: Some(t.clone()),
             ..Default::default()
         };
-        let (state, last_state) = match (&self.binary, &self.running, &self.waiting, &self.last) {
-            (None, ..) => (running(pod_start), None),
-            (_, Some(r), _, last) => (running(&r.started_at), last.as_ref().map(terminated)),
-            (_, None, Some((reason, message)), last) => (
+        let (state, last_state) = match (&self.running, &self.waiting, &self.last) {
+            (Some(r), _, last) => (running(&r.started_at), last.as_ref().map(terminated)),
+            (None, Some((reason, message)), last) => (
                 ContainerState {
                     waiting: Some(ContainerStateWaiting {
                         reason: Some((*reason).to_owned()),
@@ -566,8 +828,8 @@ impl ContainerRuntime {
                 },
                 last.as_ref().map(terminated),
             ),
-            (_, None, None, Some(last)) => (terminated(last), None),
-            (_, None, None, None) => (
+            (None, None, Some(last)) => (terminated(last), None),
+            (None, None, None) => (
                 ContainerState {
                     waiting: Some(ContainerStateWaiting {
                         reason: Some("ContainerCreating".to_owned()),
@@ -581,18 +843,17 @@ impl ContainerRuntime {
         ContainerStatus {
             name: self.spec.name.clone(),
             image: self.spec.image.clone().unwrap_or_default(),
-            image_id: self
-                .binary
-                .as_ref()
-                .map(|b| format!("hostprocess://{}", b.display()))
-                .unwrap_or_default(),
+            image_id: match &self.image {
+                Image::Binary(b) => format!("hostprocess://{}", b.display()),
+                Image::Unpullable(_) => String::new(),
+            },
             container_id: self
                 .running
                 .as_ref()
                 .map(|r| r.id.clone())
                 .or_else(|| self.last.as_ref().and_then(|t| t.container_id.clone())),
             ready: self.ready(),
-            started: Some(self.binary.is_none() || self.running.is_some()),
+            started: Some(self.running.is_some()),
             restart_count: self.restart_count,
             state: Some(state),
             last_state,
