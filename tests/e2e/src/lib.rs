@@ -1,23 +1,20 @@
-//! Helpers for the end-to-end tests in `tests/`: running the built binaries
-//! as a user would, and waiting on cluster state.
+//! Helpers for the end-to-end tests in `tests/`: running the workspace's
+//! binaries, built current first, as a user would, and waiting on cluster
+//! state.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-/// The folder cargo put the workspace's binaries in (`target/debug`): a test
-/// binary runs from its `deps/` subfolder.
+/// The folder of the workspace's binaries (`target/debug`), current: the
+/// first call in a test process runs `cargo build --workspace --bins
+/// --locked` (see [`liqo_testbed::built_bin_dir`]), so a test never runs a
+/// binary older than the sources.
+///
+/// # Panics
+/// If the build fails; the compiler's errors are on stderr.
 pub fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("invariant: the test knows its own path");
-    let deps = exe
-        .parent()
-        .expect("invariant: the test binary is in a folder");
-    let dir = if deps.ends_with("deps") {
-        deps.parent().unwrap_or(deps)
-    } else {
-        deps
-    };
-    dir.to_owned()
+    liqo_testbed::built_bin_dir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The result of running a command: its exit code and output as text.
@@ -94,7 +91,7 @@ pub fn liqoctl(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
     cmd.args(args);
     Run::from(
         cmd.output()
-            .expect("liqoctl is built: run `cargo build --workspace --bins` first"),
+            .expect("invariant: bin_dir() has just built liqoctl"),
     )
 }
 

@@ -1,7 +1,10 @@
 //! The `liqo-testbed` command as people and the demo use it: `up` returns
-//! usable clusters, a supervisor killed outright takes its clusters with it,
-//! and the next `up` in the same folder starts afresh.
+//! usable clusters, `apiserver` stops, starts, pauses and resumes one's API
+//! server, a supervisor killed outright takes its clusters with it, the
+//! next `up` in the same folder starts afresh, and no command deletes a
+//! folder that a testbed did not make.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -72,6 +75,11 @@ async fn a_killed_supervisor_takes_its_clusters_along_and_up_starts_afresh() -> 
     let client = liqo_testbed::client_from_kubeconfig(std::path::Path::new(kubeconfig)).await?;
     client.apiserver_version().await?;
 
+    apiserver_commands_act_through_the_supervisor(&dir, &client).await?;
+    let second = state(&dir)?;
+
+    // A paused API server does not hold up `down`.
+    testbed(&["apiserver", "pause", "one", "--dir", dir_arg]).success();
     let down = testbed(&["down", "--dir", dir_arg]).success();
     assert!(down.stdout.contains("stopped"), "{}", down.stdout);
     assert!(
@@ -81,5 +89,155 @@ async fn a_killed_supervisor_takes_its_clusters_along_and_up_starts_afresh() -> 
     assert!(!dir.exists(), "down removes the folder");
     testbed(&["status", "--dir", dir_arg]).user_error(1);
     let _ = std::fs::remove_dir_all(&root);
+    Ok(())
+}
+
+/// What a test of agents across API trouble does from a shell: the API
+/// server of cluster `one` stops (its port refuses), starts on the same
+/// URL (the client made before works), pauses (requests hang) and resumes,
+/// and the supervisor counts none of it as a crash.
+async fn apiserver_commands_act_through_the_supervisor(
+    dir: &Path,
+    client: &kube::Client,
+) -> Result<()> {
+    let dir_arg = dir.to_str().context("temp path is UTF-8")?;
+    let api = |action: &str| testbed(&["apiserver", action, "one", "--dir", dir_arg]);
+    let server = state(dir)?["clusters"][0]["server"]
+        .as_str()
+        .context("server")?
+        .to_owned();
+    let addr = server.trim_start_matches("https://");
+
+    let stopped = api("stop").success();
+    assert_eq!(stopped.stdout.trim(), "kube-apiserver of one: stopped");
+    match std::net::TcpStream::connect(addr) {
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}"),
+        Ok(_) => anyhow::bail!("{addr} accepts connections with its API server stopped"),
+    }
+    assert_eq!(state(dir)?["clusters"][0]["apiserver"], "stopped");
+    let status = testbed(&["status", "--dir", dir_arg]).success();
+    assert!(
+        status.stdout.contains("kube-apiserver stopped"),
+        "{}",
+        status.stdout
+    );
+    // Longer than the supervisor's 2 s watch: it must not log a crash.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = std::fs::read_to_string(dir.join("testbed.log"))?;
+    assert!(
+        !log.contains("exited"),
+        "the supervisor saw a crash:\n{log}"
+    );
+    api("pause").user_error(1);
+
+    let started = api("start").success();
+    assert_eq!(started.stdout.trim(), "kube-apiserver of one: running");
+    assert_eq!(state(dir)?["clusters"][0]["server"], server.as_str());
+    client.apiserver_version().await?;
+
+    api("pause").success();
+    let hung = tokio::time::timeout(Duration::from_secs(3), client.apiserver_version()).await;
+    assert!(hung.is_err(), "a paused API server answered: {hung:?}");
+    api("start").user_error(1);
+    api("resume").success();
+    client.apiserver_version().await?;
+
+    api("restart").success();
+    client.apiserver_version().await?;
+    let unknown = testbed(&["apiserver", "stop", "two", "--dir", dir_arg]).user_error(1);
+    assert!(unknown.error_line().contains("two"), "{}", unknown.stderr);
+    Ok(())
+}
+
+/// A folder with a file of a user's in it, in a fresh temporary folder.
+fn users_folder(name: &str) -> Result<(tempfile::TempDir, PathBuf)> {
+    let root = tempfile::Builder::new().prefix(name).tempdir()?;
+    let dir = root.path().join("work");
+    std::fs::create_dir(&dir)?;
+    std::fs::write(dir.join("notes.txt"), "the user's")?;
+    Ok((root, dir))
+}
+
+fn assert_untouched(dir: &Path) {
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt"))
+            .ok()
+            .as_deref(),
+        Some("the user's"),
+        "the user's file in {} is gone",
+        dir.display()
+    );
+    let entries: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(entries, ["notes.txt"], "{} was changed", dir.display());
+}
+
+#[test]
+fn up_refuses_a_folder_it_did_not_make() -> Result<()> {
+    let (_root, dir) = users_folder("liqo-testbed-users-up")?;
+    let dir_arg = dir.to_str().context("temp path is UTF-8")?;
+    let up = testbed(&["up", "--dir", dir_arg, "--cluster", "one"]).user_error(1);
+    assert_eq!(
+        up.error_line(),
+        format!(
+            "error: {dir_arg} exists and was not made by liqo-testbed; choose another --dir or remove it"
+        )
+    );
+    assert_untouched(&dir);
+    // `run`, what `up` starts, refuses it too.
+    testbed(&["run", "--dir", dir_arg, "--cluster", "one"]).user_error(1);
+    assert_untouched(&dir);
+    Ok(())
+}
+
+#[test]
+fn down_deletes_nothing_in_a_folder_it_did_not_make() -> Result<()> {
+    let (_root, dir) = users_folder("liqo-testbed-users-down")?;
+    let dir_arg = dir.to_str().context("temp path is UTF-8")?;
+    let down = testbed(&["down", "--dir", dir_arg]).user_error(1);
+    assert_eq!(
+        down.error_line(),
+        format!(
+            "error: {dir_arg} exists and was not made by liqo-testbed; choose another --dir or remove it"
+        )
+    );
+    assert_untouched(&dir);
+    testbed(&["down", "--keep", "--dir", dir_arg]).user_error(1);
+    assert_untouched(&dir);
+    Ok(())
+}
+
+#[test]
+fn down_in_the_working_tree_deletes_nothing() -> Result<()> {
+    // First in a copy of a working tree's shape, so that a regression
+    // wipes a temporary folder rather than the repository...
+    let (_root, tree) = users_folder("liqo-testbed-tree")?;
+    let down = run(Command::new(bin_dir().join("liqo-testbed"))
+        .args(["down", "--dir", "."])
+        .current_dir(&tree))
+    .user_error(1);
+    assert_eq!(
+        down.error_line(),
+        "error: . exists and was not made by liqo-testbed; choose another --dir or remove it"
+    );
+    assert_untouched(&tree);
+
+    // ...then in the real one.
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let before: Vec<_> = std::fs::read_dir(&workspace)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    run(Command::new(bin_dir().join("liqo-testbed"))
+        .args(["down", "--dir", "."])
+        .current_dir(&workspace))
+    .user_error(1);
+    let after: Vec<_> = std::fs::read_dir(&workspace)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(before, after, "down --dir . changed the working tree");
+    assert!(workspace.join("Cargo.toml").is_file());
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The test clusters are real: workloads schedule and run on kwok nodes,
 //! certificates issued through the CSR API authenticate, RBAC refuses what
-//! it does not grant, and stopping leaves no process behind.
+//! it does not grant, two clusters share neither objects nor identities,
+//! and stopping leaves no process behind.
 
 use std::time::Duration;
 
@@ -10,9 +11,10 @@ use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
 };
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use liqo_e2e::{process_running, wait_for};
 use liqo_testbed::{Cluster, Pair, Testbed};
 use serde_json::json;
@@ -250,6 +252,83 @@ async fn csr_certificate_authenticates(cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
+/// `x` shares nothing with `y`: an object made in `x` is not in `y`, and
+/// `y` refuses `x`'s admin certificate (401), its CA being another. Each
+/// check has a control that the same probe aimed at `x` itself passes, so
+/// that a broken probe cannot pass for independence.
+async fn independent(x: &Cluster, y: &Cluster) -> Result<()> {
+    let name = format!("made-in-{}", x.name());
+    let in_x: Api<ConfigMap> = Api::namespaced(x.client().await?, "default");
+    in_x.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+    )
+    .await?;
+    assert!(
+        in_x.get_opt(&name).await?.is_some(),
+        "control: {name} is in {}",
+        x.name()
+    );
+    let in_y: Api<ConfigMap> = Api::namespaced(y.client().await?, "default");
+    assert!(
+        in_y.get_opt(&name).await?.is_none(),
+        "{name}, made in {}, shows in {}",
+        x.name(),
+        y.name()
+    );
+
+    assert_ne!(x.ca_pem()?, y.ca_pem()?, "each cluster has its own CA");
+    let own = Api::<Namespace>::all(admin_of_x_trusting(x, x).await?);
+    own.list(&ListParams::default()).await.with_context(|| {
+        format!(
+            "control: {}'s admin authenticates to {}",
+            x.name(),
+            x.name()
+        )
+    })?;
+    let foreign = Api::<Namespace>::all(admin_of_x_trusting(x, y).await?);
+    match foreign.list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(
+            status.code,
+            401,
+            "{} answers {}'s admin certificate with {status:?}",
+            y.name(),
+            x.name()
+        ),
+        Err(e) => bail!(
+            "{} answers {}'s admin certificate with {e}",
+            y.name(),
+            x.name()
+        ),
+        Ok(list) => bail!(
+            "{} accepted {}'s admin certificate: it listed {} namespaces",
+            y.name(),
+            x.name(),
+            list.items.len()
+        ),
+    }
+    Ok(())
+}
+
+/// A client with `x`'s admin certificate aimed at `server`'s API, trusting
+/// `server`'s CA: so the TLS handshake succeeds and the certificate reaches
+/// authentication.
+async fn admin_of_x_trusting(x: &Cluster, server: &Cluster) -> Result<kube::Client> {
+    use base64::Engine as _;
+    let mut kubeconfig = Kubeconfig::read_from(x.kubeconfig_path())?;
+    let cluster = kubeconfig
+        .clusters
+        .first_mut()
+        .and_then(|c| c.cluster.as_mut())
+        .context("the kubeconfig has a cluster")?;
+    cluster.server = Some(server.server().to_owned());
+    cluster.certificate_authority_data =
+        Some(base64::engine::general_purpose::STANDARD.encode(server.ca_pem()?));
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_run_workloads_issue_certificates_and_stop_clean() -> Result<()> {
     let testbed = Testbed::start_default(2).await?;
@@ -269,11 +348,8 @@ async fn two_clusters_run_workloads_issue_certificates_and_stop_clean() -> Resul
         csr_certificate_authenticates(b)
     )?;
 
-    // The clusters are independent: what was made in one is not in the other.
-    let ns_in_b: Api<Namespace> = Api::all(b.client().await?);
-    assert!(ns_in_b.get_opt("smoke").await?.is_some());
-    let role_in_b: Api<ClusterRole> = Api::all(b.client().await?);
-    assert!(role_in_b.get_opt("smoke-namespace-reader").await?.is_some());
+    independent(a, b).await?;
+    independent(b, a).await?;
 
     let pids: Vec<u32> = testbed
         .clusters()

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -96,6 +98,42 @@ pub struct ProcessInfo {
     pub resident_bytes: Option<u64>,
 }
 
+/// What a test has done to a cluster's kube-apiserver (see
+/// [`Cluster::stop_apiserver`], [`Cluster::pause_apiserver`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiServerState {
+    Running,
+    /// Stopped with SIGSTOP: it still holds its port, so connections are
+    /// accepted by the kernel and then hang.
+    Paused,
+    /// Exited on request: its port refuses connections.
+    Stopped,
+}
+
+impl std::fmt::Display for ApiServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Running => "running",
+            Self::Paused => "paused",
+            Self::Stopped => "stopped",
+        })
+    }
+}
+
+/// How the kube-apiserver was started, to start it again the same way.
+#[derive(Debug)]
+struct ApiServer {
+    /// Its place in [`Cluster::processes`].
+    index: usize,
+    program: PathBuf,
+    args: Vec<String>,
+    state: ApiServerState,
+}
+
+/// How long a stopping kube-apiserver may take to exit before it is killed.
+const APISERVER_STOP_GRACE: Duration = Duration::from_secs(20);
+
 /// A running cluster.
 #[derive(Debug)]
 pub struct Cluster {
@@ -105,6 +143,8 @@ pub struct Cluster {
     server: String,
     /// In start order; stopped in reverse.
     processes: Vec<Process>,
+    /// Set once the kube-apiserver has been started.
+    apiserver: Option<ApiServer>,
     /// Stopped before the control plane, while the API still answers.
     host_node: Option<HostNode>,
 }
@@ -141,7 +181,7 @@ impl Cluster {
         dir: &Path,
         toolchain: &Toolchain,
     ) -> Result<Self, Error> {
-        let _ = std::fs::remove_dir_all(dir);
+        crate::dirs::make_fresh(dir)?;
         let pki_dir = dir.join("pki");
         let logs = dir.join("logs");
         for d in [&pki_dir, &logs] {
@@ -192,6 +232,7 @@ impl Cluster {
             kubeconfig,
             server: server.clone(),
             processes: Vec::new(),
+            apiserver: None,
             host_node: None,
         };
         let spec = cluster.spec.clone();
@@ -228,39 +269,32 @@ impl Cluster {
             })
             .await?;
 
-        cluster.spawn(
-            toolchain,
-            "kube-apiserver",
-            vec![
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--tls-cert-file={}", p(&serving_crt)),
-                format!("--tls-private-key-file={}", p(&serving_key)),
-                format!("--client-ca-file={}", p(&ca_crt)),
-                format!("--service-cluster-ip-range={}", spec.service_cidr),
-                "--authorization-mode=Node,RBAC".into(),
-                "--allow-privileged=true".into(),
-                format!("--service-account-issuer={server}"),
-                format!("--service-account-key-file={}", p(&sa_pub)),
-                format!("--service-account-signing-key-file={}", p(&sa_key)),
-                "--profiling=false".into(),
-                "--v=1".into(),
-            ],
-        )?;
+        let apiserver_args: Vec<String> = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--tls-cert-file={}", p(&serving_crt)),
+            format!("--tls-private-key-file={}", p(&serving_key)),
+            format!("--client-ca-file={}", p(&ca_crt)),
+            format!("--service-cluster-ip-range={}", spec.service_cidr),
+            "--authorization-mode=Node,RBAC".into(),
+            "--allow-privileged=true".into(),
+            format!("--service-account-issuer={server}"),
+            format!("--service-account-key-file={}", p(&sa_pub)),
+            format!("--service-account-signing-key-file={}", p(&sa_key)),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ];
+        cluster.spawn(toolchain, "kube-apiserver", apiserver_args.clone())?;
+        cluster.apiserver = Some(ApiServer {
+            index: cluster.processes.len() - 1,
+            program: toolchain.binary("kube-apiserver"),
+            args: apiserver_args,
+            state: ApiServerState::Running,
+        });
         let client = cluster.client().await?;
-        cluster
-            .wait_for("kube-apiserver to be ready", || {
-                let client = client.clone();
-                async move {
-                    let request = http::Request::get("/readyz")
-                        .body(Vec::new())
-                        .map_err(|e| Error::Spec(e.to_string()))?;
-                    Ok(client.request_text(request).await.is_ok_and(|t| t == "ok"))
-                }
-            })
-            .await?;
+        cluster.wait_for_apiserver(&client).await?;
 
         cluster.spawn(
             toolchain,
@@ -380,6 +414,19 @@ impl Cluster {
         Ok(())
     }
 
+    async fn wait_for_apiserver(&mut self, client: &kube::Client) -> Result<(), Error> {
+        self.wait_for("kube-apiserver to be ready", || {
+            let client = client.clone();
+            async move {
+                let request = http::Request::get("/readyz")
+                    .body(Vec::new())
+                    .map_err(|e| Error::Spec(e.to_string()))?;
+                Ok(client.request_text(request).await.is_ok_and(|t| t == "ok"))
+            }
+        })
+        .await
+    }
+
     async fn create_nodes(&self, client: &kube::Client) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(client.clone());
         let spec = &self.spec;
@@ -481,12 +528,21 @@ impl Cluster {
     }
 
     /// Fails if any process of the cluster has exited, or the loop of its
-    /// host-process node has.
+    /// host-process node has; a kube-apiserver stopped with
+    /// [`Cluster::stop_apiserver`] has not crashed, and does not count.
     pub fn ensure_running(&mut self) -> Result<(), Error> {
         if let Some(host) = &self.host_node {
             host.ensure_running()?;
         }
-        for process in &mut self.processes {
+        let stopped_on_purpose = self
+            .apiserver
+            .as_ref()
+            .filter(|a| a.state == ApiServerState::Stopped)
+            .map(|a| a.index);
+        for (i, process) in self.processes.iter_mut().enumerate() {
+            if Some(i) == stopped_on_purpose {
+                continue;
+            }
             if let Some(status) = process.exited() {
                 return Err(Error::Exited {
                     cluster: self.spec.name.clone(),
@@ -557,6 +613,166 @@ impl Cluster {
             .collect()
     }
 
+    /// What has been done to the kube-apiserver.
+    pub fn apiserver_state(&self) -> ApiServerState {
+        self.apiserver
+            .as_ref()
+            .map_or(ApiServerState::Stopped, |a| a.state)
+    }
+
+    /// Stops the kube-apiserver with SIGTERM (SIGKILL if it has not exited
+    /// after 20 s) and returns once it has exited: its port then refuses
+    /// connections. The rest of the cluster keeps running (etcd keeps the
+    /// data), and [`Cluster::ensure_running`] does not count it as a crash.
+    /// Stopping a paused one resumes it first; stopping a stopped one does
+    /// nothing.
+    pub async fn stop_apiserver(&mut self) -> Result<(), Error> {
+        match self.apiserver_state() {
+            ApiServerState::Stopped => return Ok(()),
+            // A stopped process would hold SIGTERM pending until SIGCONT.
+            ApiServerState::Paused => self.resume_apiserver()?,
+            ApiServerState::Running => {}
+        }
+        let api = self
+            .apiserver
+            .as_mut()
+            .expect("invariant: a running kube-apiserver has its launch recorded");
+        // Before the signal: if this future is dropped while waiting, the
+        // exit is still one that was asked for.
+        api.state = ApiServerState::Stopped;
+        let process = &mut self.processes[api.index];
+        process.terminate();
+        let deadline = Instant::now() + APISERVER_STOP_GRACE;
+        while process.exited().is_none() {
+            if Instant::now() > deadline {
+                tracing::warn!(cluster = %self.spec.name, "kube-apiserver ignored SIGTERM; killing it");
+                process.kill();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tracing::info!(cluster = %self.spec.name, "kube-apiserver stopped");
+        Ok(())
+    }
+
+    /// Starts a stopped kube-apiserver again with the same address, port,
+    /// certificates and flags, so that [`Cluster::server`], every
+    /// kubeconfig and every client made before keep working, and returns
+    /// once `/readyz` answers (at most 90 s). Starting a running one does
+    /// nothing; a paused one must be resumed instead.
+    ///
+    /// Like every process of the cluster, the new one is tied to the thread
+    /// that calls this (it is killed when that thread ends): call it from
+    /// the thread, or the runtime, that started the cluster.
+    pub async fn start_apiserver(&mut self) -> Result<(), Error> {
+        match self.apiserver_state() {
+            ApiServerState::Running => return Ok(()),
+            state @ ApiServerState::Paused => {
+                return Err(Error::ApiServerState {
+                    cluster: self.spec.name.clone(),
+                    action: "start",
+                    state,
+                });
+            }
+            ApiServerState::Stopped => {}
+        }
+        let api = self
+            .apiserver
+            .as_ref()
+            .expect("invariant: a stopped kube-apiserver has its launch recorded");
+        let log = self.dir.join("logs").join("kube-apiserver.log");
+        let process = Process::spawn("kube-apiserver", &api.program, &api.args, &log)
+            .map_err(io_error(&api.program))?;
+        tracing::info!(cluster = %self.spec.name, pid = process.pid(), "kube-apiserver started again");
+        let index = api.index;
+        // The old process has exited and been reaped: dropping it is a no-op.
+        self.processes[index] = process;
+        if let Some(api) = self.apiserver.as_mut() {
+            api.state = ApiServerState::Running;
+        }
+        let client = self.client().await?;
+        self.wait_for_apiserver(&client).await
+    }
+
+    /// [`Cluster::stop_apiserver`], then [`Cluster::start_apiserver`].
+    pub async fn restart_apiserver(&mut self) -> Result<(), Error> {
+        self.stop_apiserver().await?;
+        self.start_apiserver().await
+    }
+
+    /// Freezes the kube-apiserver with SIGSTOP, so that it looks dead
+    /// without going away: connections to it are accepted by the kernel and
+    /// then hang, requests time out. Returns once the process is stopped.
+    /// Pausing a paused one does nothing; a stopped one cannot be paused.
+    pub fn pause_apiserver(&mut self) -> Result<(), Error> {
+        match self.apiserver_state() {
+            ApiServerState::Paused => return Ok(()),
+            state @ ApiServerState::Stopped => {
+                return Err(Error::ApiServerState {
+                    cluster: self.spec.name.clone(),
+                    action: "pause",
+                    state,
+                });
+            }
+            ApiServerState::Running => {}
+        }
+        self.signal_apiserver(Signal::SIGSTOP)?;
+        if let Some(api) = self.apiserver.as_mut() {
+            api.state = ApiServerState::Paused;
+        }
+        Ok(())
+    }
+
+    /// Lets a paused kube-apiserver run again (SIGCONT); the requests that
+    /// hung meanwhile are then answered. Resuming a running one does
+    /// nothing; a stopped one must be started instead.
+    pub fn resume_apiserver(&mut self) -> Result<(), Error> {
+        match self.apiserver_state() {
+            ApiServerState::Running => return Ok(()),
+            state @ ApiServerState::Stopped => {
+                return Err(Error::ApiServerState {
+                    cluster: self.spec.name.clone(),
+                    action: "resume",
+                    state,
+                });
+            }
+            ApiServerState::Paused => {}
+        }
+        self.signal_apiserver(Signal::SIGCONT)?;
+        if let Some(api) = self.apiserver.as_mut() {
+            api.state = ApiServerState::Running;
+        }
+        Ok(())
+    }
+
+    /// Sends `signal` to the running kube-apiserver and waits (at most 2 s)
+    /// until /proc shows it stopped (SIGSTOP) or not (otherwise), so that a
+    /// caller's next request meets the new state.
+    fn signal_apiserver(&mut self, signal: Signal) -> Result<(), Error> {
+        let api = self
+            .apiserver
+            .as_ref()
+            .expect("invariant: only a started kube-apiserver is signalled");
+        let process = &mut self.processes[api.index];
+        let failed = |source| Error::Signal {
+            cluster: self.spec.name.clone(),
+            signal: signal.as_str().to_owned(),
+            source,
+        };
+        // An exited child may be reaped and its pid reused: never signal it.
+        if process.exited().is_some() {
+            return Err(failed(nix::errno::Errno::ESRCH));
+        }
+        let pid = process.pid();
+        kill(Pid::from_raw(pid as i32), signal).map_err(failed)?;
+        let want_stopped = signal == Signal::SIGSTOP;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while is_stopped(pid) != want_stopped && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
     /// Stops every process, the last started first.
     pub fn stop(mut self) {
         self.stop_processes();
@@ -565,6 +781,11 @@ impl Cluster {
     fn stop_processes(&mut self) {
         if let Some(mut host) = self.host_node.take() {
             host.stop();
+        }
+        // A paused kube-apiserver would hold SIGTERM pending until killed
+        // after the grace period; resumed, it exits at once.
+        if self.apiserver_state() == ApiServerState::Paused {
+            let _ = self.resume_apiserver();
         }
         while let Some(mut process) = self.processes.pop() {
             process.stop(Duration::from_secs(5));
@@ -580,6 +801,16 @@ impl Drop for Cluster {
 
 /// The annotation that puts a node under kwok's management.
 pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
+
+/// Whether a process is stopped by a signal (state `T` in /proc).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses and
+        // may itself hold spaces or parentheses.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    })
+}
 
 fn node_is_ready(node: &Node) -> bool {
     let has_cidr = node.spec.as_ref().is_some_and(|s| s.pod_cidr.is_some());

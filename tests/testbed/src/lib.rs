@@ -10,6 +10,7 @@
 //! at start, so a crashed run cannot wedge the next one.
 
 mod cluster;
+pub mod dirs;
 mod hostnode;
 mod pki;
 mod ports;
@@ -19,7 +20,8 @@ mod toolchain;
 use std::path::{Path, PathBuf};
 
 pub use cluster::{
-    Cluster, ClusterSpec, KWOK_ANNOTATION, ProcessInfo, client_from_kubeconfig, kubeconfig_yaml,
+    ApiServerState, Cluster, ClusterSpec, KWOK_ANNOTATION, ProcessInfo, client_from_kubeconfig,
+    kubeconfig_yaml,
 };
 pub use hostnode::{HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, default_host_images};
 pub use pki::Pair;
@@ -66,24 +68,146 @@ pub enum Error {
         what: String,
         log: String,
     },
+    #[error("building the workspace's binaries: {0}")]
+    Build(String),
+    #[error("cluster {cluster}: cannot {action} the kube-apiserver while it is {state}")]
+    ApiServerState {
+        cluster: String,
+        action: &'static str,
+        state: ApiServerState,
+    },
+    #[error("cluster {cluster}: sending {signal} to the kube-apiserver")]
+    Signal {
+        cluster: String,
+        signal: String,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    #[error(
+        "{} exists and was not made by liqo-testbed; choose another folder or remove it",
+        path.display()
+    )]
+    NotMadeByTestbed { path: PathBuf },
 }
 
-/// The folder of the freshly built agent binaries (`liqo-gateway`, …):
-/// `LIQO_AGENT_BIN_DIR` if set, else the cargo profile folder the running
-/// executable was built in (`target/debug/` for both a binary there and a
-/// test in `target/debug/deps/`). The folder may lack the agents if they
-/// were not built; their pods are then faked.
-pub fn default_agent_bin_dir() -> Option<PathBuf> {
+/// The folder of the agent binaries (`liqo-gateway`, …):
+/// `LIQO_AGENT_BIN_DIR` if set; else, in a test (an executable in
+/// `target/<profile>/deps/`), `target/<profile>/` once [`built_bin_dir`]
+/// has made its binaries current; else the folder of the running
+/// executable (`liqo-testbed` next to the agents it was built with). The
+/// folder may lack the agents if they were not built; their pods then fail
+/// to pull their image.
+pub fn default_agent_bin_dir() -> Result<Option<PathBuf>, Error> {
     if let Some(dir) = std::env::var_os("LIQO_AGENT_BIN_DIR") {
-        return Some(PathBuf::from(dir));
+        return Ok(Some(PathBuf::from(dir)));
     }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir.parent().map(Path::to_owned)
-    } else {
-        Some(dir.to_owned())
+    let Ok(exe) = std::env::current_exe() else {
+        return Ok(None);
+    };
+    match exe.parent() {
+        Some(dir) if dir.file_name().is_some_and(|n| n == "deps") => built_bin_dir().map(Some),
+        dir => Ok(dir.map(Path::to_owned)),
     }
+}
+
+/// Where `cargo build --workspace` runs: this crate is `tests/testbed`.
+const WORKSPACE_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// The result of the one build of a process, shared by every caller.
+static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+
+/// The cargo profile folder (`target/debug/`) of the running test, after
+/// `cargo build --workspace --bins --locked` has made every binary in it
+/// current: a test never runs a binary older than the sources. The build
+/// runs once per process (a no-op build takes about a second); test
+/// binaries running at once are serialised by cargo's own lock. Its
+/// progress and compiler errors go to stderr.
+pub fn built_bin_dir() -> Result<PathBuf, Error> {
+    BUILT
+        .get_or_init(build_workspace_bins)
+        .clone()
+        .map_err(Error::Build)
+}
+
+fn build_workspace_bins() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding the running test: {e}"))?;
+    let deps = exe.parent().filter(|d| d.ends_with("deps"));
+    let Some(dir) = deps.and_then(Path::parent) else {
+        return Err(format!(
+            "{} is not a test in a cargo profile folder (target/<profile>/deps)",
+            exe.display()
+        ));
+    };
+    let profile = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| format!("{} names no cargo profile", dir.display()))?;
+    // The cargo that runs the tests, so that its toolchain builds the bins.
+    let cargo = std::env::var_os("CARGO")
+        .or_else(|| option_env!("CARGO").map(Into::into))
+        .unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(&cargo);
+    cmd.current_dir(WORKSPACE_ROOT)
+        .args(["build", "--workspace", "--bins", "--locked"])
+        .args(["--message-format", "json-render-diagnostics"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    if profile != "debug" {
+        cmd.args(["--profile", profile]);
+    }
+    // What cargo sets for the running test alone (its package's name and
+    // folder, …). Build scripts that watch one of them (ring watches
+    // CARGO_MANIFEST_DIR) would otherwise rebuild, and rebuild again at the
+    // next build from a shell.
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let per_test = name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_EXE_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                name,
+                "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+                    | "OUT_DIR"
+            );
+        if per_test {
+            cmd.env_remove(name);
+        }
+    }
+    let command = format!(
+        "{} build --workspace --bins --locked (in {WORKSPACE_ROOT})",
+        Path::new(&cargo).display()
+    );
+    let output = cmd
+        .output()
+        .map_err(|e| format!("running {command}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{command} failed ({}); the compiler's errors are above",
+            output.status
+        ));
+    }
+    // Every binary must land where this test looks: a CARGO_TARGET_DIR
+    // that differs between the test run and this build would leave stale
+    // ones in `dir`.
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if let Some(executable) = message["executable"].as_str().map(Path::new)
+            && executable.parent() != Some(dir)
+        {
+            return Err(format!(
+                "{command} built {} but the test runs from {}; build and test with the same target folder",
+                executable.display(),
+                dir.display()
+            ));
+        }
+    }
+    Ok(dir.to_owned())
 }
 
 /// Writes a file only its owner may read: keys, kubeconfigs, tokens.
@@ -122,18 +246,28 @@ impl Testbed {
             .prefix("liqo-testbed-")
             .tempdir()
             .map_err(io_error(&std::env::temp_dir()))?;
+        dirs::claim(tempdir.path())?;
         let mut testbed = Self::start_in(tempdir.path(), specs).await?;
         testbed._tempdir = Some(tempdir);
         Ok(testbed)
     }
 
     /// Starts the clusters in parallel, each in a folder of `root` named
-    /// after it.
+    /// after it. `root` is made if missing; each cluster's folder must be
+    /// missing, empty or left by a testbed (see [`dirs`]), and is cleared.
     pub async fn start_in(root: &Path, specs: Vec<ClusterSpec>) -> Result<Self, Error> {
         let mut names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         names.sort_unstable();
         if names.windows(2).any(|w| w[0] == w[1]) {
             return Err(Error::Spec(format!("cluster names must differ: {names:?}")));
+        }
+        // Checked before anything starts, so that a refused folder stops
+        // every cluster from starting, not just its own.
+        for spec in &specs {
+            dirs::may_use(&root.join(&spec.name))?;
+        }
+        if !root.exists() {
+            dirs::claim(root)?;
         }
         let toolchain = tokio::task::spawn_blocking(Toolchain::locate)
             .await
@@ -156,7 +290,10 @@ impl Testbed {
     /// and a host-process node running the agents of
     /// [`default_agent_bin_dir`].
     pub async fn start_default(n: u8) -> Result<Self, Error> {
-        let bin_dir = default_agent_bin_dir();
+        // Blocking: it may build the workspace first.
+        let bin_dir = tokio::task::spawn_blocking(default_agent_bin_dir)
+            .await
+            .map_err(|e| Error::Build(e.to_string()))??;
         Self::start(
             (1..=n)
                 .map(|i| ClusterSpec {

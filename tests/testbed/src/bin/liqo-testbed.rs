@@ -3,16 +3,23 @@
 //!
 //! `up` runs a supervisor in the background (`run` in the foreground is the
 //! same thing) that owns every cluster process and records what it started
-//! in `<dir>/state.json`; `down` asks it to stop and waits until nothing it
-//! started is left.
+//! in `<dir>/state.json` and its pid in `<dir>/supervisor.pid`; `down` asks
+//! it to stop with SIGTERM and waits until nothing it started is left.
+//! `apiserver` asks it, over the Unix socket `<dir>/control.sock`, to stop,
+//! start, pause or resume a cluster's kube-apiserver: only the supervisor
+//! can, as the parent that reaps and restarts it.
+//!
+//! Every folder `up` makes holds the marker of [`liqo_testbed::dirs`];
+//! `up` clears and `down` deletes only a folder that has it.
 
+use std::io::{BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use liqo_testbed::{ClusterSpec, ProcessInfo, Testbed, Toolchain};
+use liqo_testbed::{ApiServerState, ClusterSpec, ProcessInfo, Testbed, Toolchain, dirs};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -59,8 +66,55 @@ enum Cmd {
         #[arg(value_enum)]
         field: Field,
     },
+    /// Stop, start, restart, pause or resume one cluster's kube-apiserver.
+    ///
+    /// `stop` ends it (its port refuses connections), `start` starts it
+    /// again on the same URL with the same certificates, so kubeconfigs
+    /// keep working, and returns once it is ready; `pause` freezes it
+    /// (SIGSTOP: connections hang), `resume` lets it run again.
+    Apiserver {
+        #[command(flatten)]
+        dir: DirArg,
+        #[arg(value_enum)]
+        action: ApiServerAction,
+        /// The cluster's name.
+        cluster: String,
+    },
     /// Build (or find in the cache) the control-plane binaries and print their folder.
     Toolchain,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum ApiServerAction {
+    Stop,
+    Start,
+    Restart,
+    Pause,
+    Resume,
+}
+
+impl ApiServerAction {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Start => "start",
+            Self::Restart => "restart",
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        [
+            Self::Stop,
+            Self::Start,
+            Self::Restart,
+            Self::Pause,
+            Self::Resume,
+        ]
+        .into_iter()
+        .find(|a| a.name() == name)
+    }
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
@@ -128,16 +182,18 @@ fn parse_host_image(value: &str) -> Result<(String, String), String> {
 }
 
 impl UpArgs {
-    fn agent_bin_dir(&self) -> Option<PathBuf> {
-        self.agent_bin_dir
-            .clone()
-            .or_else(liqo_testbed::default_agent_bin_dir)
+    fn agent_bin_dir(&self) -> Result<Option<PathBuf>> {
+        match &self.agent_bin_dir {
+            Some(dir) => Ok(Some(dir.clone())),
+            None => Ok(liqo_testbed::default_agent_bin_dir()?),
+        }
     }
 
-    fn specs(&self) -> Vec<ClusterSpec> {
+    fn specs(&self) -> Result<Vec<ClusterSpec>> {
         let first = ClusterSpec::new("", 0);
-        let agent_bin_dir = self.agent_bin_dir();
-        self.clusters
+        let agent_bin_dir = self.agent_bin_dir()?;
+        Ok(self
+            .clusters
             .iter()
             .zip(1u8..)
             .map(|(name, i)| {
@@ -153,7 +209,7 @@ impl UpArgs {
                 }
                 spec
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -175,6 +231,9 @@ struct ClusterState {
     /// The host-process node, if the cluster has one.
     #[serde(default)]
     host_node: Option<String>,
+    /// What `liqo-testbed apiserver` has done to the kube-apiserver.
+    #[serde(default)]
+    apiserver: Option<ApiServerState>,
     processes: Vec<ProcessInfo>,
 }
 
@@ -198,6 +257,11 @@ fn main() -> ExitCode {
             cluster,
             field,
         } => get(&dir.dir, &cluster, field),
+        Cmd::Apiserver {
+            dir,
+            action,
+            cluster,
+        } => apiserver(&dir.dir, action, &cluster),
         Cmd::Toolchain => Toolchain::locate()
             .map(|t| println!("{}", t.dir().display()))
             .map_err(Into::into),
@@ -213,6 +277,27 @@ fn main() -> ExitCode {
 
 fn state_path(dir: &Path) -> PathBuf {
     dir.join("state.json")
+}
+
+fn control_path(dir: &Path) -> PathBuf {
+    dir.join("control.sock")
+}
+
+/// The one line `up`, `run` and `down` answer for a folder they must not
+/// touch.
+fn not_ours(dir: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} exists and was not made by liqo-testbed; choose another --dir or remove it",
+        dir.display()
+    )
+}
+
+/// Fails with [`not_ours`] unless a testbed may use `dir`.
+fn check_ours(dir: &Path) -> Result<()> {
+    match dirs::may_use(dir) {
+        Err(liqo_testbed::Error::NotMadeByTestbed { .. }) => Err(not_ours(dir)),
+        other => Ok(other?),
+    }
 }
 
 fn read_state(dir: &Path) -> Option<State> {
@@ -247,10 +332,11 @@ fn up(args: &UpArgs) -> Result<()> {
             dir.display()
         );
     }
-    // Whatever is left there is from a run that crashed: its processes died
-    // with their supervisor, so the folder can go.
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Whatever a testbed left there is from a run that crashed: its
+    // processes died with their supervisor, so the folder can be cleared.
+    // Anything else is someone's, and stays as it is.
+    check_ours(dir)?;
+    dirs::make_fresh(dir)?;
     let dir = dir.canonicalize()?;
 
     // Build or find the binaries here, where a long first build shows its
@@ -284,7 +370,7 @@ fn up(args: &UpArgs) -> Result<()> {
         // Resolved here: the default is this binary's folder, which the
         // supervisor (the same binary) would find too, but an explicit
         // path is what `status` and a reader of the log can check.
-        if let Some(bin_dir) = args.agent_bin_dir() {
+        if let Some(bin_dir) = args.agent_bin_dir()? {
             cmd.arg("--agent-bin-dir").arg(bin_dir);
         }
         cmd.spawn().context("starting the supervisor")?
@@ -343,7 +429,9 @@ fn up(args: &UpArgs) -> Result<()> {
 
 fn run(args: &UpArgs) -> Result<()> {
     let dir = &args.dir.dir;
-    std::fs::create_dir_all(dir)?;
+    // Not cleared: `up` has done that, and its log is already in there.
+    check_ours(dir)?;
+    dirs::claim(dir)?;
     let dir = dir.canonicalize()?;
     std::fs::write(dir.join("supervisor.pid"), std::process::id().to_string())?;
     // One thread only: the kernel ties each cluster process to the thread
@@ -353,33 +441,30 @@ fn run(args: &UpArgs) -> Result<()> {
         .build()?;
     rt.block_on(async {
         let started = Instant::now();
-        let mut testbed = Testbed::start_in(&dir, args.specs()).await?;
-        let state = State {
-            supervisor_pid: std::process::id(),
-            started_in_seconds: started.elapsed().as_secs_f64(),
-            clusters: testbed
-                .clusters()
-                .iter()
-                .map(|c| ClusterState {
-                    name: c.name().to_owned(),
-                    server: c.server().to_owned(),
-                    kubeconfig: c.kubeconfig_path().to_owned(),
-                    pod_cidr: c.spec().pod_cidr.clone(),
-                    service_cidr: c.spec().service_cidr.clone(),
-                    host_node: c.host_node_name().map(str::to_owned),
-                    processes: c.processes(),
-                })
-                .collect(),
-        };
-        // Written whole, then renamed: `up` never reads half a file.
-        let tmp = dir.join("state.json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?)?;
-        std::fs::rename(&tmp, state_path(&dir))?;
-        tracing::info!("clusters ready in {:.1}s", state.started_in_seconds);
+        let mut testbed = Testbed::start_in(&dir, args.specs()?).await?;
+        let started_in_seconds = started.elapsed().as_secs_f64();
+        // Bound before the state is written: once `up` returns, `apiserver`
+        // commands work. A failure (a path too long for a socket) costs
+        // only those commands, which then say so.
+        let control = control_path(&dir);
+        let _ = std::fs::remove_file(&control);
+        let listener = tokio::net::UnixListener::bind(&control)
+            .inspect_err(|e| {
+                tracing::warn!("no control socket {}: {e}", control.display());
+            })
+            .ok();
+        write_state(&dir, &testbed, started_in_seconds)?;
+        tracing::info!("clusters ready in {started_in_seconds:.1}s");
 
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut watch = tokio::time::interval(Duration::from_secs(2));
         loop {
+            let accept = async {
+                match &listener {
+                    Some(listener) => listener.accept().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => break,
                 _ = term.recv() => break,
@@ -390,16 +475,134 @@ fn run(args: &UpArgs) -> Result<()> {
                         }
                     }
                 }
+                accepted = accept => match accepted {
+                    Ok((stream, _)) => {
+                        serve_control(stream, &mut testbed).await;
+                        write_state(&dir, &testbed, started_in_seconds)?;
+                    }
+                    Err(e) => tracing::warn!("accepting on the control socket: {e}"),
+                },
             }
         }
         tracing::info!("stopping");
         let _ = std::fs::remove_file(state_path(&dir));
+        let _ = std::fs::remove_file(&control);
         testbed.stop();
         Ok(())
     })
 }
 
+/// Records the clusters for `up`, `status`, `get` and `down`.
+fn write_state(dir: &Path, testbed: &Testbed, started_in_seconds: f64) -> Result<()> {
+    let state = State {
+        supervisor_pid: std::process::id(),
+        started_in_seconds,
+        clusters: testbed
+            .clusters()
+            .iter()
+            .map(|c| ClusterState {
+                name: c.name().to_owned(),
+                server: c.server().to_owned(),
+                kubeconfig: c.kubeconfig_path().to_owned(),
+                pod_cidr: c.spec().pod_cidr.clone(),
+                service_cidr: c.spec().service_cidr.clone(),
+                host_node: c.host_node_name().map(str::to_owned),
+                apiserver: Some(c.apiserver_state()),
+                processes: c.processes(),
+            })
+            .collect(),
+    };
+    // Written whole, then renamed: `up` never reads half a file.
+    let tmp = dir.join("state.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?)?;
+    std::fs::rename(&tmp, state_path(dir))?;
+    Ok(())
+}
+
+/// Answers one request of `liqo-testbed apiserver` on the control socket:
+/// a line `<action> <cluster>`, answered by `ok <state>` or `error
+/// <message>`. One at a time: the supervisor's loop waits meanwhile.
+async fn serve_control(stream: tokio::net::UnixStream, testbed: &mut Testbed) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let mut read = tokio::io::BufReader::new(read);
+    let reply = match tokio::time::timeout(Duration::from_secs(5), read.read_line(&mut line)).await
+    {
+        Ok(Ok(_)) => match control(testbed, line.trim()).await {
+            Ok(state) => format!("ok {state}\n"),
+            // One line: the protocol is line-based.
+            Err(e) => format!("error {}\n", format!("{e:#}").replace('\n', " ")),
+        },
+        Ok(Err(e)) => format!("error reading the request: {e}\n"),
+        Err(_) => "error no request within 5s\n".to_owned(),
+    };
+    if let Err(e) = write.write_all(reply.as_bytes()).await {
+        tracing::warn!("answering on the control socket: {e}");
+    }
+}
+
+async fn control(testbed: &mut Testbed, request: &str) -> Result<ApiServerState> {
+    let (action, name) = request
+        .split_once(' ')
+        .with_context(|| format!("malformed request {request:?}"))?;
+    let action =
+        ApiServerAction::parse(action).with_context(|| format!("unknown action {action:?}"))?;
+    let names: Vec<String> = testbed
+        .clusters()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    let Some(cluster) = testbed.clusters_mut().iter_mut().find(|c| c.name() == name) else {
+        bail!("no cluster {name:?}; there are {names:?}");
+    };
+    tracing::info!(cluster = %name, "kube-apiserver: {}", action.name());
+    match action {
+        ApiServerAction::Stop => cluster.stop_apiserver().await?,
+        ApiServerAction::Start => cluster.start_apiserver().await?,
+        ApiServerAction::Restart => cluster.restart_apiserver().await?,
+        ApiServerAction::Pause => cluster.pause_apiserver()?,
+        ApiServerAction::Resume => cluster.resume_apiserver()?,
+    }
+    Ok(cluster.apiserver_state())
+}
+
+/// `liqo-testbed apiserver`: asks the supervisor over its control socket.
+fn apiserver(dir: &Path, action: ApiServerAction, name: &str) -> Result<()> {
+    if running_supervisor(dir).is_none() {
+        bail!("no clusters are running in {}", dir.display());
+    }
+    let path = control_path(dir);
+    let mut stream = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
+        format!(
+            "the supervisor does not listen on {} (see {})",
+            path.display(),
+            dir.join("testbed.log").display()
+        )
+    })?;
+    // A start waits for readiness, at most 90 s in the supervisor.
+    stream.set_read_timeout(Some(Duration::from_secs(150)))?;
+    writeln!(stream, "{} {name}", action.name())?;
+    let mut reply = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut reply)
+        .context("waiting for the supervisor's answer")?;
+    match reply.trim_end().split_once(' ') {
+        Some(("ok", state)) => {
+            println!("kube-apiserver of {name}: {state}");
+            Ok(())
+        }
+        Some(("error", message)) => bail!("{message}"),
+        _ => bail!("the supervisor answered {reply:?}"),
+    }
+}
+
 fn down(dir: &Path, keep: bool) -> Result<()> {
+    // Before anything is signalled or deleted: `--dir .` or a typo must
+    // leave the folder, and whatever it names, alone.
+    if dir.exists() && !dirs::made_by_testbed(dir) {
+        return Err(not_ours(dir));
+    }
     let state = read_state(dir);
     match running_supervisor(dir) {
         Some(pid) => {
@@ -428,7 +631,7 @@ fn down(dir: &Path, keep: bool) -> Result<()> {
         let _ = kill(Pid::from_raw(p.pid as i32), Signal::SIGKILL);
     }
     if !keep {
-        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+        dirs::remove(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     println!("stopped the clusters in {}", dir.display());
     Ok(())
@@ -474,8 +677,14 @@ fn status(dir: &Path, json: bool) -> Result<()> {
     };
     for c in &state.clusters {
         let total: u64 = c.processes.iter().filter_map(|p| p.resident_bytes).sum();
+        let apiserver = match c.apiserver {
+            Some(state @ (ApiServerState::Paused | ApiServerState::Stopped)) => {
+                format!("  kube-apiserver {state}")
+            }
+            _ => String::new(),
+        };
         println!(
-            "{}  {}  kubeconfig {}",
+            "{}  {}  kubeconfig {}{apiserver}",
             c.name,
             c.server,
             c.kubeconfig.display()
