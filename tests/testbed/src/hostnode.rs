@@ -137,6 +137,8 @@ const STATUS_HEARTBEAT: Duration = Duration::from_secs(20);
 const ORPHAN_GRACE: Duration = Duration::from_secs(2);
 /// Grace of every process when the node stops.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How many times the removal of unused mount points is tried.
+const CLEANUP_TICKS: u8 = 10;
 const FIELD_MANAGER: &str = "liqo-testbed-hostnode";
 
 /// What a host node needs to know of its cluster.
@@ -287,6 +289,8 @@ struct Kubelet {
     /// The mount points made on the host for the pods' volumes, parents
     /// first, removed once no pod needs them.
     created: std::cell::RefCell<Vec<PathBuf>>,
+    /// How many more passes try to remove them.
+    cleanup_ticks: u8,
 }
 
 impl Kubelet {
@@ -324,6 +328,7 @@ impl Kubelet {
             status_posted: Instant::now(),
             pods: HashMap::new(),
             created: std::cell::RefCell::new(Vec::new()),
+            cleanup_ticks: 0,
             http,
             client,
             config,
@@ -478,6 +483,12 @@ impl Kubelet {
             }
         }
         if self.pods.len() < count {
+            self.cleanup_ticks = CLEANUP_TICKS;
+        }
+        // A mount point stays while any process has it mounted, such as an
+        // exec probe killed a moment ago: the removal is tried a few times.
+        if self.cleanup_ticks > 0 {
+            self.cleanup_ticks -= 1;
             self.remove_unused_mount_points();
         }
         Ok(())
@@ -499,7 +510,13 @@ impl Kubelet {
             SHUTDOWN_GRACE,
         );
         self.pods.clear();
-        self.remove_unused_mount_points();
+        for _ in 0..CLEANUP_TICKS {
+            self.remove_unused_mount_points();
+            if self.created.borrow().is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         tracing::info!(node = %self.config.node_name, "host-process node stopped");
     }
 }
