@@ -111,6 +111,24 @@ pub fn render(options: &Options) -> Vec<Manifest> {
     out
 }
 
+/// Every object an installation may hold, for what is known of them
+/// without a cluster: their kinds and names (the identity is a stand-in).
+/// Install checks none of them is someone else's; uninstall deletes them.
+pub fn every_object() -> Vec<Manifest> {
+    let stand_in = ClusterIdentity {
+        cluster_id: liqo_api::ClusterId::new("stand-in").expect("invariant: a DNS label"),
+        cluster_name: "stand-in".to_owned(),
+        labels: BTreeMap::new(),
+        pod_cidr: "10.0.0.0/16".parse().expect("invariant: a CIDR"),
+        service_cidr: "10.1.0.0/16".parse().expect("invariant: a CIDR"),
+        version: liqo_api::VERSION.to_owned(),
+    };
+    render(&Options {
+        identity: Some(stand_in),
+        ..Options::default()
+    })
+}
+
 /// The gateway's account, rights and Deployment. Its rights are what it
 /// reads today: the identity and the peers; the tunnel adds its own.
 fn gateway(options: &Options) -> Vec<Manifest> {

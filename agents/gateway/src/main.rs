@@ -1,22 +1,25 @@
 //! `liqo-gateway`: links the pod networks of peered clusters over a
 //! userspace WireGuard tunnel.
 //!
-//! What runs today: the gateway reads the cluster's identity and follows
-//! the peers (ForeignClusters), under the RBAC `liqoctl install` gives it,
-//! and is ready once it knows both. The tunnel comes with the network
-//! issue. It keeps no state of its own: everything comes from the API.
+//! What runs today: the gateway follows the cluster's identity and the
+//! peers (ForeignClusters) with reflectors, under the RBAC `liqoctl
+//! install` gives it, and is ready exactly while both are known and
+//! current: not while the API cannot be followed, not once the identity is
+//! deleted or damaged. The tunnel comes with the network issue. It keeps no
+//! state of its own: everything comes from the API.
 
 use std::net::SocketAddr;
 
 use clap::Parser;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use liqo_agent_runtime::Readiness;
+use liqo_agent_runtime::follow::{Followed, follow};
 use liqo_api::ClusterIdentity;
-use liqo_api::names;
 use liqo_api::core::ForeignCluster;
+use liqo_api::names;
 
 #[derive(Parser, Debug)]
 #[command(version = liqo_api::VERSION, about = "The liqo-rs network gateway")]
@@ -38,71 +41,98 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(version = liqo_api::VERSION, health = %args.health_addr, "gateway starting");
     // KUBECONFIG when set, else the pod's service account.
     let client = kube::Client::try_default().await?;
+
+    // The RBAC grants this one ConfigMap by name, so the watch must name it.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &args.namespace);
+    let (identity, follow_identity) = follow(
+        maps,
+        watcher::Config::default().fields(&format!("metadata.name={}", names::IDENTITY_CONFIGMAP)),
+        "identity",
+    );
+    let (peers, follow_peers) = follow(
+        Api::<ForeignCluster>::all(client),
+        watcher::Config::default(),
+        "peers",
+    );
+    let state = State {
+        identity,
+        identity_ref: ObjectRef::new(names::IDENTITY_CONFIGMAP).within(&args.namespace),
+        peers,
+    };
     tokio::select! {
         result = liqo_agent_runtime::serve_health(listener, readiness.clone()) => result?,
-        result = follow(client, &args.namespace, readiness) => result?,
+        () = follow_identity => {}
+        () = follow_peers => {}
+        () = state.keep_readiness(&readiness) => {}
         () = liqo_agent_runtime::shutdown_signal() => {}
     }
     Ok(())
 }
 
-/// Follows the identity and the peers; ready while both are known.
-async fn follow(client: kube::Client, namespace: &str, readiness: Readiness) -> anyhow::Result<()> {
-    // The RBAC grants this one ConfigMap by name, so the watch must name it.
-    let identity_config =
-        watcher::Config::default().fields(&format!("metadata.name={}", names::IDENTITY_CONFIGMAP));
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let mut identities = watcher(maps, identity_config)
-        .default_backoff()
-        .applied_objects()
-        .boxed();
-    let peers: Api<ForeignCluster> = Api::all(client);
-    let mut peer_events = watcher(peers, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+/// What the gateway follows.
+struct State {
+    identity: Followed<ConfigMap>,
+    identity_ref: ObjectRef<ConfigMap>,
+    peers: Followed<ForeignCluster>,
+}
 
-    let mut identity: Option<ClusterIdentity> = None;
-    let mut peers_synced = false;
-    loop {
-        tokio::select! {
-            next = identities.try_next() => match next {
-                Ok(Some(map)) => {
-                    match ClusterIdentity::from_data(&map.data.unwrap_or_default()) {
-                        Ok(id) => {
-                            tracing::info!(cluster_id = %id.cluster_id, name = %id.cluster_name, "identity");
-                            identity = Some(id);
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "the identity ConfigMap is damaged");
-                            identity = None;
-                        }
+/// What the gateway knows, as it logs it when it changes.
+#[derive(Debug, PartialEq)]
+struct Known {
+    identity: Result<ClusterIdentity, String>,
+    peers: Vec<(String, String)>,
+}
+
+impl State {
+    /// Re-evaluates readiness whenever either store changes: ready when
+    /// both stores are current and the identity is present and valid.
+    async fn keep_readiness(mut self, readiness: &Readiness) {
+        let mut last: Option<Known> = None;
+        loop {
+            let known = self.known();
+            if last.as_ref() != Some(&known) {
+                match &known.identity {
+                    Ok(id) => {
+                        tracing::info!(cluster_id = %id.cluster_id, name = %id.cluster_name, "identity")
                     }
+                    Err(why) => tracing::warn!(%why, "no usable identity"),
                 }
-                Ok(None) => anyhow::bail!("the identity watch ended"),
-                // Retried with backoff by the stream; not ready meanwhile.
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching the identity");
-                    identity = None;
-                }
-            },
-            next = peer_events.try_next() => match next {
-                Ok(Some(event)) => match event {
-                    watcher::Event::InitDone => peers_synced = true,
-                    watcher::Event::Apply(fc) | watcher::Event::InitApply(fc) => {
-                        tracing::info!(peer = %fc.spec.cluster_name, cluster_id = %fc.spec.cluster_id, "peer");
-                    }
-                    watcher::Event::Delete(fc) => {
-                        tracing::info!(peer = %fc.spec.cluster_name, "peer removed");
-                    }
-                    watcher::Event::Init => {}
-                },
-                Ok(None) => anyhow::bail!("the peers watch ended"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching the peers");
-                    peers_synced = false;
-                }
-            },
+                tracing::info!(peers = ?known.peers, "peers");
+            }
+            readiness.set(
+                self.identity.is_current() && self.peers.is_current() && known.identity.is_ok(),
+            );
+            last = Some(known);
+            tokio::select! {
+                changed = self.identity.state.changed() => if changed.is_err() { return },
+                changed = self.peers.state.changed() => if changed.is_err() { return },
+            }
         }
-        readiness.set(identity.is_some() && peers_synced);
+    }
+
+    fn known(&self) -> Known {
+        let identity = match self.identity.store.get(&self.identity_ref) {
+            None => Err(format!(
+                "the ConfigMap {} does not exist",
+                names::IDENTITY_CONFIGMAP
+            )),
+            Some(map) => {
+                ClusterIdentity::from_data(&map.data.clone().unwrap_or_default()).map_err(|e| {
+                    format!(
+                        "the ConfigMap {} is damaged: {e}",
+                        names::IDENTITY_CONFIGMAP
+                    )
+                })
+            }
+        };
+        let mut peers: Vec<(String, String)> = self
+            .peers
+            .store
+            .state()
+            .iter()
+            .map(|fc| (fc.spec.cluster_name.clone(), fc.spec.cluster_id.to_string()))
+            .collect();
+        peers.sort();
+        Known { identity, peers }
     }
 }

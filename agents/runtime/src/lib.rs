@@ -1,6 +1,9 @@
 //! What every liqo-rs agent does the same way: logging, the `/healthz` and
-//! `/readyz` endpoints the kubelet probes, and stopping on SIGTERM.
-//! Agent logic does not live here.
+//! `/readyz` endpoints the kubelet probes, following the API with
+//! reflectors ([`follow`]), and stopping on SIGTERM. Agent logic does not
+//! live here.
+
+pub mod follow;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -44,8 +44,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         check_permissions(&cluster).await?;
     }
     // Nothing is written before we know every name we use is ours to use.
-    let ours_to_use = manifests::render(&Options::default());
-    let foreign = ownership::foreign(&cluster, &ours_to_use).await?;
+    let foreign = ownership::foreign(&cluster, &manifests::every_object()).await?;
     if !foreign.is_empty() {
         step.fail("not ours");
         return Err(UserError::Refused(format!(

@@ -21,7 +21,7 @@ use crate::factory::ClusterClient;
 use crate::k8s::apply::{self, Deletion};
 use crate::k8s::ownership::{self, Ownership};
 use crate::k8s::wait::{self, Waited};
-use crate::manifests::{self, Manifest, Options};
+use crate::manifests::{self, Manifest};
 use crate::printer::Printer;
 
 pub async fn run(
@@ -41,9 +41,8 @@ pub async fn run(
         ))
         .into());
     }
-    // Everything install makes, named as install names it; the identity
-    // ConfigMap goes with the namespace.
-    let all = manifests::render(&Options::default());
+    // Everything install makes, named as install names it.
+    let all = manifests::every_object();
     let (crds, rest): (Vec<&Manifest>, Vec<&Manifest>) =
         all.iter().partition(|m| matches!(m, Manifest::Crd(_)));
     let namespace = rest
