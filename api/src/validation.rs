@@ -111,7 +111,11 @@ mod tests {
     /// A valid DNS subdomain of `len` characters (three 63-character labels
     /// and a last one), invalid only by its length when over 253.
     fn long_prefix(len: usize) -> String {
-        format!("{}.{}", vec!["p".repeat(63); 3].join("."), "p".repeat(len - 192))
+        format!(
+            "{}.{}",
+            vec!["p".repeat(63); 3].join("."),
+            "p".repeat(len - 192)
+        )
     }
 
     #[test]
