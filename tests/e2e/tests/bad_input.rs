@@ -58,6 +58,33 @@ async fn viewer_kubeconfig(cluster: &Cluster, path: &Path) -> Result<String> {
     Ok(token)
 }
 
+/// The kubeconfig with another certificate authority.
+fn with_ca(kubeconfig: &str, ca_pem: &str) -> String {
+    use base64::Engine as _;
+    let config = kube::config::Kubeconfig::from_yaml(kubeconfig).expect("a valid kubeconfig");
+    let mut config = serde_json::to_value(config).expect("a kubeconfig serializes");
+    config["clusters"][0]["cluster"]["certificate-authority-data"] =
+        json!(base64::engine::general_purpose::STANDARD.encode(ca_pem));
+    config.to_string()
+}
+
+/// A reader that has gone before liqoctl writes: `liqoctl ... | head -0`.
+fn closed_stdout(kubeconfig: Option<&Path>, args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(liqo_e2e::bin_dir().join("liqoctl"));
+    if let Some(kubeconfig) = kubeconfig {
+        cmd.arg("--kubeconfig").arg(kubeconfig);
+    }
+    let mut child = cmd
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("liqoctl runs");
+    // Closed before liqoctl has even parsed its arguments.
+    drop(child.stdout.take());
+    child.wait_with_output().expect("liqoctl ends")
+}
+
 async fn nothing_installed(cluster: &Cluster) -> Result<()> {
     let client = cluster.client().await?;
     assert!(
@@ -90,7 +117,40 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
         .replace(cluster.server(), &format!("https://{closed}"));
     std::fs::write(&unreachable, text)?;
     let out = liqoctl(Some(&unreachable), &["install", "--timeout=5"]).user_error(4);
-    assert!(out.error_line().contains("cannot reach"), "{}", out.stderr);
+    assert!(
+        out.error_line().contains("cannot reach")
+            && out.error_line().contains("connection refused"),
+        "{}",
+        out.stderr
+    );
+    // Only our line: no library log line (kube's client logs failed
+    // connections at ERROR) reaches the user by default.
+    let others: Vec<&str> = (out.stderr.lines())
+        .filter(|l| !l.starts_with("error: ") && !l.ends_with("..."))
+        .collect();
+    assert!(others.is_empty(), "{}", out.stderr);
+    // `version` says what it knows before it fails, as kubectl does.
+    let out = liqoctl(Some(&unreachable), &["version"]).user_error(4);
+    assert!(
+        out.stdout
+            .contains(&format!("Client:     {}", liqo_api::VERSION)),
+        "{}",
+        out.stdout
+    );
+
+    // A server whose certificate the kubeconfig does not trust.
+    let stranger = rcgen::generate_simple_self_signed(vec!["stranger".to_owned()])?;
+    let untrusted = scratch.join("untrusted.kubeconfig");
+    std::fs::write(
+        &untrusted,
+        with_ca(&std::fs::read_to_string(kubeconfig)?, &stranger.cert.pem()),
+    )?;
+    let out = liqoctl(Some(&untrusted), &["info"]).user_error(4);
+    assert!(
+        out.error_line().contains("certificate is not trusted"),
+        "{}",
+        out.stderr
+    );
 
     // A context that the kubeconfig does not have.
     let out = liqoctl(Some(kubeconfig), &["--context", "nope", "install"]).user_error(3);
@@ -109,6 +169,10 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
         ("--service-cidr=nonsense", "nonsense"),
         ("--node-selector=novalue", "novalue"),
         ("--cluster-labels=k=bad value", "bad value"),
+        ("--cluster-labels=Bad.Prefix/k=v", "Bad.Prefix"),
+        ("--cluster-labels=liqo.io/virtual-node=x", "set by liqo-rs"),
+        ("--pod-cidr=127.0.0.0/8", "loopback"),
+        ("--toleration=k=v:Never", "Never"),
     ] {
         let out = liqoctl(Some(kubeconfig), &["install", flag]).user_error(2);
         assert!(out.error_line().contains(mention), "{flag}: {}", out.stderr);
@@ -119,6 +183,19 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
     let viewer = scratch.join("viewer.kubeconfig");
     let token = viewer_kubeconfig(cluster, &viewer).await?;
     assert!(token.len() > 20, "a real token");
+    // A token the cluster does not accept: 401, told apart from 403.
+    let stale = scratch.join("stale.kubeconfig");
+    std::fs::write(
+        &stale,
+        std::fs::read_to_string(&viewer)?.replace(&token, "not-a-token"),
+    )?;
+    let out = liqoctl(Some(&stale), &["info"]).user_error(3);
+    assert!(
+        out.error_line()
+            .contains("does not accept the kubeconfig's credentials"),
+        "{}",
+        out.stderr
+    );
     let out = liqoctl(Some(&viewer), &["install", "--timeout=5"]).user_error(5);
     assert!(
         out.error_line()
@@ -274,4 +351,20 @@ async fn liqoctl_finds_its_cluster_like_kubectl_and_runs_as_a_plugin() -> Result
     }
     liqoctl(None, &["completion", "tcsh"]).user_error(2);
     Ok(())
+}
+
+#[test]
+fn a_closed_stdout_ends_liqoctl_quietly() {
+    for args in [
+        &["completion", "bash"][..],
+        &["version", "--client"],
+        &["--help"],
+    ] {
+        let out = closed_stdout(None, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        // clap's own --help leaves like `head` expects: quietly.
+        assert!(out.status.code().is_some(), "{args:?} killed by a signal");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    }
 }

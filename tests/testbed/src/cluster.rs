@@ -73,11 +73,18 @@ impl ClusterSpec {
 
     /// The address of the `kubernetes` service: the first of the service CIDR.
     fn kubernetes_service_ip(&self) -> Result<IpAddr, Error> {
-        let base = self.service_cidr.split('/').next().unwrap_or_default();
-        let ip: std::net::Ipv4Addr = base.parse().map_err(|_| {
-            Error::Spec(format!("service CIDR {:?} is not IPv4", self.service_cidr))
+        let net: ipnet::IpNet = self.service_cidr.parse().map_err(|_| {
+            Error::Spec(format!(
+                "service CIDR {:?} is not a CIDR",
+                self.service_cidr
+            ))
         })?;
-        Ok(IpAddr::V4((u32::from(ip) + 1).into()))
+        net.hosts().next().ok_or_else(|| {
+            Error::Spec(format!(
+                "service CIDR {:?} has no host address",
+                self.service_cidr
+            ))
+        })
     }
 
     fn node_name(&self, i: u32) -> String {
@@ -855,20 +862,61 @@ pub fn kubeconfig_yaml(
     pair: &Pair,
 ) -> String {
     use base64::Engine as _;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let doc = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{ "name": cluster, "cluster": {
-            "server": server,
-            "certificate-authority-data": b64(ca_pem),
-        }}],
-        "users": [{ "name": user, "user": {
-            "client-certificate-data": b64(&pair.cert),
-            "client-key-data": b64(&pair.key),
-        }}],
-        "contexts": [{ "name": cluster, "context": { "cluster": cluster, "user": user } }],
-        "current-context": cluster,
-    });
-    serde_yaml::to_string(&doc).expect("invariant: a JSON value always serializes to YAML")
+    let auth = kube::config::AuthInfo {
+        client_certificate_data: Some(base64::engine::general_purpose::STANDARD.encode(&pair.cert)),
+        client_key_data: Some(
+            base64::engine::general_purpose::STANDARD
+                .encode(&pair.key)
+                .into(),
+        ),
+        ..Default::default()
+    };
+    kubeconfig(cluster, server, ca_pem, user, auth, None)
+}
+
+/// A kubeconfig with one cluster, one user (`auth`) and one context (with
+/// `namespace` as its default one), all named after the cluster, as YAML.
+pub(crate) fn kubeconfig(
+    cluster: &str,
+    server: &str,
+    ca_pem: &str,
+    user: &str,
+    auth: kube::config::AuthInfo,
+    namespace: Option<&str>,
+) -> String {
+    use base64::Engine as _;
+    use kube::config::{Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext};
+    let config = Kubeconfig {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Config".to_owned()),
+        clusters: vec![NamedCluster {
+            name: cluster.to_owned(),
+            cluster: Some(kube::config::Cluster {
+                server: Some(server.to_owned()),
+                certificate_authority_data: Some(
+                    base64::engine::general_purpose::STANDARD.encode(ca_pem),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: user.to_owned(),
+            auth_info: Some(auth),
+            ..Default::default()
+        }],
+        contexts: vec![NamedContext {
+            name: cluster.to_owned(),
+            context: Some(Context {
+                cluster: cluster.to_owned(),
+                user: Some(user.to_owned()),
+                namespace: namespace.map(str::to_owned),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        current_context: Some(cluster.to_owned()),
+        ..Default::default()
+    };
+    serde_yaml::to_string(&config).expect("invariant: a kubeconfig always serializes")
 }

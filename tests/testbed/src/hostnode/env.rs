@@ -371,21 +371,11 @@ pub(super) fn token_kubeconfig(
     namespace: &str,
     token_file: &Path,
 ) -> String {
-    use base64::Engine as _;
-    let doc = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{ "name": cluster, "cluster": {
-            "server": server,
-            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca_pem),
-        }}],
-        "users": [{ "name": user, "user": { "tokenFile": token_file.display().to_string() } }],
-        "contexts": [{ "name": cluster, "context": {
-            "cluster": cluster, "user": user, "namespace": namespace,
-        }}],
-        "current-context": cluster,
-    });
-    serde_yaml::to_string(&doc).expect("invariant: a JSON value always serializes to YAML")
+    let auth = kube::config::AuthInfo {
+        token_file: Some(token_file.display().to_string()),
+        ..Default::default()
+    };
+    crate::cluster::kubeconfig(cluster, server, ca_pem, user, auth, Some(namespace))
 }
 
 #[cfg(test)]
