@@ -894,7 +894,7 @@ fn write_atomically(path: &std::path::Path, contents: &str) -> Result<(), StartE
 }
 
 /// An error and its causes on one line, for a status message.
-fn chain(error: &dyn std::error::Error) -> String {
+pub(super) fn chain(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

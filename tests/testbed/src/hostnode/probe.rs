@@ -179,7 +179,7 @@ impl Prober {
                         "HTTP probe failed with statuscode: {}",
                         r.status().as_u16()
                     )),
-                    Err(e) => Err(format!("Get {url:?}: {}", chain(&e))),
+                    Err(e) => Err(format!("Get {url:?}: {}", super::pod::chain(&e))),
                 }
             }
             Check::Tcp { host, port } => {
@@ -239,18 +239,6 @@ async fn run_exec(command: &[String], ctx: &ExecContext, timeout: Duration) -> O
             ))
         }
     }
-}
-
-/// An error and its causes on one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 fn check(probe: &Probe, container: &Container, pod_ip: Ipv4Addr) -> Check {
