@@ -2,7 +2,51 @@
 //! of the x509 identity a consumer cluster gets. The peering's own
 //! resources (tenants, CSRs) will live here.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
 use crate::ClusterId;
+use crate::sharing::{Cost, Resources};
+
+/// A consumer, as its provider records it: one per consumer, named by the
+/// consumer's cluster ID, cluster-scoped. Written by `liqoctl peer` with the
+/// provider's credentials; the consumer's identity may not write it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "liqo.io",
+    version = "v1alpha1",
+    kind = "Tenant",
+    plural = "tenants",
+    status = "TenantStatus",
+    printcolumn = r#"{"name":"Consumer","type":"string","jsonPath":".spec.clusterName"}"#,
+    printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".spec.namespace"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantSpec {
+    pub cluster_id: ClusterId,
+    pub cluster_name: String,
+    /// The tenant namespace, where the consumer's identity may act.
+    pub namespace: String,
+    /// The x509 user name of the consumer's identity.
+    pub user: String,
+    /// What the consumer asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Resources>,
+    /// What the provider granted (enforced by a ResourceQuota).
+    pub grant: Resources,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
 
 /// The group of every peer identity; RBAC may name it, no human is in it.
 pub const PEER_GROUP: &str = "liqo.io:peers";

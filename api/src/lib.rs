@@ -5,6 +5,7 @@
 //! - [`core`]: the cluster's identity and its peers (ForeignCluster);
 //! - [`authentication`]: how a peer is known to a provider;
 //! - [`offloading`]: which namespaces run on which peers;
+//! - [`sharing`]: what a provider shares, at what cost, and its policy;
 //! - [`networking`]: the networks clusters bring, and their arithmetic;
 //! - [`names`] and [`validation`]: well-known names, and the checks the API
 //!   server applies to names and labels.
@@ -14,6 +15,7 @@ pub mod core;
 pub mod names;
 pub mod networking;
 pub mod offloading;
+pub mod sharing;
 pub mod validation;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -32,6 +34,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         core::ForeignCluster::crd(),
         offloading::NamespaceOffloading::crd(),
+        authentication::Tenant::crd(),
+        sharing::SharingPolicy::crd(),
     ]
 }
 
@@ -45,6 +49,10 @@ mod tests {
             assert_eq!(crd.spec.group, names::GROUP);
             let version = &crd.spec.versions[0];
             assert!(version.served && version.storage);
+            // A policy is only written by people: it has no status.
+            if crd.spec.names.kind == "SharingPolicy" {
+                continue;
+            }
             assert!(
                 version
                     .subresources

@@ -18,6 +18,11 @@ pub mod labels {
     pub const VERSION: &str = "app.kubernetes.io/version";
     /// Present on the virtual nodes that stand for peer clusters.
     pub const VIRTUAL_NODE: &str = "liqo.io/virtual-node";
+    /// The cluster ID of the peer an object belongs to (on a consumer: the
+    /// provider's; on a provider: the consumer's).
+    pub const PEER_CLUSTER_ID: &str = "liqo.io/remote-cluster-id";
+    /// The human name of that peer, on virtual nodes.
+    pub const PEER_CLUSTER_NAME: &str = "liqo.io/remote-cluster-name";
 }
 
 /// The ConfigMap in [`NAMESPACE`] that holds the cluster's liqo identity.
@@ -37,3 +42,44 @@ pub const VIRTUAL_KUBELET_IMAGE: &str = "ghcr.io/liqo-rs/liqo-virtual-kubelet";
 
 /// The port agents serve `/healthz` and `/readyz` on.
 pub const HEALTH_PORT: u16 = 8081;
+
+/// The taint of virtual nodes: only pods that tolerate it (those of
+/// offloaded namespaces) are scheduled there.
+pub const VIRTUAL_NODE_TAINT: &str = "virtual-node.liqo.io/not-allowed";
+
+/// The annotation of a virtual node that carries the cost of its resources
+/// (JSON of [`crate::sharing::Cost`]).
+pub const COST_ANNOTATION: &str = "liqo.io/cost";
+
+/// Names of the objects of one peering, from the peer's cluster ID (a DNS
+/// label, so every name below is valid).
+pub mod peering {
+    use crate::ClusterId;
+
+    /// On the provider: the tenant namespace of consumer `consumer`.
+    pub fn tenant_namespace(consumer: &ClusterId) -> String {
+        format!("liqo-tenant-{consumer}")
+    }
+
+    /// On the provider: the Role and RoleBinding names for a tenant.
+    pub fn tenant_role(consumer: &ClusterId) -> String {
+        format!("liqo-tenant-{consumer}")
+    }
+
+    /// On the consumer: the Secret with the kubeconfig that reaches the
+    /// provider as the consumer's identity.
+    pub fn identity_secret(provider: &ClusterId) -> String {
+        format!("liqo-identity-{provider}")
+    }
+
+    /// On the consumer: the virtual kubelet's Deployment, ServiceAccount and
+    /// RBAC objects.
+    pub fn virtual_kubelet(provider: &ClusterId) -> String {
+        format!("liqo-vk-{provider}")
+    }
+
+    /// On the consumer: the virtual node standing for the provider.
+    pub fn virtual_node(provider: &ClusterId) -> String {
+        format!("liqo-{provider}")
+    }
+}

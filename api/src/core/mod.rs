@@ -40,6 +40,12 @@ pub struct ForeignClusterSpec {
     /// The peer consumes the local cluster's resources.
     #[serde(default)]
     pub incoming: bool,
+    /// The peer's labels, put on the virtual node that stands for it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub cluster_labels: std::collections::BTreeMap<String, String>,
+    /// What the local cluster asked the peer for (outgoing peerings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<crate::sharing::Resources>,
 }
 
 /// What the agents and liqoctl observed of a peering.
@@ -49,4 +55,16 @@ pub struct ForeignClusterStatus {
     /// Kubernetes conditions, one per aspect of the peering.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// What the peer granted (outgoing peerings): the virtual node's size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<crate::sharing::Resources>,
+    /// The cost of the grant, as the peer's policy states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::sharing::Cost>,
+    /// When the local cluster's certificate on the peer expires (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_expiry: Option<String>,
+    /// The local cluster's tenant namespace on the peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_namespace: Option<String>,
 }

@@ -1,0 +1,387 @@
+//! What a provider shares with its consumers: amounts of resources, their
+//! cost, the provider's sharing policy, and the pure computation of a grant
+//! from a request and a policy. Quantities are Kubernetes quantities, so
+//! that a grant is written as it is enforced (a ResourceQuota) and shown
+//! (a virtual node's capacity).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// CPU, memory and pods; a missing amount means "none asked" in a request
+/// and "nothing" in a grant.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<Quantity>,
+}
+
+/// The price of granted resources, per hour, in a currency of the
+/// provider's choice; shown to the consumer, never enforced.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cost {
+    /// Price of one CPU for one hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_hour: Option<String>,
+    /// Price of one GiB of memory for one hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib_hour: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub currency: String,
+}
+
+/// How much of one resource a policy offers: an absolute quantity
+/// (`4`, `8Gi`, `110`) or a share of the provider's free allocatable
+/// capacity (`50%`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(transparent)]
+pub struct Offer(pub String);
+
+/// The provider's sharing policy: `default`, and one per consumer named by
+/// its cluster ID, which takes precedence. Written by `liqoctl` on the
+/// provider; read by `liqoctl peer` when it computes a grant.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "liqo.io",
+    version = "v1alpha1",
+    kind = "SharingPolicy",
+    plural = "sharingpolicies",
+    printcolumn = r#"{"name":"Accept","type":"boolean","jsonPath":".spec.acceptNewPeers"}"#,
+    printcolumn = r#"{"name":"CPU","type":"string","jsonPath":".spec.cpu"}"#,
+    printcolumn = r#"{"name":"Memory","type":"string","jsonPath":".spec.memory"}"#,
+    printcolumn = r#"{"name":"Pods","type":"string","jsonPath":".spec.pods"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SharingPolicySpec {
+    /// Whether consumers without a peering yet may peer at all.
+    #[serde(default = "yes")]
+    pub accept_new_peers: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Offer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Offer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<Offer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The policy that applies when none was set: accept, and offer half of
+/// the free capacity.
+pub fn default_policy() -> SharingPolicySpec {
+    SharingPolicySpec {
+        accept_new_peers: true,
+        cpu: Some(Offer("50%".to_owned())),
+        memory: Some(Offer("50%".to_owned())),
+        pods: Some(Offer("50%".to_owned())),
+        cost: None,
+    }
+}
+
+/// Quantities parsed to numbers: CPU in millicores, memory in bytes, pods
+/// as a count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Amounts {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    pub pods: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SharingError {
+    #[error("{what} {value:?} is not a quantity")]
+    BadQuantity { what: &'static str, value: String },
+    #[error("{what} {value:?} is neither a quantity nor a percentage from 0% to 100%")]
+    BadOffer { what: &'static str, value: String },
+    #[error("the provider does not accept new peers")]
+    NotAccepting,
+    #[error("asked for {asked} {what}, the provider offers {offered}")]
+    AboveOffer {
+        what: &'static str,
+        asked: String,
+        offered: String,
+    },
+}
+
+impl Amounts {
+    pub fn from_resources(r: &Resources) -> Result<Self, SharingError> {
+        let parse = |what, q: &Option<Quantity>, f: fn(&str) -> Option<u64>| match q {
+            None => Ok(0),
+            Some(q) => f(&q.0).ok_or(SharingError::BadQuantity {
+                what,
+                value: q.0.clone(),
+            }),
+        };
+        Ok(Self {
+            cpu_millis: parse("cpu", &r.cpu, parse_cpu_millis)?,
+            memory_bytes: parse("memory", &r.memory, parse_bytes)?,
+            pods: parse("pods", &r.pods, |s| s.parse().ok())?,
+        })
+    }
+
+    /// As Kubernetes quantities, in the units people read.
+    pub fn to_resources(self) -> Resources {
+        let cpu = if self.cpu_millis % 1000 == 0 {
+            format!("{}", self.cpu_millis / 1000)
+        } else {
+            format!("{}m", self.cpu_millis)
+        };
+        let memory = if self.memory_bytes % (1 << 20) == 0 {
+            format!("{}Mi", self.memory_bytes >> 20)
+        } else {
+            format!("{}", self.memory_bytes)
+        };
+        Resources {
+            cpu: Some(Quantity(cpu)),
+            memory: Some(Quantity(memory)),
+            pods: Some(Quantity(self.pods.to_string())),
+        }
+    }
+}
+
+/// CPU as millicores: `2`, `1.5`, `500m`.
+pub fn parse_cpu_millis(s: &str) -> Option<u64> {
+    if let Some(m) = s.strip_suffix('m') {
+        return m.parse().ok();
+    }
+    let value: f64 = s.parse().ok()?;
+    (value >= 0.0 && value.is_finite()).then(|| (value * 1000.0).round() as u64)
+}
+
+/// Memory as bytes: `128974848`, `129e6`, `123Mi`, `1G`, `2Gi`.
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    const SUFFIXES: [(&str, f64); 12] = [
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("Pi", 1125899906842624.0),
+        ("Ei", 1152921504606846976.0),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    for (suffix, factor) in SUFFIXES {
+        if let Some(n) = s.strip_suffix(suffix) {
+            let n: f64 = n.parse().ok()?;
+            return (n >= 0.0).then(|| (n * factor).round() as u64);
+        }
+    }
+    let n: f64 = s.parse().ok()?;
+    (n >= 0.0 && n.is_finite()).then(|| n.round() as u64)
+}
+
+/// What a policy offers, given the provider's free allocatable capacity.
+pub fn offered(policy: &SharingPolicySpec, free: Amounts) -> Result<Amounts, SharingError> {
+    fn one(
+        what: &'static str,
+        offer: &Option<Offer>,
+        free: u64,
+        parse: fn(&str) -> Option<u64>,
+    ) -> Result<u64, SharingError> {
+        let Some(Offer(text)) = offer else {
+            return Ok(0);
+        };
+        let bad = || SharingError::BadOffer {
+            what,
+            value: text.clone(),
+        };
+        match text.strip_suffix('%') {
+            Some(share) => {
+                let share: f64 = share.parse().map_err(|_| bad())?;
+                if !(0.0..=100.0).contains(&share) {
+                    return Err(bad());
+                }
+                Ok((free as f64 * share / 100.0).floor() as u64)
+            }
+            None => parse(text).ok_or_else(bad),
+        }
+    }
+    Ok(Amounts {
+        cpu_millis: one("cpu", &policy.cpu, free.cpu_millis, parse_cpu_millis)?,
+        memory_bytes: one("memory", &policy.memory, free.memory_bytes, parse_bytes)?,
+        pods: one("pods", &policy.pods, free.pods, |s| s.parse().ok())?,
+    })
+}
+
+/// What to do with a request the policy does not cover whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AboveOffer {
+    /// Grant what the policy offers.
+    #[default]
+    Clamp,
+    /// Refuse the peering.
+    Refuse,
+}
+
+/// The grant: for each resource, what was asked (or, when nothing was
+/// asked, the whole offer), capped by the offer.
+pub fn grant(
+    request: Option<Amounts>,
+    offer: Amounts,
+    above: AboveOffer,
+) -> Result<Amounts, SharingError> {
+    let Some(request) = request else {
+        return Ok(offer);
+    };
+    let pick = |what: &'static str, asked: u64, offered: u64, show: fn(u64) -> String| {
+        if asked == 0 {
+            return Ok(offered);
+        }
+        if asked <= offered {
+            return Ok(asked);
+        }
+        match above {
+            AboveOffer::Clamp => Ok(offered),
+            AboveOffer::Refuse => Err(SharingError::AboveOffer {
+                what,
+                asked: show(asked),
+                offered: show(offered),
+            }),
+        }
+    };
+    Ok(Amounts {
+        cpu_millis: pick("cpu", request.cpu_millis, offer.cpu_millis, |m| {
+            format!("{m}m")
+        })?,
+        memory_bytes: pick("memory", request.memory_bytes, offer.memory_bytes, |b| {
+            format!("{}Mi", b >> 20)
+        })?,
+        pods: pick("pods", request.pods, offer.pods, |p| p.to_string())?,
+    })
+}
+
+/// The labels every peering object of a consumer carries on a provider,
+/// and of a provider on a consumer, to find them all.
+pub fn peer_labels(cluster_id: &crate::ClusterId) -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        crate::names::labels::PEER_CLUSTER_ID.to_owned(),
+        cluster_id.to_string(),
+    )])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FREE: Amounts = Amounts {
+        cpu_millis: 8000,
+        memory_bytes: 16 << 30,
+        pods: 220,
+    };
+
+    fn policy(cpu: &str, memory: &str, pods: &str) -> SharingPolicySpec {
+        SharingPolicySpec {
+            accept_new_peers: true,
+            cpu: Some(Offer(cpu.into())),
+            memory: Some(Offer(memory.into())),
+            pods: Some(Offer(pods.into())),
+            cost: None,
+        }
+    }
+
+    #[test]
+    fn quantities_parse_as_kubernetes_writes_them() {
+        for (text, millis) in [("2", 2000), ("1.5", 1500), ("500m", 500), ("0.1", 100)] {
+            assert_eq!(parse_cpu_millis(text), Some(millis), "{text}");
+        }
+        for (text, bytes) in [
+            ("1Gi", 1 << 30),
+            ("512Mi", 512 << 20),
+            ("1G", 1_000_000_000),
+            ("1000", 1000),
+        ] {
+            assert_eq!(parse_bytes(text), Some(bytes), "{text}");
+        }
+        for bad in ["", "x", "-1", "1Q"] {
+            assert_eq!(parse_bytes(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn offers_are_absolute_or_a_share_of_free_capacity() {
+        let offer = offered(&policy("50%", "4Gi", "10"), FREE).expect("valid");
+        assert_eq!(
+            offer,
+            Amounts {
+                cpu_millis: 4000,
+                memory_bytes: 4 << 30,
+                pods: 10
+            }
+        );
+        assert!(matches!(
+            offered(&policy("150%", "1Gi", "1"), FREE),
+            Err(SharingError::BadOffer { what: "cpu", .. })
+        ));
+        assert!(offered(&policy("1", "lots", "1"), FREE).is_err());
+    }
+
+    #[test]
+    fn grants_follow_the_request_within_the_offer() {
+        let offer = Amounts {
+            cpu_millis: 4000,
+            memory_bytes: 8 << 30,
+            pods: 100,
+        };
+        // Nothing asked: the whole offer.
+        assert_eq!(grant(None, offer, AboveOffer::Clamp), Ok(offer));
+        // Less than offered: what was asked; unasked parts get the offer.
+        let asked = Amounts {
+            cpu_millis: 1000,
+            memory_bytes: 0,
+            pods: 10,
+        };
+        assert_eq!(
+            grant(Some(asked), offer, AboveOffer::Refuse),
+            Ok(Amounts {
+                cpu_millis: 1000,
+                memory_bytes: 8 << 30,
+                pods: 10
+            })
+        );
+        // More than offered: clamped, or refused with what was offered.
+        let greedy = Amounts {
+            cpu_millis: 6000,
+            memory_bytes: 1 << 30,
+            pods: 1,
+        };
+        assert_eq!(
+            grant(Some(greedy), offer, AboveOffer::Clamp).map(|g| g.cpu_millis),
+            Ok(4000)
+        );
+        let err = grant(Some(greedy), offer, AboveOffer::Refuse).expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "asked for 6000m cpu, the provider offers 4000m"
+        );
+    }
+
+    #[test]
+    fn amounts_round_trip_through_quantities() {
+        let a = Amounts {
+            cpu_millis: 1500,
+            memory_bytes: 3 << 30,
+            pods: 42,
+        };
+        let r = a.to_resources();
+        assert_eq!(r.cpu, Some(Quantity("1500m".into())));
+        assert_eq!(r.memory, Some(Quantity("3072Mi".into())));
+        assert_eq!(Amounts::from_resources(&r), Ok(a));
+    }
+}
