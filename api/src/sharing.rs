@@ -134,12 +134,12 @@ impl Amounts {
 
     /// As Kubernetes quantities, in the units people read.
     pub fn to_resources(self) -> Resources {
-        let cpu = if self.cpu_millis % 1000 == 0 {
+        let cpu = if self.cpu_millis.is_multiple_of(1000) {
             format!("{}", self.cpu_millis / 1000)
         } else {
             format!("{}m", self.cpu_millis)
         };
-        let memory = if self.memory_bytes % (1 << 20) == 0 {
+        let memory = if self.memory_bytes.is_multiple_of(1 << 20) {
             format!("{}Mi", self.memory_bytes >> 20)
         } else {
             format!("{}", self.memory_bytes)
