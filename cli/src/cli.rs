@@ -56,6 +56,19 @@ pub enum Command {
         Refuses while peerings or offloaded namespaces exist. Keeps the CRDs unless --purge \
         is given.")]
     Uninstall(UninstallArgs),
+    /// Peer with a provider: the local cluster (the consumer) gets a virtual node
+    /// standing for the resources the provider grants.
+    #[command(
+        long_about = "Peer with a provider: the local cluster (the consumer) gets a virtual \
+        node standing for the resources the provider grants.\n\n\
+        With --remote-kubeconfig, liqoctl does the provider's side itself with those credentials: \
+        a tenant namespace, least-privilege RBAC and a ResourceQuota for the consumer's x509 \
+        identity (its key never leaves the consumer), and a Tenant record. The grant follows the \
+        provider's sharing policy. Each step can be re-run; a failed run removes what it created."
+    )]
+    Peer(PeerArgs),
+    /// End a peering: remove the virtual node and everything the peering made on both clusters.
+    Unpeer(UnpeerArgs),
     /// Show the cluster's liqo identity, agents, peerings and offloaded namespaces.
     Info(InfoArgs),
     /// Print the client version and, when installed, the cluster's.
@@ -117,6 +130,58 @@ pub struct UninstallArgs {
     /// Also remove the CRDs (and so every liqo-rs object left in the cluster).
     #[arg(long)]
     pub purge: bool,
+    /// How long to wait for everything to be gone, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub timeout: u64,
+}
+
+/// How to reach the provider.
+#[derive(Args, Debug)]
+pub struct RemoteArgs {
+    /// Kubeconfig of the provider cluster.
+    #[arg(long, value_name = "FILE")]
+    pub remote_kubeconfig: Option<PathBuf>,
+    /// The provider's kubeconfig context.
+    #[arg(long, value_name = "NAME", requires = "remote_kubeconfig")]
+    pub remote_context: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct PeerArgs {
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    /// CPU to ask for (e.g. 2, 500m); by default what the provider's policy offers.
+    #[arg(long, value_name = "QUANTITY")]
+    pub cpu: Option<String>,
+    /// Memory to ask for (e.g. 4Gi); by default what the provider's policy offers.
+    #[arg(long, value_name = "QUANTITY")]
+    pub memory: Option<String>,
+    /// Pods to ask for; by default what the provider's policy offers.
+    #[arg(long, value_name = "COUNT")]
+    pub pods: Option<String>,
+    /// Refuse the peering when the policy offers less than asked, instead of
+    /// taking what it offers.
+    #[arg(long)]
+    pub require_request: bool,
+    /// How long to wait for the virtual node to be ready, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct UnpeerArgs {
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    /// The provider's cluster ID, to clean only the local side when the
+    /// provider is gone for good (with --force).
+    #[arg(long, value_name = "ID", conflicts_with = "remote_kubeconfig")]
+    pub cluster_id: Option<String>,
+    /// Unpeer even while namespaces are offloaded to the provider; without a
+    /// remote kubeconfig, clean the local side only.
+    #[arg(long)]
+    pub force: bool,
     /// How long to wait for everything to be gone, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,

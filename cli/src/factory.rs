@@ -17,6 +17,8 @@ pub struct ClusterClient {
     /// How to call the cluster in messages: the context's name, or its URL.
     pub name: String,
     pub server: String,
+    /// The CA the kubeconfig trusts for the API server (DER), if it names one.
+    pub ca_der: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for ClusterClient {
@@ -77,12 +79,17 @@ impl ClusterClient {
             },
         };
         let server = config.cluster_url.to_string();
+        let ca_der = config
+            .root_cert
+            .as_ref()
+            .and_then(|certs| certs.first().cloned());
         let client = kube::Client::try_from(config)
             .map_err(|e| UserError::Config(format!("cannot build a client for {server}: {e}")))?;
         Ok(Self {
             client,
             name: name.unwrap_or_else(|| server.clone()),
             server,
+            ca_der,
         })
     }
 

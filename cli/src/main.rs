@@ -6,6 +6,7 @@ mod error;
 mod factory;
 mod k8s;
 mod manifests;
+mod peering;
 mod printer;
 
 use std::process::ExitCode;
@@ -37,6 +38,8 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
     match &cli.command {
         Command::Install(args) => commands::install::run(args, &cli.global, printer).await,
         Command::Uninstall(args) => commands::uninstall::run(args, &cli.global, printer).await,
+        Command::Peer(args) => commands::peer::run(args, &cli.global, printer).await,
+        Command::Unpeer(args) => commands::unpeer::run(args, &cli.global, printer).await,
         Command::Info(args) => commands::info::run(args, &cli.global, printer).await,
         Command::Version(args) => commands::version::run(args, &cli.global, printer).await,
         Command::Completion(args) => {

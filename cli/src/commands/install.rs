@@ -305,15 +305,15 @@ async fn check_permissions(cluster: &ClusterClient) -> anyhow::Result<()> {
 
 /// Where the installed agents may run.
 #[derive(Debug, Default)]
-struct Placement {
-    node_selector: BTreeMap<String, String>,
-    tolerations: Vec<Toleration>,
+pub struct Placement {
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
 }
 
 /// The node selector and tolerations of the installed gateway, so that a
 /// run without `--node-selector` or `--toleration` keeps them, as it keeps
 /// the identity.
-async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<Placement> {
+pub async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<Placement> {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let gateway = deployments
         .get_opt(names::GATEWAY)

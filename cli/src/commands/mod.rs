@@ -3,5 +3,7 @@
 pub mod completion;
 pub mod info;
 pub mod install;
+pub mod peer;
 pub mod uninstall;
+pub mod unpeer;
 pub mod version;

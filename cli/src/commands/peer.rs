@@ -1,0 +1,583 @@
+//! `liqoctl peer`: the local cluster (the consumer) peers with a provider
+//! whose kubeconfig it is given. Checks everything it can before it writes
+//! (both installed, not the same cluster, versions, the provider's policy
+//! and the grant), then runs its steps; a failed step rolls back what the
+//! run created on both clusters, and a re-run resumes.
+
+use std::time::Duration;
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use liqo_api::ClusterIdentity;
+use liqo_api::authentication::{Tenant, peer_user};
+use liqo_api::core::{ForeignCluster, ForeignClusterSpec};
+use liqo_api::names::{self, labels, peering};
+use liqo_api::sharing::{
+    self, AboveOffer, Amounts, Resources, SharingError, SharingPolicy, SharingPolicySpec,
+};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::cli::{GlobalArgs, PeerArgs};
+use crate::commands::install::{installed_pod_placement, read_identity};
+use crate::error::UserError;
+use crate::factory::ClusterClient;
+use crate::k8s::ownership;
+use crate::k8s::wait::{self, Waited};
+use crate::manifests::{Manifest, common_labels, from_json};
+use crate::peering::{Journal, Side, capacity, identity, tenant, virtual_kubelet};
+use crate::printer::Printer;
+
+/// What `peer` reports (`-o json|yaml`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    consumer: String,
+    provider: String,
+    provider_cluster_id: String,
+    grant: Resources,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<sharing::Cost>,
+    certificate_expiry: String,
+    tenant_namespace: String,
+    virtual_node: String,
+}
+
+pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
+    let request = parse_request(args)?;
+    let Some(remote) = args.remote.remote_kubeconfig.as_deref() else {
+        return Err(UserError::Usage(
+            "pass the provider's kubeconfig with --remote-kubeconfig".to_owned(),
+        )
+        .into());
+    };
+    let consumer = ClusterClient::local(global).await?;
+    let provider =
+        ClusterClient::connect(Some(remote), args.remote.remote_context.as_deref()).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
+
+    let step = printer.step(format!(
+        "Checking clusters {} and {}",
+        consumer.name, provider.name
+    ));
+    let plan = match Plan::make(&consumer, &provider, request.as_ref(), args).await {
+        Ok(plan) => plan,
+        Err(e) => {
+            step.fail("");
+            return Err(e);
+        }
+    };
+    step.done(format!("grant {}", show(&plan.grant)));
+
+    let mut journal = Journal::default();
+    let outcome = plan
+        .carry_out(&consumer, &provider, &mut journal, &printer)
+        .await;
+    let expiry = match outcome {
+        Ok(expiry) => expiry,
+        Err(e) => {
+            let step = printer.step("Rolling back what this run created");
+            let left = journal.roll_back(&consumer, &provider).await;
+            if left.is_empty() {
+                step.done("");
+            } else {
+                step.fail(format!("could not remove {}", left.join(", ")));
+            }
+            return Err(e);
+        }
+    };
+
+    // Past this point everything is in place: a slow node is waited for,
+    // not rolled back; the same command picks up from here.
+    let node_name = peering::virtual_node(&plan.provider_id.cluster_id);
+    let step = printer.step(format!("Waiting for the virtual node {node_name}"));
+    let nodes: Api<Node> = Api::all(consumer.client.clone());
+    let waited = wait::until(
+        &consumer,
+        nodes,
+        &node_name,
+        |n: Option<&Node>| n.is_some_and(node_ready),
+        wait::left(deadline),
+        &format!("waiting for the virtual node {node_name}"),
+    )
+    .await?;
+    if let Waited::TimedOut = waited {
+        step.fail("timed out");
+        return Err(UserError::Timeout(format!(
+            "the virtual node {node_name} is not ready after {}s; see `kubectl -n {ns} logs deploy/{vk}` \
+             on cluster {}, then run peer again",
+            args.timeout,
+            consumer.name,
+            ns = names::NAMESPACE,
+            vk = peering::virtual_kubelet(&plan.provider_id.cluster_id),
+        ))
+        .into());
+    }
+    step.done("");
+
+    let report = Report {
+        consumer: consumer.name.clone(),
+        provider: provider.name.clone(),
+        provider_cluster_id: plan.provider_id.cluster_id.to_string(),
+        grant: plan.grant.clone(),
+        cost: plan.policy.cost.clone(),
+        certificate_expiry: expiry,
+        tenant_namespace: peering::tenant_namespace(&plan.consumer_id.cluster_id),
+        virtual_node: node_name,
+    };
+    if let Some(format) = args.output.output {
+        return printer.structured(&report, format);
+    }
+    printer.result(format!(
+        "cluster {} now peers with {} ({}): virtual node {} offers {}",
+        report.consumer,
+        report.provider,
+        report.provider_cluster_id,
+        report.virtual_node,
+        show(&report.grant)
+    ));
+    Ok(())
+}
+
+fn parse_request(args: &PeerArgs) -> Result<Option<Amounts>, UserError> {
+    if args.cpu.is_none() && args.memory.is_none() && args.pods.is_none() {
+        return Ok(None);
+    }
+    let quantity = |flag: &str, v: &Option<String>, parse: fn(&str) -> Option<u64>| {
+        v.as_deref()
+            .map(|text| {
+                parse(text).ok_or_else(|| {
+                    UserError::Usage(format!(
+                        "{flag}: {text:?} is not a quantity such as 2, 500m or 4Gi"
+                    ))
+                })
+            })
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
+    Ok(Some(Amounts {
+        cpu_millis: quantity("--cpu", &args.cpu, sharing::parse_cpu_millis)?,
+        memory_bytes: quantity("--memory", &args.memory, sharing::parse_bytes)?,
+        pods: quantity("--pods", &args.pods, |s| s.parse().ok())?,
+    }))
+}
+
+fn show(r: &Resources) -> String {
+    let q = |q: &Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+        q.as_ref().map_or("0".to_owned(), |q| q.0.clone())
+    };
+    format!(
+        "cpu {}, memory {}, pods {}",
+        q(&r.cpu),
+        q(&r.memory),
+        q(&r.pods)
+    )
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Everything decided before anything is written.
+struct Plan {
+    consumer_id: ClusterIdentity,
+    provider_id: ClusterIdentity,
+    policy: SharingPolicySpec,
+    request: Option<Resources>,
+    grant: Resources,
+}
+
+impl Plan {
+    async fn make(
+        consumer: &ClusterClient,
+        provider: &ClusterClient,
+        request: Option<&Amounts>,
+        args: &PeerArgs,
+    ) -> anyhow::Result<Self> {
+        let consumer_id = installed(consumer).await?;
+        let provider_id = installed(provider).await?;
+        if consumer_id.cluster_id == provider_id.cluster_id {
+            return Err(UserError::Refused(format!(
+                "cluster {} and cluster {} are the same cluster ({}); a cluster cannot peer with itself",
+                consumer.name, provider.name, consumer_id.cluster_id
+            ))
+            .into());
+        }
+        for (cluster, id) in [(consumer, &consumer_id), (provider, &provider_id)] {
+            if !compatible(&id.version) {
+                return Err(UserError::Refused(format!(
+                    "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
+                    cluster.name,
+                    id.version,
+                    liqo_api::VERSION
+                ))
+                .into());
+            }
+        }
+
+        let policies: Api<SharingPolicy> = Api::all(provider.client.clone());
+        let mut policy = None;
+        for name in [consumer_id.cluster_id.as_str(), "default"] {
+            match policies.get_opt(name).await {
+                Ok(Some(p)) => {
+                    policy = Some(p.spec);
+                    break;
+                }
+                Ok(None) => {}
+                Err(e) => return Err(provider.explain(e, "reading the provider's sharing policy")),
+            }
+        }
+        let policy = policy.unwrap_or_else(sharing::default_policy);
+        let tenants: Api<Tenant> = Api::all(provider.client.clone());
+        let known = tenants
+            .get_opt(consumer_id.cluster_id.as_str())
+            .await
+            .map_err(|e| provider.explain(e, "reading the tenants"))?
+            .is_some();
+        if !policy.accept_new_peers && !known {
+            return Err(UserError::Refused(format!(
+                "cluster {} accepts no new peers (its sharing policy says so); ask its administrator",
+                provider.name
+            ))
+            .into());
+        }
+        let free = capacity::free(provider).await?;
+        let offer = sharing::offered(&policy, free).map_err(|e| {
+            UserError::Refused(format!(
+                "the sharing policy of cluster {} is not valid: {e}",
+                provider.name
+            ))
+        })?;
+        let above = if args.require_request {
+            AboveOffer::Refuse
+        } else {
+            AboveOffer::Clamp
+        };
+        let grant = sharing::grant(request.copied(), offer, above).map_err(|e| match e {
+            SharingError::AboveOffer { .. } => UserError::Refused(format!(
+                "cluster {} cannot grant the request: {e}; ask for less, or drop --require-request to take what it offers",
+                provider.name
+            )),
+            other => UserError::Refused(other.to_string()),
+        })?;
+        Ok(Self {
+            consumer_id,
+            provider_id,
+            policy,
+            request: request.map(|r| r.to_resources()),
+            grant: grant.to_resources(),
+        })
+    }
+
+    /// The steps that write; returns the certificate's expiry.
+    async fn carry_out(
+        &self,
+        consumer: &ClusterClient,
+        provider: &ClusterClient,
+        journal: &mut Journal,
+        printer: &Printer,
+    ) -> anyhow::Result<String> {
+        let step = printer.step(format!("Creating the tenant on cluster {}", provider.name));
+        let objects = tenant::manifests(
+            &self.consumer_id,
+            self.request.as_ref(),
+            &self.grant,
+            self.policy.cost.as_ref(),
+        );
+        refuse_foreign(provider, &objects).await?;
+        for m in objects {
+            journal.apply(Side::Provider, provider, m).await?;
+        }
+        step.done(peering::tenant_namespace(&self.consumer_id.cluster_id));
+
+        let step = printer.step(format!(
+            "Issuing the identity of cluster {} on cluster {}",
+            consumer.name, provider.name
+        ));
+        let expiry = self.identity(consumer, provider, journal).await?;
+        step.done(format!("valid until {expiry}"));
+
+        let step = printer.step(format!(
+            "Starting the virtual kubelet on cluster {}",
+            consumer.name
+        ));
+        let uid = self.record(consumer, journal, &expiry).await?;
+        let placement = installed_pod_placement(consumer).await?;
+        let objects = virtual_kubelet::manifests(
+            &self.provider_id.cluster_id,
+            Some(&uid),
+            &placement.node_selector,
+            &placement.tolerations,
+        );
+        refuse_foreign(consumer, &objects).await?;
+        for m in objects {
+            journal.apply(Side::Consumer, consumer, m).await?;
+        }
+        step.done("");
+        Ok(expiry)
+    }
+
+    /// The consumer's certificate on the provider, kept in a Secret on the
+    /// consumer: reused while it is valid for more than a third of its
+    /// life, else issued anew from a key made here.
+    async fn identity(
+        &self,
+        consumer: &ClusterClient,
+        provider: &ClusterClient,
+        journal: &mut Journal,
+    ) -> anyhow::Result<String> {
+        let user = peer_user(&self.consumer_id.cluster_id);
+        let secret_name = peering::identity_secret(&self.provider_id.cluster_id);
+        let secrets: Api<Secret> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
+        if let Some(existing) = secrets
+            .get_opt(&secret_name)
+            .await
+            .map_err(|e| consumer.explain(e, &format!("reading Secret {secret_name}")))?
+            && ownership::is_ours(&existing.metadata)
+            && let Some(expiry) = still_good(&existing, &user, provider.ca_der.as_deref())
+        {
+            return Ok(expiry);
+        }
+
+        let request = identity::request(&user)?;
+        let csr_name = format!("liqo-peer-{}", self.consumer_id.cluster_id);
+        let csrs: Api<CertificateSigningRequest> = Api::all(provider.client.clone());
+        let explain = |e| provider.explain(e, &format!("requesting a certificate ({csr_name})"));
+        // A CSR of an earlier, interrupted run: its key is gone, start over.
+        if csrs.get_opt(&csr_name).await.map_err(explain)?.is_some() {
+            csrs.delete(&csr_name, &DeleteParams::default())
+                .await
+                .map_err(explain)?;
+        }
+        use base64::Engine as _;
+        let csr: CertificateSigningRequest = from_json(json!({
+            "apiVersion": "certificates.k8s.io/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": { "name": csr_name, "labels": common_labels("identity") },
+            "spec": {
+                "request": base64::engine::general_purpose::STANDARD.encode(&request.csr_pem),
+                "signerName": "kubernetes.io/kube-apiserver-client",
+                "usages": ["digital signature", "client auth"],
+            },
+        }));
+        csrs.create(&PostParams::default(), &csr)
+            .await
+            .map_err(explain)?;
+        let outcome = self.approve_and_fetch(provider, &csrs, &csr_name).await;
+        // The CSR has served its purpose either way; the certificate is
+        // kept on the consumer only.
+        let _ = csrs.delete(&csr_name, &DeleteParams::default()).await;
+        let cert_pem = outcome?;
+        let checked = identity::check(cert_pem.as_bytes(), &user, provider.ca_der.as_deref(), &request.key_pem)
+            .map_err(|e| {
+                UserError::Refused(format!(
+                    "cluster {} issued a certificate liqoctl cannot use: {e}; check its CSR signer (kube-controller-manager --cluster-signing-*)",
+                    provider.name
+                ))
+            })?;
+        let ca_pem = provider.ca_der.as_deref().map(identity::pem);
+        let kubeconfig = identity::kubeconfig(
+            self.provider_id.cluster_id.as_str(),
+            &provider.server,
+            ca_pem.as_deref(),
+            &user,
+            &cert_pem,
+            &request.key_pem,
+        )?;
+        let mut secret_labels = common_labels("identity");
+        secret_labels.insert(
+            labels::PEER_CLUSTER_ID.to_owned(),
+            self.provider_id.cluster_id.to_string(),
+        );
+        let secret: Secret = from_json(json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": { "name": secret_name, "namespace": names::NAMESPACE, "labels": secret_labels },
+            "type": "liqo.io/peer-identity",
+            "stringData": { "kubeconfig": kubeconfig },
+        }));
+        journal
+            .apply(Side::Consumer, consumer, Manifest::Secret(secret))
+            .await?;
+        Ok(checked.not_after)
+    }
+
+    async fn approve_and_fetch(
+        &self,
+        provider: &ClusterClient,
+        csrs: &Api<CertificateSigningRequest>,
+        name: &str,
+    ) -> anyhow::Result<String> {
+        let approval = json!({ "status": { "conditions": [{
+            "type": "Approved",
+            "status": "True",
+            "reason": "LiqoctlPeer",
+            "message": format!("approved by liqoctl peer for cluster {}", self.consumer_id.cluster_name),
+        }]}});
+        csrs.patch_approval(name, &PatchParams::default(), &Patch::Merge(&approval))
+            .await
+            .map_err(|e| {
+                provider.explain(e, &format!("approving the certificate request {name}"))
+            })?;
+        let waited = wait::until(
+            provider,
+            csrs.clone(),
+            name,
+            |c: Option<&CertificateSigningRequest>| {
+                c.and_then(|c| c.status.as_ref()).is_some_and(|s| {
+                    s.certificate.is_some()
+                        || s.conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Denied" || c.type_ == "Failed")
+                })
+            },
+            Duration::from_secs(30),
+            &format!("waiting for the certificate of {name}"),
+        )
+        .await?;
+        let status = match waited {
+            Waited::Done(Some(csr)) => csr.status.unwrap_or_default(),
+            _ => {
+                return Err(UserError::Timeout(format!(
+                    "cluster {} did not sign the certificate request {name} within 30s; is its \
+                     kube-controller-manager running with --cluster-signing-cert-file?",
+                    provider.name
+                ))
+                .into());
+            }
+        };
+        match status.certificate {
+            Some(cert) => Ok(String::from_utf8_lossy(&cert.0).into_owned()),
+            None => Err(UserError::Refused(format!(
+                "cluster {} refused the certificate request {name}; see `kubectl get csr {name} -o yaml` there",
+                provider.name
+            ))
+            .into()),
+        }
+    }
+
+    /// The ForeignCluster of the provider on the consumer, with the grant
+    /// in its status; returns its UID, which the virtual kubelet's objects
+    /// name as their owner.
+    async fn record(
+        &self,
+        consumer: &ClusterClient,
+        journal: &mut Journal,
+        expiry: &str,
+    ) -> anyhow::Result<String> {
+        let p = &self.provider_id;
+        let mut fc_labels = common_labels("peering");
+        fc_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), p.cluster_id.to_string());
+        let fc = ForeignCluster {
+            metadata: kube::core::ObjectMeta {
+                name: Some(p.cluster_id.to_string()),
+                labels: Some(fc_labels),
+                ..Default::default()
+            },
+            spec: ForeignClusterSpec {
+                cluster_id: p.cluster_id.clone(),
+                cluster_name: p.cluster_name.clone(),
+                api_server_url: None,
+                outgoing: true,
+                incoming: false,
+                cluster_labels: p.labels.clone(),
+                request: self.request.clone(),
+            },
+            status: None,
+        };
+        refuse_foreign(consumer, &[Manifest::ForeignCluster(Box::new(fc.clone()))]).await?;
+        journal
+            .apply(
+                Side::Consumer,
+                consumer,
+                Manifest::ForeignCluster(Box::new(fc)),
+            )
+            .await?;
+        let api: Api<ForeignCluster> = Api::all(consumer.client.clone());
+        let name = p.cluster_id.as_str();
+        let now = Time(Timestamp::now());
+        let condition = Condition {
+            type_: "Granted".to_owned(),
+            status: "True".to_owned(),
+            reason: "PolicyGranted".to_owned(),
+            message: format!("cluster {} granted {}", p.cluster_name, show(&self.grant)),
+            last_transition_time: now,
+            observed_generation: None,
+        };
+        let status = json!({ "status": {
+            "grant": self.grant,
+            "cost": self.policy.cost,
+            "certificateExpiry": expiry,
+            "tenantNamespace": peering::tenant_namespace(&self.consumer_id.cluster_id),
+            "conditions": [condition],
+        }});
+        let fc = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(|e| {
+                consumer.explain(e, &format!("recording the grant in ForeignCluster {name}"))
+            })?;
+        Ok(fc.uid().unwrap_or_default())
+    }
+}
+
+async fn installed(cluster: &ClusterClient) -> anyhow::Result<ClusterIdentity> {
+    read_identity(cluster).await?.ok_or_else(|| {
+        UserError::NotFound(format!(
+            "liqo-rs is not installed on cluster {}; run `liqoctl install` there first",
+            cluster.name
+        ))
+        .into()
+    })
+}
+
+/// Refuses, naming them, objects of the names the peering uses that
+/// liqoctl did not make.
+async fn refuse_foreign(cluster: &ClusterClient, objects: &[Manifest]) -> anyhow::Result<()> {
+    let foreign = ownership::foreign(cluster, objects).await?;
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(UserError::Refused(format!(
+        "cluster {} already has {}, which liqoctl did not create; remove or rename it, then peer again",
+        cluster.name,
+        foreign.join(", ")
+    ))
+    .into())
+}
+
+/// The expiry of the identity in `secret` if it is for `user`, checks out
+/// against the provider's CA, and has more than a third of its life left.
+fn still_good(secret: &Secret, user: &str, ca_der: Option<&[u8]>) -> Option<String> {
+    let kubeconfig = secret.data.as_ref()?.get("kubeconfig")?;
+    let config =
+        kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&kubeconfig.0).ok()?).ok()?;
+    let auth = config.auth_infos.first()?.auth_info.as_ref()?;
+    use base64::Engine as _;
+    let decode = |s: &str| base64::engine::general_purpose::STANDARD.decode(s).ok();
+    let cert = decode(auth.client_certificate_data.as_deref()?)?;
+    let key = decode(secrecy::ExposeSecret::expose_secret(
+        auth.client_key_data.as_ref()?,
+    ))?;
+    let checked = identity::check(&cert, user, ca_der, std::str::from_utf8(&key).ok()?).ok()?;
+    let now = Timestamp::now().as_second();
+    let life = checked.not_after_unix - checked.not_before_unix;
+    (checked.not_after_unix - now > life / 3).then_some(checked.not_after)
+}
+
+/// Same major and minor version (a 0.x minor is a major).
+fn compatible(version: &str) -> bool {
+    let key = |v: &str| -> Option<(u64, u64)> {
+        let mut parts = v.split('.');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    };
+    key(version).is_some() && key(version) == key(liqo_api::VERSION)
+}

@@ -1,0 +1,275 @@
+//! The consumer's x509 identity on its provider: the key is made here, on
+//! the consumer's side, and never sent anywhere; only the CSR goes to the
+//! provider. The issued certificate is checked before anything uses it.
+
+use base64::Engine as _;
+use kube::config::{AuthInfo, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext};
+use x509_parser::prelude::*;
+
+/// A fresh key and a CSR for `user`, with no group (no Organization):
+/// the provider's RBAC binds the user alone.
+pub struct Request {
+    pub key_pem: String,
+    pub csr_pem: String,
+}
+
+pub fn request(user: &str) -> anyhow::Result<Request> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, user);
+    let csr_pem = params.serialize_request(&key)?.pem()?;
+    Ok(Request {
+        key_pem: key.serialize_pem(),
+        csr_pem,
+    })
+}
+
+/// Why an issued certificate is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CertificateError {
+    #[error("it is not a PEM certificate")]
+    NotPem,
+    #[error("its subject is {0:?}, not CN={1}")]
+    Subject(String, String),
+    #[error("it was not issued by the provider's CA ({0})")]
+    Issuer(String),
+    #[error("it is not valid now (valid {0} to {1})")]
+    Validity(String, String),
+    #[error("it is not for client authentication")]
+    Usage,
+    #[error("its public key is not the one of our key")]
+    Key,
+}
+
+/// What is known of a checked certificate.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// RFC 3339.
+    pub not_after: String,
+    pub not_after_unix: i64,
+    pub not_before_unix: i64,
+}
+
+/// Checks an issued certificate: exactly our subject (CN=user, nothing
+/// else), signed by the provider's CA, valid now, for client auth, and
+/// for our key.
+pub fn check(
+    cert_pem: &[u8],
+    user: &str,
+    ca_der: Option<&[u8]>,
+    key_pem: &str,
+) -> Result<Checked, CertificateError> {
+    let (_, pem) = parse_x509_pem(cert_pem).map_err(|_| CertificateError::NotPem)?;
+    let cert = pem.parse_x509().map_err(|_| CertificateError::NotPem)?;
+    let subject = cert.subject();
+    let cns: Vec<&str> = subject
+        .iter_common_name()
+        .filter_map(|a| a.as_str().ok())
+        .collect();
+    if cns != [user] || subject.iter().count() != 1 {
+        return Err(CertificateError::Subject(
+            subject.to_string(),
+            user.to_owned(),
+        ));
+    }
+    if let Some(ca_der) = ca_der {
+        let (_, ca) = X509Certificate::from_der(ca_der)
+            .map_err(|e| CertificateError::Issuer(format!("the CA does not parse: {e}")))?;
+        if cert.issuer() != ca.subject() {
+            return Err(CertificateError::Issuer(format!(
+                "issuer {}",
+                cert.issuer()
+            )));
+        }
+        cert.verify_signature(Some(ca.public_key()))
+            .map_err(|_| CertificateError::Issuer("the signature does not verify".to_owned()))?;
+    }
+    let validity = cert.validity();
+    if !validity.is_valid() {
+        return Err(CertificateError::Validity(
+            validity.not_before.to_string(),
+            validity.not_after.to_string(),
+        ));
+    }
+    let client_auth = cert
+        .extended_key_usage()
+        .ok()
+        .flatten()
+        .is_some_and(|eku| eku.value.client_auth);
+    if !client_auth {
+        return Err(CertificateError::Usage);
+    }
+    let key = rcgen::KeyPair::from_pem(key_pem).map_err(|_| CertificateError::Key)?;
+    if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
+        return Err(CertificateError::Key);
+    }
+    Ok(Checked {
+        not_after: validity
+            .not_after
+            .to_rfc2822()
+            .unwrap_or_else(|_| validity.not_after.to_string()),
+        not_after_unix: validity.not_after.timestamp(),
+        not_before_unix: validity.not_before.timestamp(),
+    })
+}
+
+/// A kubeconfig that reaches the provider at `server` as the identity.
+pub fn kubeconfig(
+    provider: &str,
+    server: &str,
+    ca_pem: Option<&str>,
+    user: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> anyhow::Result<String> {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let config = Kubeconfig {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Config".to_owned()),
+        clusters: vec![NamedCluster {
+            name: provider.to_owned(),
+            cluster: Some(kube::config::Cluster {
+                server: Some(server.to_owned()),
+                certificate_authority_data: ca_pem.map(b64),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: user.to_owned(),
+            auth_info: Some(AuthInfo {
+                client_certificate_data: Some(b64(cert_pem)),
+                client_key_data: Some(b64(key_pem).into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        contexts: vec![NamedContext {
+            name: provider.to_owned(),
+            context: Some(Context {
+                cluster: provider.to_owned(),
+                user: Some(user.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        current_context: Some(provider.to_owned()),
+        ..Default::default()
+    };
+    Ok(serde_yaml::to_string(&config)?)
+}
+
+/// The PEM of DER certificates.
+pub fn pem(der: &[u8]) -> String {
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .filter_map(|c| std::str::from_utf8(c).ok())
+        .collect();
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CA and a certificate it issues for `cn` with `key`.
+    fn issue(cn: &str, org: Option<&str>, key: &rcgen::KeyPair, client: bool) -> (Vec<u8>, String) {
+        let ca_key = rcgen::KeyPair::generate().expect("key");
+        let mut ca_params = rcgen::CertificateParams::default();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "provider-ca");
+        let ca = ca_params.clone().self_signed(&ca_key).expect("ca");
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        if let Some(org) = org {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, org);
+        }
+        if client {
+            params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        }
+        let issuer = rcgen::Issuer::new(ca_params, &ca_key);
+        let cert = params.signed_by(key, &issuer).expect("cert");
+        (ca.der().to_vec(), cert.pem())
+    }
+
+    #[test]
+    fn only_our_subject_from_the_provider_ca_for_our_key_passes() {
+        let req = request("liqo.io:peer:home").expect("request");
+        let key = rcgen::KeyPair::from_pem(&req.key_pem).expect("key");
+        let (ca, cert) = issue("liqo.io:peer:home", None, &key, true);
+        assert!(
+            check(
+                cert.as_bytes(),
+                "liqo.io:peer:home",
+                Some(&ca),
+                &req.key_pem
+            )
+            .is_ok()
+        );
+
+        let (ca2, other) = issue("liqo.io:peer:other", None, &key, true);
+        assert!(matches!(
+            check(
+                other.as_bytes(),
+                "liqo.io:peer:home",
+                Some(&ca2),
+                &req.key_pem
+            ),
+            Err(CertificateError::Subject(..))
+        ));
+        let (ca3, grouped) = issue("liqo.io:peer:home", Some("system:masters"), &key, true);
+        assert!(matches!(
+            check(
+                grouped.as_bytes(),
+                "liqo.io:peer:home",
+                Some(&ca3),
+                &req.key_pem
+            ),
+            Err(CertificateError::Subject(..))
+        ));
+        assert!(matches!(
+            check(
+                cert.as_bytes(),
+                "liqo.io:peer:home",
+                Some(&ca2),
+                &req.key_pem
+            ),
+            Err(CertificateError::Issuer(_))
+        ));
+        let (ca4, server) = issue("liqo.io:peer:home", None, &key, false);
+        assert!(matches!(
+            check(
+                server.as_bytes(),
+                "liqo.io:peer:home",
+                Some(&ca4),
+                &req.key_pem
+            ),
+            Err(CertificateError::Usage)
+        ));
+        let stranger = request("x").expect("request");
+        assert!(matches!(
+            check(
+                cert.as_bytes(),
+                "liqo.io:peer:home",
+                Some(&ca),
+                &stranger.key_pem
+            ),
+            Err(CertificateError::Key)
+        ));
+    }
+}

@@ -1,0 +1,69 @@
+//! Peering: what `liqoctl peer` and `unpeer` do on both clusters, as
+//! steps. Each step applies objects idempotently and is recorded in a
+//! [`Journal`]; when a later step fails, the objects this run created are
+//! deleted again in reverse order, on whichever cluster they were made, so
+//! that a failed peer leaves nothing new behind, and a re-run resumes from
+//! what earlier runs left.
+
+pub mod capacity;
+pub mod identity;
+pub mod tenant;
+pub mod virtual_kubelet;
+
+use crate::factory::ClusterClient;
+use crate::k8s::apply::{self, Change};
+use crate::manifests::Manifest;
+
+/// Which side of the peering an object is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Consumer,
+    Provider,
+}
+
+/// The objects a run created, to undo them if the run fails.
+#[derive(Debug, Default)]
+pub struct Journal {
+    created: Vec<(Side, Manifest)>,
+}
+
+impl Journal {
+    /// Applies `manifest` on `cluster`, recording it if this created it.
+    pub async fn apply(
+        &mut self,
+        side: Side,
+        cluster: &ClusterClient,
+        manifest: Manifest,
+    ) -> anyhow::Result<Change> {
+        let change = apply::apply(cluster, &manifest).await?;
+        if change == Change::Created {
+            self.created.push((side, manifest));
+        }
+        Ok(change)
+    }
+
+    /// Deletes what this run created, newest first; returns what could not
+    /// be deleted (the cluster gone meanwhile), as `Kind/name on side`.
+    pub async fn roll_back(
+        self,
+        consumer: &ClusterClient,
+        provider: &ClusterClient,
+    ) -> Vec<String> {
+        let mut left = Vec::new();
+        for (side, manifest) in self.created.into_iter().rev() {
+            let cluster = match side {
+                Side::Consumer => consumer,
+                Side::Provider => provider,
+            };
+            if let Err(e) = apply::delete(cluster, &manifest).await {
+                tracing::warn!("rolling back {}: {e:#}", manifest.describe());
+                left.push(format!(
+                    "{} on cluster {}",
+                    manifest.describe(),
+                    cluster.name
+                ));
+            }
+        }
+        left
+    }
+}

@@ -1,0 +1,216 @@
+//! What a consumer gets on its provider, as typed manifests built by pure
+//! functions: the tenant namespace, the least-privilege RBAC of its
+//! identity, the ResourceQuota that enforces the grant, and the Tenant
+//! record. All of it is enforced by the API server itself (RBAC,
+//! ResourceQuota): nothing of ours needs to run on the provider.
+
+use std::collections::BTreeMap;
+
+use liqo_api::authentication::{Tenant, TenantSpec, peer_user};
+use liqo_api::names::{self, labels, peering};
+use liqo_api::sharing::{Cost, Resources};
+use liqo_api::{ClusterId, ClusterIdentity};
+use serde_json::json;
+
+use crate::manifests::{Manifest, common_labels, from_json};
+
+/// What the consumer's identity may do in its tenant namespace: what
+/// offloading pods and the objects they need takes, nothing cluster-wide,
+/// nothing about certificates, nothing in any other namespace.
+const TENANT_RULES: [(&str, &[&str]); 4] = [
+    (
+        "",
+        &[
+            "pods",
+            "pods/status",
+            "configmaps",
+            "secrets",
+            "services",
+            "serviceaccounts",
+            "events",
+        ],
+    ),
+    ("apps", &["replicasets"]),
+    ("discovery.k8s.io", &["endpointslices"]),
+    ("events.k8s.io", &["events"]),
+];
+
+const ALL_VERBS: [&str; 8] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+
+/// The labels of every object of the tenant: ours, and the consumer's ID.
+fn tenant_labels(consumer: &ClusterId) -> BTreeMap<String, String> {
+    let mut l = common_labels("tenant");
+    l.insert(labels::PEER_CLUSTER_ID.to_owned(), consumer.to_string());
+    l
+}
+
+/// The provider-side objects of a tenant, in the order they are applied.
+/// The Tenant record comes last: it says the tenant is complete.
+pub fn manifests(
+    consumer: &ClusterIdentity,
+    request: Option<&Resources>,
+    grant: &Resources,
+    cost: Option<&Cost>,
+) -> Vec<Manifest> {
+    let id = &consumer.cluster_id;
+    let namespace = peering::tenant_namespace(id);
+    let name = peering::tenant_role(id);
+    let user = peer_user(id);
+    let labels = tenant_labels(id);
+    let meta = |ns: &str| json!({ "name": name, "namespace": ns, "labels": labels });
+    let subject =
+        json!([{ "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user }]);
+    let rules: Vec<_> = TENANT_RULES
+        .iter()
+        .map(|(group, resources)| json!({ "apiGroups": [group], "resources": resources, "verbs": ALL_VERBS }))
+        .collect();
+    let hard = {
+        let mut hard = BTreeMap::new();
+        if let Some(cpu) = &grant.cpu {
+            hard.insert("requests.cpu", cpu.0.clone());
+            hard.insert("limits.cpu", cpu.0.clone());
+        }
+        if let Some(memory) = &grant.memory {
+            hard.insert("requests.memory", memory.0.clone());
+            hard.insert("limits.memory", memory.0.clone());
+        }
+        if let Some(pods) = &grant.pods {
+            hard.insert("pods", pods.0.clone());
+        }
+        hard
+    };
+    vec![
+        Manifest::Namespace(from_json(json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": { "name": namespace, "labels": labels },
+        }))),
+        Manifest::Role(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta(&namespace),
+            "rules": rules,
+        }))),
+        Manifest::RoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(&namespace),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+            "subjects": subject,
+        }))),
+        // The virtual kubelet checks the provider is who it should be.
+        Manifest::Role(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta(names::NAMESPACE),
+            "rules": [{
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [names::IDENTITY_CONFIGMAP],
+                "verbs": ["get"],
+            }],
+        }))),
+        Manifest::RoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(names::NAMESPACE),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+            "subjects": subject,
+        }))),
+        Manifest::ResourceQuota(from_json(json!({
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": { "name": "liqo-grant", "namespace": namespace, "labels": labels },
+            "spec": { "hard": hard },
+        }))),
+        Manifest::Tenant(Box::new(Tenant {
+            metadata: kube::core::ObjectMeta {
+                name: Some(id.to_string()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            spec: TenantSpec {
+                cluster_id: id.clone(),
+                cluster_name: consumer.cluster_name.clone(),
+                namespace: namespace.clone(),
+                user,
+                request: request.cloned(),
+                grant: grant.clone(),
+                cost: cost.cloned(),
+            },
+            status: None,
+        })),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn consumer() -> ClusterIdentity {
+        ClusterIdentity {
+            cluster_id: ClusterId::new("home-1").expect("valid"),
+            cluster_name: "home".into(),
+            labels: BTreeMap::new(),
+            pod_cidr: "10.200.0.0/16".parse().expect("cidr"),
+            service_cidr: "10.100.0.0/16".parse().expect("cidr"),
+            version: liqo_api::VERSION.into(),
+        }
+    }
+
+    #[test]
+    fn a_tenant_is_confined_to_its_namespace_and_the_identity_by_name() {
+        let grant = Resources {
+            cpu: Some(Quantity("2".into())),
+            memory: Some(Quantity("4Gi".into())),
+            pods: Some(Quantity("20".into())),
+        };
+        let all = manifests(&consumer(), None, &grant, None);
+        for m in &all {
+            let v = serde_json::to_value(m).expect("serialize");
+            assert_eq!(
+                v["metadata"]["labels"][labels::PEER_CLUSTER_ID],
+                "home-1",
+                "{}",
+                m.describe()
+            );
+            if let Manifest::Role(role) = m {
+                let ns = role.metadata.namespace.as_deref();
+                for rule in role.rules.iter().flatten() {
+                    if ns == Some(names::NAMESPACE) {
+                        assert_eq!(
+                            rule.resource_names.as_deref(),
+                            Some(&[names::IDENTITY_CONFIGMAP.to_owned()][..])
+                        );
+                        assert_eq!(rule.verbs, ["get"]);
+                    } else {
+                        assert_eq!(ns, Some("liqo-tenant-home-1"));
+                        let resources = rule.resources.iter().flatten();
+                        assert!(
+                            resources
+                                .clone()
+                                .all(|r| !r.contains("certificate") && !r.contains("role")),
+                            "{rule:?}"
+                        );
+                    }
+                }
+            }
+            if let Manifest::ResourceQuota(q) = m {
+                let hard = q.spec.as_ref().and_then(|s| s.hard.clone()).expect("hard");
+                assert_eq!(hard.get("requests.cpu"), Some(&Quantity("2".into())));
+                assert_eq!(hard.get("pods"), Some(&Quantity("20".into())));
+            }
+        }
+        assert!(matches!(all.last(), Some(Manifest::Tenant(_))));
+    }
+}

@@ -1,0 +1,233 @@
+//! `liqoctl peer` and `unpeer` between two real clusters: the consumer's
+//! identity is confined to its tenant on the provider (proven with real
+//! requests made with its own certificate), the grant is enforced by a
+//! ResourceQuota, the virtual node is Ready with the grant as capacity,
+//! and unpeer leaves both clusters as they were.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{Node, ResourceQuota, Secret};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::{Discovery, verbs};
+use liqo_api::names::{self, peering};
+use liqo_api::{ClusterId, core::ForeignCluster};
+use liqo_e2e::{liqoctl, wait_for};
+use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
+
+/// Every object of both clusters, as `plural/namespace/name`, except what
+/// the clusters churn by themselves (events, leases, the kwok pods'
+/// status objects) — to compare before `peer` and after `unpeer`.
+async fn snapshot(client: &kube::Client) -> Result<BTreeSet<String>> {
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let mut out = BTreeSet::new();
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST)
+                || ["events", "leases", "endpointslices", "endpoints"]
+                    .contains(&resource.plural.as_str())
+            {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let Ok(list) = api.list(&ListParams::default()).await else {
+                continue;
+            };
+            for o in list.items {
+                // Review objects and CSRs the clusters make for themselves.
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if resource.plural == "certificatesigningrequests" && name.starts_with("csr-") {
+                    continue;
+                }
+                out.insert(format!(
+                    "{}/{}/{}",
+                    resource.plural,
+                    o.metadata.namespace.unwrap_or_default(),
+                    name
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
+    let mut consumer_spec = ClusterSpec::new("consumer", 1);
+    consumer_spec.nodes = 1;
+    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let mut provider_spec = ClusterSpec::new("provider", 2);
+    provider_spec.nodes = 2;
+    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
+    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        liqoctl(
+            Some(cluster.kubeconfig_path()),
+            &[
+                "install",
+                &format!("--cluster-id={id}"),
+                &format!("--cluster-name={}", cluster.name()),
+                "--cluster-labels=region=eu-west",
+                &format!("--pod-cidr={cidr}"),
+                &selector,
+                &toleration,
+                "--timeout=60",
+            ],
+        )
+        .success();
+    }
+    let consumer_client = consumer.client().await?;
+    let provider_client = provider.client().await?;
+    let before = (
+        snapshot(&consumer_client).await?,
+        snapshot(&provider_client).await?,
+    );
+
+    // Refused before anything is written: itself, a request above the offer.
+    let own = consumer.kubeconfig_path().to_str().context("path")?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", own],
+    )
+    .user_error(6);
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            remote,
+            "--cpu=1000",
+            "--require-request",
+        ],
+    )
+    .user_error(6);
+    assert!(out.error_line().contains("cannot grant"), "{}", out.stderr);
+    assert_eq!(
+        snapshot(&provider_client).await?,
+        before.1,
+        "a refused peer wrote on the provider"
+    );
+
+    let start = std::time::Instant::now();
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            remote,
+            "--cpu=2",
+            "--memory=1Gi",
+            "--pods=10",
+            "-o",
+            "json",
+            "--timeout=90",
+        ],
+    );
+    if out.code != 0 {
+        eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
+    }
+    let out = out.success();
+    eprintln!("peer took {:?}", start.elapsed());
+    let report: serde_json::Value = serde_json::from_str(&out.stdout)?;
+    assert_eq!(report["grant"]["cpu"], "2");
+    assert_eq!(report["grant"]["pods"], "10");
+
+    // The virtual node stands for the provider with the grant.
+    let provider_id = ClusterId::new("provider-1")?;
+    let node: Node = Api::<Node>::all(consumer_client.clone())
+        .get(&peering::virtual_node(&provider_id))
+        .await?;
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get(names::labels::VIRTUAL_NODE).map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(labels.get("region").map(String::as_str), Some("eu-west"));
+    let capacity = node.status.and_then(|s| s.capacity).unwrap_or_default();
+    assert_eq!(capacity.get("pods").map(|q| q.0.as_str()), Some("10"));
+
+    // The grant is enforced on the provider by a ResourceQuota.
+    let tenant_ns = peering::tenant_namespace(&ClusterId::new("consumer-1")?);
+    let quota = Api::<ResourceQuota>::namespaced(provider_client.clone(), &tenant_ns)
+        .get("liqo-grant")
+        .await?;
+    let hard = quota.spec.and_then(|s| s.hard).unwrap_or_default();
+    assert_eq!(hard.get("pods").map(|q| q.0.as_str()), Some("10"));
+    let fc = Api::<ForeignCluster>::all(consumer_client.clone())
+        .get("provider-1")
+        .await?;
+    assert!(fc.status.and_then(|s| s.certificate_expiry).is_some());
+
+    // Peering again changes nothing and succeeds.
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            remote,
+            "--cpu=2",
+            "--memory=1Gi",
+            "--pods=10",
+        ],
+    )
+    .success();
+
+    // The identity's key stays on the consumer: the provider holds no Secret with it.
+    let secret = Api::<Secret>::namespaced(consumer_client.clone(), names::NAMESPACE)
+        .get(&peering::identity_secret(&provider_id))
+        .await?;
+    assert!(secret.data.is_some_and(|d| d.contains_key("kubeconfig")));
+
+    let start = std::time::Instant::now();
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    eprintln!("unpeer took {:?}", start.elapsed());
+    let after = (
+        snapshot(&consumer_client).await?,
+        snapshot(&provider_client).await?,
+    );
+    let diff = |a: &BTreeSet<String>, b: &BTreeSet<String>| -> Vec<String> {
+        a.symmetric_difference(b).cloned().collect()
+    };
+    // Pods of kwok's and the gateway's are replaced over time: compare the rest.
+    let stable = |d: Vec<String>| -> Vec<String> {
+        d.into_iter()
+            .filter(|o| !o.starts_with("pods/") && !o.starts_with("replicasets/"))
+            .collect()
+    };
+    assert_eq!(
+        stable(diff(&before.0, &after.0)),
+        Vec::<String>::new(),
+        "consumer differs after unpeer"
+    );
+    assert_eq!(
+        stable(diff(&before.1, &after.1)),
+        Vec::<String>::new(),
+        "provider differs after unpeer"
+    );
+    wait_for("no virtual node", Duration::from_secs(5), || {
+        let nodes: Api<Node> = Api::all(consumer_client.clone());
+        async move {
+            Ok(nodes
+                .list(&ListParams::default().labels(names::labels::VIRTUAL_NODE))
+                .await?
+                .items
+                .is_empty())
+        }
+    })
+    .await?;
+    testbed.stop();
+    Ok(())
+}
