@@ -5,12 +5,16 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount, Toleration};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, ResourceQuota, Secret, ServiceAccount, Toleration,
+};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::ApiResource;
 use kube::core::ObjectMeta;
 use liqo_api::ClusterIdentity;
+use liqo_api::authentication::Tenant;
+use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, labels};
 use serde::Serialize;
 use serde_json::json;
@@ -29,6 +33,10 @@ pub enum Manifest {
     RoleBinding(RoleBinding),
     ConfigMap(ConfigMap),
     Deployment(Box<Deployment>),
+    Secret(Secret),
+    ResourceQuota(ResourceQuota),
+    Tenant(Box<Tenant>),
+    ForeignCluster(Box<ForeignCluster>),
 }
 
 impl Manifest {
@@ -43,6 +51,10 @@ impl Manifest {
             Self::RoleBinding(o) => ("RoleBinding", &o.metadata),
             Self::ConfigMap(o) => ("ConfigMap", &o.metadata),
             Self::Deployment(o) => ("Deployment", &o.metadata),
+            Self::Secret(o) => ("Secret", &o.metadata),
+            Self::ResourceQuota(o) => ("ResourceQuota", &o.metadata),
+            Self::Tenant(o) => ("Tenant", &o.metadata),
+            Self::ForeignCluster(o) => ("ForeignCluster", &o.metadata),
         }
     }
 
@@ -69,6 +81,10 @@ impl Manifest {
             Self::RoleBinding(_) => ApiResource::erase::<RoleBinding>(&()),
             Self::ConfigMap(_) => ApiResource::erase::<ConfigMap>(&()),
             Self::Deployment(_) => ApiResource::erase::<Deployment>(&()),
+            Self::Secret(_) => ApiResource::erase::<Secret>(&()),
+            Self::ResourceQuota(_) => ApiResource::erase::<ResourceQuota>(&()),
+            Self::Tenant(_) => ApiResource::erase::<Tenant>(&()),
+            Self::ForeignCluster(_) => ApiResource::erase::<ForeignCluster>(&()),
         };
         (resource, namespace)
     }
@@ -251,7 +267,7 @@ fn pod_security_labels() -> BTreeMap<String, String> {
 
 /// Agents run as an unprivileged user with the runtime's default seccomp
 /// profile: nothing they do today needs more.
-fn pod_security_context() -> serde_json::Value {
+pub(crate) fn pod_security_context() -> serde_json::Value {
     json!({
         "runAsNonRoot": true,
         "runAsUser": 65532,
@@ -260,7 +276,7 @@ fn pod_security_context() -> serde_json::Value {
     })
 }
 
-fn container_security_context() -> serde_json::Value {
+pub(crate) fn container_security_context() -> serde_json::Value {
     json!({
         "allowPrivilegeEscalation": false,
         "readOnlyRootFilesystem": true,
@@ -269,7 +285,7 @@ fn container_security_context() -> serde_json::Value {
 }
 
 /// Labels on every object we create, so that they can all be found.
-fn common_labels(component: &str) -> BTreeMap<String, String> {
+pub(crate) fn common_labels(component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (
             labels::MANAGED_BY.to_owned(),
@@ -282,7 +298,7 @@ fn common_labels(component: &str) -> BTreeMap<String, String> {
 
 /// Labels that select a component's pods: stable across versions, as a
 /// Deployment's selector cannot change.
-fn selector_labels(component: &str) -> BTreeMap<String, String> {
+pub(crate) fn selector_labels(component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (
             "app.kubernetes.io/name".to_owned(),
@@ -300,7 +316,7 @@ fn cluster_meta(name: &str, component: &str) -> serde_json::Value {
     json!({ "name": name, "labels": common_labels(component) })
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).expect("invariant: the manifests above match their types")
 }
 

@@ -49,6 +49,10 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
         Manifest::RoleBinding(o) => apply_to(namespaced(c, o), o).await,
         Manifest::ConfigMap(o) => apply_to(namespaced(c, o), o).await,
         Manifest::Deployment(o) => apply_to(namespaced(c, o.as_ref()), o.as_ref()).await,
+        Manifest::Secret(o) => apply_to(namespaced(c, o), o).await,
+        Manifest::ResourceQuota(o) => apply_to(namespaced(c, o), o).await,
+        Manifest::Tenant(o) => apply_to(Api::all(c), o.as_ref()).await,
+        Manifest::ForeignCluster(o) => apply_to(Api::all(c), o.as_ref()).await,
     };
     result.map_err(|e| cluster.explain(e, &format!("applying {}", manifest.describe())))
 }
