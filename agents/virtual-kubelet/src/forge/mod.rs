@@ -1,0 +1,443 @@
+//! Pure functions that build the objects the virtual kubelet writes: the
+//! virtual Node (metadata and spec), its status (capacity, allocatable and
+//! conditions) and its heartbeat Lease. No IO and no clock: the time is an
+//! argument, so that every rule here is unit-tested.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference, Time};
+use kube::core::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use liqo_api::core::ForeignCluster;
+use liqo_api::names::{self, labels};
+use liqo_api::sharing::{Cost, Resources};
+
+/// The namespace of the nodes' heartbeat Leases, as for every kubelet.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+/// How long a Lease lasts without renewal, as a kubelet's does.
+pub const LEASE_DURATION_SECONDS: i32 = 40;
+
+/// The provider, as the last health checks saw it; what the Ready
+/// condition says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderState {
+    /// A check succeeded recently enough (see [`crate::provider`]).
+    Reachable,
+    /// No recent successful check: the API did not answer, or answered
+    /// with an error other than the ones below. The message says what.
+    Unreachable(String),
+    /// The API answered, but is not the provider of the ForeignCluster (or
+    /// holds no valid liqo identity).
+    Mismatch(String),
+    /// The API refused the consumer's identity (401 or 403).
+    Forbidden(String),
+}
+
+impl ProviderState {
+    /// The Ready condition's status, reason and message.
+    fn ready(&self) -> (&'static str, &'static str, String) {
+        match self {
+            Self::Reachable => (
+                "True",
+                "ProviderReachable",
+                "the provider's API answers as the expected cluster".to_owned(),
+            ),
+            Self::Unreachable(m) => ("False", "ProviderUnreachable", m.clone()),
+            Self::Mismatch(m) => ("False", "ProviderMismatch", m.clone()),
+            Self::Forbidden(m) => ("False", "ProviderForbidden", m.clone()),
+        }
+    }
+}
+
+/// The virtual node's labels: the provider's cluster labels, then ours,
+/// which win on a clash so that selectors on them cannot be fooled.
+pub fn node_labels(node_name: &str, fc: &ForeignCluster) -> BTreeMap<String, String> {
+    let mut out = fc.spec.cluster_labels.clone();
+    out.extend([
+        (labels::VIRTUAL_NODE.to_owned(), "true".to_owned()),
+        (
+            labels::PEER_CLUSTER_ID.to_owned(),
+            fc.spec.cluster_id.to_string(),
+        ),
+        (
+            labels::PEER_CLUSTER_NAME.to_owned(),
+            fc.spec.cluster_name.clone(),
+        ),
+        ("type".to_owned(), "virtual-kubelet".to_owned()),
+        ("kubernetes.io/hostname".to_owned(), node_name.to_owned()),
+        (
+            labels::MANAGED_BY.to_owned(),
+            labels::MANAGED_BY_VALUE.to_owned(),
+        ),
+    ]);
+    out
+}
+
+/// Only pods that tolerate it (those of offloaded namespaces) may run on a
+/// virtual node; NoExecute so that none stays there by accident.
+pub fn node_taints() -> Vec<Taint> {
+    vec![Taint {
+        key: names::VIRTUAL_NODE_TAINT.to_owned(),
+        value: Some("true".to_owned()),
+        effect: "NoExecute".to_owned(),
+        time_added: None,
+    }]
+}
+
+/// The cost annotation's value, when the provider stated a cost.
+pub fn cost_annotation(cost: Option<&Cost>) -> Option<String> {
+    // A Cost is strings only: serializing it cannot fail.
+    cost.and_then(|c| serde_json::to_string(c).ok())
+}
+
+/// The node's capacity (and allocatable): exactly the grant; a resource
+/// the grant does not name is absent, so nothing is scheduled against it.
+pub fn capacity(grant: Option<&Resources>) -> BTreeMap<String, Quantity> {
+    let Some(grant) = grant else {
+        return BTreeMap::new();
+    };
+    [
+        ("cpu", &grant.cpu),
+        ("memory", &grant.memory),
+        ("pods", &grant.pods),
+    ]
+    .into_iter()
+    .filter_map(|(k, q)| q.clone().map(|q| (k.to_owned(), q)))
+    .collect()
+}
+
+/// An owner reference to the ForeignCluster, so that the garbage collector
+/// removes the node when the peering is deleted.
+pub fn foreign_cluster_owner(fc: &ForeignCluster) -> OwnerReference {
+    OwnerReference {
+        api_version: ForeignCluster::api_version(&()).into_owned(),
+        kind: ForeignCluster::kind(&()).into_owned(),
+        name: fc.name_any(),
+        uid: fc.metadata.uid.clone().unwrap_or_default(),
+        controller: None,
+        block_owner_deletion: None,
+    }
+}
+
+/// The Node as the agent applies it (metadata and spec; the status goes
+/// through its subresource, see [`node_status`]).
+pub fn node(node_name: &str, fc: &ForeignCluster) -> Node {
+    let annotations = cost_annotation(fc.status.as_ref().and_then(|s| s.cost.as_ref()))
+        .map(|cost| BTreeMap::from([(names::COST_ANNOTATION.to_owned(), cost)]));
+    Node {
+        metadata: ObjectMeta {
+            name: Some(node_name.to_owned()),
+            labels: Some(node_labels(node_name, fc)),
+            annotations,
+            owner_references: Some(vec![foreign_cluster_owner(fc)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(node_taints()),
+            ..NodeSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The node's conditions as a kubelet reports them: Ready from the
+/// provider's state, and no pressure of any kind (the provider enforces
+/// the grant). A condition keeps its `lastTransitionTime` from `previous`
+/// while its status does not change; every one gets `now` as heartbeat.
+pub fn conditions(
+    state: &ProviderState,
+    now: &Time,
+    previous: &[NodeCondition],
+) -> Vec<NodeCondition> {
+    let (status, reason, message) = state.ready();
+    let mut out = vec![condition("Ready", status, reason, message, now, previous)];
+    for (type_, reason, message) in [
+        (
+            "MemoryPressure",
+            "ProviderHasSufficientMemory",
+            "the provider enforces the granted memory",
+        ),
+        (
+            "DiskPressure",
+            "ProviderHasNoDiskPressure",
+            "the provider manages its own disks",
+        ),
+        (
+            "PIDPressure",
+            "ProviderHasSufficientPID",
+            "the provider manages its own processes",
+        ),
+    ] {
+        out.push(condition(
+            type_,
+            "False",
+            reason,
+            message.to_owned(),
+            now,
+            previous,
+        ));
+    }
+    out
+}
+
+fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    now: &Time,
+    previous: &[NodeCondition],
+) -> NodeCondition {
+    let transition = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    NodeCondition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: Some(reason.to_owned()),
+        message: Some(message),
+        last_heartbeat_time: Some(now.clone()),
+        last_transition_time: Some(transition),
+    }
+}
+
+/// The node's status as the agent applies it to the status subresource.
+/// It always holds every field the agent owns (capacity and conditions),
+/// since server-side apply removes an owned field an apply leaves out.
+pub fn node_status(
+    node_name: &str,
+    grant: Option<&Resources>,
+    conditions: Vec<NodeCondition>,
+) -> Node {
+    let capacity = capacity(grant);
+    Node {
+        metadata: ObjectMeta {
+            name: Some(node_name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            allocatable: Some(capacity.clone()),
+            capacity: Some(capacity),
+            conditions: Some(conditions),
+            ..NodeStatus::default()
+        }),
+    }
+}
+
+/// The node's heartbeat, owned by the node so that it goes with it.
+pub fn lease(node_name: &str, node_uid: &str, now: &MicroTime) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(node_name.to_owned()),
+            namespace: Some(LEASE_NAMESPACE.to_owned()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".to_owned(),
+                kind: "Node".to_owned(),
+                name: node_name.to_owned(),
+                uid: node_uid.to_owned(),
+                controller: None,
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(node_name.to_owned()),
+            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
+            renew_time: Some(now.clone()),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use liqo_api::ClusterId;
+    use liqo_api::core::{ForeignClusterSpec, ForeignClusterStatus};
+
+    fn fc() -> ForeignCluster {
+        let mut fc = ForeignCluster::new(
+            "prov-1",
+            ForeignClusterSpec {
+                cluster_id: ClusterId::new("prov-1").expect("valid"),
+                cluster_name: "rome".to_owned(),
+                api_server_url: None,
+                outgoing: true,
+                incoming: false,
+                cluster_labels: BTreeMap::from([
+                    ("region".to_owned(), "eu".to_owned()),
+                    // A clash with ours: ours wins.
+                    ("type".to_owned(), "bogus".to_owned()),
+                ]),
+                request: None,
+            },
+        );
+        fc.metadata.uid = Some("uid-1".to_owned());
+        fc.status = Some(ForeignClusterStatus {
+            grant: Some(Resources {
+                cpu: Some(Quantity("2".to_owned())),
+                memory: Some(Quantity("4Gi".to_owned())),
+                pods: Some(Quantity("20".to_owned())),
+            }),
+            cost: Some(Cost {
+                cpu_hour: Some("0.05".to_owned()),
+                memory_gib_hour: None,
+                currency: "EUR".to_owned(),
+            }),
+            ..ForeignClusterStatus::default()
+        });
+        fc
+    }
+
+    fn at(seconds: i64) -> Time {
+        Time(Timestamp::from_second(seconds).expect("valid"))
+    }
+
+    #[test]
+    fn labels_are_ours_plus_the_providers() {
+        let labels = node_labels("liqo-prov-1", &fc());
+        let want = [
+            ("liqo.io/virtual-node", "true"),
+            ("liqo.io/remote-cluster-id", "prov-1"),
+            ("liqo.io/remote-cluster-name", "rome"),
+            ("type", "virtual-kubelet"),
+            ("kubernetes.io/hostname", "liqo-prov-1"),
+            ("app.kubernetes.io/managed-by", "liqoctl"),
+            ("region", "eu"),
+        ];
+        for (k, v) in want {
+            assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}");
+        }
+        assert_eq!(labels.len(), want.len());
+    }
+
+    #[test]
+    fn node_is_tainted_annotated_and_owned() {
+        let node = node("liqo-prov-1", &fc());
+        let taints = node.spec.and_then(|s| s.taints).expect("taints");
+        assert_eq!(taints.len(), 1);
+        assert_eq!(taints[0].key, "virtual-node.liqo.io/not-allowed");
+        assert_eq!(taints[0].value.as_deref(), Some("true"));
+        assert_eq!(taints[0].effect, "NoExecute");
+        let cost = node
+            .metadata
+            .annotations
+            .and_then(|a| a.get("liqo.io/cost").cloned())
+            .expect("cost annotation");
+        let cost: serde_json::Value = serde_json::from_str(&cost).expect("JSON");
+        assert_eq!(
+            cost,
+            serde_json::json!({ "cpuHour": "0.05", "currency": "EUR" })
+        );
+        let owners = node.metadata.owner_references.expect("owners");
+        assert_eq!(owners[0].api_version, "liqo.io/v1alpha1");
+        assert_eq!(owners[0].kind, "ForeignCluster");
+        assert_eq!(owners[0].name, "prov-1");
+        assert_eq!(owners[0].uid, "uid-1");
+        assert!(node.status.is_none(), "the status has its own subresource");
+    }
+
+    #[test]
+    fn no_cost_no_annotation() {
+        let mut fc = fc();
+        if let Some(s) = fc.status.as_mut() {
+            s.cost = None;
+        }
+        assert!(node("n", &fc).metadata.annotations.is_none());
+        assert_eq!(cost_annotation(None), None);
+    }
+
+    #[test]
+    fn capacity_is_the_grant() {
+        let grant = fc().status.and_then(|s| s.grant);
+        let cap = capacity(grant.as_ref());
+        assert_eq!(cap.get("cpu"), Some(&Quantity("2".to_owned())));
+        assert_eq!(cap.get("memory"), Some(&Quantity("4Gi".to_owned())));
+        assert_eq!(cap.get("pods"), Some(&Quantity("20".to_owned())));
+        assert_eq!(cap.len(), 3);
+        // Nothing granted yet: nothing to schedule against.
+        assert!(capacity(None).is_empty());
+        let partial = Resources {
+            cpu: Some(Quantity("500m".to_owned())),
+            ..Resources::default()
+        };
+        assert_eq!(capacity(Some(&partial)).len(), 1);
+        let status = node_status("n", grant.as_ref(), Vec::new())
+            .status
+            .expect("status");
+        assert_eq!(status.capacity, status.allocatable);
+        assert_eq!(status.capacity, Some(cap));
+    }
+
+    #[test]
+    fn conditions_by_state() {
+        let cases = [
+            (ProviderState::Reachable, "True", "ProviderReachable"),
+            (
+                ProviderState::Unreachable("no answer".into()),
+                "False",
+                "ProviderUnreachable",
+            ),
+            (
+                ProviderState::Mismatch("other cluster".into()),
+                "False",
+                "ProviderMismatch",
+            ),
+            (
+                ProviderState::Forbidden("401".into()),
+                "False",
+                "ProviderForbidden",
+            ),
+        ];
+        for (state, status, reason) in cases {
+            let cs = conditions(&state, &at(100), &[]);
+            let types: Vec<&str> = cs.iter().map(|c| c.type_.as_str()).collect();
+            assert_eq!(
+                types,
+                ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]
+            );
+            assert_eq!(cs[0].status, status);
+            assert_eq!(cs[0].reason.as_deref(), Some(reason));
+            assert!(cs[1..].iter().all(|c| c.status == "False"));
+            assert!(cs.iter().all(|c| c.last_heartbeat_time == Some(at(100))
+                && c.last_transition_time == Some(at(100))));
+        }
+        let cs = conditions(&ProviderState::Unreachable("x".into()), &at(100), &[]);
+        assert_eq!(cs[0].message.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_a_change() {
+        let first = conditions(&ProviderState::Reachable, &at(100), &[]);
+        let same = conditions(&ProviderState::Reachable, &at(120), &first);
+        assert_eq!(same[0].last_transition_time, Some(at(100)));
+        assert_eq!(same[0].last_heartbeat_time, Some(at(120)));
+        let down = conditions(&ProviderState::Unreachable("x".into()), &at(140), &same);
+        assert_eq!(down[0].last_transition_time, Some(at(140)));
+        // The pressure conditions did not change.
+        assert_eq!(down[1].last_transition_time, Some(at(100)));
+    }
+
+    #[test]
+    fn lease_is_the_nodes() {
+        let now = MicroTime(Timestamp::from_second(5).expect("valid"));
+        let lease = lease("liqo-prov-1", "node-uid", &now);
+        assert_eq!(lease.metadata.namespace.as_deref(), Some("kube-node-lease"));
+        let spec = lease.spec.expect("spec");
+        assert_eq!(spec.holder_identity.as_deref(), Some("liqo-prov-1"));
+        assert_eq!(spec.lease_duration_seconds, Some(40));
+        assert_eq!(spec.renew_time, Some(now));
+        let owner = &lease.metadata.owner_references.expect("owner")[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Node", "node-uid")
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! The provider's side: a client for the provider's API built from the
+//! mounted kubeconfig (rebuilt whenever the file's content changes, as the
+//! Secret behind it is renewed in place), and the health check that says
+//! whether the provider is there and is the cluster the ForeignCluster
+//! names. Pod offloading will use the same client.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::ObjectRef;
+use liqo_agent_runtime::follow::Followed;
+use liqo_api::core::ForeignCluster;
+use liqo_api::{ClusterIdentity, names};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::forge::ProviderState;
+
+/// How often the kubeconfig file is read to see whether it changed. A
+/// mounted Secret is updated by the kubelet within a minute or so; a few
+/// seconds more do not matter, and reading a small file is cheap.
+const KUBECONFIG_POLL: Duration = Duration::from_secs(2);
+/// How often the provider is checked, and how long one check may take.
+pub const CHECK_PERIOD: Duration = Duration::from_secs(5);
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+/// The node is Ready while the last successful check is at most this old:
+/// three checks in a row must fail, so that one slow answer does not flap
+/// the node, and the node is NotReady well within 40 s of a loss.
+pub const FRESHNESS: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeconfigError {
+    #[error("cannot read the provider kubeconfig {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the provider kubeconfig {path} is not a valid kubeconfig")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("cannot build a client from the provider kubeconfig {path}")]
+    Client {
+        path: PathBuf,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl KubeconfigError {
+    /// The error and its causes on one line.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            out.push_str(": ");
+            out.push_str(&s.to_string());
+            source = s.source();
+        }
+        out
+    }
+}
+
+/// The client for the provider, or why there is none.
+pub type ProviderClient = Result<kube::Client, String>;
+
+/// Keeps `tx` holding a client built from the kubeconfig at `path`,
+/// rebuilding it when the file's content changes. A file that cannot be
+/// used keeps the previous client: the renewal may be half-written, and
+/// the old credentials may well still work.
+pub async fn keep_client(path: PathBuf, tx: watch::Sender<ProviderClient>) {
+    let mut last: Option<Vec<u8>> = None;
+    let mut logged_error: Option<String> = None;
+    loop {
+        match tokio::fs::read(&path).await {
+            Ok(content) if last.as_ref() == Some(&content) => {}
+            Ok(content) => match build_client(&path, &content).await {
+                Ok(client) => {
+                    if last.is_some() {
+                        tracing::info!(path = %path.display(), "reloaded the provider kubeconfig");
+                    } else {
+                        tracing::info!(path = %path.display(), "loaded the provider kubeconfig");
+                    }
+                    let _previous = tx.send_replace(Ok(client));
+                    last = Some(content);
+                    logged_error = None;
+                }
+                Err(e) => report(&tx, &mut logged_error, e.chain()),
+            },
+            Err(source) => report(
+                &tx,
+                &mut logged_error,
+                KubeconfigError::Read {
+                    path: path.clone(),
+                    source,
+                }
+                .chain(),
+            ),
+        }
+        tokio::time::sleep(KUBECONFIG_POLL).await;
+    }
+}
+
+/// Logs a kubeconfig problem once, and only replaces the client when there
+/// was none usable anyway.
+fn report(tx: &watch::Sender<ProviderClient>, logged: &mut Option<String>, why: String) {
+    if logged.as_ref() != Some(&why) {
+        tracing::warn!(%why, "the provider kubeconfig cannot be used");
+        *logged = Some(why.clone());
+    }
+    tx.send_if_modified(|current| match current {
+        Ok(_) => false,
+        Err(old) if *old == why => false,
+        Err(old) => {
+            *old = why;
+            true
+        }
+    });
+}
+
+async fn build_client(
+    path: &std::path::Path,
+    content: &[u8],
+) -> Result<kube::Client, KubeconfigError> {
+    let text = String::from_utf8_lossy(content);
+    let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|source| KubeconfigError::Parse {
+        path: path.to_owned(),
+        source,
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|source| KubeconfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+    kube::Client::try_from(config).map_err(|source| KubeconfigError::Client {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// What the health checks found: when one last succeeded, and what the
+/// last failure was.
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    pub last_success: Option<Instant>,
+    pub last_failure: Option<ProviderState>,
+}
+
+impl Health {
+    /// The provider's state at `now`: reachable while the last success is
+    /// fresh, else what the last failure said.
+    pub fn state(&self, now: Instant) -> ProviderState {
+        match self.last_success {
+            Some(at) if now.saturating_duration_since(at) <= FRESHNESS => ProviderState::Reachable,
+            _ => self.last_failure.clone().unwrap_or_else(|| {
+                ProviderState::Unreachable("the provider has not been checked yet".to_owned())
+            }),
+        }
+    }
+}
+
+/// Checks the provider every [`CHECK_PERIOD`] and publishes the result.
+pub async fn keep_checking(
+    clients: watch::Receiver<ProviderClient>,
+    peers: Followed<ForeignCluster>,
+    fc_ref: ObjectRef<ForeignCluster>,
+    tx: watch::Sender<Health>,
+) {
+    let mut ticker = tokio::time::interval(CHECK_PERIOD);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let expected = peers
+            .store
+            .get(&fc_ref)
+            .map(|fc| fc.spec.cluster_id.clone());
+        let client = clients.borrow().clone();
+        let result = match (client, expected) {
+            (_, None) => Err(ProviderState::Unreachable(format!(
+                "the ForeignCluster {} is not known yet",
+                fc_ref.name
+            ))),
+            (Err(why), Some(_)) => Err(ProviderState::Unreachable(why)),
+            (Ok(client), Some(expected)) => check(client, &expected).await,
+        };
+        tx.send_modify(|h| match result {
+            Ok(()) => {
+                if h.last_failure.is_some() || h.last_success.is_none() {
+                    tracing::info!("the provider answers as the expected cluster");
+                }
+                h.last_success = Some(Instant::now());
+                h.last_failure = None;
+            }
+            Err(state) => {
+                if h.last_failure.as_ref() != Some(&state) {
+                    tracing::warn!(?state, "provider check failed");
+                }
+                h.last_failure = Some(state);
+            }
+        });
+    }
+}
+
+/// One check: the provider's identity ConfigMap, within [`CHECK_TIMEOUT`],
+/// names the expected cluster.
+async fn check(client: kube::Client, expected: &liqo_api::ClusterId) -> Result<(), ProviderState> {
+    let maps: Api<ConfigMap> = Api::namespaced(client, names::NAMESPACE);
+    let got = tokio::time::timeout(CHECK_TIMEOUT, maps.get(names::IDENTITY_CONFIGMAP)).await;
+    let map = match got {
+        Err(_) => {
+            return Err(ProviderState::Unreachable(format!(
+                "the provider's API did not answer within {}s",
+                CHECK_TIMEOUT.as_secs()
+            )));
+        }
+        Ok(Err(kube::Error::Api(s))) if s.code == 401 || s.code == 403 => {
+            return Err(ProviderState::Forbidden(format!(
+                "the provider's API refused the consumer's identity ({}: {})",
+                s.code, s.message
+            )));
+        }
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => {
+            return Err(ProviderState::Mismatch(format!(
+                "the provider has no ConfigMap {}/{}: liqo-rs is not installed there",
+                names::NAMESPACE,
+                names::IDENTITY_CONFIGMAP
+            )));
+        }
+        Ok(Err(e)) => {
+            return Err(ProviderState::Unreachable(format!(
+                "reading the provider's identity failed: {}",
+                error_chain(&e)
+            )));
+        }
+        Ok(Ok(map)) => map,
+    };
+    let identity = ClusterIdentity::from_data(&map.data.unwrap_or_default())
+        .map_err(|e| ProviderState::Mismatch(format!("the provider's identity is damaged: {e}")))?;
+    if identity.cluster_id != *expected {
+        return Err(ProviderState::Mismatch(format!(
+            "the provider's API belongs to cluster {}, not {expected}",
+            identity.cluster_id
+        )));
+    }
+    Ok(())
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        // hyper and kube repeat their causes; say each once.
+        if !out.contains(&s_text) {
+            out.push_str(": ");
+            out.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_while_the_last_success_is_fresh() {
+        let now = Instant::now();
+        let fresh = Health {
+            last_success: Some(now),
+            last_failure: Some(ProviderState::Unreachable("slow".into())),
+        };
+        assert_eq!(fresh.state(now + FRESHNESS), ProviderState::Reachable);
+        assert_eq!(
+            fresh.state(now + FRESHNESS + Duration::from_millis(1)),
+            ProviderState::Unreachable("slow".into())
+        );
+        assert!(matches!(
+            Health::default().state(now),
+            ProviderState::Unreachable(_)
+        ));
+    }
+}

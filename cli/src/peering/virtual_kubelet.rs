@@ -1,0 +1,325 @@
+//! The consumer-side objects of one outgoing peering's virtual kubelet:
+//! its ServiceAccount, its least-privilege rights (its own Node, Lease and
+//! ForeignCluster, by name) and its Deployment, as a pure function. Each
+//! carries the managed-by labels and the provider's cluster ID, and, once
+//! the ForeignCluster exists, an owner reference to it, so that deleting
+//! the peering's ForeignCluster removes them all.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use liqo_api::ClusterId;
+use liqo_api::names::{self, labels};
+use serde_json::json;
+
+use crate::manifests::{
+    Manifest, common_labels, container_security_context, from_json, pod_security_context,
+    selector_labels,
+};
+
+const COMPONENT: &str = "virtual-kubelet";
+/// Where the identity Secret (key `kubeconfig`) is mounted; the agent's
+/// default `--provider-kubeconfig` is the file in it.
+const PROVIDER_MOUNT: &str = "/etc/liqo/provider";
+/// The agents' user (see [`pod_security_context`]), also the group of the
+/// mounted Secret's files, which only it may read.
+const AGENT_GROUP: i64 = 65532;
+
+/// Every object of the virtual kubelet for `provider`, in the order they
+/// must be applied. `foreign_cluster_uid` is the UID of the local
+/// ForeignCluster (named by the provider's cluster ID) that owns them.
+pub fn manifests(
+    provider: &ClusterId,
+    foreign_cluster_uid: Option<&str>,
+    node_selector: &BTreeMap<String, String>,
+    tolerations: &[Toleration],
+) -> Vec<Manifest> {
+    let name = names::peering::virtual_kubelet(provider);
+    let node = names::peering::virtual_node(provider);
+    let foreign_cluster = provider.to_string();
+    let mut object_labels = common_labels(COMPONENT);
+    object_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), provider.to_string());
+    let owners = foreign_cluster_uid.map(|uid| {
+        json!([{
+            "apiVersion": format!("{}/v1alpha1", names::GROUP),
+            "kind": "ForeignCluster",
+            "name": foreign_cluster,
+            "uid": uid,
+        }])
+    });
+    let meta = |namespace: Option<&str>| {
+        let mut meta = json!({ "name": name, "labels": object_labels });
+        if let Some(owners) = &owners {
+            meta["ownerReferences"] = owners.clone();
+        }
+        if let Some(ns) = namespace {
+            meta["namespace"] = json!(ns);
+        }
+        meta
+    };
+    // One Deployment per provider in the same namespace: the provider's
+    // ID tells their pods apart.
+    let mut selector = selector_labels(COMPONENT);
+    selector.insert(labels::PEER_CLUSTER_ID.to_owned(), provider.to_string());
+    let mut pod_labels = object_labels.clone();
+    pod_labels.extend(selector.clone());
+    let mut pod_security = pod_security_context();
+    pod_security["fsGroup"] = json!(AGENT_GROUP);
+    let subject =
+        json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
+
+    vec![
+        Manifest::ServiceAccount(from_json(json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": meta(Some(names::NAMESPACE)),
+        }))),
+        Manifest::ClusterRole(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": meta(None),
+            "rules": [
+                // Create cannot be limited by name (the object does not
+                // exist yet); everything else names its own node.
+                { "apiGroups": [""], "resources": ["nodes"], "verbs": ["create"] },
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes", "nodes/status"],
+                    "resourceNames": [node],
+                    "verbs": ["get", "patch", "update"],
+                },
+                // List and watch by name need the watch to select
+                // `metadata.name=`, as the agent does.
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["foreignclusters"],
+                    "resourceNames": [foreign_cluster],
+                    "verbs": ["get", "list", "watch"],
+                },
+            ],
+        }))),
+        Manifest::ClusterRoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": meta(None),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
+            "subjects": subject,
+        }))),
+        Manifest::Role(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta(Some("kube-node-lease")),
+            "rules": [
+                { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"] },
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "resourceNames": [node],
+                    "verbs": ["get", "update", "patch"],
+                },
+            ],
+        }))),
+        Manifest::RoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(Some("kube-node-lease")),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+            "subjects": subject,
+        }))),
+        Manifest::Deployment(Box::new(from_json(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta(Some(names::NAMESPACE)),
+            "spec": {
+                "replicas": 1,
+                // One agent per node at a time: two would both write it.
+                "strategy": { "type": "Recreate" },
+                "selector": { "matchLabels": selector },
+                "template": {
+                    "metadata": { "labels": pod_labels },
+                    "spec": {
+                        "serviceAccountName": name,
+                        "nodeSelector": node_selector,
+                        "tolerations": tolerations,
+                        "terminationGracePeriodSeconds": 10,
+                        "securityContext": pod_security,
+                        "containers": [{
+                            "name": "virtual-kubelet",
+                            "image": format!("{}:{}", names::VIRTUAL_KUBELET_IMAGE, liqo_api::VERSION),
+                            "args": [format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)],
+                            "env": [
+                                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+                                { "name": "LIQO_FOREIGN_CLUSTER", "value": foreign_cluster },
+                                { "name": "LIQO_NODE_NAME", "value": node },
+                                { "name": "LIQO_PROVIDER_KUBECONFIG", "value": format!("{PROVIDER_MOUNT}/kubeconfig") },
+                            ],
+                            "ports": [{ "name": "health", "containerPort": names::HEALTH_PORT }],
+                            "readinessProbe": {
+                                "httpGet": { "path": "/readyz", "port": "health" },
+                                "periodSeconds": 2,
+                            },
+                            "livenessProbe": {
+                                "httpGet": { "path": "/healthz", "port": "health" },
+                                "periodSeconds": 10,
+                                "failureThreshold": 3,
+                            },
+                            "resources": {
+                                "requests": { "cpu": "50m", "memory": "32Mi" },
+                                "limits": { "memory": "128Mi" },
+                            },
+                            "volumeMounts": [{ "name": "provider", "mountPath": PROVIDER_MOUNT, "readOnly": true }],
+                            "securityContext": container_security_context(),
+                        }],
+                        "volumes": [{
+                            "name": "provider",
+                            "secret": {
+                                "secretName": names::peering::identity_secret(provider),
+                                // Readable by the agent's group only.
+                                "defaultMode": 0o440,
+                            },
+                        }],
+                    },
+                },
+            },
+        })))),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider() -> ClusterId {
+        ClusterId::new("prov-1").expect("valid")
+    }
+
+    fn render(uid: Option<&str>) -> Vec<serde_json::Value> {
+        let selector = BTreeMap::from([("k".to_owned(), "v".to_owned())]);
+        manifests(&provider(), uid, &selector, &[])
+            .iter()
+            .map(|m| serde_json::to_value(m).expect("serialize"))
+            .collect()
+    }
+
+    #[test]
+    fn every_object_carries_the_labels_and_the_owner() {
+        for m in render(Some("fc-uid")) {
+            let labels = &m["metadata"]["labels"];
+            assert_eq!(labels[labels::MANAGED_BY], labels::MANAGED_BY_VALUE, "{m}");
+            assert_eq!(labels[labels::PEER_CLUSTER_ID], "prov-1", "{m}");
+            assert_eq!(m["metadata"]["name"], "liqo-vk-prov-1");
+            let owner = &m["metadata"]["ownerReferences"][0];
+            assert_eq!(owner["kind"], "ForeignCluster");
+            assert_eq!(owner["apiVersion"], "liqo.io/v1alpha1");
+            assert_eq!(owner["name"], "prov-1");
+            assert_eq!(owner["uid"], "fc-uid");
+        }
+        for m in render(None) {
+            assert!(m["metadata"]["ownerReferences"].is_null(), "{m}");
+        }
+    }
+
+    #[test]
+    fn rbac_names_only_the_peerings_own_objects() {
+        for m in render(None) {
+            let Some(rules) = m["rules"].as_array() else {
+                continue;
+            };
+            for rule in rules {
+                let verbs: Vec<&str> = rule["verbs"]
+                    .as_array()
+                    .expect("verbs")
+                    .iter()
+                    .filter_map(|v| v.as_str())
+                    .collect();
+                assert!(
+                    !verbs.contains(&"*") && !verbs.contains(&"delete"),
+                    "{rule}"
+                );
+                match rule["resourceNames"].as_array() {
+                    // Only create may go unnamed: there is no name yet.
+                    None => assert_eq!(verbs, ["create"], "{rule}"),
+                    Some(names) => {
+                        let resources = rule["resources"].to_string();
+                        let want = if resources.contains("foreignclusters") {
+                            "prov-1"
+                        } else {
+                            "liqo-prov-1"
+                        };
+                        assert_eq!(names, &[serde_json::json!(want)], "{rule}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn deployment_runs_the_agent_for_this_provider() {
+        let all = render(None);
+        let deployment = all
+            .iter()
+            .find(|m| m["kind"] == "Deployment")
+            .expect("a Deployment");
+        assert_eq!(deployment["metadata"]["namespace"], "liqo");
+        assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["nodeSelector"]["k"], "v");
+        assert_eq!(pod["serviceAccountName"], "liqo-vk-prov-1");
+        assert_eq!(
+            pod["volumes"][0]["secret"]["secretName"],
+            "liqo-identity-prov-1"
+        );
+        let container = &pod["containers"][0];
+        assert_eq!(
+            container["image"],
+            format!("{}:{}", names::VIRTUAL_KUBELET_IMAGE, liqo_api::VERSION)
+        );
+        assert_eq!(container["volumeMounts"][0]["readOnly"], true);
+        let env = container["env"].to_string();
+        assert!(
+            env.contains(r#""LIQO_NODE_NAME","value":"liqo-prov-1""#),
+            "{env}"
+        );
+        assert!(
+            env.contains(r#""LIQO_FOREIGN_CLUSTER","value":"prov-1""#),
+            "{env}"
+        );
+        let selector = &deployment["spec"]["selector"]["matchLabels"];
+        for (k, v) in selector.as_object().expect("labels") {
+            assert_eq!(&pod["containers"][0]["name"], "virtual-kubelet");
+            assert_eq!(&deployment["spec"]["template"]["metadata"]["labels"][k], v);
+        }
+        assert_eq!(selector[labels::PEER_CLUSTER_ID], "prov-1");
+    }
+
+    /// The e2e test (tests/e2e/tests/virtual_node.rs) applies exactly these
+    /// objects, for its provider and its host-process node, from a fixture
+    /// this test keeps current; LIQO_UPDATE_MANIFESTS=1 rewrites it.
+    #[test]
+    fn e2e_fixture_matches_the_code() {
+        let provider = ClusterId::new("vn-provider").expect("valid");
+        let host = "testbed.liqo.io/host-process";
+        let selector = BTreeMap::from([(host.to_owned(), "true".to_owned())]);
+        let toleration = Toleration {
+            key: Some(host.to_owned()),
+            operator: Some("Equal".to_owned()),
+            value: Some("true".to_owned()),
+            effect: Some("NoSchedule".to_owned()),
+            toleration_seconds: None,
+        };
+        let objects = manifests(&provider, None, &selector, &[toleration]);
+        let want = serde_json::to_string_pretty(&objects).expect("serialize") + "\n";
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/e2e/fixtures/virtual-kubelet.json");
+        if std::env::var_os("LIQO_UPDATE_MANIFESTS").is_some() {
+            std::fs::write(&path, &want).expect("write the fixture");
+            return;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "{} differs from the code; run LIQO_UPDATE_MANIFESTS=1 cargo test -p liqoctl virtual_kubelet",
+            path.display()
+        );
+    }
+}
