@@ -4,6 +4,7 @@
 //! while the provider's API answers as the expected cluster: NotReady
 //! within 40 s of the provider's API hanging or going away, Ready again
 //! when it is back; a renewed identity is picked up without a restart; a
+//! provider that refuses the identity makes it NotReady (forbidden); a
 //! new grant resizes the node; deleting the ForeignCluster removes it.
 //!
 //! The peering is set up by hand here (`liqoctl peer` comes separately):
@@ -23,6 +24,7 @@ use k8s_openapi::api::certificates::v1::{
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use liqo_api::core::ForeignCluster;
 use liqo_api::names;
@@ -34,6 +36,8 @@ const CONSUMER_ID: &str = "vn-consumer";
 /// The provider's cluster ID: the one the fixture was rendered for.
 const PROVIDER_ID: &str = "vn-provider";
 const NODE: &str = "liqo-vn-provider";
+/// The provider's Role and RoleBinding that let the consumer read its identity.
+const READER: &str = "vn-peer-identity-reader";
 /// The bound the issue sets on noticing a lost provider.
 const NOT_READY_WITHIN: Duration = Duration::from_secs(40);
 
@@ -185,6 +189,14 @@ async fn scenario(testbed: &mut Testbed) -> Result<()> {
         async move { Ok(renewed(&leases.get(NODE).await?) != Some(first)) }
     })
     .await?;
+    // And the Ready condition gets a fresh heartbeat while nothing changes.
+    let beat = heartbeat(&nodes.get(NODE).await?);
+    wait_for("a fresh heartbeat", Duration::from_secs(25), || {
+        let nodes = nodes.clone();
+        let beat = beat.clone();
+        async move { Ok(heartbeat(&nodes.get(NODE).await?) != beat) }
+    })
+    .await?;
 
     // The provider's API hangs: NotReady within 40 s, Ready once it answers.
     let started = Instant::now();
@@ -260,6 +272,28 @@ async fn scenario(testbed: &mut Testbed) -> Result<()> {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
+    // The provider withdraws the consumer's right: ProviderForbidden; it
+    // grants it again: Ready.
+    let bindings: Api<RoleBinding> = Api::namespaced(provider.clone(), names::NAMESPACE);
+    let withdrawn = bindings.get(READER).await?;
+    bindings.delete(READER, &DeleteParams::default()).await?;
+    let reason = wait_ready(&nodes, "False", NOT_READY_WITHIN, "NotReady once forbidden").await?;
+    assert_eq!(reason, "ProviderForbidden");
+    let mut again = withdrawn;
+    again.metadata = kube::core::ObjectMeta {
+        name: again.metadata.name,
+        namespace: again.metadata.namespace,
+        ..Default::default()
+    };
+    bindings.create(&PostParams::default(), &again).await?;
+    wait_ready(
+        &nodes,
+        "True",
+        Duration::from_secs(30),
+        "Ready once allowed again",
+    )
+    .await?;
+
     // A new grant resizes the node.
     set_grant(&fcs, "3").await?;
     wait_for("the new grant as capacity", Duration::from_secs(30), || {
@@ -327,6 +361,15 @@ fn ready(node: &Node) -> (String, String) {
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
         .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
         .unwrap_or_default()
+}
+
+/// The Ready condition's lastHeartbeatTime.
+fn heartbeat(node: &Node) -> Option<Time> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_heartbeat_time.clone())
 }
 
 /// Waits for the node's Ready condition to have `status`; its reason.
@@ -421,7 +464,7 @@ async fn issue_kubeconfig(
 
 /// On the provider: `user` may get the identity ConfigMap, and nothing else.
 async fn grant_identity_read(provider: &kube::Client, user: &str) -> Result<()> {
-    let name = "vn-peer-identity-reader";
+    let name = READER;
     let role: Role = serde_json::from_value(json!({
         "metadata": { "name": name, "namespace": names::NAMESPACE },
         "rules": [{

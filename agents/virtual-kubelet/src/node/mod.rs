@@ -84,6 +84,13 @@ impl NodeKeeper {
                     &mut written.error,
                     format!("the ForeignCluster {} does not exist", self.fc_ref.name),
                 );
+                // The peering is gone, and the garbage collector takes the
+                // node with it: nothing to keep, no Lease to renew.
+                *written = Written {
+                    error: written.error.take(),
+                    ..Written::default()
+                };
+                self.registered.send_if_modified(|uid| uid.take().is_some());
             }
             return;
         };
@@ -119,6 +126,7 @@ impl NodeKeeper {
             Ok(None) => {
                 // Deleted behind our back: register it again next time.
                 written.node = None;
+                self.registered.send_if_modified(|uid| uid.take().is_some());
                 return;
             }
             Err(e) => {
