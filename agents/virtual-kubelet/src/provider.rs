@@ -25,6 +25,8 @@ use crate::forge::ProviderState;
 const KUBECONFIG_POLL: Duration = Duration::from_secs(2);
 /// How often the provider is checked, and how long one check may take.
 pub const CHECK_PERIOD: Duration = Duration::from_secs(5);
+/// How soon a failed check is tried again.
+pub const RETRY_PERIOD: Duration = Duration::from_secs(1);
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 /// The node is Ready while the last successful check is at most this old:
 /// three checks in a row must fail, so that one slow answer does not flap
@@ -166,17 +168,22 @@ impl Health {
     }
 }
 
-/// Checks the provider every [`CHECK_PERIOD`] and publishes the result.
+/// Checks the provider every [`CHECK_PERIOD`] while it answers, every
+/// [`RETRY_PERIOD`] while it does not (so that a node comes up, and comes
+/// back, without waiting a whole period), and at once when the
+/// ForeignCluster changes; publishes the result.
 pub async fn keep_checking(
     clients: watch::Receiver<ProviderClient>,
-    peers: Followed<ForeignCluster>,
+    mut peers: Followed<ForeignCluster>,
     fc_ref: ObjectRef<ForeignCluster>,
     tx: watch::Sender<Health>,
 ) {
-    let mut ticker = tokio::time::interval(CHECK_PERIOD);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait = Duration::ZERO;
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            changed = peers.state.changed() => if changed.is_err() { return },
+        }
         let expected = peers
             .store
             .get(&fc_ref)
@@ -190,6 +197,7 @@ pub async fn keep_checking(
             (Err(why), Some(_)) => Err(ProviderState::Unreachable(why)),
             (Ok(client), Some(expected)) => check(client, &expected).await,
         };
+        wait = if result.is_ok() { CHECK_PERIOD } else { RETRY_PERIOD };
         tx.send_modify(|h| match result {
             Ok(()) => {
                 if h.last_failure.is_some() || h.last_success.is_none() {
