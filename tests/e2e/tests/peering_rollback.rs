@@ -1,0 +1,508 @@
+//! `liqoctl peer` failing in the middle of each of its steps, for real: the
+//! API server's own ValidatingAdmissionPolicy refuses one object of the
+//! step after earlier objects were made. Each failure must name the
+//! cluster and the object, and leave both clusters exactly as they were
+//! (the rollback journal). A virtual node that does not come up in time is
+//! not rolled back, and the same command resumes once the cause is gone.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::discovery::{Discovery, verbs};
+use liqo_api::authentication::Tenant;
+use liqo_api::core::ForeignCluster;
+use liqo_api::names::{self, peering};
+use liqo_api::{ClusterId, names::GROUP};
+use liqo_e2e::{Run, liqoctl, wait_for};
+use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
+use serde_json::json;
+
+/// Every object of a cluster, as `plural/namespace/name`, except what the
+/// cluster churns by itself (events, leases, endpoints). A copy of the one
+/// in peering.rs: that one lives in a test file, and moving it to the
+/// library would make kube a non-dev dependency of liqo-e2e.
+async fn snapshot(client: &kube::Client) -> Result<BTreeSet<String>> {
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let mut out = BTreeSet::new();
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST)
+                || ["events", "leases", "endpointslices", "endpoints"]
+                    .contains(&resource.plural.as_str())
+            {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let Ok(list) = api.list(&ListParams::default()).await else {
+                continue;
+            };
+            for o in list.items {
+                // CSRs the clusters make for themselves.
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if resource.plural == "certificatesigningrequests" && name.starts_with("csr-") {
+                    continue;
+                }
+                out.insert(format!(
+                    "{}/{}/{}",
+                    resource.plural,
+                    o.metadata.namespace.unwrap_or_default(),
+                    name
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What differs between two snapshots, but for pods and replicasets
+/// (kwok's and the agents' are replaced over time) and the test's own
+/// admission policies.
+fn stable_diff(a: &BTreeSet<String>, b: &BTreeSet<String>) -> Vec<String> {
+    a.symmetric_difference(b)
+        .filter(|o| {
+            !o.starts_with("pods/")
+                && !o.starts_with("replicasets/")
+                && !o.starts_with("validatingadmissionpolic")
+        })
+        .cloned()
+        .collect()
+}
+
+const POLICY: &str = "liqo-test-refuse";
+/// A ConfigMap name the policy also refuses: a dry-run create of it tells
+/// when the API server enforces the policy (it loads policies
+/// asynchronously), and when it no longer does.
+const PROBE: &str = "liqo-test-vap-probe";
+
+fn policy_resource() -> ApiResource {
+    ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: "ValidatingAdmissionPolicy".into(),
+        plural: "validatingadmissionpolicies".into(),
+    }
+}
+
+fn binding_resource() -> ApiResource {
+    ApiResource {
+        kind: "ValidatingAdmissionPolicyBinding".into(),
+        plural: "validatingadmissionpolicybindings".into(),
+        ..policy_resource()
+    }
+}
+
+/// One object the API server is to refuse on creation.
+struct Refusal {
+    /// The API group, version and plural of its resource.
+    group: &'static str,
+    version: &'static str,
+    resource: &'static str,
+    /// CEL, true for the object to refuse.
+    refuse: String,
+    /// The status reason: `Forbidden` (403) as an admission webhook
+    /// would, or none (422 Invalid, the policy's default).
+    reason: Option<&'static str>,
+}
+
+impl Refusal {
+    fn named(group: &'static str, resource: &'static str, name: &str) -> Self {
+        Self {
+            group,
+            version: "*",
+            resource,
+            refuse: format!("object.metadata.name == '{name}'"),
+            reason: Some("Forbidden"),
+        }
+    }
+}
+
+/// Installs the policy and its binding, and waits until the API server
+/// enforces them.
+async fn refuse(client: &kube::Client, r: &Refusal) -> Result<()> {
+    let mut validation = json!({
+        "expression": format!(
+            "!(({}) || (request.resource.resource == 'configmaps' && object.metadata.name == '{PROBE}'))",
+            r.refuse
+        ),
+        "message": format!("refused by the test's admission policy {POLICY}"),
+    });
+    if let Some(reason) = r.reason {
+        validation["reason"] = json!(reason);
+    }
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": { "name": POLICY },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": [
+                {
+                    "apiGroups": [r.group],
+                    "apiVersions": [r.version],
+                    "operations": ["CREATE"],
+                    "resources": [r.resource],
+                },
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["configmaps"],
+                },
+            ]},
+            "validations": [validation],
+        },
+    }))?;
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": { "name": POLICY },
+        "spec": { "policyName": POLICY, "validationActions": ["Deny"] },
+    }))?;
+    Api::<DynamicObject>::all_with(client.clone(), &policy_resource())
+        .create(&PostParams::default(), &policy)
+        .await
+        .context("creating the admission policy")?;
+    Api::<DynamicObject>::all_with(client.clone(), &binding_resource())
+        .create(&PostParams::default(), &binding)
+        .await
+        .context("creating the admission policy binding")?;
+    wait_for(
+        "the admission policy to be enforced",
+        Duration::from_secs(30),
+        || probe_refused(client.clone()),
+    )
+    .await
+}
+
+/// Removes the policy and waits until the API server no longer enforces it.
+async fn allow(client: &kube::Client) -> Result<()> {
+    for resource in [binding_resource(), policy_resource()] {
+        Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .delete(POLICY, &DeleteParams::default())
+            .await
+            .context("deleting the admission policy")?;
+    }
+    wait_for(
+        "the admission policy to be lifted",
+        Duration::from_secs(30),
+        || {
+            let client = client.clone();
+            async move { Ok(!probe_refused(client).await?) }
+        },
+    )
+    .await
+}
+
+/// Whether a dry-run create of the probe ConfigMap is refused.
+async fn probe_refused(client: kube::Client) -> Result<bool> {
+    let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": PROBE } }))?;
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match Api::<ConfigMap>::namespaced(client, "default")
+        .create(&params, &cm)
+        .await
+    {
+        Ok(_) => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Waits until no namespace is terminating: a rolled-back tenant
+/// namespace takes the namespace controller a while.
+async fn no_terminating_namespace(client: &kube::Client) -> Result<()> {
+    wait_for(
+        "terminating namespaces to be gone",
+        Duration::from_secs(90),
+        || {
+            let api: Api<Namespace> = Api::all(client.clone());
+            async move {
+                Ok(api
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .all(|n| {
+                        n.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Terminating")
+                    }))
+            }
+        },
+    )
+    .await
+}
+
+/// Asserts one `error:` line, a non-zero exit, and that the line names
+/// every one of `names`.
+#[track_caller]
+fn failed_naming(out: &Run, names: &[&str]) {
+    assert_ne!(out.code, 0, "peer succeeded:\n{}", out.stderr);
+    let errors: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "expected one error line:\n{}", out.stderr);
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    for name in names {
+        assert!(
+            errors[0].contains(name),
+            "the error does not name {name}:\n{}",
+            out.stderr
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Result<()> {
+    let mut consumer_spec = ClusterSpec::new("consumer", 1);
+    consumer_spec.nodes = 1;
+    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let mut provider_spec = ClusterSpec::new("provider", 2);
+    provider_spec.nodes = 1;
+    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
+    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        liqoctl(
+            Some(cluster.kubeconfig_path()),
+            &[
+                "install",
+                &format!("--cluster-id={id}"),
+                &format!("--cluster-name={}", cluster.name()),
+                &format!("--pod-cidr={cidr}"),
+                &selector,
+                &toleration,
+                "--timeout=60",
+            ],
+        )
+        .success();
+    }
+    let consumer_client = consumer.client().await?;
+    let provider_client = provider.client().await?;
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    let consumer_id = ClusterId::new("consumer-1")?;
+    let provider_id = ClusterId::new("provider-1")?;
+    let tenant_ns = peering::tenant_namespace(&consumer_id);
+    let vk = peering::virtual_kubelet(&provider_id);
+    let secret = peering::identity_secret(&provider_id);
+    let csr = format!("liqo-peer-{consumer_id}");
+    let peer_args = [
+        "peer",
+        "--remote-kubeconfig",
+        remote,
+        "--cpu=2",
+        "--memory=1Gi",
+        "--pods=10",
+        "--timeout=90",
+    ];
+
+    struct Case {
+        step: &'static str,
+        on_provider: bool,
+        refusal: Refusal,
+        /// What the error line must name besides the cluster.
+        object: String,
+    }
+    let quota_default_reason = Refusal {
+        reason: None,
+        ..Refusal::named("", "resourcequotas", "liqo-grant")
+    };
+    let cases = [
+        Case {
+            step: "tenant: the ResourceQuota (422 Invalid)",
+            on_provider: true,
+            refusal: quota_default_reason,
+            object: "liqo-grant".into(),
+        },
+        Case {
+            step: "tenant: the Tenant record",
+            on_provider: true,
+            refusal: Refusal::named(GROUP, "tenants", consumer_id.as_str()),
+            object: consumer_id.to_string(),
+        },
+        Case {
+            step: "identity: the CSR",
+            on_provider: true,
+            refusal: Refusal::named("certificates.k8s.io", "certificatesigningrequests", &csr),
+            object: csr.clone(),
+        },
+        Case {
+            step: "identity: the Secret",
+            on_provider: false,
+            refusal: Refusal::named("", "secrets", &secret),
+            object: secret.clone(),
+        },
+        Case {
+            step: "record: the ForeignCluster",
+            on_provider: false,
+            refusal: Refusal::named(GROUP, "foreignclusters", provider_id.as_str()),
+            object: provider_id.to_string(),
+        },
+        Case {
+            step: "virtual kubelet: the Deployment",
+            on_provider: false,
+            refusal: Refusal::named("apps", "deployments", &vk),
+            object: vk.clone(),
+        },
+    ];
+
+    let mut timings = Vec::new();
+    for case in &cases {
+        let started = Instant::now();
+        let before = (
+            snapshot(&consumer_client).await?,
+            snapshot(&provider_client).await?,
+        );
+        let (client, cluster): (&kube::Client, &Cluster) = if case.on_provider {
+            (&provider_client, provider)
+        } else {
+            (&consumer_client, consumer)
+        };
+        refuse(client, &case.refusal).await?;
+        let peer_started = Instant::now();
+        let out = liqoctl(Some(consumer.kubeconfig_path()), &peer_args);
+        let peer_took = peer_started.elapsed();
+        allow(client).await?;
+        failed_naming(&out, &[cluster.name(), &case.object]);
+        // Earlier objects of the run were made: the rollback ran, and
+        // says it removed everything.
+        assert!(
+            out.stderr.contains("✔ Rolling back what this run created"),
+            "{}: no complete rollback:\n{}",
+            case.step,
+            out.stderr
+        );
+        eprintln!("{}: exit {}, {}", case.step, out.code, out.error_line());
+        no_terminating_namespace(&provider_client).await?;
+        no_terminating_namespace(&consumer_client).await?;
+        let after = (
+            snapshot(&consumer_client).await?,
+            snapshot(&provider_client).await?,
+        );
+        assert_eq!(
+            stable_diff(&before.0, &after.0),
+            Vec::<String>::new(),
+            "{}: the consumer differs after the failed peer",
+            case.step
+        );
+        assert_eq!(
+            stable_diff(&before.1, &after.1),
+            Vec::<String>::new(),
+            "{}: the provider differs after the failed peer",
+            case.step
+        );
+        timings.push((case.step, peer_took, started.elapsed()));
+    }
+
+    // The virtual kubelet cannot start: its pods are refused. Everything
+    // else is in place, so the timeout is not rolled back, and the same
+    // command finishes the job once the pods are allowed.
+    let before = (
+        snapshot(&consumer_client).await?,
+        snapshot(&provider_client).await?,
+    );
+    let started = Instant::now();
+    refuse(
+        &consumer_client,
+        &Refusal {
+            group: "",
+            version: "v1",
+            resource: "pods",
+            refuse: format!(
+                "request.namespace == '{ns}' && \
+                 ((has(object.metadata.name) && object.metadata.name.startsWith('liqo-vk-')) || \
+                  (has(object.metadata.generateName) && object.metadata.generateName.startsWith('liqo-vk-')))",
+                ns = names::NAMESPACE
+            ),
+            reason: Some("Forbidden"),
+        },
+    )
+    .await?;
+    let mut short = peer_args.to_vec();
+    short.pop();
+    short.push("--timeout=3");
+    let out = liqoctl(Some(consumer.kubeconfig_path()), &short).user_error(8);
+    assert!(out.error_line().contains(&vk), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("Rolling back"),
+        "a timeout rolled back:\n{}",
+        out.stderr
+    );
+    Api::<ForeignCluster>::all(consumer_client.clone())
+        .get(provider_id.as_str())
+        .await
+        .context("the ForeignCluster is kept")?;
+    Api::<Secret>::namespaced(consumer_client.clone(), names::NAMESPACE)
+        .get(&secret)
+        .await
+        .context("the identity is kept")?;
+    Api::<Deployment>::namespaced(consumer_client.clone(), names::NAMESPACE)
+        .get(&vk)
+        .await
+        .context("the virtual kubelet is kept")?;
+    Api::<Tenant>::all(provider_client.clone())
+        .get(consumer_id.as_str())
+        .await
+        .context("the tenant is kept")?;
+    allow(&consumer_client).await?;
+    let resumed = Instant::now();
+    let out = liqoctl(Some(consumer.kubeconfig_path()), &peer_args);
+    if out.code != 0 {
+        eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
+    }
+    out.success();
+    let resume_took = resumed.elapsed();
+    let node = Api::<Node>::all(consumer_client.clone())
+        .get(&peering::virtual_node(&provider_id))
+        .await?;
+    assert!(node.status.is_some());
+    timings.push((
+        "virtual node timeout, then resumed",
+        resume_took,
+        started.elapsed(),
+    ));
+
+    // With nothing refused, unpeer leaves both clusters as they were.
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    no_terminating_namespace(&provider_client).await?;
+    let after = (
+        snapshot(&consumer_client).await?,
+        snapshot(&provider_client).await?,
+    );
+    assert_eq!(
+        stable_diff(&before.0, &after.0),
+        Vec::<String>::new(),
+        "the consumer differs after peer and unpeer"
+    );
+    assert_eq!(
+        stable_diff(&before.1, &after.1),
+        Vec::<String>::new(),
+        "the provider differs after peer and unpeer"
+    );
+    assert!(
+        !after.1.iter().any(|o| o.contains(&tenant_ns)),
+        "the tenant namespace is left"
+    );
+    for (step, peer, total) in timings {
+        eprintln!("{step}: peer {peer:.1?}, case {total:.1?}");
+    }
+    testbed.stop();
+    Ok(())
+}
