@@ -197,7 +197,11 @@ pub async fn keep_checking(
             (Err(why), Some(_)) => Err(ProviderState::Unreachable(why)),
             (Ok(client), Some(expected)) => check(client, &expected).await,
         };
-        wait = if result.is_ok() { CHECK_PERIOD } else { RETRY_PERIOD };
+        wait = if result.is_ok() {
+            CHECK_PERIOD
+        } else {
+            RETRY_PERIOD
+        };
         tx.send_modify(|h| match result {
             Ok(()) => {
                 if h.last_failure.is_some() || h.last_success.is_none() {

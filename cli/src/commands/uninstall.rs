@@ -11,6 +11,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::wait::conditions;
+use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names;
 use liqo_api::offloading::NamespaceOffloading;
@@ -181,6 +182,8 @@ pub async fn run(
 #[derive(Debug, Default)]
 pub struct InUse {
     pub peerings: Vec<String>,
+    /// Consumers of this cluster (it is their provider).
+    pub tenants: Vec<String>,
     pub offloaded: Vec<String>,
 }
 
@@ -188,7 +191,13 @@ impl InUse {
     pub async fn read(cluster: &ClusterClient) -> anyhow::Result<Self> {
         let peers: Api<ForeignCluster> = Api::all(cluster.client.clone());
         let offloadings: Api<NamespaceOffloading> = Api::all(cluster.client.clone());
+        let tenants: Api<Tenant> = Api::all(cluster.client.clone());
         Ok(Self {
+            tenants: names_of(
+                cluster,
+                tenants.list(&ListParams::default()).await,
+                "listing tenants",
+            )?,
             peerings: names_of(
                 cluster,
                 peers.list(&ListParams::default()).await,
@@ -215,6 +224,13 @@ impl InUse {
             parts.push(format!(
                 "it peers with {} (unpeer first)",
                 self.peerings.join(", ")
+            ));
+        }
+        if !self.tenants.is_empty() {
+            parts.push(format!(
+                "clusters {} consume its resources (unpeer them first, or end their tenancy with \
+                 `liqoctl unpeer --tenant ID` here)",
+                self.tenants.join(", ")
             ));
         }
         if !self.offloaded.is_empty() {

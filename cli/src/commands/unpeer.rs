@@ -12,7 +12,6 @@ use liqo_api::ClusterId;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names::peering;
 use liqo_api::offloading::NamespaceOffloading;
-use liqo_api::sharing::Resources;
 
 use crate::cli::{GlobalArgs, UnpeerArgs};
 use crate::commands::install::read_identity;
@@ -25,6 +24,9 @@ use crate::peering::{tenant, virtual_kubelet};
 use crate::printer::Printer;
 
 pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
+    if let Some(consumer) = &args.tenant {
+        return end_tenancy(consumer, args, global, printer).await;
+    }
     let consumer = ClusterClient::local(global).await?;
     let provider = match &args.remote.remote_kubeconfig {
         Some(path) => {
@@ -79,31 +81,81 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
     }
     step.done("");
 
-    // The consumer's side: the virtual kubelet, its node, the identity and
-    // the record.
-    let step = printer.step(format!(
-        "Removing the peering from cluster {}",
-        consumer.name
+    // Both sides at once: the provider's tenant namespace takes the
+    // namespace controller's time, the consumer's side much less.
+    let what = match &provider {
+        Some(p) => format!(
+            "Removing the peering from clusters {} and {}",
+            consumer.name, p.name
+        ),
+        None => format!("Removing the peering from cluster {}", consumer.name),
+    };
+    let step = printer.step(what);
+    let consumer_side =
+        remove_consumer_side(&consumer, &provider_cluster_id, deadline, args.timeout);
+    let provider_side = async {
+        match &provider {
+            Some(p) => remove_tenant(p, &consumer_id.cluster_id, deadline, args.timeout).await,
+            None => Ok(Vec::new()),
+        }
+    };
+    let (consumer_left, provider_left) = tokio::join!(consumer_side, provider_side);
+    let mut left = match (consumer_left, provider_left) {
+        (Ok(mut a), Ok(b)) => {
+            a.extend(b);
+            a
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            step.fail("");
+            return Err(e);
+        }
+    };
+    left.dedup();
+    step.done("");
+    for object in &left {
+        printer.info(format!("  left {object}: liqoctl did not create it"));
+    }
+    printer.result(format!(
+        "cluster {} no longer peers with {provider_cluster_id}{}",
+        consumer.name,
+        if provider.is_none() {
+            " (the provider's side was not touched)"
+        } else {
+            ""
+        }
     ));
-    let mut consumer_side =
-        virtual_kubelet::manifests(&provider_cluster_id, None, &Default::default(), &[]);
-    consumer_side.push(Manifest::Secret(crate::manifests::from_json(serde_json::json!({
+    Ok(())
+}
+
+/// On the consumer: the virtual kubelet, the identity, the ForeignCluster
+/// and the virtual node; waits until the node and the record are gone.
+async fn remove_consumer_side(
+    consumer: &ClusterClient,
+    provider: &ClusterId,
+    deadline: tokio::time::Instant,
+    timeout: u64,
+) -> anyhow::Result<Vec<String>> {
+    let mut objects = virtual_kubelet::manifests(provider, None, &Default::default(), &[]);
+    objects.push(Manifest::Secret(crate::manifests::from_json(serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": { "name": peering::identity_secret(&provider_cluster_id), "namespace": liqo_api::names::NAMESPACE },
+        "metadata": { "name": peering::identity_secret(provider), "namespace": liqo_api::names::NAMESPACE },
     }))));
-    let mut left = delete_all(&consumer, &consumer_side).await?;
+    let left = delete_all(consumer, &objects).await?;
     let fcs: Api<ForeignCluster> = Api::all(consumer.client.clone());
     let fc_uid = fcs
-        .get_opt(provider_cluster_id.as_str())
+        .get_opt(provider.as_str())
         .await
         .map_err(|e| consumer.explain(e, "reading the ForeignCluster"))?
+        .filter(|fc| crate::k8s::ownership::is_ours(&fc.metadata))
         .and_then(|fc| fc.metadata.uid);
     if fc_uid.is_some() {
+        // In the background: what it owns was deleted just above, and the
+        // garbage collector takes the rest (the agent's pods).
         let _ = fcs
-            .delete(provider_cluster_id.as_str(), &DeleteParams::foreground())
+            .delete(provider.as_str(), &DeleteParams::background())
             .await;
     }
-    let node_name = peering::virtual_node(&provider_cluster_id);
+    let node_name = peering::virtual_node(provider);
     let nodes: Api<Node> = Api::all(consumer.client.clone());
     let node_uid = nodes
         .get_opt(&node_name)
@@ -113,61 +165,101 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
         .and_then(|n| n.metadata.uid);
     if let Some(uid) = &node_uid {
         let _ = nodes.delete(&node_name, &DeleteParams::default()).await;
-        gone(&consumer, nodes, &node_name, uid, deadline, args.timeout).await?;
+        gone(consumer, nodes, &node_name, uid, deadline, timeout).await?;
     }
     if let Some(uid) = &fc_uid {
-        gone(
-            &consumer,
-            fcs,
-            provider_cluster_id.as_str(),
-            uid,
-            deadline,
-            args.timeout,
-        )
-        .await?;
+        gone(consumer, fcs, provider.as_str(), uid, deadline, timeout).await?;
     }
-    step.done("");
+    Ok(left)
+}
 
-    // The provider's side: the tenant, its RBAC, quota and namespace.
-    if let Some(provider) = &provider {
-        let step = printer.step(format!(
-            "Removing the tenant from cluster {}",
-            provider.name
-        ));
-        let record = tenant::manifests(&consumer_id, None, &Resources::default(), None);
-        left.extend(delete_all(provider, &record).await?);
-        let csrs: Api<CertificateSigningRequest> = Api::all(provider.client.clone());
-        let _ = csrs
-            .delete(
-                &format!("liqo-peer-{}", consumer_id.cluster_id),
-                &DeleteParams::default(),
-            )
-            .await;
-        let namespaces: Api<Namespace> = Api::all(provider.client.clone());
-        let ns = peering::tenant_namespace(&consumer_id.cluster_id);
-        if let Some(uid) = namespaces
-            .get_opt(&ns)
+/// On the provider alone: ends the tenancy of `consumer`.
+async fn end_tenancy(
+    consumer: &str,
+    args: &UnpeerArgs,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let consumer = ClusterId::new(consumer.to_owned())
+        .map_err(|e| UserError::Usage(format!("--tenant: {e}")))?;
+    let provider = ClusterClient::local(global).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
+    let tenants: Api<liqo_api::authentication::Tenant> = Api::all(provider.client.clone());
+    if tenants
+        .get_opt(consumer.as_str())
+        .await
+        .map_err(|e| provider.explain(e, "reading the tenants"))?
+        .is_none()
+    {
+        let known = tenants
+            .list(&Default::default())
             .await
-            .map_err(|e| provider.explain(e, "reading the tenant namespace"))?
-            .and_then(|n| n.metadata.uid)
-        {
-            gone(provider, namespaces, &ns, &uid, deadline, args.timeout).await?;
-        }
-        step.done("");
+            .map_err(|e| provider.explain(e, "listing the tenants"))?
+            .items
+            .into_iter()
+            .filter_map(|t| t.metadata.name)
+            .collect::<Vec<_>>();
+        return Err(UserError::NotFound(format!(
+            "cluster {} has no tenant {consumer}; its tenants: {}",
+            provider.name,
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        ))
+        .into());
     }
+    if !printer.confirm(
+        &format!(
+            "End the tenancy of {consumer} on cluster {}?",
+            provider.name
+        ),
+        global.yes,
+    )? {
+        return Err(UserError::Refused("cancelled; nothing was changed".to_owned()).into());
+    }
+    let step = printer.step(format!(
+        "Removing the tenant {consumer} from cluster {}",
+        provider.name
+    ));
+    let left = remove_tenant(&provider, &consumer, deadline, args.timeout).await?;
+    step.done("");
     for object in &left {
         printer.info(format!("  left {object}: liqoctl did not create it"));
     }
     printer.result(format!(
-        "cluster {} no longer peers with {provider_cluster_id}{}",
-        consumer.name,
-        if provider.is_none() {
-            " (its side was not touched)"
-        } else {
-            ""
-        }
+        "cluster {} no longer provides for {consumer}; run `liqoctl unpeer --force --cluster-id <this cluster's ID>` \
+         on {consumer} to remove its virtual node",
+        provider.name
     ));
     Ok(())
+}
+
+/// Deletes a tenant's record, RBAC, quota and namespace on its provider,
+/// and any CSR of it left over; waits until the namespace is gone.
+async fn remove_tenant(
+    provider: &ClusterClient,
+    consumer: &ClusterId,
+    deadline: tokio::time::Instant,
+    timeout: u64,
+) -> anyhow::Result<Vec<String>> {
+    let left = delete_all(provider, &tenant::names_of(consumer)).await?;
+    let csrs: Api<CertificateSigningRequest> = Api::all(provider.client.clone());
+    let _ = csrs
+        .delete(&format!("liqo-peer-{consumer}"), &DeleteParams::default())
+        .await;
+    let namespaces: Api<Namespace> = Api::all(provider.client.clone());
+    let ns = peering::tenant_namespace(consumer);
+    if let Some(uid) = namespaces
+        .get_opt(&ns)
+        .await
+        .map_err(|e| provider.explain(e, "reading the tenant namespace"))?
+        .and_then(|n| n.metadata.uid)
+    {
+        gone(provider, namespaces, &ns, &uid, deadline, timeout).await?;
+    }
+    Ok(left)
 }
 
 /// Deletes what is ours among `objects`; returns those left as foreign.

@@ -152,6 +152,20 @@ pub fn manifests(
     ]
 }
 
+/// The tenant's objects for what is known without its consumer: their
+/// kinds and names, to delete them.
+pub fn names_of(consumer: &ClusterId) -> Vec<Manifest> {
+    let stand_in = ClusterIdentity {
+        cluster_id: consumer.clone(),
+        cluster_name: consumer.to_string(),
+        labels: BTreeMap::new(),
+        pod_cidr: "10.0.0.0/16".parse().expect("invariant: a CIDR"),
+        service_cidr: "10.1.0.0/16".parse().expect("invariant: a CIDR"),
+        version: liqo_api::VERSION.to_owned(),
+    };
+    manifests(&stand_in, None, &Resources::default(), None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -261,6 +261,72 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         }
     })
     .await?;
+
+    // The provider's administrator ends the tenancy alone: the consumer's
+    // node turns NotReady, and the consumer cleans its side alone.
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    let out = liqoctl(Some(provider.kubeconfig_path()), &["uninstall", "--yes"]).user_error(6);
+    assert!(
+        out.error_line().contains("consume its resources"),
+        "{}",
+        out.stderr
+    );
+    liqoctl(
+        Some(provider.kubeconfig_path()),
+        &["unpeer", "--tenant", "nope"],
+    )
+    .user_error(7);
+    liqoctl(
+        Some(provider.kubeconfig_path()),
+        &["unpeer", "--tenant", "consumer-1", "--yes"],
+    )
+    .success();
+    let nodes: Api<Node> = Api::all(consumer_client.clone());
+    let node_name = peering::virtual_node(&provider_id);
+    wait_for(
+        "the virtual node to turn NotReady (ProviderForbidden)",
+        Duration::from_secs(40),
+        || {
+            let nodes = nodes.clone();
+            let node_name = node_name.clone();
+            async move {
+                let node = nodes.get(&node_name).await?;
+                let ready = node
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| c.type_ == "Ready");
+                Ok(ready.is_some_and(|c| {
+                    c.status == "False" && c.reason.as_deref() == Some("ProviderForbidden")
+                }))
+            }
+        },
+    )
+    .await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--force", "--cluster-id", "provider-1"],
+    )
+    .success();
+    let after = (
+        snapshot(&consumer_client).await?,
+        snapshot(&provider_client).await?,
+    );
+    assert_eq!(
+        stable(diff(&before.0, &after.0)),
+        Vec::<String>::new(),
+        "consumer differs after a provider-side end"
+    );
+    assert_eq!(
+        stable(diff(&before.1, &after.1)),
+        Vec::<String>::new(),
+        "provider differs after a provider-side end"
+    );
     testbed.stop();
     Ok(())
 }
