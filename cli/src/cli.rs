@@ -70,7 +70,25 @@ pub enum Command {
     /// End a peering: remove the virtual node and everything the peering made on both clusters.
     Unpeer(UnpeerArgs),
     /// Show the cluster's liqo identity, agents, peerings and offloaded namespaces.
+    #[command(
+        long_about = "Show the cluster's liqo identity, agents, peerings and offloaded \
+        namespaces.\n\n\
+        Outgoing peerings are the providers this cluster consumes (its ForeignClusters): their \
+        virtual node's readiness and why, the grant, its cost, the certificate's expiry and the \
+        tenant namespace. Incoming peerings are the consumers of this cluster (its Tenants). \
+        `info peer NAME` shows one peering in detail."
+    )]
     Info(InfoArgs),
+    /// Set, show or delete the sharing policy: what this cluster offers its consumers.
+    #[command(
+        subcommand,
+        long_about = "Set, show or delete the sharing policy: what this cluster, as a \
+        provider, offers its consumers.\n\n\
+        `liqoctl peer` reads the SharingPolicy named by the consumer's cluster ID, else the one \
+        named `default`, else the built-in default (accept new peers, offer 50% of the free \
+        capacity of each resource). Run these commands on the provider."
+    )]
+    SharingPolicy(SharingPolicyCommand),
     /// Print the client version and, when installed, the cluster's.
     Version(VersionArgs),
     /// Print a shell completion script.
@@ -163,6 +181,18 @@ pub struct PeerArgs {
     /// taking what it offers.
     #[arg(long)]
     pub require_request: bool,
+    /// Issue a new certificate even if the current one is good for more than a
+    /// third of its life (which is when `peer` renews it by itself).
+    #[arg(long)]
+    pub renew: bool,
+    /// Ask the provider's signer for a certificate valid this many seconds (at
+    /// least 600); by default the signer's own duration (a year on kubeadm).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(600..))]
+    pub certificate_lifetime: Option<u64>,
+    /// Also peer the other way: the provider consumes the local cluster's
+    /// resources, with the same request.
+    #[arg(long)]
+    pub bidirectional: bool,
     /// How long to wait for the virtual node to be ready, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
@@ -189,6 +219,81 @@ pub struct UnpeerArgs {
 
 #[derive(Args, Debug)]
 pub struct InfoArgs {
+    #[command(subcommand)]
+    pub command: Option<InfoCommand>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum InfoCommand {
+    /// Show one peering in detail, outgoing or incoming.
+    Peer(InfoPeerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct InfoPeerArgs {
+    /// The peer's cluster ID or cluster name.
+    pub name: String,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SharingPolicyCommand {
+    /// Create or update a sharing policy; what is not given is kept.
+    #[command(
+        long_about = "Create or update a sharing policy; what is not given is kept.\n\n\
+        A new policy starts from the one that applies now: a consumer's from the `default` \
+        policy (or the built-in default), `default` from the built-in default. Amounts are \
+        absolute quantities or a share of the free allocatable capacity (`50%`). Every value is \
+        checked before anything is written."
+    )]
+    Set(SharingPolicySetArgs),
+    /// Show the policy that applies, where it comes from, and what it offers now.
+    Show(SharingPolicyShowArgs),
+    /// Delete a sharing policy liqoctl set; peers then get the default.
+    Delete(SharingPolicyPeerArg),
+}
+
+#[derive(Args, Debug)]
+pub struct SharingPolicyPeerArg {
+    /// The consumer's cluster ID, for its own policy; `default` when not given.
+    #[arg(long, value_name = "CLUSTER_ID")]
+    pub peer: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct SharingPolicySetArgs {
+    #[command(flatten)]
+    pub peer: SharingPolicyPeerArg,
+    /// CPU to offer: a quantity (4, 500m) or a share of the free CPU (50%).
+    #[arg(long, value_name = "QUANTITY|N%")]
+    pub cpu: Option<String>,
+    /// Memory to offer: a quantity (8Gi) or a share of the free memory (50%).
+    #[arg(long, value_name = "QUANTITY|N%")]
+    pub memory: Option<String>,
+    /// Pods to offer: a count (110) or a share of the free pod slots (50%).
+    #[arg(long, value_name = "COUNT|N%")]
+    pub pods: Option<String>,
+    /// Price of one CPU for one hour (e.g. 0.02).
+    #[arg(long, value_name = "PRICE")]
+    pub cost_cpu_hour: Option<String>,
+    /// Price of one GiB of memory for one hour (e.g. 0.005).
+    #[arg(long, value_name = "PRICE")]
+    pub cost_memory_gib_hour: Option<String>,
+    /// The currency of the prices (e.g. EUR).
+    #[arg(long, value_name = "CODE")]
+    pub currency: Option<String>,
+    /// Whether consumers that do not peer with this cluster yet may peer.
+    #[arg(long, value_name = "true|false")]
+    pub accept_new_peers: Option<bool>,
+}
+
+#[derive(Args, Debug)]
+pub struct SharingPolicyShowArgs {
+    #[command(flatten)]
+    pub peer: SharingPolicyPeerArg,
     #[command(flatten)]
     pub output: OutputArgs,
 }

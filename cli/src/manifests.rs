@@ -16,6 +16,7 @@ use liqo_api::ClusterIdentity;
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, labels};
+use liqo_api::sharing::SharingPolicy;
 use serde::Serialize;
 use serde_json::json;
 
@@ -37,6 +38,7 @@ pub enum Manifest {
     ResourceQuota(ResourceQuota),
     Tenant(Box<Tenant>),
     ForeignCluster(Box<ForeignCluster>),
+    SharingPolicy(Box<SharingPolicy>),
 }
 
 impl Manifest {
@@ -55,6 +57,7 @@ impl Manifest {
             Self::ResourceQuota(o) => ("ResourceQuota", &o.metadata),
             Self::Tenant(o) => ("Tenant", &o.metadata),
             Self::ForeignCluster(o) => ("ForeignCluster", &o.metadata),
+            Self::SharingPolicy(o) => ("SharingPolicy", &o.metadata),
         }
     }
 
@@ -85,6 +88,7 @@ impl Manifest {
             Self::ResourceQuota(_) => ApiResource::erase::<ResourceQuota>(&()),
             Self::Tenant(_) => ApiResource::erase::<Tenant>(&()),
             Self::ForeignCluster(_) => ApiResource::erase::<ForeignCluster>(&()),
+            Self::SharingPolicy(_) => ApiResource::erase::<SharingPolicy>(&()),
         };
         (resource, namespace)
     }

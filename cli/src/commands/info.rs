@@ -1,18 +1,25 @@
-//! `liqoctl info`: the local identity, the agents' health, the peerings and
-//! the offloaded namespaces, as tables or as JSON/YAML.
+//! `liqoctl info`: the local identity, the agents' health, the peerings
+//! (outgoing: ForeignClusters and their virtual nodes; incoming: Tenants)
+//! and the offloaded namespaces, as tables or as JSON/YAML; and
+//! `liqoctl info peer NAME`, one peering in detail.
 
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
 use kube::api::ListParams;
 use liqo_api::ClusterIdentity;
+use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
-use liqo_api::names::{self, labels};
+use liqo_api::names::{self, labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
+use liqo_api::sharing::{Cost, Resources};
 use serde::Serialize;
 
-use crate::cli::{GlobalArgs, InfoArgs};
+use crate::cli::{GlobalArgs, InfoArgs, InfoCommand};
 use crate::commands::install::{deployment_ready, read_identity};
+use crate::commands::sharing_policy::{show_cost, show_resources};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::printer::Printer;
@@ -36,14 +43,66 @@ struct Agent {
     image: String,
 }
 
-#[derive(Serialize, Debug)]
+/// One peering: outgoing (a ForeignCluster here, this cluster consumes
+/// the peer) or incoming (a Tenant here, the peer consumes this cluster).
+#[derive(Serialize, Debug, Clone)]
 #[serde(rename_all = "camelCase")]
 struct Peering {
+    /// The peer's cluster name.
     name: String,
     cluster_id: String,
-    outgoing: bool,
-    incoming: bool,
-    conditions: Vec<String>,
+    /// `outgoing`, `incoming`, or for a ForeignCluster marked so, `both`.
+    direction: String,
+    /// The virtual node standing for the provider (outgoing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    virtual_node: Option<String>,
+    /// The virtual node's Ready condition: whether the peering works, and why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ready: Option<Ready>,
+    /// The ForeignCluster's or Tenant's conditions.
+    conditions: Vec<ConditionView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request: Option<Resources>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grant: Option<Resources>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<Cost>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    certificate_expiry: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant_namespace: Option<String>,
+    /// The consumer's x509 user name (incoming).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<String>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+struct Ready {
+    status: String,
+    reason: String,
+    message: String,
+}
+
+#[derive(Serialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+struct ConditionView {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    reason: String,
+    message: String,
+}
+
+impl From<Condition> for ConditionView {
+    fn from(c: Condition) -> Self {
+        Self {
+            type_: c.type_,
+            status: c.status,
+            reason: c.reason,
+            message: c.message,
+        }
+    }
 }
 
 #[derive(Serialize, Debug)]
@@ -63,6 +122,16 @@ pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyh
         ))
         .into());
     };
+    if let Some(InfoCommand::Peer(peer)) = &args.command {
+        let all = peerings(&cluster).await?;
+        let found = matching(&all, &peer.name)?;
+        if let Some(format) = peer.output.output.or(args.output.output) {
+            return printer.structured(&found, format);
+        }
+        let details: Vec<String> = found.iter().map(render_one).collect();
+        printer.result(details.join("\n\n"));
+        return Ok(());
+    }
     let info = Info {
         identity,
         agents: agents(&cluster).await?,
@@ -74,6 +143,29 @@ pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyh
     }
     printer.result(render(&info));
     Ok(())
+}
+
+/// The peerings with `name` as cluster ID or cluster name (both directions
+/// when the clusters peer both ways); none is a NotFound naming the known.
+fn matching(all: &[Peering], name: &str) -> Result<Vec<Peering>, UserError> {
+    let found: Vec<Peering> = all
+        .iter()
+        .filter(|p| p.cluster_id == name || p.name == name)
+        .cloned()
+        .collect();
+    if !found.is_empty() {
+        return Ok(found);
+    }
+    let mut known: Vec<String> = all
+        .iter()
+        .map(|p| format!("{} ({}, {})", p.name, p.cluster_id, p.direction))
+        .collect();
+    known.dedup();
+    Err(UserError::NotFound(if known.is_empty() {
+        format!("no peer named {name:?}: this cluster has no peerings")
+    } else {
+        format!("no peer named {name:?}; known peers: {}", known.join(", "))
+    }))
 }
 
 async fn agents(cluster: &ClusterClient) -> anyhow::Result<Vec<Agent>> {
@@ -106,29 +198,108 @@ async fn agents(cluster: &ClusterClient) -> anyhow::Result<Vec<Agent>> {
         .collect())
 }
 
+/// Outgoing peerings (ForeignClusters, with their virtual node's
+/// readiness), then incoming ones (Tenants).
 async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<Peering>> {
     let api: Api<ForeignCluster> = Api::all(cluster.client.clone());
-    let list = api
+    let foreign = api
         .list(&ListParams::default())
         .await
         .map_err(|e| cluster.explain(e, "listing peerings"))?;
-    Ok(list
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    let nodes = nodes
+        .list(&ListParams::default().labels(labels::VIRTUAL_NODE))
+        .await
+        .map_err(|e| cluster.explain(e, "listing virtual nodes"))?
+        .items;
+    let tenants: Api<Tenant> = Api::all(cluster.client.clone());
+    let tenants = match tenants.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        // An installation older than the Tenant CRD has no tenants.
+        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) => return Err(cluster.explain(e, "listing tenants")),
+    };
+    let mut out: Vec<Peering> = foreign
         .items
         .into_iter()
-        .map(|fc| Peering {
-            name: fc.metadata.name.unwrap_or_default(),
-            cluster_id: fc.spec.cluster_id.to_string(),
-            outgoing: fc.spec.outgoing,
-            incoming: fc.spec.incoming,
-            conditions: fc
-                .status
-                .unwrap_or_default()
-                .conditions
-                .into_iter()
-                .map(|c| format!("{}={}", c.type_, c.status))
-                .collect(),
-        })
-        .collect())
+        .map(|fc| outgoing(fc, &nodes))
+        .collect();
+    out.extend(tenants.into_iter().map(incoming));
+    Ok(out)
+}
+
+fn outgoing(fc: ForeignCluster, nodes: &[Node]) -> Peering {
+    let status = fc.status.unwrap_or_default();
+    let direction = match (fc.spec.outgoing, fc.spec.incoming) {
+        (true, true) => "both",
+        (true, false) => "outgoing",
+        (false, true) => "incoming",
+        (false, false) => "none",
+    };
+    let node_name = peering::virtual_node(&fc.spec.cluster_id);
+    let ready = fc.spec.outgoing.then(|| {
+        let node = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(&node_name));
+        let condition = node
+            .and_then(|n| n.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+        match (node, condition) {
+            (None, _) => Ready {
+                status: "Unknown".into(),
+                reason: "NoVirtualNode".into(),
+                message: format!("the virtual node {node_name} does not exist"),
+            },
+            (Some(_), None) => Ready {
+                status: "Unknown".into(),
+                reason: "NotReported".into(),
+                message: format!("the virtual node {node_name} reports no readiness yet"),
+            },
+            (Some(_), Some(c)) => Ready {
+                status: c.status.clone(),
+                reason: c.reason.clone().unwrap_or_default(),
+                message: c.message.clone().unwrap_or_default(),
+            },
+        }
+    });
+    Peering {
+        name: fc.spec.cluster_name,
+        cluster_id: fc.spec.cluster_id.to_string(),
+        direction: direction.into(),
+        virtual_node: fc.spec.outgoing.then_some(node_name),
+        ready,
+        conditions: status.conditions.into_iter().map(Into::into).collect(),
+        request: fc.spec.request,
+        grant: status.grant,
+        cost: status.cost,
+        certificate_expiry: status.certificate_expiry,
+        tenant_namespace: status.tenant_namespace,
+        user: None,
+    }
+}
+
+fn incoming(t: Tenant) -> Peering {
+    Peering {
+        name: t.spec.cluster_name,
+        cluster_id: t.spec.cluster_id.to_string(),
+        direction: "incoming".into(),
+        virtual_node: None,
+        ready: None,
+        conditions: t
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+        request: t.spec.request,
+        grant: Some(t.spec.grant),
+        cost: t.spec.cost,
+        certificate_expiry: None,
+        tenant_namespace: Some(t.spec.namespace),
+        user: Some(t.spec.user),
+    }
 }
 
 async fn offloaded(cluster: &ClusterClient) -> anyhow::Result<Vec<Offloaded>> {
@@ -179,19 +350,30 @@ fn render(info: &Info) -> String {
     if info.peerings.is_empty() {
         out.push_str("No peerings.\n");
     } else {
-        let mut peerings = table(&["Peer", "Cluster ID", "Direction", "Conditions"]);
+        let mut peerings = table(&[
+            "Peer",
+            "Cluster ID",
+            "Direction",
+            "Status",
+            "Grant",
+            "Cost",
+            "Tenant namespace",
+            "Certificate expiry",
+        ]);
         for p in &info.peerings {
-            let direction = match (p.outgoing, p.incoming) {
-                (true, true) => "both",
-                (true, false) => "outgoing",
-                (false, true) => "incoming",
-                (false, false) => "none",
-            };
             peerings.add_row(vec![
                 p.name.clone(),
                 p.cluster_id.clone(),
-                direction.into(),
-                p.conditions.join(" "),
+                p.direction.clone(),
+                status_line(p),
+                p.grant
+                    .as_ref()
+                    .map_or("-".to_owned(), |g| show_resources(g).replace(", ", "\n")),
+                p.cost
+                    .as_ref()
+                    .map_or("-".to_owned(), |c| show_cost(c).replace(", ", "\n")),
+                p.tenant_namespace.clone().unwrap_or_else(|| "-".into()),
+                p.certificate_expiry.clone().unwrap_or_else(|| "-".into()),
             ]);
         }
         out.push_str(&format!("{peerings}\n"));
@@ -210,4 +392,171 @@ fn render(info: &Info) -> String {
         out.push_str(&format!("\n{offloaded}"));
     }
     out
+}
+
+/// A peering's state in a few words: its virtual node's readiness for an
+/// outgoing one; for an incoming one, whether its grant is recorded.
+fn status_line(p: &Peering) -> String {
+    match &p.ready {
+        Some(r) if r.status == "True" => "Ready".to_owned(),
+        Some(r) if r.reason.is_empty() => "Not ready".to_owned(),
+        Some(r) => format!("Not ready: {}", r.reason),
+        None if p.grant.is_some() => "Granted".to_owned(),
+        None => "-".to_owned(),
+    }
+}
+
+/// One peering in detail, for `info peer NAME`.
+fn render_one(p: &Peering) -> String {
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY)
+        .set_header(vec![format!("Peering with {}", p.name), String::new()]);
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+    let mut row = |k: &str, v: String| {
+        t.add_row(vec![k.to_owned(), v]);
+    };
+    row("Cluster ID", p.cluster_id.clone());
+    row("Direction", p.direction.clone());
+    if let Some(node) = &p.virtual_node {
+        row("Virtual node", node.clone());
+    }
+    row("Status", status_line(p));
+    if let Some(r) = &p.ready {
+        row("Ready", r.status.clone());
+        row(
+            "Reason",
+            if r.reason.is_empty() {
+                "-".into()
+            } else {
+                r.reason.clone()
+            },
+        );
+        row(
+            "Message",
+            if r.message.is_empty() {
+                "-".into()
+            } else {
+                r.message.clone()
+            },
+        );
+    }
+    let conditions: Vec<String> = p
+        .conditions
+        .iter()
+        .map(|c| {
+            let mut line = format!("{}={}", c.type_, c.status);
+            if !c.reason.is_empty() {
+                line.push_str(&format!(" ({})", c.reason));
+            }
+            if !c.message.is_empty() {
+                line.push_str(&format!(": {}", c.message));
+            }
+            line
+        })
+        .collect();
+    row(
+        "Conditions",
+        if conditions.is_empty() {
+            "-".into()
+        } else {
+            conditions.join("\n")
+        },
+    );
+    row("Requested", dash(p.request.as_ref().map(show_resources)));
+    row("Granted", dash(p.grant.as_ref().map(show_resources)));
+    row("Cost", dash(p.cost.as_ref().map(show_cost)));
+    row("Tenant namespace", dash(p.tenant_namespace.clone()));
+    if p.direction != "incoming" {
+        row("Certificate expiry", dash(p.certificate_expiry.clone()));
+    }
+    if let Some(user) = &p.user {
+        row("Consumer's user", user.clone());
+    }
+    t.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peering(name: &str, id: &str, direction: &str) -> Peering {
+        Peering {
+            name: name.into(),
+            cluster_id: id.into(),
+            direction: direction.into(),
+            virtual_node: None,
+            ready: None,
+            conditions: Vec::new(),
+            request: None,
+            grant: None,
+            cost: None,
+            certificate_expiry: None,
+            tenant_namespace: None,
+            user: None,
+        }
+    }
+
+    #[test]
+    fn peers_are_found_by_id_or_name_and_unknown_names_list_the_known() {
+        let all = [
+            peering("provider", "provider-1", "outgoing"),
+            peering("consumer", "consumer-1", "incoming"),
+        ];
+        assert_eq!(matching(&all, "provider-1").map(|f| f.len()).ok(), Some(1));
+        assert_eq!(
+            matching(&all, "consumer")
+                .ok()
+                .map(|f| f[0].cluster_id.clone()),
+            Some("consumer-1".to_owned())
+        );
+        let err = matching(&all, "nope").expect_err("unknown");
+        assert!(matches!(err, UserError::NotFound(_)));
+        let line = err.to_string();
+        assert!(
+            line.contains("provider (provider-1, outgoing)")
+                && line.contains("consumer (consumer-1, incoming)")
+                && !line.contains('\n'),
+            "{line}"
+        );
+        assert!(
+            matching(&[], "x")
+                .expect_err("none")
+                .to_string()
+                .contains("no peerings")
+        );
+    }
+
+    #[test]
+    fn outgoing_peerings_say_why_they_are_not_ready() {
+        let fc: ForeignCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "liqo.io/v1alpha1", "kind": "ForeignCluster",
+            "metadata": { "name": "p-1" },
+            "spec": { "clusterId": "p-1", "clusterName": "p", "outgoing": true },
+            "status": { "grant": { "cpu": "1", "pods": "5" }, "tenantNamespace": "liqo-tenant-c" },
+        }))
+        .expect("fc");
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "liqo-p-1" },
+            "status": { "conditions": [{
+                "type": "Ready", "status": "False", "reason": "ProviderUnreachable",
+                "message": "cannot reach the provider",
+            }]},
+        }))
+        .expect("node");
+        let p = outgoing(fc.clone(), std::slice::from_ref(&node));
+        assert_eq!(status_line(&p), "Not ready: ProviderUnreachable");
+        let detail = render_one(&p);
+        for want in [
+            "cannot reach the provider",
+            "liqo-tenant-c",
+            "cpu 1, memory 0, pods 5",
+        ] {
+            assert!(detail.contains(want), "{want} missing from\n{detail}");
+        }
+        let missing = outgoing(fc, &[]);
+        assert_eq!(
+            missing.ready.map(|r| r.reason),
+            Some("NoVirtualNode".to_owned())
+        );
+    }
 }

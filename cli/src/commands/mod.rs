@@ -4,6 +4,7 @@ pub mod completion;
 pub mod info;
 pub mod install;
 pub mod peer;
+pub mod sharing_policy;
 pub mod uninstall;
 pub mod unpeer;
 pub mod version;

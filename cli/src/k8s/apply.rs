@@ -53,6 +53,7 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
         Manifest::ResourceQuota(o) => apply_to(namespaced(c, o), o).await,
         Manifest::Tenant(o) => apply_to(Api::all(c), o.as_ref()).await,
         Manifest::ForeignCluster(o) => apply_to(Api::all(c), o.as_ref()).await,
+        Manifest::SharingPolicy(o) => apply_to(Api::all(c), o.as_ref()).await,
     };
     result.map_err(|e| cluster.explain(e, &format!("applying {}", manifest.describe())))
 }

@@ -1,0 +1,577 @@
+//! `liqoctl sharing-policy set|show|delete`, run on a provider: the
+//! SharingPolicy objects `liqoctl peer` reads to compute a grant (the one
+//! named by a consumer's cluster ID, else `default`, else the built-in
+//! default). Also owns how amounts and costs are shown to people, which
+//! `info` shares.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{Api, ListParams};
+use liqo_api::ClusterId;
+use liqo_api::sharing::{self, Amounts, Cost, Offer, Resources, SharingPolicy, SharingPolicySpec};
+use serde::Serialize;
+
+use crate::cli::{
+    GlobalArgs, SharingPolicyCommand, SharingPolicyPeerArg, SharingPolicySetArgs,
+    SharingPolicyShowArgs,
+};
+use crate::commands::install::read_identity;
+use crate::error::UserError;
+use crate::factory::ClusterClient;
+use crate::k8s::apply::{self, Deletion};
+use crate::k8s::ownership::{self, Ownership};
+use crate::manifests::{Manifest, common_labels};
+use crate::peering::capacity;
+use crate::printer::Printer;
+
+/// The name of the policy that applies to consumers without their own.
+const DEFAULT: &str = "default";
+
+pub async fn run(
+    command: &SharingPolicyCommand,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    match command {
+        SharingPolicyCommand::Set(args) => set(args, global, printer).await,
+        SharingPolicyCommand::Show(args) => show(args, global, printer).await,
+        SharingPolicyCommand::Delete(args) => delete(args, global, printer).await,
+    }
+}
+
+/// Where the policy that applies comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+enum Source {
+    /// The SharingPolicy named by the consumer's cluster ID.
+    Peer,
+    /// The SharingPolicy named `default`.
+    Default,
+    /// No SharingPolicy applies: liqo-rs's own default.
+    BuiltIn,
+}
+
+/// The SharingPolicy's name: the consumer's cluster ID, or `default`.
+fn policy_name(peer: &SharingPolicyPeerArg) -> Result<String, UserError> {
+    match peer.peer.as_deref() {
+        None => Ok(DEFAULT.to_owned()),
+        Some(id) => ClusterId::new(id).map(|id| id.to_string()).map_err(|_| {
+            UserError::Usage(format!(
+                "--peer: {id:?} is not a cluster ID (a DNS label such as consumer-1)"
+            ))
+        }),
+    }
+}
+
+/// Checks an amount a policy may offer: a quantity, or a share from 0% to
+/// 100%. Checked the way `peer` will read it, on a stand-in capacity.
+fn check_offer(flag: &str, value: &str) -> Result<Offer, UserError> {
+    let offer = Offer(value.trim().to_owned());
+    let mut policy = SharingPolicySpec {
+        accept_new_peers: true,
+        cpu: None,
+        memory: None,
+        pods: None,
+        cost: None,
+    };
+    match flag {
+        "--cpu" => policy.cpu = Some(offer.clone()),
+        "--memory" => policy.memory = Some(offer.clone()),
+        _ => policy.pods = Some(offer.clone()),
+    }
+    let stand_in = Amounts {
+        cpu_millis: 1000,
+        memory_bytes: 1 << 30,
+        pods: 100,
+    };
+    if offer.0.is_empty() || sharing::offered(&policy, stand_in).is_err() {
+        let example = match flag {
+            "--cpu" => "4 or 500m",
+            "--memory" => "8Gi or 512Mi",
+            _ => "110",
+        };
+        return Err(UserError::Usage(format!(
+            "{flag}: {value:?} is neither a quantity such as {example} nor a percentage from 0% to 100%"
+        )));
+    }
+    Ok(offer)
+}
+
+/// A price: a decimal number, zero or more.
+fn check_price(flag: &str, value: &str) -> Result<String, UserError> {
+    let value = value.trim();
+    match value.parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 && !value.contains(['e', 'E']) => Ok(value.to_owned()),
+        _ => Err(UserError::Usage(format!(
+            "{flag}: {value:?} is not a price such as 0.02 (a decimal number, zero or more)"
+        ))),
+    }
+}
+
+/// A currency code: letters and digits, such as EUR or credits.
+fn check_currency(value: &str) -> Result<String, UserError> {
+    let value = value.trim();
+    if (1..=16).contains(&value.len()) && value.chars().all(|c| c.is_ascii_alphanumeric()) {
+        Ok(value.to_owned())
+    } else {
+        Err(UserError::Usage(format!(
+            "--currency: {value:?} is not a currency code such as EUR (1 to 16 letters or digits)"
+        )))
+    }
+}
+
+/// `base` with the flags of `set` applied; every value checked.
+fn merged(
+    mut base: SharingPolicySpec,
+    args: &SharingPolicySetArgs,
+) -> Result<SharingPolicySpec, UserError> {
+    if let Some(v) = &args.cpu {
+        base.cpu = Some(check_offer("--cpu", v)?);
+    }
+    if let Some(v) = &args.memory {
+        base.memory = Some(check_offer("--memory", v)?);
+    }
+    if let Some(v) = &args.pods {
+        base.pods = Some(check_offer("--pods", v)?);
+    }
+    let cpu_hour = args
+        .cost_cpu_hour
+        .as_deref()
+        .map(|v| check_price("--cost-cpu-hour", v))
+        .transpose()?;
+    let memory_gib_hour = args
+        .cost_memory_gib_hour
+        .as_deref()
+        .map(|v| check_price("--cost-memory-gib-hour", v))
+        .transpose()?;
+    let currency = args.currency.as_deref().map(check_currency).transpose()?;
+    if cpu_hour.is_some() || memory_gib_hour.is_some() || currency.is_some() {
+        let mut cost = base.cost.take().unwrap_or_default();
+        if let Some(p) = cpu_hour {
+            cost.cpu_hour = Some(p);
+        }
+        if let Some(p) = memory_gib_hour {
+            cost.memory_gib_hour = Some(p);
+        }
+        if let Some(c) = currency {
+            cost.currency = c;
+        }
+        base.cost = Some(cost);
+    }
+    if let Some(accept) = args.accept_new_peers {
+        base.accept_new_peers = accept;
+    }
+    Ok(base)
+}
+
+/// The cluster, once it is known to have liqo-rs and its SharingPolicy CRD.
+async fn provider(global: &GlobalArgs) -> anyhow::Result<(ClusterClient, Api<SharingPolicy>)> {
+    let cluster = ClusterClient::local(global).await?;
+    if read_identity(&cluster).await?.is_none() {
+        return Err(UserError::NotFound(format!(
+            "liqo-rs is not installed on cluster {}; run `liqoctl install`",
+            cluster.name
+        ))
+        .into());
+    }
+    let api: Api<SharingPolicy> = Api::all(cluster.client.clone());
+    // A list answers 404 only when the type itself is unknown.
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok((cluster, api)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(UserError::NotFound(format!(
+            "cluster {} has no SharingPolicy CRD; run `liqoctl install`",
+            cluster.name
+        ))
+        .into()),
+        Err(e) => Err(cluster.explain(e, "reading the sharing policies")),
+    }
+}
+
+async fn get(
+    cluster: &ClusterClient,
+    api: &Api<SharingPolicy>,
+    name: &str,
+) -> anyhow::Result<Option<SharingPolicy>> {
+    api.get_opt(name)
+        .await
+        .map_err(|e| cluster.explain(e, &format!("reading SharingPolicy/{name}")))
+}
+
+/// The policy that applies to `name` (a consumer's ID, or `default`), and
+/// where it comes from, as `peer` picks it.
+async fn effective(
+    cluster: &ClusterClient,
+    api: &Api<SharingPolicy>,
+    name: &str,
+) -> anyhow::Result<(SharingPolicySpec, Source)> {
+    if name != DEFAULT
+        && let Some(p) = get(cluster, api, name).await?
+    {
+        return Ok((p.spec, Source::Peer));
+    }
+    Ok(match get(cluster, api, DEFAULT).await? {
+        Some(p) => (p.spec, Source::Default),
+        None => (sharing::default_policy(), Source::BuiltIn),
+    })
+}
+
+async fn set(
+    args: &SharingPolicySetArgs,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let name = policy_name(&args.peer)?;
+    // Checked before any request, so a bad value never waits on a cluster.
+    merged(sharing::default_policy(), args)?;
+    let (cluster, api) = provider(global).await?;
+    let base = match get(&cluster, &api, &name).await? {
+        Some(existing) => existing.spec,
+        // A new per-peer policy starts from what that peer gets today.
+        None => effective(&cluster, &api, &name).await?.0,
+    };
+    let spec = merged(base, args)?;
+    let mut policy = SharingPolicy::new(&name, spec);
+    policy.metadata.labels = Some(common_labels("sharing-policy"));
+    let manifest = Manifest::SharingPolicy(Box::new(policy.clone()));
+    if ownership::of(&cluster, &manifest).await? == Ownership::Foreign {
+        return Err(UserError::Refused(format!(
+            "SharingPolicy/{name} on cluster {} was not made by liqoctl; change it with kubectl, \
+             or delete it and run set again",
+            cluster.name
+        ))
+        .into());
+    }
+    let change = apply::apply(&cluster, &manifest).await?;
+    printer.result(format!(
+        "sharingpolicy/{name} {change} on cluster {}: {}",
+        cluster.name,
+        describe(&policy.spec)
+    ));
+    Ok(())
+}
+
+/// What `sharing-policy show` reports (`-o json|yaml`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Shown {
+    /// The consumer asked about, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer: Option<String>,
+    /// The SharingPolicy that applies, absent for the built-in default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    object: Option<String>,
+    source: Source,
+    policy: SharingPolicySpec,
+    /// The free allocatable capacity now.
+    free: Resources,
+    /// What the policy offers now, given `free`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offer: Option<Resources>,
+    /// Why the policy offers nothing: a value peer cannot read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    invalid: Option<String>,
+    /// The consumers with a policy of their own.
+    peer_policies: Vec<String>,
+}
+
+async fn show(
+    args: &SharingPolicyShowArgs,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let name = policy_name(&args.peer)?;
+    let (cluster, api) = provider(global).await?;
+    let (policy, source) = effective(&cluster, &api, &name).await?;
+    let free = capacity::free(&cluster).await?;
+    let (offer, invalid) = match sharing::offered(&policy, free) {
+        Ok(o) => (Some(o.to_resources()), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let mut peer_policies: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.explain(e, "listing the sharing policies"))?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .filter(|n| n != DEFAULT)
+        .collect();
+    peer_policies.sort();
+    let shown = Shown {
+        peer: args.peer.peer.is_some().then(|| name.clone()),
+        object: match source {
+            Source::Peer => Some(name.clone()),
+            Source::Default => Some(DEFAULT.to_owned()),
+            Source::BuiltIn => None,
+        },
+        source,
+        policy,
+        free: free.to_resources(),
+        offer,
+        invalid,
+        peer_policies,
+    };
+    if let Some(format) = args.output.output {
+        return printer.structured(&shown, format);
+    }
+    printer.result(render(&shown));
+    Ok(())
+}
+
+fn render(s: &Shown) -> String {
+    use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+    let source = match (s.source, &s.object) {
+        (Source::Peer, Some(o)) => format!("SharingPolicy/{o} (the consumer's own)"),
+        (Source::Default, _) => format!("SharingPolicy/{DEFAULT}"),
+        _ => format!("built-in default (no SharingPolicy/{DEFAULT})"),
+    };
+    let mut head = Table::new();
+    head.load_style(UTF8_BORDERS_ONLY)
+        .set_header(vec!["Sharing policy", ""]);
+    if let Some(peer) = &s.peer {
+        head.add_row(vec!["Consumer", peer]);
+    }
+    head.add_row(vec!["From".to_owned(), source]);
+    head.add_row(vec![
+        "Accepts new peers",
+        if s.policy.accept_new_peers {
+            "yes"
+        } else {
+            "no"
+        },
+    ]);
+    head.add_row(vec![
+        "Cost".to_owned(),
+        s.policy.cost.as_ref().map_or("-".to_owned(), show_cost),
+    ]);
+    if let Some(why) = &s.invalid {
+        head.add_row(vec!["Invalid".to_owned(), why.clone()]);
+    }
+    let mut amounts = Table::new();
+    amounts.load_style(UTF8_BORDERS_ONLY).set_header(vec![
+        "Resource",
+        "Policy",
+        "Offered now",
+        "Free now",
+    ]);
+    let policy = [&s.policy.cpu, &s.policy.memory, &s.policy.pods];
+    let pick = |r: &Resources, i: usize| -> String {
+        let q = [&r.cpu, &r.memory, &r.pods][i];
+        q.as_ref().map_or("0".to_owned(), |q| q.0.clone())
+    };
+    for (i, what) in ["cpu", "memory", "pods"].into_iter().enumerate() {
+        amounts.add_row(vec![
+            what.to_owned(),
+            policy[i].as_ref().map_or("0".to_owned(), |o| o.0.clone()),
+            s.offer.as_ref().map_or("-".to_owned(), |o| pick(o, i)),
+            pick(&s.free, i),
+        ]);
+    }
+    let mut out = format!("{head}\n\n{amounts}");
+    if !s.peer_policies.is_empty() {
+        out.push_str(&format!(
+            "\n\nConsumers with their own policy: {}",
+            s.peer_policies.join(", ")
+        ));
+    }
+    out
+}
+
+async fn delete(
+    args: &SharingPolicyPeerArg,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let name = policy_name(args)?;
+    let (cluster, _) = provider(global).await?;
+    let manifest = Manifest::SharingPolicy(Box::new(SharingPolicy::new(
+        &name,
+        sharing::default_policy(),
+    )));
+    match apply::delete(&cluster, &manifest).await? {
+        Deletion::Deleted { .. } => {
+            printer.result(format!(
+                "sharingpolicy/{name} deleted on cluster {}",
+                cluster.name
+            ));
+            Ok(())
+        }
+        Deletion::Absent => Err(UserError::NotFound(format!(
+            "cluster {} has no SharingPolicy/{name}",
+            cluster.name
+        ))
+        .into()),
+        Deletion::Foreign => Err(UserError::Refused(format!(
+            "SharingPolicy/{name} on cluster {} was not made by liqoctl; delete it with kubectl",
+            cluster.name
+        ))
+        .into()),
+    }
+}
+
+/// A policy in one line, for `set`'s result.
+fn describe(p: &SharingPolicySpec) -> String {
+    let offer = |o: &Option<Offer>| o.as_ref().map_or("0".to_owned(), |o| o.0.clone());
+    let mut out = format!(
+        "{}, cpu {}, memory {}, pods {}",
+        if p.accept_new_peers {
+            "accepts new peers"
+        } else {
+            "accepts no new peers"
+        },
+        offer(&p.cpu),
+        offer(&p.memory),
+        offer(&p.pods)
+    );
+    if let Some(cost) = &p.cost {
+        out.push_str(&format!(", cost {}", show_cost(cost)));
+    }
+    out
+}
+
+/// Resources as people read them: `cpu 2, memory 1Gi, pods 10`.
+pub(crate) fn show_resources(r: &Resources) -> String {
+    let q = |q: &Option<Quantity>| q.as_ref().map_or("0".to_owned(), |q| q.0.clone());
+    format!(
+        "cpu {}, memory {}, pods {}",
+        q(&r.cpu),
+        q(&r.memory),
+        q(&r.pods)
+    )
+}
+
+/// A cost as people read it: `0.02 EUR per CPU-hour, 0.005 EUR per GiB-hour`.
+pub(crate) fn show_cost(c: &Cost) -> String {
+    let price = |p: &str| {
+        if c.currency.is_empty() {
+            p.to_owned()
+        } else {
+            format!("{p} {}", c.currency)
+        }
+    };
+    let mut parts = Vec::new();
+    if let Some(p) = &c.cpu_hour {
+        parts.push(format!("{} per CPU-hour", price(p)));
+    }
+    if let Some(p) = &c.memory_gib_hour {
+        parts.push(format!("{} per GiB-hour", price(p)));
+    }
+    if parts.is_empty() {
+        return "-".to_owned();
+    }
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> SharingPolicySetArgs {
+        SharingPolicySetArgs {
+            peer: SharingPolicyPeerArg { peer: None },
+            cpu: None,
+            memory: None,
+            pods: None,
+            cost_cpu_hour: None,
+            cost_memory_gib_hour: None,
+            currency: None,
+            accept_new_peers: None,
+        }
+    }
+
+    #[test]
+    fn offers_are_quantities_or_percentages() {
+        for (flag, good) in [
+            ("--cpu", "4"),
+            ("--cpu", "500m"),
+            ("--cpu", "50%"),
+            ("--cpu", "0"),
+            ("--memory", "8Gi"),
+            ("--memory", "100%"),
+            ("--pods", "110"),
+            ("--pods", "12.5%"),
+        ] {
+            assert_eq!(
+                check_offer(flag, good).ok().map(|o| o.0),
+                Some(good.to_owned())
+            );
+        }
+        for (flag, bad) in [
+            ("--cpu", ""),
+            ("--cpu", "lots"),
+            ("--cpu", "150%"),
+            ("--cpu", "-1%"),
+            ("--cpu", "-2"),
+            ("--memory", "8Qi"),
+            ("--memory", "%"),
+            ("--pods", "1.5"),
+            ("--pods", "ten"),
+        ] {
+            let err = check_offer(flag, bad).expect_err(bad);
+            assert!(matches!(err, UserError::Usage(_)), "{bad}");
+            assert!(err.to_string().starts_with(flag), "{err}");
+            assert!(!err.to_string().contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn prices_currencies_and_peers_are_checked() {
+        assert_eq!(
+            check_price("--cost-cpu-hour", "0.02").ok(),
+            Some("0.02".into())
+        );
+        assert_eq!(check_price("--cost-cpu-hour", "0").ok(), Some("0".into()));
+        for bad in ["", "-1", "free", "1e3", "NaN", "inf"] {
+            assert!(check_price("--cost-cpu-hour", bad).is_err(), "{bad}");
+        }
+        assert_eq!(check_currency("EUR").ok(), Some("EUR".into()));
+        for bad in ["", "€", "US D", "averyveryverylongcurrency"] {
+            assert!(check_currency(bad).is_err(), "{bad}");
+        }
+        let peer = |p: Option<&str>| {
+            policy_name(&SharingPolicyPeerArg {
+                peer: p.map(str::to_owned),
+            })
+        };
+        assert_eq!(peer(None).ok(), Some("default".into()));
+        assert_eq!(peer(Some("consumer-1")).ok(), Some("consumer-1".into()));
+        assert!(matches!(peer(Some("Bad_ID")), Err(UserError::Usage(_))));
+    }
+
+    #[test]
+    fn set_keeps_what_is_not_given() {
+        let base = SharingPolicySpec {
+            accept_new_peers: true,
+            cpu: Some(Offer("1".into())),
+            memory: Some(Offer("1Gi".into())),
+            pods: Some(Offer("5".into())),
+            cost: Some(Cost {
+                cpu_hour: Some("0.02".into()),
+                memory_gib_hour: None,
+                currency: "EUR".into(),
+            }),
+        };
+        let mut a = args();
+        a.memory = Some("25%".into());
+        a.cost_memory_gib_hour = Some("0.005".into());
+        a.accept_new_peers = Some(false);
+        let got = merged(base.clone(), &a).expect("valid");
+        assert_eq!(got.cpu, base.cpu);
+        assert_eq!(got.memory, Some(Offer("25%".into())));
+        assert!(!got.accept_new_peers);
+        let cost = got.cost.expect("cost");
+        assert_eq!(cost.cpu_hour.as_deref(), Some("0.02"));
+        assert_eq!(cost.memory_gib_hour.as_deref(), Some("0.005"));
+        assert_eq!(cost.currency, "EUR");
+        assert_eq!(
+            show_cost(&cost),
+            "0.02 EUR per CPU-hour, 0.005 EUR per GiB-hour"
+        );
+        // Nothing given: nothing changes.
+        assert_eq!(merged(base.clone(), &args()).ok(), Some(base));
+        // One bad value and nothing is merged.
+        let mut bad = args();
+        bad.cpu = Some("2".into());
+        bad.pods = Some("many".into());
+        assert!(merged(sharing::default_policy(), &bad).is_err());
+    }
+}
