@@ -55,16 +55,49 @@ pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyh
         )
         .into());
     };
-    let consumer = ClusterClient::local(global).await?;
-    let provider =
+    let local = ClusterClient::local(global).await?;
+    let remote =
         ClusterClient::connect(Some(remote), args.remote.remote_context.as_deref()).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
 
+    let mut reports =
+        vec![peer_one(&local, &remote, request.as_ref(), args, &printer, deadline).await?];
+    if args.bidirectional {
+        reports.push(peer_one(&remote, &local, request.as_ref(), args, &printer, deadline).await?);
+    }
+    if let Some(format) = args.output.output {
+        return match &reports[..] {
+            [one] => printer.structured(one, format),
+            all => printer.structured(&all, format),
+        };
+    }
+    for report in &reports {
+        printer.result(format!(
+            "cluster {} now peers with {} ({}): virtual node {} offers {}",
+            report.consumer,
+            report.provider,
+            report.provider_cluster_id,
+            report.virtual_node,
+            show(&report.grant)
+        ));
+    }
+    Ok(())
+}
+
+/// One direction: `consumer` peers with `provider`.
+async fn peer_one(
+    consumer: &ClusterClient,
+    provider: &ClusterClient,
+    request: Option<&Amounts>,
+    args: &PeerArgs,
+    printer: &Printer,
+    deadline: tokio::time::Instant,
+) -> anyhow::Result<Report> {
     let step = printer.step(format!(
         "Checking clusters {} and {}",
         consumer.name, provider.name
     ));
-    let plan = match Plan::make(&consumer, &provider, request.as_ref(), args).await {
+    let plan = match Plan::make(consumer, provider, request, args).await {
         Ok(plan) => plan,
         Err(e) => {
             step.fail("");
@@ -75,13 +108,13 @@ pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyh
 
     let mut journal = Journal::default();
     let outcome = plan
-        .carry_out(&consumer, &provider, &mut journal, &printer)
+        .carry_out(consumer, provider, &mut journal, printer)
         .await;
     let expiry = match outcome {
         Ok(expiry) => expiry,
         Err(e) => {
             let step = printer.step("Rolling back what this run created");
-            let left = journal.roll_back(&consumer, &provider).await;
+            let left = journal.roll_back(consumer, provider).await;
             if left.is_empty() {
                 step.done("");
             } else {
@@ -97,7 +130,7 @@ pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyh
     let step = printer.step(format!("Waiting for the virtual node {node_name}"));
     let nodes: Api<Node> = Api::all(consumer.client.clone());
     let waited = wait::until(
-        &consumer,
+        consumer,
         nodes,
         &node_name,
         |n: Option<&Node>| n.is_some_and(node_ready),
@@ -119,7 +152,7 @@ pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyh
     }
     step.done("");
 
-    let report = Report {
+    Ok(Report {
         consumer: consumer.name.clone(),
         provider: provider.name.clone(),
         provider_cluster_id: plan.provider_id.cluster_id.to_string(),
@@ -128,19 +161,7 @@ pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyh
         certificate_expiry: expiry,
         tenant_namespace: peering::tenant_namespace(&plan.consumer_id.cluster_id),
         virtual_node: node_name,
-    };
-    if let Some(format) = args.output.output {
-        return printer.structured(&report, format);
-    }
-    printer.result(format!(
-        "cluster {} now peers with {} ({}): virtual node {} offers {}",
-        report.consumer,
-        report.provider,
-        report.provider_cluster_id,
-        report.virtual_node,
-        show(&report.grant)
-    ));
-    Ok(())
+    })
 }
 
 fn parse_request(args: &PeerArgs) -> Result<Option<Amounts>, UserError> {
@@ -187,6 +208,9 @@ fn node_ready(node: &Node) -> bool {
 
 /// Everything decided before anything is written.
 struct Plan {
+    /// Issue a new certificate whatever the current one's state.
+    renew: bool,
+    certificate_lifetime: Option<u64>,
     consumer_id: ClusterIdentity,
     provider_id: ClusterIdentity,
     policy: SharingPolicySpec,
@@ -268,6 +292,8 @@ impl Plan {
             other => UserError::Refused(other.to_string()),
         })?;
         Ok(Self {
+            renew: args.renew,
+            certificate_lifetime: args.certificate_lifetime,
             consumer_id,
             provider_id,
             policy,
@@ -341,6 +367,7 @@ impl Plan {
             .await
             .map_err(|e| consumer.explain(e, &format!("reading Secret {secret_name}")))?
             && ownership::is_ours(&existing.metadata)
+            && !self.renew
             && let Some(expiry) = still_good(&existing, &user, provider.ca_der.as_deref())
         {
             return Ok(expiry);
@@ -365,6 +392,7 @@ impl Plan {
                 "request": base64::engine::general_purpose::STANDARD.encode(&request.csr_pem),
                 "signerName": "kubernetes.io/kube-apiserver-client",
                 "usages": ["digital signature", "client auth"],
+                "expirationSeconds": self.certificate_lifetime,
             },
         }));
         csrs.create(&PostParams::default(), &csr)

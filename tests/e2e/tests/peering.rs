@@ -181,6 +181,52 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     )
     .success();
 
+    // Renewal: a new certificate (here with the shortest lifetime a signer
+    // takes), the Secret updated in place, the agent reloads it and its
+    // node stays Ready throughout.
+    let old = secret_kubeconfig(&consumer_client, &provider_id).await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            remote,
+            "--renew",
+            "--certificate-lifetime=600",
+        ],
+    )
+    .success();
+    let new = secret_kubeconfig(&consumer_client, &provider_id).await?;
+    assert_ne!(old, new, "the identity was not renewed");
+    let lifetime = certificate_lifetime(&new)?;
+    assert!(
+        (570..=600).contains(&lifetime),
+        "asked 600 s, {lifetime} s left"
+    );
+    wait_for(
+        "the agent to reload its kubeconfig",
+        Duration::from_secs(15),
+        || async {
+            Ok(consumer
+                .pod_logs()
+                .contains("reloaded the provider kubeconfig"))
+        },
+    )
+    .await?;
+    for _ in 0..6 {
+        let node = Api::<Node>::all(consumer_client.clone())
+            .get(&peering::virtual_node(&provider_id))
+            .await?;
+        let ready = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert!(
+            ready
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True"),
+            "NotReady after renewal: {ready:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
     // The identity's key stays on the consumer: the provider holds no Secret with it.
     let secret = Api::<Secret>::namespaced(consumer_client.clone(), names::NAMESPACE)
         .get(&peering::identity_secret(&provider_id))
@@ -327,8 +373,79 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         Vec::<String>::new(),
         "provider differs after a provider-side end"
     );
+
+    // Both ways at once: each cluster gets a virtual node for the other.
+    let own = consumer.kubeconfig_path().to_str().context("path")?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            remote,
+            "--bidirectional",
+            "--pods=5",
+        ],
+    )
+    .success();
+    for (client, peer) in [
+        (&consumer_client, "provider-1"),
+        (&provider_client, "consumer-1"),
+    ] {
+        let node = Api::<Node>::all(client.clone())
+            .get(&peering::virtual_node(&ClusterId::new(peer)?))
+            .await?;
+        let capacity = node.status.and_then(|s| s.capacity).unwrap_or_default();
+        assert_eq!(
+            capacity.get("pods").map(|q| q.0.as_str()),
+            Some("5"),
+            "{peer}"
+        );
+    }
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    liqoctl(
+        Some(provider.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", own],
+    )
+    .success();
+    let after = (
+        snapshot(&consumer_client).await?,
+        snapshot(&provider_client).await?,
+    );
+    assert_eq!(
+        stable(diff(&before.0, &after.0)),
+        Vec::<String>::new(),
+        "consumer differs after both ways"
+    );
+    assert_eq!(
+        stable(diff(&before.1, &after.1)),
+        Vec::<String>::new(),
+        "provider differs after both ways"
+    );
     testbed.stop();
     Ok(())
+}
+
+/// Seconds from now to the notAfter of the kubeconfig's certificate (the
+/// signer backdates notBefore, so that says nothing of the asked lifetime).
+fn certificate_lifetime(kubeconfig: &[u8]) -> Result<i64> {
+    use base64::Engine as _;
+    let config = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(kubeconfig)?)?;
+    let data = config.auth_infos[0]
+        .auth_info
+        .as_ref()
+        .and_then(|a| a.client_certificate_data.clone())
+        .context("no certificate")?;
+    let pem = base64::engine::general_purpose::STANDARD.decode(data)?;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem)?;
+    let cert = pem.parse_x509()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    Ok(cert.validity().not_after.timestamp() - i64::try_from(now)?)
 }
 
 async fn secret_kubeconfig(consumer: &kube::Client, provider: &ClusterId) -> Result<Vec<u8>> {
