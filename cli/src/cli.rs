@@ -212,6 +212,11 @@ pub struct UnpeerArgs {
     /// remote kubeconfig, clean the local side only.
     #[arg(long)]
     pub force: bool,
+    /// Run on the provider: end the tenancy of the consumer with this cluster
+    /// ID from the provider's side alone (its identity then authorizes
+    /// nothing; its virtual node turns NotReady).
+    #[arg(long, value_name = "CONSUMER_ID", conflicts_with_all = ["remote_kubeconfig", "cluster_id"])]
+    pub tenant: Option<String>,
     /// How long to wait for everything to be gone, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
