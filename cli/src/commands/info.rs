@@ -365,7 +365,7 @@ fn render(info: &Info) -> String {
                 p.name.clone(),
                 p.cluster_id.clone(),
                 p.direction.clone(),
-                status_line(p),
+                status_detail(p),
                 p.grant
                     .as_ref()
                     .map_or("-".to_owned(), |g| show_resources(g).replace(", ", "\n")),
@@ -404,6 +404,26 @@ fn status_line(p: &Peering) -> String {
         None if p.grant.is_some() => "Granted".to_owned(),
         None => "-".to_owned(),
     }
+}
+
+/// The status line, and below it why when something is wrong: the
+/// virtual node's message and the conditions that do not hold, so that
+/// the overview alone tells what to fix.
+fn status_detail(p: &Peering) -> String {
+    let mut lines = vec![status_line(p)];
+    if let Some(r) = &p.ready
+        && r.status != "True"
+        && !r.message.is_empty()
+    {
+        lines.push(r.message.clone());
+    }
+    lines.extend(
+        p.conditions
+            .iter()
+            .filter(|c| c.status != "True")
+            .map(|c| format!("{}={} ({})", c.type_, c.status, c.reason)),
+    );
+    lines.join("\n")
 }
 
 /// One peering in detail, for `info peer NAME`.
@@ -545,6 +565,10 @@ mod tests {
         .expect("node");
         let p = outgoing(fc.clone(), std::slice::from_ref(&node));
         assert_eq!(status_line(&p), "Not ready: ProviderUnreachable");
+        assert_eq!(
+            status_detail(&p),
+            "Not ready: ProviderUnreachable\ncannot reach the provider"
+        );
         let detail = render_one(&p);
         for want in [
             "cannot reach the provider",

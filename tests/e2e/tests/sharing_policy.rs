@@ -134,6 +134,7 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
     assert_eq!(shown["policy"]["cost"]["currency"], "USD", "{shown}");
     assert_eq!(shown["peerPolicies"][0], "consumer-1", "{shown}");
     let table = on_provider(&["sharing-policy", "show"]).success();
+    eprintln!("{}", table.stdout);
     for want in [
         "SharingPolicy/default",
         "Offered now",
@@ -190,6 +191,7 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
 
     // info on the consumer: the outgoing peering, as a table and as JSON.
     let table = on_consumer(&["info"]).success();
+    eprintln!("{}", table.stdout);
     for want in [
         "provider-1",
         "outgoing",
@@ -214,6 +216,7 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
 
     // info peer: one peering in detail, by ID or by name; unknown names exit 7.
     let detail = on_consumer(&["info", "peer", "provider-1"]).success();
+    eprintln!("{}", detail.stdout);
     for want in [
         "Certificate expiry",
         "cpu 2, memory 2048Mi, pods 7",
@@ -232,6 +235,7 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
 
     // info on the provider: the incoming tenant.
     let table = on_provider(&["info"]).success();
+    eprintln!("{}", table.stdout);
     for want in ["consumer-1", "incoming", &tenant_ns] {
         assert!(table.stdout.contains(want), "{want}:\n{}", table.stdout);
     }
