@@ -54,6 +54,11 @@ enum Source {
 fn policy_name(peer: &SharingPolicyPeerArg) -> Result<String, UserError> {
     match peer.peer.as_deref() {
         None => Ok(DEFAULT.to_owned()),
+        // A cluster ID could be `default`, but its policy would be everyone's.
+        Some(DEFAULT) => Err(UserError::Usage(
+            "--peer: \"default\" names the policy of every consumer; leave --peer out for it"
+                .to_owned(),
+        )),
         Some(id) => ClusterId::new(id).map(|id| id.to_string()).map_err(|_| {
             UserError::Usage(format!(
                 "--peer: {id:?} is not a cluster ID (a DNS label such as consumer-1)"
@@ -535,6 +540,7 @@ mod tests {
         assert_eq!(peer(None).ok(), Some("default".into()));
         assert_eq!(peer(Some("consumer-1")).ok(), Some("consumer-1".into()));
         assert!(matches!(peer(Some("Bad_ID")), Err(UserError::Usage(_))));
+        assert!(matches!(peer(Some("default")), Err(UserError::Usage(_))));
     }
 
     #[test]
