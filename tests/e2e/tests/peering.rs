@@ -65,6 +65,21 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     let provider = testbed.cluster("provider");
     let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
     let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
+    // A provider without liqo-rs is refused first, saying so.
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            provider.kubeconfig_path().to_str().context("path")?,
+        ],
+    )
+    .user_error(7);
+    assert!(
+        out.error_line().contains("not installed on cluster"),
+        "{}",
+        out.stderr
+    );
     for (cluster, id, cidr) in [
         (consumer, "consumer-1", "10.201.0.0/16"),
         (provider, "provider-1", "10.202.0.0/16"),
@@ -111,10 +126,43 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     )
     .user_error(6);
     assert!(out.error_line().contains("cannot grant"), "{}", out.stderr);
+    // A provider running a version this liqoctl cannot speak to.
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(provider_client.clone(), names::NAMESPACE);
+    let version_patch = |v: &str| {
+        kube::api::Patch::Merge(serde_json::json!({ "data": { names::IDENTITY_VERSION_KEY: v } }))
+    };
+    maps.patch(
+        names::IDENTITY_CONFIGMAP,
+        &Default::default(),
+        &version_patch("9.9.0"),
+    )
+    .await?;
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote],
+    )
+    .user_error(6);
+    assert!(
+        out.error_line().contains("runs liqo-rs 9.9.0"),
+        "{}",
+        out.stderr
+    );
+    maps.patch(
+        names::IDENTITY_CONFIGMAP,
+        &Default::default(),
+        &version_patch(liqo_api::VERSION),
+    )
+    .await?;
     assert_eq!(
         snapshot(&provider_client).await?,
         before.1,
         "a refused peer wrote on the provider"
+    );
+    assert_eq!(
+        snapshot(&consumer_client).await?,
+        before.0,
+        "a refused peer wrote on the consumer"
     );
 
     let start = std::time::Instant::now();
@@ -240,6 +288,26 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     let peer = liqo_testbed::client_from_kubeconfig(&identity_file).await?;
     let allowed = least_privilege_probe(&peer, &tenant_ns).await?;
     assert!(allowed >= 4, "the identity could not do its own work");
+
+    // Unpeer refuses while a namespace is offloaded to the provider.
+    let offloadings: Api<liqo_api::offloading::NamespaceOffloading> =
+        Api::namespaced(consumer_client.clone(), "default");
+    let offloading: liqo_api::offloading::NamespaceOffloading =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "liqo.io/v1alpha1", "kind": "NamespaceOffloading",
+            "metadata": { "name": names::NAMESPACE_OFFLOADING },
+            "spec": {},
+        }))?;
+    offloadings.create(&Default::default(), &offloading).await?;
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", remote],
+    )
+    .user_error(6);
+    assert!(out.error_line().contains("offloaded"), "{}", out.stderr);
+    offloadings
+        .delete(names::NAMESPACE_OFFLOADING, &Default::default())
+        .await?;
 
     let start = std::time::Instant::now();
     liqoctl(
