@@ -69,7 +69,19 @@ async fn gateway_may(
 /// Every object of every listable API resource type the server offers,
 /// with its resource's plural name.
 async fn every_object(client: &kube::Client) -> Result<Vec<(String, DynamicObject)>> {
-    let discovery = Discovery::new(client.clone()).run().await?;
+    // The API server's discovery lags a CRD's deletion for a moment: a
+    // group it still lists can answer 404. Ask again, a few times.
+    let mut tries = 0;
+    let discovery = loop {
+        match Discovery::new(client.clone()).run().await {
+            Ok(discovery) => break discovery,
+            Err(kube::Error::Api(s)) if s.code == 404 && tries < 10 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let mut found = Vec::new();
     for group in discovery.groups() {
         for (resource, caps) in group.recommended_resources() {
