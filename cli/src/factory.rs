@@ -97,6 +97,15 @@ impl ClusterClient {
     /// user errors; the rest keeps its cause for the report.
     pub fn explain(&self, err: kube::Error, doing: &str) -> anyhow::Error {
         match &err {
+            // Admission control (a ValidatingAdmissionPolicy, a webhook, Pod
+            // Security) also answers 403, but more rights would not help.
+            kube::Error::Api(status) if status.code == 403 && !refused_by_rbac(&status.message) => {
+                UserError::Refused(format!(
+                    "{doing} on cluster {}: refused by the cluster's admission control: {}",
+                    self.name, status.message
+                ))
+                .into()
+            }
             kube::Error::Api(status) if status.code == 403 => UserError::Forbidden(format!(
                 "{doing} on cluster {}: forbidden ({}); use a kubeconfig with more rights",
                 self.name, status.message
@@ -121,9 +130,24 @@ impl ClusterClient {
                 ))
                 .into()
             }
+            // The server understood and refused: invalid (422), in conflict
+            // (409), or another rule of the cluster's.
+            kube::Error::Api(status) if (400..500).contains(&status.code) => {
+                UserError::Refused(format!(
+                    "{doing} on cluster {}: refused ({}): {}",
+                    self.name, status.code, status.message
+                ))
+                .into()
+            }
             _ => anyhow::Error::new(err).context(format!("{doing} on cluster {}", self.name)),
         }
     }
+}
+
+/// Whether a 403's message is RBAC's ("User \"x\" cannot create resource
+/// ..."), as opposed to an admission plugin's.
+fn refused_by_rbac(message: &str) -> bool {
+    message.contains(" cannot ")
 }
 
 /// What went wrong on the way to the API server, in words that say what to
@@ -185,5 +209,23 @@ fn config_error(err: &KubeconfigError, context: Option<&str>, file: &str) -> Use
             UserError::Config(format!("{file} sets no current context; pass --context"))
         }
         _ => UserError::Config(format!("cannot use {file}: {}", kubeconfig_reason(err))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rbac_refusals_are_told_from_admission_ones() {
+        assert!(refused_by_rbac(
+            "configmaps is forbidden: User \"liqo.io:peer:a\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\""
+        ));
+        assert!(!refused_by_rbac(
+            "resourcequotas \"liqo-grant\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no"
+        ));
+        assert!(!refused_by_rbac(
+            "pods \"x\" is forbidden: violates PodSecurity \"restricted:v1.34\": runAsNonRoot != true"
+        ));
     }
 }

@@ -238,11 +238,17 @@ async fn no_terminating_namespace(client: &kube::Client) -> Result<()> {
     .await
 }
 
-/// Asserts one `error:` line, a non-zero exit, and that the line names
-/// every one of `names`.
+/// Asserts one `error:` line, exit 6 (refused by the cluster: an admission
+/// policy is not a missing right), and that the line names every one of
+/// `names`.
 #[track_caller]
 fn failed_naming(out: &Run, names: &[&str]) {
-    assert_ne!(out.code, 0, "peer succeeded:\n{}", out.stderr);
+    assert_eq!(out.code, 6, "wrong exit code:\n{}", out.stderr);
+    assert!(
+        !out.stderr.contains("Status {"),
+        "a debug dump in the message:\n{}",
+        out.stderr
+    );
     let errors: Vec<&str> = out
         .stderr
         .lines()
