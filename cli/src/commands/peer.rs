@@ -321,6 +321,7 @@ impl Plan {
         for m in objects {
             journal.apply(Side::Provider, provider, m).await?;
         }
+        self.tenant_status(provider).await?;
         step.done(peering::tenant_namespace(&self.consumer_id.cluster_id));
 
         let step = printer.step(format!(
@@ -348,6 +349,33 @@ impl Plan {
         }
         step.done("");
         Ok(expiry)
+    }
+
+    /// The provider's record says what was granted, and when.
+    async fn tenant_status(&self, provider: &ClusterClient) -> anyhow::Result<()> {
+        let tenants: Api<Tenant> = Api::all(provider.client.clone());
+        let name = self.consumer_id.cluster_id.as_str();
+        let condition = Condition {
+            type_: "Granted".to_owned(),
+            status: "True".to_owned(),
+            reason: "PolicyGranted".to_owned(),
+            message: format!(
+                "granted {} to cluster {}",
+                show(&self.grant),
+                self.consumer_id.cluster_name
+            ),
+            last_transition_time: Time(Timestamp::now()),
+            observed_generation: None,
+        };
+        tenants
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": { "conditions": [condition] } })),
+            )
+            .await
+            .map_err(|e| provider.explain(e, &format!("recording the grant in Tenant {name}")))?;
+        Ok(())
     }
 
     /// The consumer's certificate on the provider, kept in a Secret on the

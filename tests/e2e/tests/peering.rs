@@ -214,6 +214,22 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         .get("provider-1")
         .await?;
     assert!(fc.status.and_then(|s| s.certificate_expiry).is_some());
+    // The provider records the tenant, its request and grant, with status.
+    let tenant = Api::<liqo_api::authentication::Tenant>::all(provider_client.clone())
+        .get("consumer-1")
+        .await?;
+    assert_eq!(
+        tenant.spec.grant.pods.as_ref().map(|q| q.0.as_str()),
+        Some("10")
+    );
+    assert!(tenant.spec.request.is_some());
+    let granted = tenant.status.map(|s| s.conditions).unwrap_or_default();
+    assert!(
+        granted
+            .iter()
+            .any(|c| c.type_ == "Granted" && c.status == "True"),
+        "{granted:?}"
+    );
 
     // Peering again changes nothing and succeeds.
     liqoctl(
