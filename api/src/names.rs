@@ -23,6 +23,18 @@ pub mod labels {
     pub const PEER_CLUSTER_ID: &str = "liqo.io/remote-cluster-id";
     /// The human name of that peer, on virtual nodes.
     pub const PEER_CLUSTER_NAME: &str = "liqo.io/remote-cluster-name";
+    /// On a provider: the consumer cluster ID a twin namespace belongs to.
+    /// Admission policies only let that consumer's identity create, change
+    /// or delete namespaces carrying it (docs/offloading.md).
+    pub const TENANT: &str = "liqo.io/tenant";
+    /// On a provider: the consumer's namespace a twin namespace stands for.
+    pub const ORIGIN_NAMESPACE: &str = "liqo.io/origin-namespace";
+    /// On a consumer: the namespace is offloaded (`true`); pods in it are
+    /// given the virtual nodes' toleration by the placement policy.
+    pub const OFFLOADING: &str = "liqo.io/offloading";
+    /// On a consumer: the offloaded namespace's pod offloading strategy,
+    /// which the placement policy reads.
+    pub const POD_OFFLOADING_STRATEGY: &str = "liqo.io/pod-offloading-strategy";
 }
 
 /// The ConfigMap in [`NAMESPACE`] that holds the cluster's liqo identity.
@@ -61,10 +73,22 @@ pub mod peering {
         format!("liqo-tenant-{consumer}")
     }
 
-    /// On the provider: the Role and RoleBinding names for a tenant.
+    /// On the provider: the Role and RoleBinding names for a tenant; also
+    /// the ClusterRole the tenant binds in its twin namespaces, and the
+    /// ClusterRole(Binding) that lets it manage them.
     pub fn tenant_role(consumer: &ClusterId) -> String {
         format!("liqo-tenant-{consumer}")
     }
+
+    /// On the provider: the ClusterRole and ClusterRoleBinding that let a
+    /// tenant create its twin namespaces and bind [`tenant_role`] in them.
+    pub fn tenant_namespaces_role(consumer: &ClusterId) -> String {
+        format!("liqo-tenant-{consumer}-namespaces")
+    }
+
+    /// On the provider: the RoleBinding in each twin namespace that grants
+    /// the tenant the ClusterRole [`tenant_role`] there.
+    pub const TWIN_ROLE_BINDING: &str = "liqo-tenant";
 
     /// On the consumer: the Secret with the kubeconfig that reaches the
     /// provider as the consumer's identity.

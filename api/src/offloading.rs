@@ -1,4 +1,13 @@
 //! Namespace offloading: which namespaces run on which peers, and how.
+//!
+//! This module owns the contract between `liqoctl offload` (which declares a
+//! [`NamespaceOffloading`]) and the virtual kubelets (which create the twin
+//! namespaces on the providers and write the status): the resource type,
+//! the twin namespace's name ([`remote_namespace`]), which providers an
+//! offloading selects ([`selects`]) and the labels twin namespaces carry.
+//! See docs/offloading.md.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -17,6 +26,19 @@ pub enum PodOffloadingStrategy {
     Local,
 }
 
+impl PodOffloadingStrategy {
+    pub const ALL: [Self; 3] = [Self::LocalAndRemote, Self::Remote, Self::Local];
+
+    /// The name as it is written in the spec and in the placement label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LocalAndRemote => "LocalAndRemote",
+            Self::Remote => "Remote",
+            Self::Local => "Local",
+        }
+    }
+}
+
 /// How the twin namespace on a peer is named.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum NamespaceMappingStrategy {
@@ -26,11 +48,25 @@ pub enum NamespaceMappingStrategy {
     DefaultName,
     /// The same name as the local namespace.
     EnforceSameName,
+    /// The name given in `remoteNamespaceName`.
+    SelectedName,
+}
+
+impl NamespaceMappingStrategy {
+    pub const ALL: [Self; 3] = [Self::DefaultName, Self::EnforceSameName, Self::SelectedName];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DefaultName => "DefaultName",
+            Self::EnforceSameName => "EnforceSameName",
+            Self::SelectedName => "SelectedName",
+        }
+    }
 }
 
 /// Offloads the namespace it lives in to peer clusters. At most one per
 /// namespace, named [`crate::names::NAMESPACE_OFFLOADING`].
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "liqo.io",
     version = "v1alpha1",
@@ -40,6 +76,7 @@ pub enum NamespaceMappingStrategy {
     namespaced,
     status = "NamespaceOffloadingStatus",
     printcolumn = r#"{"name":"Pods","type":"string","jsonPath":".spec.podOffloadingStrategy"}"#,
+    printcolumn = r#"{"name":"Mapping","type":"string","jsonPath":".spec.namespaceMappingStrategy"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -48,17 +85,316 @@ pub struct NamespaceOffloadingSpec {
     pub pod_offloading_strategy: PodOffloadingStrategy,
     #[serde(default)]
     pub namespace_mapping_strategy: NamespaceMappingStrategy,
-    /// The peers (cluster IDs) to offload to; empty means every outgoing peer.
+    /// The twin namespace's name with `SelectedName` (required there,
+    /// ignored otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_namespace_name: Option<String>,
+    /// Label selectors (as kubectl writes them, e.g. `region=eu,tier!=spot`)
+    /// over the virtual nodes' labels; a provider is selected when its
+    /// virtual node matches any of them. Empty: every outgoing peer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cluster_ids: Vec<crate::ClusterId>,
+    pub cluster_selector: Vec<String>,
 }
 
+/// What the virtual kubelets report, one entry per selected provider.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceOffloadingStatus {
-    /// The twin namespace's name on the peers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_namespace: Option<String>,
+    /// One entry per selected provider, written (patched) by that
+    /// provider's virtual kubelet, removed by it when the twin namespace
+    /// is gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterOffloadingStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterOffloadingStatus {
+    /// The provider's cluster ID.
+    pub cluster_id: crate::ClusterId,
+    /// The twin namespace's name on that provider.
+    pub remote_namespace: String,
+    /// The twin namespace exists and the consumer may act in it.
+    pub ready: bool,
+    /// Why not, in CamelCase (e.g. `AlreadyExists`, `Forbidden`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The longest Kubernetes namespace name (a DNS label).
+const MAX_NAMESPACE: usize = 63;
+
+/// The twin namespace's name on a provider for local namespace `local_ns`
+/// of the consumer named `consumer_cluster_name`. Always a DNS label when
+/// the inputs are: DefaultName names that would be too long keep a prefix
+/// and end with a hash of the whole name, so two namespaces never share a
+/// twin. SelectedName without a name falls back to DefaultName (the CLI
+/// and the CRD's users are told it is required).
+pub fn remote_namespace(
+    local_ns: &str,
+    spec: &NamespaceOffloadingSpec,
+    consumer_cluster_name: &str,
+) -> String {
+    match spec.namespace_mapping_strategy {
+        NamespaceMappingStrategy::EnforceSameName => local_ns.to_owned(),
+        NamespaceMappingStrategy::SelectedName if spec.remote_namespace_name.is_some() => spec
+            .remote_namespace_name
+            .clone()
+            .unwrap_or_else(|| local_ns.to_owned()),
+        _ => default_name(local_ns, consumer_cluster_name),
+    }
+}
+
+fn default_name(local_ns: &str, cluster: &str) -> String {
+    // A cluster name may hold characters a DNS label may not.
+    let cluster: String = cluster
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let full = format!("{local_ns}-{}", cluster.trim_matches('-'));
+    if full.len() <= MAX_NAMESPACE {
+        return full;
+    }
+    let hash = format!("{:08x}", fnv1a(full.as_bytes()) as u32);
+    let keep = MAX_NAMESPACE - hash.len() - 1;
+    let prefix = full[..keep].trim_end_matches('-');
+    format!("{prefix}-{hash}")
+}
+
+/// FNV-1a, 64 bits: stable across versions and platforms (the twin's name
+/// must not change when liqo-rs is rebuilt), no dependency needed.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requirement {
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+/// A parsed label selector in kubectl's syntax: requirements separated by
+/// commas, all of which must hold (`a=b`, `a==b`, `a!=b`, `a`, `!a`,
+/// `a in (x,y)`, `a notin (x,y)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelSelector(Vec<Requirement>);
+
+impl std::str::FromStr for LabelSelector {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut reqs = Vec::new();
+        let mut rest = s.trim();
+        if rest.is_empty() {
+            return Err("an empty selector".into());
+        }
+        while !rest.is_empty() {
+            // A requirement ends at the first comma outside parentheses.
+            let mut depth = 0i32;
+            let end = rest
+                .char_indices()
+                .find(|(_, c)| {
+                    match c {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        ',' if depth == 0 => return true,
+                        _ => {}
+                    }
+                    false
+                })
+                .map_or(rest.len(), |(i, _)| i);
+            reqs.push(parse_requirement(rest[..end].trim())?);
+            rest = rest[end..].strip_prefix(',').unwrap_or("").trim();
+        }
+        Ok(Self(reqs))
+    }
+}
+
+fn check_key(k: &str) -> Result<String, String> {
+    let ok = !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+    if ok {
+        Ok(k.to_owned())
+    } else {
+        Err(format!("{k:?} is not a label key"))
+    }
+}
+
+fn check_value(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    if v.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        Ok(v.to_owned())
+    } else {
+        Err(format!("{v:?} is not a label value"))
+    }
+}
+
+fn parse_requirement(r: &str) -> Result<Requirement, String> {
+    if r.is_empty() {
+        return Err("an empty requirement".into());
+    }
+    if let Some(k) = r.strip_prefix('!') {
+        return Ok(Requirement::DoesNotExist(check_key(k.trim())?));
+    }
+    if let Some((k, v)) = r.split_once("!=") {
+        return Ok(Requirement::NotIn(
+            check_key(k.trim())?,
+            vec![check_value(v)?],
+        ));
+    }
+    if let Some((k, v)) = r.split_once("==").or_else(|| r.split_once('=')) {
+        return Ok(Requirement::In(check_key(k.trim())?, vec![check_value(v)?]));
+    }
+    let words: Vec<&str> = r.splitn(2, char::is_whitespace).collect();
+    if let [k, set] = words[..] {
+        let set = set.trim();
+        let (op, list) = if let Some(l) = set.strip_prefix("notin") {
+            (false, l)
+        } else if let Some(l) = set.strip_prefix("in") {
+            (true, l)
+        } else {
+            return Err(format!("{r:?}: expected in or notin"));
+        };
+        let list = list
+            .trim()
+            .strip_prefix('(')
+            .and_then(|l| l.strip_suffix(')'))
+            .ok_or_else(|| format!("{r:?}: the values must be in parentheses"))?;
+        let values = list
+            .split(',')
+            .map(check_value)
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = check_key(k)?;
+        return Ok(if op {
+            Requirement::In(key, values)
+        } else {
+            Requirement::NotIn(key, values)
+        });
+    }
+    Ok(Requirement::Exists(check_key(r)?))
+}
+
+impl LabelSelector {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|r| match r {
+            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
+            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+        })
+    }
+
+    /// The `key=value` pairs that must hold, when the selector is only
+    /// made of those (placement can then turn it into a node affinity).
+    pub fn equalities(&self) -> Option<Vec<(String, Vec<String>)>> {
+        self.0
+            .iter()
+            .map(|r| match r {
+                Requirement::In(k, vs) => Some((k.clone(), vs.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Whether an offloading selects the provider whose virtual node carries
+/// `node_labels`: any selector matches, or there is none. A selector that
+/// does not parse selects nothing (the CLI refuses to write one).
+pub fn selects(spec: &NamespaceOffloadingSpec, node_labels: &BTreeMap<String, String>) -> bool {
+    spec.cluster_selector.is_empty()
+        || spec.cluster_selector.iter().any(|s| {
+            s.parse::<LabelSelector>()
+                .is_ok_and(|sel| sel.matches(node_labels))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(m: NamespaceMappingStrategy, name: Option<&str>) -> NamespaceOffloadingSpec {
+        NamespaceOffloadingSpec {
+            namespace_mapping_strategy: m,
+            remote_namespace_name: name.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn remote_namespace_by_strategy() {
+        use NamespaceMappingStrategy::*;
+        let long = "n".repeat(60);
+        let table: [(&str, NamespaceOffloadingSpec, &str, &str); 6] = [
+            ("shop", spec(DefaultName, None), "home", "shop-home"),
+            (
+                "shop",
+                spec(DefaultName, Some("x")),
+                "Home_1",
+                "shop-home-1",
+            ),
+            ("shop", spec(EnforceSameName, None), "home", "shop"),
+            ("shop", spec(SelectedName, Some("store")), "home", "store"),
+            ("shop", spec(SelectedName, None), "home", "shop-home"),
+            (&long, spec(DefaultName, None), "home", ""),
+        ];
+        for (ns, spec, cluster, want) in table {
+            let got = remote_namespace(ns, &spec, cluster);
+            assert!(got.len() <= 63 && !got.ends_with('-'), "{got}");
+            if want.is_empty() {
+                assert!(got.starts_with(&"n".repeat(50)), "{got}");
+                // Stable, and distinct for names that share the prefix.
+                assert_eq!(got, remote_namespace(ns, &spec, cluster));
+                assert_ne!(got, remote_namespace(ns, &spec, "other"));
+            } else {
+                assert_eq!(got, want, "{ns} {spec:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn selectors_parse_and_match_like_kubectl() {
+        let labels: BTreeMap<String, String> = [("region", "eu"), ("liqo.io/virtual-node", "true")]
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let table = [
+            ("region=eu", true),
+            ("region==eu", true),
+            ("region!=eu", false),
+            ("region=us", false),
+            ("region", true),
+            ("!region", false),
+            ("!zone", true),
+            ("region in (us, eu)", true),
+            ("region notin (us,eu)", false),
+            ("region=eu,liqo.io/virtual-node=true", true),
+            ("region=eu,zone=a", false),
+        ];
+        for (sel, want) in table {
+            let s: LabelSelector = sel.parse().unwrap_or_else(|e| panic!("{sel}: {e}"));
+            assert_eq!(s.matches(&labels), want, "{sel}");
+        }
+        for bad in ["", "region in eu", "a=b=c", "a b", "region=e u,"] {
+            assert!(bad.parse::<LabelSelector>().is_err(), "{bad}");
+        }
+        let mut s = NamespaceOffloadingSpec::default();
+        assert!(selects(&s, &labels));
+        s.cluster_selector = vec!["region=us".into(), "region=eu".into()];
+        assert!(selects(&s, &labels));
+        s.cluster_selector = vec!["region=us".into()];
+        assert!(!selects(&s, &labels));
+    }
 }

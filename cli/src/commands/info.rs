@@ -13,7 +13,7 @@ use liqo_api::ClusterIdentity;
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, labels, peering};
-use liqo_api::offloading::NamespaceOffloading;
+use liqo_api::offloading::{ClusterOffloadingStatus, NamespaceOffloading};
 use liqo_api::sharing::{Cost, Resources};
 use serde::Serialize;
 
@@ -110,7 +110,11 @@ impl From<Condition> for ConditionView {
 struct Offloaded {
     namespace: String,
     pod_offloading_strategy: String,
-    remote_namespace: Option<String>,
+    namespace_mapping_strategy: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    cluster_selector: Vec<String>,
+    /// Per selected provider, as its virtual kubelet reports it.
+    clusters: Vec<ClusterOffloadingStatus>,
 }
 
 pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
@@ -313,8 +317,10 @@ async fn offloaded(cluster: &ClusterClient) -> anyhow::Result<Vec<Offloaded>> {
         .into_iter()
         .map(|o| Offloaded {
             namespace: o.metadata.namespace.unwrap_or_default(),
-            pod_offloading_strategy: format!("{:?}", o.spec.pod_offloading_strategy),
-            remote_namespace: o.status.and_then(|s| s.remote_namespace),
+            pod_offloading_strategy: o.spec.pod_offloading_strategy.as_str().to_owned(),
+            namespace_mapping_strategy: o.spec.namespace_mapping_strategy.as_str().to_owned(),
+            cluster_selector: o.spec.cluster_selector,
+            clusters: o.status.map(|s| s.clusters).unwrap_or_default(),
         })
         .collect())
 }
@@ -381,13 +387,49 @@ fn render(info: &Info) -> String {
     if info.offloaded_namespaces.is_empty() {
         out.push_str("No offloaded namespaces.");
     } else {
-        let mut offloaded = table(&["Offloaded namespace", "Pods", "Remote namespace"]);
+        let mut offloaded = table(&[
+            "Offloaded namespace",
+            "Pods",
+            "Mapping",
+            "Selector",
+            "Peer",
+            "Remote namespace",
+            "Status",
+        ]);
         for o in &info.offloaded_namespaces {
-            offloaded.add_row(vec![
+            let selector = if o.cluster_selector.is_empty() {
+                "(all peers)".to_owned()
+            } else {
+                o.cluster_selector.join("\n")
+            };
+            let head = vec![
                 o.namespace.clone(),
                 o.pod_offloading_strategy.clone(),
-                o.remote_namespace.clone().unwrap_or_else(|| "-".into()),
-            ]);
+                o.namespace_mapping_strategy.clone(),
+                selector,
+            ];
+            if o.clusters.is_empty() {
+                let mut row = head.clone();
+                row.extend(["-".into(), "-".into(), "no peer has reported".into()]);
+                offloaded.add_row(row);
+            }
+            // One row per peer; the namespace's columns only on the first.
+            for (i, c) in o.clusters.iter().enumerate() {
+                let mut row = if i == 0 {
+                    head.clone()
+                } else {
+                    vec![String::new(); 4]
+                };
+                let status = if c.ready {
+                    "Ready".to_owned()
+                } else {
+                    let why = [c.reason.as_deref(), c.message.as_deref()];
+                    let why: Vec<&str> = why.into_iter().flatten().collect();
+                    format!("Not ready: {}", why.join(": "))
+                };
+                row.extend([c.cluster_id.to_string(), c.remote_namespace.clone(), status]);
+                offloaded.add_row(row);
+            }
         }
         out.push_str(&format!("\n{offloaded}"));
     }

@@ -304,11 +304,18 @@ where
 }
 
 /// The namespaces whose offloading selects the provider (all of them do
-/// when they name no cluster).
+/// when they have no selector) or still has a twin namespace there.
 async fn offloaded_to(
     cluster: &ClusterClient,
     provider: &ClusterId,
 ) -> anyhow::Result<Vec<String>> {
+    // The provider's virtual node carries the labels selectors are over; a
+    // node already gone matches only the offloadings that select all peers.
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    let node_labels = match nodes.get_opt(&peering::virtual_node(provider)).await {
+        Ok(node) => node.and_then(|n| n.metadata.labels).unwrap_or_default(),
+        Err(e) => return Err(cluster.explain(e, "reading the virtual node")),
+    };
     let api: Api<NamespaceOffloading> = Api::all(cluster.client.clone());
     let list = match api.list(&Default::default()).await {
         Ok(list) => list,
@@ -318,7 +325,12 @@ async fn offloaded_to(
     Ok(list
         .items
         .into_iter()
-        .filter(|o| o.spec.cluster_ids.is_empty() || o.spec.cluster_ids.contains(provider))
+        .filter(|o| {
+            liqo_api::offloading::selects(&o.spec, &node_labels)
+                || o.status
+                    .as_ref()
+                    .is_some_and(|s| s.clusters.iter().any(|c| &c.cluster_id == provider))
+        })
         .filter_map(|o| o.metadata.namespace)
         .collect())
 }

@@ -96,6 +96,18 @@ pub fn manifests(
                     "resourceNames": [foreign_cluster],
                     "verbs": ["get", "list", "watch"],
                 },
+                // Offloading: the agent reads every NamespaceOffloading and
+                // reports its own provider's entry in their status.
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["namespaceoffloadings"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["namespaceoffloadings/status"],
+                    "verbs": ["get", "patch"],
+                },
             ],
         }))),
         Manifest::ClusterRoleBinding(from_json(json!({
@@ -236,7 +248,18 @@ mod tests {
                     !verbs.contains(&"*") && !verbs.contains(&"delete"),
                     "{rule}"
                 );
+                let offloadings = rule["resources"]
+                    .to_string()
+                    .contains("namespaceoffloadings");
                 match rule["resourceNames"].as_array() {
+                    // Offloadings are every namespace's: read them all,
+                    // write only their status.
+                    None if offloadings => assert!(
+                        verbs
+                            .iter()
+                            .all(|v| ["get", "list", "watch", "patch"].contains(v)),
+                        "{rule}"
+                    ),
                     // Only create may go unnamed: there is no name yet.
                     None => assert_eq!(verbs, ["create"], "{rule}"),
                     Some(names) => {
