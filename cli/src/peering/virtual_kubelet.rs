@@ -108,6 +108,32 @@ pub fn manifests(
                     "resources": ["namespaceoffloadings/status"],
                     "verbs": ["get", "patch"],
                 },
+                // Its finalizer on an offloading keeps it until the twin
+                // namespace is deleted, even across a restart.
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["namespaceoffloadings"],
+                    "verbs": ["patch"],
+                },
+                // Pods bound to its node, as a kubelet: RBAC cannot say
+                // "bound to this node", the agent's watch selects
+                // `spec.nodeName=`; delete is the kubelet's final removal.
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods"],
+                    "verbs": ["get", "list", "watch", "delete"],
+                },
+                { "apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"] },
+                // Refused pods are said with an Event.
+                { "apiGroups": [""], "resources": ["events"], "verbs": ["create"] },
+                // This cluster's identity: its ID names the tenant on the
+                // provider, its name the twin namespaces.
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [names::IDENTITY_CONFIGMAP],
+                    "verbs": ["get"],
+                },
             ],
         }))),
         Manifest::ClusterRoleBinding(from_json(json!({
@@ -244,14 +270,22 @@ mod tests {
                     .iter()
                     .filter_map(|v| v.as_str())
                     .collect();
+                let resources = rule["resources"].to_string();
+                let pods = resources.contains("pods");
+                // Only pods are deleted: the kubelet's final removal.
                 assert!(
-                    !verbs.contains(&"*") && !verbs.contains(&"delete"),
+                    !verbs.contains(&"*") && (pods || !verbs.contains(&"delete")),
                     "{rule}"
                 );
-                let offloadings = rule["resources"]
-                    .to_string()
-                    .contains("namespaceoffloadings");
+                let offloadings = resources.contains("namespaceoffloadings");
                 match rule["resourceNames"].as_array() {
+                    // Pods of any namespace may be bound to the node.
+                    None if pods => assert!(
+                        verbs
+                            .iter()
+                            .all(|v| ["get", "list", "watch", "delete", "patch"].contains(v)),
+                        "{rule}"
+                    ),
                     // Offloadings are every namespace's: read them all,
                     // write only their status.
                     None if offloadings => assert!(
@@ -263,9 +297,10 @@ mod tests {
                     // Only create may go unnamed: there is no name yet.
                     None => assert_eq!(verbs, ["create"], "{rule}"),
                     Some(names) => {
-                        let resources = rule["resources"].to_string();
                         let want = if resources.contains("foreignclusters") {
                             "prov-1"
+                        } else if resources.contains("configmaps") {
+                            names::IDENTITY_CONFIGMAP
                         } else {
                             "liqo-prov-1"
                         };

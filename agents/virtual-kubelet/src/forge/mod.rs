@@ -1,7 +1,11 @@
 //! Pure functions that build the objects the virtual kubelet writes: the
 //! virtual Node (metadata and spec), its status (capacity, allocatable and
 //! conditions) and its heartbeat Lease. No IO and no clock: the time is an
-//! argument, so that every rule here is unit-tested.
+//! argument, so that every rule here is unit-tested. Pods are translated
+//! in [`pod`], twin namespaces in [`offloading`].
+
+pub mod offloading;
+pub mod pod;
 
 use std::collections::BTreeMap;
 

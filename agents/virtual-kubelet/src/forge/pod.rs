@@ -1,0 +1,516 @@
+//! Pure translation of a local pod bound to the virtual node into its
+//! remote twin (a ReplicaSet of one in the twin namespace, so that the
+//! provider's own controllers keep the pod running while the consumer is
+//! unreachable), and of the remote pod's status back into the local one.
+//! What cannot run on a provider is refused here with a reason.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::ObjectMeta;
+use liqo_api::names::{self, labels};
+
+/// The label that ties a remote ReplicaSet (and its pod) to the local pod,
+/// by UID: a pod deleted and created again under the same name is another
+/// pod, and its old twin must not be taken for it.
+pub const LOCAL_POD_UID: &str = "liqo.io/local-pod-uid";
+
+/// Why a pod cannot be offloaded, as said in the Event on the local pod.
+pub fn refusal(spec: &PodSpec) -> Option<String> {
+    // The provider's host is not the consumer's: host namespaces and paths
+    // would reach into another cluster's machine.
+    let host = [
+        (spec.host_network, "hostNetwork"),
+        (spec.host_pid, "hostPID"),
+        (spec.host_ipc, "hostIPC"),
+    ];
+    if let Some((_, what)) = host.iter().find(|(on, _)| *on == Some(true)) {
+        return Some(format!("{what} pods cannot be offloaded to a provider"));
+    }
+    // A ReplicaSet restarts its pod whatever it does: pods that are meant
+    // to end (Jobs') need another wrapper, which is not written yet.
+    if let Some(policy) = spec.restart_policy.as_deref().filter(|p| *p != "Always") {
+        return Some(format!(
+            "restartPolicy {policy} pods cannot be offloaded yet (only Always)"
+        ));
+    }
+    let host_path = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.host_path.is_some());
+    host_path.map(|v| {
+        format!(
+            "volume {} is a hostPath: it cannot be offloaded to a provider",
+            v.name
+        )
+    })
+}
+
+/// The service account token volume the local API server injects
+/// (`kube-api-access-*`): the remote pod gets no token for now.
+fn is_local_token_volume(name: &str) -> bool {
+    name.starts_with("kube-api-access-")
+}
+
+/// The remote pod's spec: the local one without what tied it to the
+/// virtual node (node name, the virtual node's toleration, node selector
+/// and node affinity: they chose the virtual node, not a provider's node)
+/// nor what only the consumer's API knows (its service account and its
+/// token, its priority classes, its scheduler). Containers, env,
+/// resources, volumes and pod (anti-)affinity are kept.
+pub fn remote_pod_spec(local: &PodSpec) -> PodSpec {
+    let mut spec = local.clone();
+    spec.node_name = None;
+    spec.node_selector = None;
+    if let Some(affinity) = spec.affinity.as_mut() {
+        affinity.node_affinity = None;
+        if affinity.pod_affinity.is_none() && affinity.pod_anti_affinity.is_none() {
+            spec.affinity = None;
+        }
+    }
+    spec.tolerations = spec.tolerations.take().and_then(|t| {
+        let kept: Vec<_> = t
+            .into_iter()
+            .filter(|t| t.key.as_deref() != Some(names::VIRTUAL_NODE_TAINT))
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    });
+    // The token reflection is a later step: until then the remote pod
+    // runs as the twin namespace's default account, without a token.
+    spec.service_account_name = None;
+    #[allow(deprecated)]
+    {
+        spec.service_account = None;
+    }
+    spec.automount_service_account_token = Some(false);
+    spec.volumes = spec.volumes.take().and_then(|v| {
+        let kept: Vec<_> = v
+            .into_iter()
+            .filter(|v| !is_local_token_volume(&v.name))
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    });
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        if let Some(mounts) = c.volume_mounts.as_mut() {
+            mounts.retain(|m| !is_local_token_volume(&m.name));
+        }
+        if c.volume_mounts.as_ref().is_some_and(Vec::is_empty) {
+            c.volume_mounts = None;
+        }
+    }
+    // Set by the consumer's admission from its own classes, which the
+    // provider may not have; the provider's admission sets its own.
+    spec.priority = None;
+    spec.priority_class_name = None;
+    spec.preemption_policy = None;
+    spec.scheduler_name = None;
+    spec.runtime_class_name = None;
+    spec.overhead = None;
+    spec
+}
+
+/// The remote ReplicaSet of one that runs `local` in `remote_namespace`,
+/// named as the local pod and labelled with its UID.
+pub fn replica_set(local: &Pod, remote_namespace: &str) -> ReplicaSet {
+    let uid = local.metadata.uid.clone().unwrap_or_default();
+    let mut pod_labels = local.metadata.labels.clone().unwrap_or_default();
+    pod_labels.insert(LOCAL_POD_UID.to_owned(), uid.clone());
+    let rs_labels = BTreeMap::from([
+        (LOCAL_POD_UID.to_owned(), uid.clone()),
+        (
+            labels::MANAGED_BY.to_owned(),
+            labels::MANAGED_BY_VALUE.to_owned(),
+        ),
+    ]);
+    ReplicaSet {
+        metadata: ObjectMeta {
+            name: local.metadata.name.clone(),
+            namespace: Some(remote_namespace.to_owned()),
+            labels: Some(rs_labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ReplicaSetSpec {
+            replicas: Some(1),
+            min_ready_seconds: None,
+            selector: LabelSelector {
+                match_labels: Some(BTreeMap::from([(LOCAL_POD_UID.to_owned(), uid)])),
+                match_expressions: None,
+            },
+            template: Some(PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: local.metadata.annotations.clone(),
+                    ..ObjectMeta::default()
+                }),
+                spec: local.spec.as_ref().map(remote_pod_spec),
+            }),
+        }),
+        status: None,
+    }
+}
+
+/// Of the remote pods of one local pod, the one whose status the local
+/// pod shows: one not being deleted before one that is (the ReplicaSet
+/// replaced it), then the newest.
+pub fn current_remote_pod<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Option<&'a Pod> {
+    pods.into_iter().max_by(|a, b| {
+        let key = |p: &Pod| {
+            (
+                p.metadata.deletion_timestamp.is_none(),
+                p.metadata.creation_timestamp.clone().map(|t| t.0),
+                p.metadata.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    })
+}
+
+/// The fields of the local pod's status that come from the remote pod:
+/// phase, conditions, container states (with restarts), IPs, start time.
+/// The QoS class stays the local API server's.
+pub fn local_status(remote: &PodStatus) -> PodStatus {
+    PodStatus {
+        phase: remote.phase.clone(),
+        conditions: remote.conditions.clone(),
+        container_statuses: remote.container_statuses.clone(),
+        init_container_statuses: remote.init_container_statuses.clone(),
+        pod_ip: remote.pod_ip.clone(),
+        pod_ips: remote.pod_ips.clone(),
+        host_ip: remote.host_ip.clone(),
+        host_ips: remote.host_ips.clone(),
+        start_time: remote.start_time.clone(),
+        message: remote.message.clone(),
+        reason: remote.reason.clone(),
+        ..PodStatus::default()
+    }
+}
+
+/// Whether the local status already shows `want` (from [`local_status`]).
+pub fn status_shows(local: Option<&PodStatus>, want: &PodStatus) -> bool {
+    let Some(have) = local else {
+        return false;
+    };
+    have.phase == want.phase
+        && have.conditions == want.conditions
+        && have.container_statuses == want.container_statuses
+        && have.init_container_statuses == want.init_container_statuses
+        && have.pod_ip == want.pod_ip
+        && have.pod_ips == want.pod_ips
+        && have.host_ip == want.host_ip
+        && have.host_ips == want.host_ips
+        && have.start_time == want.start_time
+        && have.message == want.message
+        && have.reason == want.reason
+}
+
+/// The reason on the status of a pod refused for offloading, so that the
+/// refusal is said once (the Event) and recognised after a restart.
+pub const REFUSED_REASON: &str = "OffloadingRefused";
+
+/// The status of a refused pod: Failed, as a kubelet's admission refusal.
+pub fn refused_status(message: &str) -> PodStatus {
+    PodStatus {
+        phase: Some("Failed".to_owned()),
+        reason: Some(REFUSED_REASON.to_owned()),
+        message: Some(message.to_owned()),
+        ..PodStatus::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        Affinity, Container, HostPathVolumeSource, NodeAffinity, PodAntiAffinity, Toleration,
+        Volume, VolumeMount,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn container() -> Container {
+        Container {
+            name: "app".to_owned(),
+            image: Some("nginx".to_owned()),
+            volume_mounts: Some(vec![
+                VolumeMount {
+                    name: "kube-api-access-abcde".to_owned(),
+                    mount_path: "/var/run/secrets/kubernetes.io/serviceaccount".to_owned(),
+                    ..VolumeMount::default()
+                },
+                VolumeMount {
+                    name: "config".to_owned(),
+                    mount_path: "/etc/app".to_owned(),
+                    ..VolumeMount::default()
+                },
+            ]),
+            ..Container::default()
+        }
+    }
+
+    fn toleration(key: &str) -> Toleration {
+        Toleration {
+            key: Some(key.to_owned()),
+            operator: Some("Exists".to_owned()),
+            ..Toleration::default()
+        }
+    }
+
+    fn volume(name: &str) -> Volume {
+        Volume {
+            name: name.to_owned(),
+            ..Volume::default()
+        }
+    }
+
+    fn local_spec() -> PodSpec {
+        PodSpec {
+            node_name: Some("liqo-prov".to_owned()),
+            node_selector: Some(BTreeMap::from([(
+                labels::VIRTUAL_NODE.to_owned(),
+                "true".to_owned(),
+            )])),
+            tolerations: Some(vec![
+                toleration(names::VIRTUAL_NODE_TAINT),
+                toleration("node.kubernetes.io/not-ready"),
+            ]),
+            affinity: Some(Affinity {
+                node_affinity: Some(NodeAffinity::default()),
+                pod_anti_affinity: Some(PodAntiAffinity::default()),
+                ..Affinity::default()
+            }),
+            service_account_name: Some("builder".to_owned()),
+            priority: Some(1000),
+            priority_class_name: Some("high".to_owned()),
+            scheduler_name: Some("default-scheduler".to_owned()),
+            containers: vec![container()],
+            volumes: Some(vec![volume("kube-api-access-abcde"), volume("config")]),
+            ..PodSpec::default()
+        }
+    }
+
+    #[test]
+    fn remote_spec_table() {
+        let remote = remote_pod_spec(&local_spec());
+        type Check = (&'static str, fn(&PodSpec) -> bool);
+        let table: [Check; 11] = [
+            ("node name dropped", |s| s.node_name.is_none()),
+            ("node selector dropped", |s| s.node_selector.is_none()),
+            ("virtual node toleration dropped, others kept", |s| {
+                s.tolerations.as_ref().is_some_and(|t| {
+                    t.len() == 1 && t[0].key.as_deref() == Some("node.kubernetes.io/not-ready")
+                })
+            }),
+            ("node affinity dropped, pod anti-affinity kept", |s| {
+                s.affinity
+                    .as_ref()
+                    .is_some_and(|a| a.node_affinity.is_none() && a.pod_anti_affinity.is_some())
+            }),
+            ("service account dropped", |s| {
+                s.service_account_name.is_none()
+            }),
+            ("no token automounted", |s| {
+                s.automount_service_account_token == Some(false)
+            }),
+            ("local token volume dropped, others kept", |s| {
+                s.volumes
+                    .as_ref()
+                    .is_some_and(|v| v.len() == 1 && v[0].name == "config")
+            }),
+            ("token mount dropped, others kept", |s| {
+                s.containers[0]
+                    .volume_mounts
+                    .as_ref()
+                    .is_some_and(|m| m.len() == 1 && m[0].name == "config")
+            }),
+            ("priority dropped", |s| {
+                s.priority.is_none() && s.priority_class_name.is_none()
+            }),
+            ("scheduler dropped", |s| s.scheduler_name.is_none()),
+            ("containers kept", |s| {
+                s.containers.len() == 1 && s.containers[0].image.as_deref() == Some("nginx")
+            }),
+        ];
+        for (what, check) in table {
+            assert!(check(&remote), "{what}: {remote:?}");
+        }
+    }
+
+    #[test]
+    fn resources_and_env_are_kept() {
+        let mut spec = local_spec();
+        let json = serde_json::json!({
+            "name": "app",
+            "image": "nginx",
+            "env": [{ "name": "A", "value": "1" }],
+            "resources": { "requests": { "cpu": "100m" }, "limits": { "memory": "64Mi" } },
+        });
+        spec.containers = vec![serde_json::from_value(json).expect("container")];
+        let remote = remote_pod_spec(&spec);
+        assert_eq!(remote.containers[0].env, spec.containers[0].env);
+        assert_eq!(remote.containers[0].resources, spec.containers[0].resources);
+    }
+
+    #[test]
+    fn only_the_virtual_node_toleration_goes() {
+        let mut spec = local_spec();
+        spec.tolerations = Some(vec![toleration(names::VIRTUAL_NODE_TAINT)]);
+        spec.affinity = Some(Affinity {
+            node_affinity: Some(NodeAffinity::default()),
+            ..Affinity::default()
+        });
+        let remote = remote_pod_spec(&spec);
+        assert_eq!(remote.tolerations, None);
+        assert_eq!(remote.affinity, None);
+    }
+
+    #[test]
+    fn refusal_table() {
+        let host_path = Volume {
+            name: "root".to_owned(),
+            host_path: Some(HostPathVolumeSource {
+                path: "/".to_owned(),
+                type_: None,
+            }),
+            ..Volume::default()
+        };
+        let table: [(&str, PodSpec, Option<&str>); 5] = [
+            ("plain", local_spec(), None),
+            (
+                "hostNetwork",
+                PodSpec {
+                    host_network: Some(true),
+                    ..local_spec()
+                },
+                Some("hostNetwork"),
+            ),
+            (
+                "hostPID",
+                PodSpec {
+                    host_pid: Some(true),
+                    ..local_spec()
+                },
+                Some("hostPID"),
+            ),
+            (
+                "hostIPC",
+                PodSpec {
+                    host_ipc: Some(true),
+                    ..local_spec()
+                },
+                Some("hostIPC"),
+            ),
+            (
+                "hostPath",
+                PodSpec {
+                    volumes: Some(vec![volume("config"), host_path]),
+                    ..local_spec()
+                },
+                Some("volume root is a hostPath"),
+            ),
+        ];
+        for (what, spec, want) in table {
+            let got = refusal(&spec);
+            match want {
+                None => assert_eq!(got, None, "{what}"),
+                Some(w) => assert!(
+                    got.as_deref().is_some_and(|g| g.contains(w)),
+                    "{what}: {got:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn replica_set_of_one_labelled_with_the_uid() {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("web-1".to_owned()),
+                namespace: Some("shop".to_owned()),
+                uid: Some("u-1".to_owned()),
+                labels: Some(BTreeMap::from([("app".to_owned(), "web".to_owned())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(local_spec()),
+            status: None,
+        };
+        let rs = replica_set(&pod, "shop-consumer");
+        assert_eq!(rs.metadata.name.as_deref(), Some("web-1"));
+        assert_eq!(rs.metadata.namespace.as_deref(), Some("shop-consumer"));
+        let spec = rs.spec.expect("spec");
+        assert_eq!(spec.replicas, Some(1));
+        let uid = BTreeMap::from([(LOCAL_POD_UID.to_owned(), "u-1".to_owned())]);
+        assert_eq!(spec.selector.match_labels, Some(uid));
+        let template = spec.template.expect("template");
+        let tl = template.metadata.and_then(|m| m.labels).expect("labels");
+        assert_eq!(tl.get("app").map(String::as_str), Some("web"));
+        assert_eq!(tl.get(LOCAL_POD_UID).map(String::as_str), Some("u-1"));
+        assert_eq!(template.spec.and_then(|s| s.node_name), None);
+    }
+
+    fn remote_pod(name: &str, created: i64, deleting: bool) -> Pod {
+        let at = |s: i64| Time(Timestamp::from_second(s).expect("time"));
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                creation_timestamp: Some(at(created)),
+                deletion_timestamp: deleting.then(|| at(created + 10)),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn current_remote_pod_table() {
+        let old = remote_pod("a", 100, false);
+        let new = remote_pod("b", 200, false);
+        let dying = remote_pod("c", 300, true);
+        let table: [(&str, Vec<&Pod>, Option<&str>); 4] = [
+            ("none", vec![], None),
+            ("one", vec![&old], Some("a")),
+            ("newest", vec![&old, &new], Some("b")),
+            ("not the dying one", vec![&dying, &old], Some("a")),
+        ];
+        for (what, pods, want) in table {
+            let got = current_remote_pod(pods).and_then(|p| p.metadata.name.as_deref());
+            assert_eq!(got, want, "{what}");
+        }
+    }
+
+    #[test]
+    fn status_comes_back_and_is_compared() {
+        let remote: PodStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "podIP": "10.0.0.7",
+            "podIPs": [{ "ip": "10.0.0.7" }],
+            "hostIP": "172.18.0.3",
+            "qosClass": "BestEffort",
+            "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [{ "type": "Ready", "status": "True" }],
+            "containerStatuses": [{
+                "name": "app", "image": "nginx", "imageID": "", "ready": true,
+                "restartCount": 2, "state": { "running": {} },
+            }],
+        }))
+        .expect("status");
+        let want = local_status(&remote);
+        assert_eq!(want.phase.as_deref(), Some("Running"));
+        assert_eq!(want.pod_ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(want.qos_class, None, "the QoS class stays local");
+        let restarts = want.container_statuses.as_ref().map(|c| c[0].restart_count);
+        assert_eq!(restarts, Some(2));
+        assert!(!status_shows(None, &want));
+        let mut local = want.clone();
+        local.qos_class = Some("Burstable".to_owned());
+        assert!(status_shows(Some(&local), &want));
+        local.phase = Some("Pending".to_owned());
+        assert!(!status_shows(Some(&local), &want));
+    }
+}

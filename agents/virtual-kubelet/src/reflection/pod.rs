@@ -1,0 +1,422 @@
+//! Pods: every local pod bound to the virtual node in a namespace with a
+//! ready twin runs on the provider as a ReplicaSet of one in the twin
+//! ([`crate::forge::pod`] translates it), so that the provider's
+//! controllers keep it running while the consumer is away. The remote
+//! pod's status comes back to the local pod. Deleting the local pod
+//! deletes the ReplicaSet and the remote pod with the same grace period,
+//! and once the remote pod is gone the local one is removed as a kubelet
+//! does (grace 0, UID precondition). A ReplicaSet whose local pod is gone
+//! is removed. The key is the local pod's namespace and name, so both
+//! sides of one pod converge together and nothing is created twice.
+//!
+//! The provider's side is followed with one pair of stores (ReplicaSets,
+//! pods, carrying our UID label) per twin namespace: the consumer's
+//! identity may watch inside its twins only. They are started and stopped
+//! as twins come and go, and restarted with a renewed provider client.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+};
+use kube::core::ObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use liqo_agent_runtime::follow::{Followed, follow};
+use serde_json::json;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use super::namespace::{Peering, Twins};
+use super::{Error, Kind, Next, wake_on};
+use crate::forge::pod as forge_pod;
+use crate::node::FIELD_MANAGER;
+use crate::provider::ProviderClient;
+
+/// The followed stores of one twin namespace on the provider.
+struct Side {
+    replica_sets: Followed<ReplicaSet>,
+    pods: Followed<Pod>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Side {
+    fn start(client: kube::Client, namespace: &str, wake: &Arc<Notify>) -> Self {
+        // Only what we created: the twin may hold other objects.
+        let config = watcher::Config::default().labels(forge_pod::LOCAL_POD_UID);
+        let (replica_sets, follow_rs) = follow(
+            Api::namespaced(client.clone(), namespace),
+            config.clone(),
+            "remote replica sets",
+        );
+        let (pods, follow_pods) = follow(Api::namespaced(client, namespace), config, "remote pods");
+        let wake_rs = wake_on(replica_sets.clone(), wake.clone());
+        let wake_pods = wake_on(pods.clone(), wake.clone());
+        let task = tokio::spawn(async move {
+            tokio::join!(follow_rs, follow_pods, wake_rs, wake_pods);
+        });
+        Self {
+            replica_sets,
+            pods,
+            task,
+        }
+    }
+
+    fn is_current(&self) -> bool {
+        self.replica_sets.is_current() && self.pods.is_current()
+    }
+}
+
+/// The provider's stores, per twin namespace, for one provider client.
+#[derive(Default)]
+struct Sides {
+    /// Which client they were started with (its place in the channel's
+    /// history): a renewed kubeconfig restarts them all.
+    client_version: Option<u64>,
+    by_twin: BTreeMap<String, Arc<Side>>,
+}
+
+#[allow(missing_debug_implementations)]
+pub struct Pods {
+    pub peering: Peering,
+    /// Local pods bound to the virtual node.
+    pub local: Followed<Pod>,
+    pub twins: watch::Receiver<Twins>,
+    pub wake: Arc<Notify>,
+    sides: Mutex<Sides>,
+    clients: Mutex<(watch::Receiver<ProviderClient>, u64)>,
+}
+
+impl Pods {
+    pub fn new(
+        peering: Peering,
+        local: Followed<Pod>,
+        twins: watch::Receiver<Twins>,
+        wake: Arc<Notify>,
+    ) -> Self {
+        let clients = Mutex::new((peering.provider.clone(), 0));
+        Self {
+            peering,
+            local,
+            twins,
+            wake,
+            sides: Mutex::new(Sides::default()),
+            clients,
+        }
+    }
+
+    fn side(&self, twin: &str) -> Option<Arc<Side>> {
+        self.sides.lock().ok()?.by_twin.get(twin).cloned()
+    }
+
+    fn twin_of(&self, local_ns: &str) -> Option<String> {
+        self.twins.borrow().get(local_ns).cloned()
+    }
+
+    async fn delete_local(&self, pod: &Pod) -> Result<Next, Error> {
+        let api: Api<Pod> = Api::namespaced(
+            self.peering.local.clone(),
+            &pod.namespace().unwrap_or_default(),
+        );
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&pod.name_any(), &params).await {
+            Ok(_) => {
+                tracing::info!(pod = %pod.name_any(), namespace = ?pod.namespace(), "remote pod gone; local pod removed");
+                Ok(Next::Done)
+            }
+            // Gone already, or another pod of that name now.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Next::Done),
+            Err(e) => Err(Error::Api {
+                what: "removing the local pod".to_owned(),
+                source: e,
+            }),
+        }
+    }
+
+    async fn refuse(&self, pod: &Pod, why: &str) -> Result<Next, Error> {
+        let ns = pod.namespace().unwrap_or_default();
+        let now = Time(Timestamp::now());
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.", pod.name_any())),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                name: Some(pod.name_any()),
+                namespace: Some(ns.clone()),
+                uid: pod.uid(),
+                ..ObjectReference::default()
+            },
+            reason: Some(forge_pod::REFUSED_REASON.to_owned()),
+            message: Some(why.to_owned()),
+            type_: Some("Warning".to_owned()),
+            source: Some(EventSource {
+                component: Some(FIELD_MANAGER.to_owned()),
+                host: Some(self.peering.node_name.clone()),
+            }),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            count: Some(1),
+            ..Event::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.peering.local.clone(), &ns);
+        events
+            .create(&PostParams::default(), &event)
+            .await
+            .map_err(Error::api("recording the refusal"))?;
+        tracing::warn!(pod = %pod.name_any(), namespace = %ns, %why, "pod refused");
+        self.patch_local_status(pod, &forge_pod::refused_status(why))
+            .await?;
+        Ok(Next::Done)
+    }
+
+    async fn patch_local_status(
+        &self,
+        pod: &Pod,
+        status: &k8s_openapi::api::core::v1::PodStatus,
+    ) -> Result<(), Error> {
+        let api: Api<Pod> = Api::namespaced(
+            self.peering.local.clone(),
+            &pod.namespace().unwrap_or_default(),
+        );
+        // The UID guards against writing another pod of the same name.
+        let patch = json!({ "metadata": { "uid": pod.uid() }, "status": status });
+        api.patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(Error::api("updating the local pod's status"))?;
+        Ok(())
+    }
+}
+
+/// Deletes a remote object unless it is gone already.
+async fn delete_remote<K>(
+    api: &Api<K>,
+    what: &str,
+    name: &str,
+    params: &DeleteParams,
+) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(Error::Api {
+            what: format!("deleting {what} {name} on the provider"),
+            source: e,
+        }),
+    }
+}
+
+impl Kind for Pods {
+    /// The local pod's namespace and name.
+    type Key = (String, String);
+    const NAME: &'static str = "pod";
+
+    fn prepare(&self) {
+        let (client, version) = {
+            let Ok(mut clients) = self.clients.lock() else {
+                return;
+            };
+            let (rx, version) = &mut *clients;
+            if rx.has_changed().unwrap_or(false) {
+                *version += 1;
+            }
+            (rx.borrow_and_update().clone(), *version)
+        };
+        let Ok(mut sides) = self.sides.lock() else {
+            return;
+        };
+        let Ok(client) = client else {
+            sides.by_twin.clear();
+            sides.client_version = None;
+            return;
+        };
+        if sides.client_version != Some(version) {
+            sides.by_twin.clear();
+            sides.client_version = Some(version);
+        }
+        let twins: Vec<String> = self.twins.borrow().values().cloned().collect();
+        sides.by_twin.retain(|t, _| twins.contains(t));
+        for twin in twins {
+            if let std::collections::btree_map::Entry::Vacant(e) = sides.by_twin.entry(twin) {
+                let side = Side::start(client.clone(), e.key(), &self.wake);
+                e.insert(Arc::new(side));
+            }
+        }
+    }
+
+    fn keys(&self) -> Vec<Self::Key> {
+        let mut keys: Vec<Self::Key> = self
+            .local
+            .store
+            .state()
+            .iter()
+            .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+            .collect();
+        let twins = self.twins.borrow().clone();
+        if let Ok(sides) = self.sides.lock() {
+            for (local_ns, twin) in &twins {
+                if let Some(side) = sides.by_twin.get(twin) {
+                    keys.extend(
+                        side.replica_sets
+                            .store
+                            .state()
+                            .iter()
+                            .map(|rs| (local_ns.clone(), rs.name_any())),
+                    );
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    async fn converge(&self, (ns, name): &Self::Key) -> Result<Next, Error> {
+        let local = self.local.store.get(&ObjectRef::new(name).within(ns));
+        let Some(twin) = self.twin_of(ns) else {
+            // No ready twin: nothing of this pod can exist remotely that
+            // the twin's deletion does not take. A local pod being
+            // deleted has nothing to wait for.
+            if let Some(pod) = local.filter(|p| p.metadata.deletion_timestamp.is_some()) {
+                return self.delete_local(&pod).await;
+            }
+            return Ok(Next::Done);
+        };
+        let side = self.side(&twin).filter(|s| s.is_current()).ok_or_else(|| {
+            Error::NotYet(format!(
+                "the provider's namespace {twin} is not in sync yet"
+            ))
+        })?;
+        let provider = self.peering.provider_client()?;
+        let rs_api: Api<ReplicaSet> = Api::namespaced(provider.clone(), &twin);
+        let pod_api: Api<Pod> = Api::namespaced(provider, &twin);
+        let rs = side
+            .replica_sets
+            .store
+            .get(&ObjectRef::new(name).within(&twin));
+        let rs_uid = rs
+            .as_ref()
+            .and_then(|rs| rs.labels().get(forge_pod::LOCAL_POD_UID).cloned());
+        let local_uid = local.as_ref().and_then(|p| p.uid());
+
+        // A ReplicaSet of a pod that is gone (or of an older pod of that
+        // name) goes, its pod with it.
+        if let Some(rs) = &rs
+            && rs_uid != local_uid
+        {
+            if rs.metadata.deletion_timestamp.is_none() {
+                let params = DeleteParams {
+                    propagation_policy: Some(PropagationPolicy::Background),
+                    preconditions: Some(Preconditions {
+                        uid: rs.uid(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                delete_remote(&rs_api, "replica set", name, &params).await?;
+                tracing::info!(pod = %name, namespace = %ns, "orphan remote replica set deleted");
+            }
+            return Ok(Next::Done);
+        }
+        let Some(pod) = local else {
+            return Ok(Next::Done);
+        };
+        let uid = pod.uid().unwrap_or_default();
+        let remote_pods: Vec<Pod> = side
+            .pods
+            .store
+            .state()
+            .iter()
+            .filter(|p| p.labels().get(forge_pod::LOCAL_POD_UID) == Some(&uid))
+            .map(|p| p.as_ref().clone())
+            .collect();
+
+        if pod.metadata.deletion_timestamp.is_some() {
+            let grace = pod.metadata.deletion_grace_period_seconds;
+            let params = DeleteParams {
+                grace_period_seconds: grace.and_then(|g| u32::try_from(g).ok()),
+                propagation_policy: Some(PropagationPolicy::Background),
+                ..DeleteParams::default()
+            };
+            if let Some(rs) = &rs
+                && rs.metadata.deletion_timestamp.is_none()
+            {
+                delete_remote(&rs_api, "replica set", name, &params).await?;
+            }
+            // The pods directly too, so that they get the local grace
+            // period rather than their spec's.
+            for p in remote_pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+            {
+                delete_remote(&pod_api, "pod", &p.name_any(), &params).await?;
+            }
+            if rs.is_none() && remote_pods.is_empty() {
+                return self.delete_local(&pod).await;
+            }
+            return Ok(Next::Done);
+        }
+
+        let status = pod.status.as_ref();
+        if status.and_then(|s| s.reason.as_deref()) == Some(forge_pod::REFUSED_REASON) {
+            return Ok(Next::Done);
+        }
+        if let Some(why) = pod.spec.as_ref().and_then(forge_pod::refusal) {
+            return self.refuse(&pod, &why).await;
+        }
+        if rs.is_none() {
+            let want = forge_pod::replica_set(&pod, &twin);
+            match rs_api.create(&PostParams::default(), &want).await {
+                Ok(_) => {
+                    tracing::debug!(pod = %name, namespace = %ns, "remote replica set created")
+                }
+                // Created by our previous pass, not yet in the store.
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    return Err(Error::Api {
+                        what: format!("creating the replica set {twin}/{name} on the provider"),
+                        source: e,
+                    });
+                }
+            }
+            return Ok(Next::Done);
+        }
+        if let Some(remote) = forge_pod::current_remote_pod(&remote_pods)
+            && let Some(remote_status) = &remote.status
+        {
+            let want = forge_pod::local_status(remote_status);
+            if !forge_pod::status_shows(status, &want) {
+                self.patch_local_status(&pod, &want).await?;
+            }
+        }
+        Ok(Next::Done)
+    }
+}
