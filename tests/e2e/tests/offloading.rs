@@ -1,0 +1,325 @@
+//! Namespace offloading end to end, on two real clusters (a consumer with
+//! the host-process node that runs the virtual kubelet, a provider with
+//! kwok nodes): a NamespaceOffloading gets its twin namespace on the
+//! provider and a ready status entry; a Deployment's pods bound to the
+//! virtual node run on the provider as ReplicaSets of one, Running on kwok
+//! nodes, and the local pods show the remote pods' status and IPs; the
+//! virtual kubelet killed mid-way duplicates nothing; scaling down removes
+//! the remote ReplicaSets and the local pods; deleting the offloading
+//! removes the twin namespace.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use liqo_api::ClusterId;
+use liqo_api::names::{self, labels, peering};
+use liqo_api::offloading::NamespaceOffloading;
+use liqo_e2e::{liqoctl, wait_for};
+use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
+use serde_json::json;
+
+/// The label the virtual kubelet puts on remote ReplicaSets and pods.
+const LOCAL_POD_UID: &str = "liqo.io/local-pod-uid";
+const NS: &str = "shop";
+/// DefaultName: `<namespace>-<consumer cluster name>`.
+const TWIN: &str = "shop-consumer";
+const WAIT: Duration = Duration::from_secs(90);
+
+fn deployment(replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": { "name": "web", "namespace": NS },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": "web" } },
+            "template": {
+                "metadata": { "labels": { "app": "web" } },
+                "spec": {
+                    // Placed by hand, so that the test does not depend on
+                    // the placement policy.
+                    "nodeSelector": { labels::VIRTUAL_NODE: "true" },
+                    "tolerations": [{
+                        "key": names::VIRTUAL_NODE_TAINT,
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                    }],
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": "web",
+                        "image": "nginx",
+                        "env": [{ "name": "GREETING", "value": "hello" }],
+                        "resources": { "requests": { "cpu": "10m", "memory": "16Mi" } },
+                    }],
+                },
+            },
+        },
+    }))
+    .expect("deployment")
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+fn ip(p: &Pod) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.pod_ip.clone())
+}
+
+/// Local pods of the Deployment that are not being deleted.
+async fn local_pods(api: &Api<Pod>) -> Result<Vec<Pod>> {
+    Ok(api
+        .list(&ListParams::default().labels("app=web"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offloaded_pods_run_on_the_provider() -> Result<()> {
+    let mut consumer_spec = ClusterSpec::new("consumer", 1);
+    consumer_spec.nodes = 1;
+    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let mut provider_spec = ClusterSpec::new("provider", 2);
+    provider_spec.nodes = 2;
+    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
+    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        liqoctl(
+            Some(cluster.kubeconfig_path()),
+            &[
+                "install",
+                &format!("--cluster-id={id}"),
+                &format!("--cluster-name={}", cluster.name()),
+                &format!("--pod-cidr={cidr}"),
+                &selector,
+                &toleration,
+                "--timeout=60",
+            ],
+        )
+        .success();
+    }
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    let local = consumer.client().await?;
+    let prov = provider.client().await?;
+    let provider_id = ClusterId::new("provider-1")?;
+    let node_name = peering::virtual_node(&provider_id);
+    let nodes: Api<Node> = Api::all(local.clone());
+    wait_for("the virtual node to be Ready", WAIT, || async {
+        let node = nodes.get_opt(&node_name).await?;
+        Ok(node
+            .and_then(|n| n.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+    })
+    .await?;
+
+    // The offloading: a twin namespace and a ready status entry.
+    let start = Instant::now();
+    let namespaces: Api<Namespace> = Api::all(local.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
+        )
+        .await?;
+    let offloadings: Api<NamespaceOffloading> = Api::namespaced(local.clone(), NS);
+    offloadings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": { "name": names::NAMESPACE_OFFLOADING },
+                "spec": {},
+            }))?,
+        )
+        .await?;
+    let remote_namespaces: Api<Namespace> = Api::all(prov.clone());
+    wait_for("the twin namespace and a ready entry", WAIT, || async {
+        let off = offloadings.get(names::NAMESPACE_OFFLOADING).await?;
+        let ready = off.status.as_ref().is_some_and(|s| {
+            s.clusters
+                .iter()
+                .any(|c| c.cluster_id == provider_id && c.ready && c.remote_namespace == TWIN)
+        });
+        Ok(ready && remote_namespaces.get_opt(TWIN).await?.is_some())
+    })
+    .await?;
+    eprintln!("twin namespace ready in {:?}", start.elapsed());
+    let twin = remote_namespaces.get(TWIN).await?;
+    let twin_labels = twin.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        twin_labels.get(labels::TENANT).map(String::as_str),
+        Some("consumer-1")
+    );
+    assert_eq!(
+        twin_labels
+            .get(labels::ORIGIN_NAMESPACE)
+            .map(String::as_str),
+        Some(NS)
+    );
+
+    // Three pods, bound to the virtual node, run on the provider.
+    let start = Instant::now();
+    let deployments: Api<Deployment> = Api::namespaced(local.clone(), NS);
+    deployments
+        .create(&PostParams::default(), &deployment(3))
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
+    let remote_rs: Api<ReplicaSet> = Api::namespaced(prov.clone(), TWIN);
+    let remote_pods: Api<Pod> = Api::namespaced(prov.clone(), TWIN);
+    let ours = ListParams::default().labels(LOCAL_POD_UID);
+    // Killed as soon as the first remote ReplicaSet exists: mid-way.
+    wait_for("a first remote ReplicaSet", WAIT, || async {
+        Ok(!remote_rs.list(&ours).await?.items.is_empty())
+    })
+    .await?;
+    let vk: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
+        .into_iter()
+        .filter(|p| p.name.starts_with("liqo-virtual"))
+        .collect();
+    assert_eq!(vk.len(), 1, "one virtual kubelet: {vk:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &vk[0].pid.to_string()])
+        .status()?;
+    assert!(killed.success());
+    eprintln!("killed the virtual kubelet (pid {})", vk[0].pid);
+
+    wait_for(
+        "3 local pods Running with the remote pods' IPs",
+        Duration::from_secs(120),
+        || async {
+            let local_pods = local_pods(&pods).await?;
+            let remote: BTreeMap<String, Pod> = remote_pods
+                .list(&ours)
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|p| Some((p.metadata.labels.clone()?.get(LOCAL_POD_UID)?.clone(), p)))
+                .collect();
+            Ok(local_pods.len() == 3
+                && local_pods.iter().all(|p| {
+                    let uid = p.metadata.uid.clone().unwrap_or_default();
+                    running(p)
+                        && ip(p).is_some()
+                        && remote
+                            .get(&uid)
+                            .is_some_and(|r| running(r) && ip(r) == ip(p))
+                }))
+        },
+    )
+    .await?;
+    eprintln!(
+        "3 pods Running through the provider in {:?}",
+        start.elapsed()
+    );
+    let restarted: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
+        .into_iter()
+        .filter(|p| p.name.starts_with("liqo-virtual"))
+        .collect();
+    assert!(
+        restarted.iter().all(|p| p.pid != vk[0].pid) && restarted.len() == 1,
+        "the host node restarted it: {restarted:?}"
+    );
+
+    // Bound to the virtual node; remote pods on kwok nodes; nothing twice.
+    let local_pods = local_pods(&pods).await?;
+    for p in &local_pods {
+        let spec = p.spec.as_ref().context("spec")?;
+        assert_eq!(spec.node_name.as_deref(), Some(node_name.as_str()));
+    }
+    let rs = remote_rs.list(&ours).await?.items;
+    assert_eq!(rs.len(), 3, "one ReplicaSet per pod: {:?}", names_of(&rs));
+    for r in &rs {
+        assert_eq!(r.spec.as_ref().and_then(|s| s.replicas), Some(1));
+    }
+    let remote = remote_pods.list(&ours).await?.items;
+    assert_eq!(
+        remote.len(),
+        3,
+        "one remote pod per pod: {:?}",
+        names_of(&remote)
+    );
+    let kwok_nodes: Vec<String> = Api::<Node>::all(prov.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    for r in &remote {
+        let spec = r.spec.as_ref().context("spec")?;
+        let on = spec.node_name.clone().unwrap_or_default();
+        assert!(kwok_nodes.contains(&on), "remote pod on {on}");
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let env = spec.containers[0].env.clone().unwrap_or_default();
+        assert!(env.iter().any(|e| e.name == "GREETING"), "{env:?}");
+    }
+
+    // Scale to 1: two remote ReplicaSets go, the local pods are removed.
+    let start = Instant::now();
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": 1 } })),
+        )
+        .await?;
+    wait_for("one remote ReplicaSet and one local pod", WAIT, || async {
+        let rs = remote_rs.list(&ours).await?.items;
+        let all_local = pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?
+            .items;
+        Ok(rs.len() == 1 && all_local.len() == 1)
+    })
+    .await?;
+    eprintln!("scaled down in {:?}", start.elapsed());
+
+    // Unoffload: the twin namespace goes, and the offloading with it.
+    let start = Instant::now();
+    deployments.delete("web", &DeleteParams::default()).await?;
+    wait_for("no local pods", WAIT, || async {
+        Ok(pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?
+            .items
+            .is_empty())
+    })
+    .await?;
+    offloadings
+        .delete(names::NAMESPACE_OFFLOADING, &DeleteParams::default())
+        .await?;
+    wait_for("the twin namespace to be gone", WAIT, || async {
+        Ok(remote_namespaces.get_opt(TWIN).await?.is_none()
+            && offloadings
+                .get_opt(names::NAMESPACE_OFFLOADING)
+                .await?
+                .is_none())
+    })
+    .await?;
+    eprintln!("twin namespace gone in {:?}", start.elapsed());
+    testbed.stop();
+    Ok(())
+}
+
+fn names_of<K: kube::Resource>(objs: &[K]) -> Vec<String> {
+    objs.iter()
+        .map(|o| o.meta().name.clone().unwrap_or_default())
+        .collect()
+}
