@@ -4,6 +4,12 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::admissionregistration::v1beta1::{
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, ResourceQuota, Secret, ServiceAccount, Toleration,
@@ -39,6 +45,10 @@ pub enum Manifest {
     Tenant(Box<Tenant>),
     ForeignCluster(Box<ForeignCluster>),
     SharingPolicy(Box<SharingPolicy>),
+    ValidatingAdmissionPolicy(Box<ValidatingAdmissionPolicy>),
+    ValidatingAdmissionPolicyBinding(Box<ValidatingAdmissionPolicyBinding>),
+    MutatingAdmissionPolicy(Box<MutatingAdmissionPolicy>),
+    MutatingAdmissionPolicyBinding(Box<MutatingAdmissionPolicyBinding>),
 }
 
 impl Manifest {
@@ -58,6 +68,14 @@ impl Manifest {
             Self::Tenant(o) => ("Tenant", &o.metadata),
             Self::ForeignCluster(o) => ("ForeignCluster", &o.metadata),
             Self::SharingPolicy(o) => ("SharingPolicy", &o.metadata),
+            Self::ValidatingAdmissionPolicy(o) => ("ValidatingAdmissionPolicy", &o.metadata),
+            Self::ValidatingAdmissionPolicyBinding(o) => {
+                ("ValidatingAdmissionPolicyBinding", &o.metadata)
+            }
+            Self::MutatingAdmissionPolicy(o) => ("MutatingAdmissionPolicy", &o.metadata),
+            Self::MutatingAdmissionPolicyBinding(o) => {
+                ("MutatingAdmissionPolicyBinding", &o.metadata)
+            }
         }
     }
 
@@ -89,6 +107,16 @@ impl Manifest {
             Self::Tenant(_) => ApiResource::erase::<Tenant>(&()),
             Self::ForeignCluster(_) => ApiResource::erase::<ForeignCluster>(&()),
             Self::SharingPolicy(_) => ApiResource::erase::<SharingPolicy>(&()),
+            Self::ValidatingAdmissionPolicy(_) => {
+                ApiResource::erase::<ValidatingAdmissionPolicy>(&())
+            }
+            Self::ValidatingAdmissionPolicyBinding(_) => {
+                ApiResource::erase::<ValidatingAdmissionPolicyBinding>(&())
+            }
+            Self::MutatingAdmissionPolicy(_) => ApiResource::erase::<MutatingAdmissionPolicy>(&()),
+            Self::MutatingAdmissionPolicyBinding(_) => {
+                ApiResource::erase::<MutatingAdmissionPolicyBinding>(&())
+            }
         };
         (resource, namespace)
     }
@@ -101,6 +129,9 @@ pub struct Options {
     pub identity: Option<ClusterIdentity>,
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<Toleration>,
+    /// The cluster does not serve MutatingAdmissionPolicy
+    /// (admissionregistration.k8s.io/v1beta1): placement is left out.
+    pub without_placement_policy: bool,
 }
 
 /// Every object of an installation, in the order they must be applied.
@@ -128,6 +159,10 @@ pub fn render(options: &Options) -> Vec<Manifest> {
         }))));
     }
     out.extend(gateway(options));
+    out.extend(twin_namespace_policies());
+    if !options.without_placement_policy {
+        out.extend(placement_policies());
+    }
     out
 }
 
@@ -147,6 +182,215 @@ pub fn every_object() -> Vec<Manifest> {
         identity: Some(stand_in),
         ..Options::default()
     })
+}
+
+/// The prefix of every peer identity's user name (see
+/// `liqo_api::authentication::peer_user`); CEL takes the cluster ID after it.
+const PEER_PREFIX: &str = "liqo.io:peer:";
+
+/// What a peer's identity may do with namespaces and RoleBindings on this
+/// cluster when it is a provider, beyond what RBAC can say (docs/offloading.md):
+/// RBAC lets a peer create any namespace and RoleBinding; these policies,
+/// enforced by the API server itself, confine it to namespaces labelled as
+/// its own, and to binding its own ClusterRole to itself there. Installed
+/// on every cluster, as any cluster may become a provider.
+pub fn twin_namespace_policies() -> Vec<Manifest> {
+    let tenant = labels::TENANT;
+    let prefix = PEER_PREFIX;
+    let is_peer = json!([{
+        "name": "is-a-peer",
+        "expression": format!("request.userInfo.username.startsWith('{prefix}')"),
+    }]);
+    let variables = json!([{
+        "name": "tenant",
+        "expression": format!("request.userInfo.username.substring({})", prefix.len()),
+    }]);
+    // A namespace's tenant label, or "" when it has none.
+    let label_of = |obj: &str| {
+        format!(
+            "(has({obj}.metadata.labels) && '{tenant}' in {obj}.metadata.labels \
+             ? {obj}.metadata.labels['{tenant}'] : '')"
+        )
+    };
+    let namespaces = "liqo-peer-namespaces";
+    let rolebindings = "liqo-peer-rolebindings";
+    let binding = |policy: &str| {
+        Manifest::ValidatingAdmissionPolicyBinding(Box::new(from_json(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": cluster_meta(policy, "admission"),
+            "spec": { "policyName": policy, "validationActions": ["Deny"] },
+        }))))
+    };
+    vec![
+        Manifest::ValidatingAdmissionPolicy(Box::new(from_json(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": cluster_meta(namespaces, "admission"),
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": { "resourceRules": [{
+                    "apiGroups": [""],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE", "DELETE"],
+                    "resources": ["namespaces", "namespaces/*"],
+                }] },
+                "matchConditions": is_peer,
+                "variables": variables,
+                "validations": [
+                    {
+                        "expression": format!(
+                            "request.operation != 'CREATE' || {} == variables.tenant",
+                            label_of("object")
+                        ),
+                        "messageExpression": format!(
+                            "'a peer may only create namespaces labelled {tenant}=' + variables.tenant"
+                        ),
+                        "reason": "Forbidden",
+                    },
+                    {
+                        // The existing namespace decides, so that nobody
+                        // else's can be taken over by labelling it.
+                        "expression": format!(
+                            "request.operation == 'CREATE' || {} == variables.tenant",
+                            label_of("oldObject")
+                        ),
+                        "messageExpression": format!(
+                            "'a peer may only change or delete namespaces labelled {tenant}=' + variables.tenant"
+                        ),
+                        "reason": "Forbidden",
+                    },
+                    {
+                        "expression": format!(
+                            "request.operation != 'UPDATE' || {} == variables.tenant",
+                            label_of("object")
+                        ),
+                        "messageExpression": format!(
+                            "'a peer may not remove or change the {tenant} label'"
+                        ),
+                        "reason": "Forbidden",
+                    },
+                ],
+            },
+        })))),
+        binding(namespaces),
+        Manifest::ValidatingAdmissionPolicy(Box::new(from_json(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": cluster_meta(rolebindings, "admission"),
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": { "resourceRules": [{
+                    "apiGroups": ["rbac.authorization.k8s.io"],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["rolebindings"],
+                }] },
+                "matchConditions": is_peer,
+                "variables": variables,
+                "validations": [
+                    {
+                        "expression": format!("{} == variables.tenant", label_of("namespaceObject")),
+                        "messageExpression": format!(
+                            "'a peer may only bind in namespaces labelled {tenant}=' + variables.tenant"
+                        ),
+                        "reason": "Forbidden",
+                    },
+                    {
+                        "expression": format!(
+                            "object.roleRef.apiGroup == 'rbac.authorization.k8s.io' && \
+                             object.roleRef.kind == 'ClusterRole' && \
+                             object.roleRef.name == 'liqo-tenant-' + variables.tenant"
+                        ),
+                        "messageExpression": "'a peer may only bind the ClusterRole liqo-tenant-' + variables.tenant",
+                        "reason": "Forbidden",
+                    },
+                    {
+                        "expression": "has(object.subjects) && size(object.subjects) == 1 && \
+                             object.subjects[0].kind == 'User' && \
+                             object.subjects[0].name == request.userInfo.username",
+                        "messageExpression": "'a peer may only bind itself'",
+                        "reason": "Forbidden",
+                    },
+                ],
+            },
+        })))),
+        binding(rolebindings),
+    ]
+}
+
+/// Placement of the pods of offloaded namespaces (docs/offloading.md): in a
+/// namespace labelled for offloading with LocalAndRemote or Remote, a new
+/// pod tolerates the virtual nodes' taint; with Remote it also selects
+/// virtual nodes. The scheduler does the rest; pods of other namespaces are
+/// never touched, so never tolerate a virtual node. MutatingAdmissionPolicy
+/// is beta in 1.34: install leaves these out where it is not served.
+pub fn placement_policies() -> Vec<Manifest> {
+    let offloading = labels::OFFLOADING;
+    let strategy = labels::POD_OFFLOADING_STRATEGY;
+    let taint = names::VIRTUAL_NODE_TAINT;
+    let toleration = format!(
+        "Object.spec.tolerations{{key: '{taint}', operator: 'Equal', value: 'true', effect: 'NoExecute'}}"
+    );
+    // Tolerations are an atomic list: a JSON patch appends rather than
+    // replaces; nothing is added twice.
+    let tolerate = format!(
+        "has(object.spec.tolerations) && object.spec.tolerations.exists(t, has(t.key) && t.key == '{taint}') ? [] : \
+         has(object.spec.tolerations) \
+         ? [JSONPatch{{op: 'add', path: '/spec/tolerations/-', value: {toleration}}}] \
+         : [JSONPatch{{op: 'add', path: '/spec/tolerations', value: [{toleration}]}}]"
+    );
+    // nodeSelector is ANDed with whatever affinity the pod has, and a map
+    // that an apply configuration merges into: simpler than rewriting each
+    // of the pod's node affinity terms.
+    let remote = format!(
+        "Object{{spec: Object.spec{{nodeSelector: {{'{}': 'true'}}}}}}",
+        labels::VIRTUAL_NODE
+    );
+    let policy = |name: &str, strategies: &[&str], mutation: serde_json::Value| {
+        [
+            Manifest::MutatingAdmissionPolicy(Box::new(from_json(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1beta1",
+                "kind": "MutatingAdmissionPolicy",
+                "metadata": cluster_meta(name, "placement"),
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "reinvocationPolicy": "IfNeeded",
+                    "matchConstraints": {
+                        "resourceRules": [{
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }],
+                        "namespaceSelector": { "matchExpressions": [
+                            { "key": offloading, "operator": "In", "values": ["true"] },
+                            { "key": strategy, "operator": "In", "values": strategies },
+                        ] },
+                    },
+                    "mutations": [mutation],
+                },
+            })))),
+            Manifest::MutatingAdmissionPolicyBinding(Box::new(from_json(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1beta1",
+                "kind": "MutatingAdmissionPolicyBinding",
+                "metadata": cluster_meta(name, "placement"),
+                "spec": { "policyName": name },
+            })))),
+        ]
+    };
+    let mut out = Vec::new();
+    out.extend(policy(
+        "liqo-offloading-tolerate",
+        &["LocalAndRemote", "Remote"],
+        json!({ "patchType": "JSONPatch", "jsonPatch": { "expression": tolerate } }),
+    ));
+    out.extend(policy(
+        "liqo-offloading-remote",
+        &["Remote"],
+        json!({ "patchType": "ApplyConfiguration", "applyConfiguration": { "expression": remote } }),
+    ));
+    out
 }
 
 /// The gateway's account, rights and Deployment. Its rights are what it
@@ -380,6 +624,7 @@ mod tests {
             }),
             node_selector: BTreeMap::from([("k".into(), "v".into())]),
             tolerations: Vec::new(),
+            without_placement_policy: false,
         };
         for m in render(&options) {
             let value = serde_json::to_value(&m).expect("serialize");

@@ -66,10 +66,19 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     }
 
     let installed = installed_pod_placement(&cluster).await?;
+    let placement = serves_mutating_admission_policy(&cluster).await;
+    if !placement {
+        printer.info(
+            "  note: this cluster does not serve MutatingAdmissionPolicy \
+             (admissionregistration.k8s.io/v1beta1): pods of offloaded namespaces \
+             must tolerate the virtual nodes' taint themselves (docs/offloading.md)",
+        );
+    }
     let manifests = manifests::render(&Options {
         identity: Some(identity.clone()),
         node_selector: flags.node_selector.unwrap_or(installed.node_selector),
         tolerations: flags.tolerations.unwrap_or(installed.tolerations),
+        without_placement_policy: !placement,
     });
     if args.dry_run {
         return print_manifests(
@@ -596,6 +605,21 @@ fn print_manifests(
         )?,
     }
     Ok(())
+}
+
+/// Whether the cluster serves MutatingAdmissionPolicy (beta in 1.34, off
+/// unless enabled), which places the pods of offloaded namespaces. Any
+/// failure to tell counts as no: install then goes on without placement.
+pub async fn serves_mutating_admission_policy(cluster: &ClusterClient) -> bool {
+    cluster
+        .client
+        .list_api_group_resources("admissionregistration.k8s.io/v1beta1")
+        .await
+        .is_ok_and(|list| {
+            list.resources
+                .iter()
+                .any(|r| r.name == "mutatingadmissionpolicies")
+        })
 }
 
 #[cfg(test)]

@@ -54,6 +54,14 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
         Manifest::Tenant(o) => apply_to(Api::all(c), o.as_ref()).await,
         Manifest::ForeignCluster(o) => apply_to(Api::all(c), o.as_ref()).await,
         Manifest::SharingPolicy(o) => apply_to(Api::all(c), o.as_ref()).await,
+        Manifest::ValidatingAdmissionPolicy(o) => apply_if_changed(Api::all(c), o.as_ref()).await,
+        Manifest::ValidatingAdmissionPolicyBinding(o) => {
+            apply_if_changed(Api::all(c), o.as_ref()).await
+        }
+        Manifest::MutatingAdmissionPolicy(o) => apply_if_changed(Api::all(c), o.as_ref()).await,
+        Manifest::MutatingAdmissionPolicyBinding(o) => {
+            apply_if_changed(Api::all(c), o.as_ref()).await
+        }
     };
     result.map_err(|e| cluster.explain(e, &format!("applying {}", manifest.describe())))
 }
@@ -123,4 +131,34 @@ where
         Some(rv) if after.resource_version().as_ref() == Some(&rv) => Change::Unchanged,
         Some(_) => Change::Configured,
     })
+}
+
+/// Applies only when the object would change. The API server rewrites an
+/// admission policy on a no-op apply once its status controller has applied
+/// status (it re-stamps our managedFields entry), which would make every
+/// install "configure" it: a dry run tells whether anything but that would
+/// change.
+async fn apply_if_changed<K>(api: Api<K>, obj: &K) -> Result<Change, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let name = obj.name_any();
+    let Some(current) = api.get_opt(&name).await? else {
+        return apply_to(api, obj).await;
+    };
+    let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    let would_be = api.patch(&name, &params, &Patch::Apply(obj)).await?;
+    let content = |o: &K| {
+        let mut v = serde_json::to_value(o).unwrap_or_default();
+        if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            for volatile in ["managedFields", "resourceVersion", "generation"] {
+                meta.remove(volatile);
+            }
+        }
+        v
+    };
+    if content(&current) == content(&would_be) {
+        return Ok(Change::Unchanged);
+    }
+    apply_to(api, obj).await
 }

@@ -1,8 +1,10 @@
 //! What a consumer gets on its provider, as typed manifests built by pure
 //! functions: the tenant namespace, the least-privilege RBAC of its
 //! identity, the ResourceQuota that enforces the grant, and the Tenant
-//! record. All of it is enforced by the API server itself (RBAC,
-//! ResourceQuota): nothing of ours needs to run on the provider.
+//! record; and the rights to create twin namespaces for offloading and act
+//! in them. All of it is enforced by the API server itself (RBAC,
+//! ResourceQuota, and the admission policies of `manifests::
+//! twin_namespace_policies`): nothing of ours needs to run on the provider.
 
 use std::collections::BTreeMap;
 
@@ -64,6 +66,7 @@ pub fn manifests(
     let id = &consumer.cluster_id;
     let namespace = peering::tenant_namespace(id);
     let name = peering::tenant_role(id);
+    let namespaces_role = peering::tenant_namespaces_role(id);
     let user = peer_user(id);
     let labels = tenant_labels(id);
     let meta = |ns: &str| json!({ "name": name, "namespace": ns, "labels": labels });
@@ -124,6 +127,51 @@ pub fn manifests(
             "kind": "RoleBinding",
             "metadata": meta(names::NAMESPACE),
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+            "subjects": subject,
+        }))),
+        // Twin namespaces (docs/offloading.md): the rules the tenant gets
+        // in each, as a ClusterRole it binds there with a RoleBinding.
+        Manifest::ClusterRole(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": { "name": name, "labels": labels },
+            "rules": rules,
+        }))),
+        // Creating, changing and deleting namespaces and creating
+        // RoleBindings anywhere is what RBAC can say; the admission policies
+        // install puts on every cluster confine it to namespaces labelled
+        // for this tenant and to binding the ClusterRole above to itself.
+        Manifest::ClusterRole(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": { "name": namespaces_role, "labels": labels },
+            "rules": [
+                // No list or watch: reads are not seen by admission, so
+                // they could not be confined to the tenant's namespaces; a
+                // get by name shows one namespace the peer already names.
+                {
+                    "apiGroups": [""],
+                    "resources": ["namespaces"],
+                    "verbs": ["create", "get", "update", "patch", "delete"],
+                },
+                {
+                    "apiGroups": ["rbac.authorization.k8s.io"],
+                    "resources": ["rolebindings"],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": ["rbac.authorization.k8s.io"],
+                    "resources": ["clusterroles"],
+                    "resourceNames": [name],
+                    "verbs": ["bind"],
+                },
+            ],
+        }))),
+        Manifest::ClusterRoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": { "name": namespaces_role, "labels": labels },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": namespaces_role },
             "subjects": subject,
         }))),
         Manifest::ResourceQuota(from_json(json!({

@@ -294,6 +294,10 @@ impl Cluster {
             format!("--service-account-issuer={server}"),
             format!("--service-account-key-file={}", p(&sa_pub)),
             format!("--service-account-signing-key-file={}", p(&sa_key)),
+            // MutatingAdmissionPolicy (placement of offloaded pods) is beta
+            // in 1.34 and off by default; ValidatingAdmissionPolicy is GA.
+            "--feature-gates=MutatingAdmissionPolicy=true".into(),
+            "--runtime-config=admissionregistration.k8s.io/v1beta1=true".into(),
             "--profiling=false".into(),
             "--v=1".into(),
         ];

@@ -1,0 +1,283 @@
+//! What a consumer's identity may do with namespaces on its provider, proven
+//! with real requests made with its own certificate: create, change and
+//! delete its own twin namespaces (labelled `liqo.io/tenant=<its id>`) and
+//! bind its ClusterRole to itself there, and nothing else — no namespace
+//! without the label or with another tenant's, no taking over an existing
+//! namespace (an EnforceSameName clash), no binding of other roles or
+//! subjects. After unpeer, nothing at all.
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use liqo_api::ClusterId;
+use liqo_api::names::{self, labels, peering};
+use liqo_e2e::liqoctl;
+use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
+use serde_json::json;
+
+const CONSUMER: &str = "consumer-1";
+const USER: &str = "liqo.io:peer:consumer-1";
+
+fn namespace(name: &str, tenant: Option<&str>) -> Namespace {
+    let labels = tenant.map(|t| json!({ labels::TENANT: t, labels::ORIGIN_NAMESPACE: "shop" }));
+    serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels } }))
+        .expect("namespace")
+}
+
+fn binding(role: &str, user: &str) -> RoleBinding {
+    serde_json::from_value(json!({
+        "metadata": { "name": names::peering::TWIN_ROLE_BINDING },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role },
+        "subjects": [{ "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user }],
+    }))
+    .expect("rolebinding")
+}
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({ "metadata": { "name": name } })).expect("configmap")
+}
+
+/// Refused with `code` (403 for admission and RBAC, 409 AlreadyExists).
+fn refused<T: std::fmt::Debug>(code: u16, what: &str, r: Result<T, kube::Error>) {
+    assert!(
+        matches!(&r, Err(kube::Error::Api(s)) if s.code == code),
+        "the peer identity may {what} (wanted {code}): {r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
+    let mut consumer_spec = ClusterSpec::new("consumer", 1);
+    consumer_spec.nodes = 1;
+    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let mut provider_spec = ClusterSpec::new("provider", 2);
+    provider_spec.nodes = 1;
+    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
+    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
+    for (cluster, id, cidr) in [
+        (consumer, CONSUMER, "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        liqoctl(
+            Some(cluster.kubeconfig_path()),
+            &[
+                "install",
+                &format!("--cluster-id={id}"),
+                &format!("--cluster-name={}", cluster.name()),
+                &format!("--pod-cidr={cidr}"),
+                &selector,
+                &toleration,
+                "--timeout=60",
+            ],
+        )
+        .success();
+    }
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote, "--timeout=90"],
+    );
+    if out.code != 0 {
+        eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
+    }
+    out.success();
+
+    let consumer_client = consumer.client().await?;
+    let provider_client = provider.client().await?;
+    let provider_id = ClusterId::new("provider-1")?;
+    let secret = Api::<Secret>::namespaced(consumer_client.clone(), names::NAMESPACE)
+        .get(&peering::identity_secret(&provider_id))
+        .await?;
+    let kubeconfig = secret
+        .data
+        .and_then(|d| d.get("kubeconfig").cloned())
+        .context("no kubeconfig in the identity secret")?
+        .0;
+    let identity_file = consumer.dir().join("peer-identity.kubeconfig");
+    std::fs::write(&identity_file, &kubeconfig)?;
+    let peer = liqo_testbed::client_from_kubeconfig(&identity_file).await?;
+    let namespaces: Api<Namespace> = Api::all(peer.clone());
+    let pp = PostParams::default();
+    let role = peering::tenant_role(&ClusterId::new(CONSUMER)?);
+
+    // Its own twin namespace, labelled for itself: allowed.
+    namespaces
+        .create(&pp, &namespace("shop-consumer", Some(CONSUMER)))
+        .await?;
+    namespaces.get("shop-consumer").await?;
+    // Without the label, or with another tenant's: refused.
+    refused(
+        403,
+        "create an unlabelled namespace",
+        namespaces.create(&pp, &namespace("unlabelled", None)).await,
+    );
+    refused(
+        403,
+        "create a namespace for another tenant",
+        namespaces
+            .create(&pp, &namespace("others", Some("someone-else")))
+            .await,
+    );
+    // Reads are not confined by admission: no listing at all.
+    refused(
+        403,
+        "list namespaces",
+        namespaces.list(&ListParams::default()).await,
+    );
+
+    // EnforceSameName clashing with the provider's own namespaces: the
+    // create fails, and taking one over by labelling it is refused.
+    Api::<Namespace>::all(provider_client.clone())
+        .create(&pp, &namespace("shop", None))
+        .await?;
+    for existing in ["default", "shop"] {
+        refused(
+            409,
+            &format!("create {existing} again"),
+            namespaces
+                .create(&pp, &namespace(existing, Some(CONSUMER)))
+                .await,
+        );
+        refused(
+            403,
+            &format!("label {existing} as its own"),
+            namespaces
+                .patch(
+                    existing,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({ "metadata": { "labels": { labels::TENANT: CONSUMER } } }),
+                    ),
+                )
+                .await,
+        );
+        refused(
+            403,
+            &format!("delete {existing}"),
+            namespaces.delete(existing, &Default::default()).await,
+        );
+    }
+    refused(
+        403,
+        "delete its tenant namespace",
+        namespaces
+            .delete(
+                &peering::tenant_namespace(&ClusterId::new(CONSUMER)?),
+                &Default::default(),
+            )
+            .await,
+    );
+    // Nor give its own away or unlabel it.
+    refused(
+        403,
+        "relabel its namespace for another tenant",
+        namespaces
+            .patch(
+                "shop-consumer",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({ "metadata": { "labels": { labels::TENANT: "someone-else" } } }),
+                ),
+            )
+            .await,
+    );
+    // Its own may change otherwise.
+    namespaces
+        .patch(
+            "shop-consumer",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": { "note": "ok" } } })),
+        )
+        .await?;
+
+    // Before the binding it cannot act in its namespace.
+    let twin_cms: Api<ConfigMap> = Api::namespaced(peer.clone(), "shop-consumer");
+    refused(
+        403,
+        "act in its namespace before binding",
+        twin_cms.create(&pp, &cm("early")).await,
+    );
+    // Bindings: only its ClusterRole, only to itself, only in its own.
+    let twin_rbs: Api<RoleBinding> = Api::namespaced(peer.clone(), "shop-consumer");
+    refused(
+        403,
+        "bind cluster-admin",
+        twin_rbs.create(&pp, &binding("cluster-admin", USER)).await,
+    );
+    refused(
+        403,
+        "bind its role to another user",
+        twin_rbs.create(&pp, &binding(&role, "mallory")).await,
+    );
+    // Another tenant's ClusterRole exists, so that RBAC's own check (the
+    // role must exist) does not answer in place of the policy.
+    let other_role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(json!({
+        "metadata": { "name": "liqo-tenant-someone-else" },
+        "rules": [{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] }],
+    }))?;
+    Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(provider_client.clone())
+        .create(&pp, &other_role)
+        .await?;
+    refused(
+        403,
+        "bind another tenant's role",
+        twin_rbs
+            .create(&pp, &binding("liqo-tenant-someone-else", USER))
+            .await,
+    );
+    for other in ["shop", "default"] {
+        refused(
+            403,
+            &format!("bind in {other}"),
+            Api::<RoleBinding>::namespaced(peer.clone(), other)
+                .create(&pp, &binding(&role, USER))
+                .await,
+        );
+    }
+    twin_rbs.create(&pp, &binding(&role, USER)).await?;
+    // After it: acts inside, and only there.
+    twin_cms.create(&pp, &cm("probe")).await?;
+    twin_cms.delete("probe", &Default::default()).await?;
+    refused(
+        403,
+        "act in shop",
+        Api::<ConfigMap>::namespaced(peer.clone(), "shop")
+            .create(&pp, &cm("probe"))
+            .await,
+    );
+    // And deletes its own namespace.
+    namespaces
+        .delete("shop-consumer", &Default::default())
+        .await?;
+
+    // After unpeer: nothing.
+    namespaces
+        .create(&pp, &namespace("after-consumer", Some(CONSUMER)))
+        .await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", remote, "--timeout=90"],
+    )
+    .success();
+    refused(
+        403,
+        "create a twin namespace after unpeer",
+        namespaces
+            .create(&pp, &namespace("late-consumer", Some(CONSUMER)))
+            .await,
+    );
+    refused(
+        403,
+        "delete a twin namespace after unpeer",
+        namespaces
+            .delete("after-consumer", &Default::default())
+            .await,
+    );
+    testbed.stop();
+    Ok(())
+}
