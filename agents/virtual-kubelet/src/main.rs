@@ -165,6 +165,7 @@ async fn reflect(
         "local pods",
     );
     let (twins_tx, twins_rx) = watch::channel(Default::default());
+    let (synced_tx, synced_rx) = watch::channel(false);
     let ns_wake = Arc::new(Notify::new());
     let pod_wake = Arc::new(Notify::new());
     let namespaces = reflection::namespace::TwinNamespaces {
@@ -173,10 +174,17 @@ async fn reflect(
         peers: peers.clone(),
         fc_ref,
         twins: twins_tx,
+        synced: synced_tx,
+        passed_once: Default::default(),
         verified: Default::default(),
     };
-    let pod_kind =
-        reflection::pod::Pods::new(peering, pods.clone(), twins_rx.clone(), pod_wake.clone());
+    let pod_kind = reflection::pod::Pods::new(
+        peering,
+        pods.clone(),
+        twins_rx.clone(),
+        synced_rx,
+        pod_wake.clone(),
+    );
     let twins_changed = {
         let wake = pod_wake.clone();
         let mut rx = twins_rx;

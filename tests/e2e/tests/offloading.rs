@@ -228,14 +228,20 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         "3 pods Running through the provider in {:?}",
         start.elapsed()
     );
-    let restarted: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
-        .into_iter()
-        .filter(|p| p.name.starts_with("liqo-virtual"))
-        .collect();
-    assert!(
-        restarted.iter().all(|p| p.pid != vk[0].pid) && restarted.len() == 1,
-        "the host node restarted it: {restarted:?}"
-    );
+    wait_for(
+        "the host node to restart the virtual kubelet",
+        WAIT,
+        || async {
+            let now: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
+                .into_iter()
+                .filter(|p| p.name.starts_with("liqo-virtual"))
+                .collect();
+            Ok(now.len() == 1 && now[0].pid != vk[0].pid)
+        },
+    )
+    .await?;
+    // The restarted agent's first passes must not create anything again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Bound to the virtual node; remote pods on kwok nodes; nothing twice.
     let local_pods = local_pods(&pods).await?;
@@ -289,6 +295,8 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         Ok(rs.len() == 1 && all_local.len() == 1)
     })
     .await?;
+    let remote = remote_pods.list(&ours).await?.items;
+    assert_eq!(remote.len(), 1, "{:?}", names_of(&remote));
     eprintln!("scaled down in {:?}", start.elapsed());
 
     // Unoffload: the twin namespace goes, and the offloading with it.

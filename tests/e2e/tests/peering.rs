@@ -324,6 +324,19 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     offloadings
         .delete(names::NAMESPACE_OFFLOADING, &Default::default())
         .await?;
+    // The virtual kubelet made the twin namespace on the provider, and
+    // its finalizer keeps the offloading until the twin is deleted.
+    wait_for(
+        "the offloading to be gone",
+        Duration::from_secs(60),
+        || async {
+            Ok(offloadings
+                .get_opt(names::NAMESPACE_OFFLOADING)
+                .await?
+                .is_none())
+        },
+    )
+    .await?;
 
     let start = std::time::Instant::now();
     liqoctl(

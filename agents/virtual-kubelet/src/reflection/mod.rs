@@ -151,7 +151,13 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
                     };
                     let why = error.chain();
                     if logged.as_deref() != Some(&why) {
-                        tracing::warn!(kind = K::NAME, ?key, %why, "cannot converge; retrying");
+                        // Waiting for a store or a client is expected
+                        // after a start; only real failures are warnings.
+                        if matches!(error, Error::NotYet(_)) {
+                            tracing::debug!(kind = K::NAME, ?key, %why, "not yet; retrying");
+                        } else {
+                            tracing::warn!(kind = K::NAME, ?key, %why, "cannot converge; retrying");
+                        }
                     }
                     again.insert(key, (now + backoff, backoff, Some(why)));
                 }

@@ -67,6 +67,10 @@ pub struct TwinNamespaces {
     pub peers: Followed<ForeignCluster>,
     pub fc_ref: ObjectRef<ForeignCluster>,
     pub twins: watch::Sender<Twins>,
+    /// Set once every offloading has been looked at with a current store:
+    /// until then, a namespace without a known twin may still have one.
+    pub synced: watch::Sender<bool>,
+    pub passed_once: std::sync::atomic::AtomicBool,
     /// When each ready twin (local namespace → twin, offloading
     /// generation) was last checked on the provider: a cache, not state;
     /// a restarted agent checks each once.
@@ -286,6 +290,15 @@ impl Kind for TwinNamespaces {
         // Twins of offloadings that are gone from the store (deleted with
         // our finalizer removed) are not ready any more.
         if self.offloadings.is_current() {
+            // The second pass with a current store starts after every key
+            // of the first has converged once.
+            if self
+                .passed_once
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                self.synced
+                    .send_if_modified(|s| !std::mem::replace(s, true));
+            }
             let present: Vec<_> = keys.iter().map(|(ns, _)| ns.clone()).collect();
             self.twins.send_if_modified(|t| {
                 let before = t.len();

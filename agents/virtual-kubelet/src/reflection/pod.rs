@@ -39,6 +39,9 @@ use crate::forge::pod as forge_pod;
 use crate::node::FIELD_MANAGER;
 use crate::provider::ProviderClient;
 
+/// How soon a pod that waits for the twins to be known is looked at again.
+const NOT_SYNCED_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The followed stores of one twin namespace on the provider.
 struct Side {
     replica_sets: Followed<ReplicaSet>,
@@ -94,6 +97,8 @@ pub struct Pods {
     /// Local pods bound to the virtual node.
     pub local: Followed<Pod>,
     pub twins: watch::Receiver<Twins>,
+    /// Whether [`super::namespace`] has looked at every offloading.
+    pub synced: watch::Receiver<bool>,
     pub wake: Arc<Notify>,
     sides: Mutex<Sides>,
     clients: Mutex<(watch::Receiver<ProviderClient>, u64)>,
@@ -104,6 +109,7 @@ impl Pods {
         peering: Peering,
         local: Followed<Pod>,
         twins: watch::Receiver<Twins>,
+        synced: watch::Receiver<bool>,
         wake: Arc<Notify>,
     ) -> Self {
         let clients = Mutex::new((peering.provider.clone(), 0));
@@ -111,6 +117,7 @@ impl Pods {
             peering,
             local,
             twins,
+            synced,
             wake,
             sides: Mutex::new(Sides::default()),
             clients,
@@ -306,6 +313,11 @@ impl Kind for Pods {
             // the twin's deletion does not take. A local pod being
             // deleted has nothing to wait for.
             if let Some(pod) = local.filter(|p| p.metadata.deletion_timestamp.is_some()) {
+                // Unless the twins are not known yet (a restart): the pod
+                // may still run remotely, and its grace is to be honoured.
+                if !*self.synced.borrow() {
+                    return Ok(Next::After(NOT_SYNCED_POLL));
+                }
                 return self.delete_local(&pod).await;
             }
             return Ok(Next::Done);
