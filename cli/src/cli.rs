@@ -79,6 +79,20 @@ pub enum Command {
         `info peer NAME` shows one peering in detail."
     )]
     Info(InfoArgs),
+    /// Offload namespaces: their pods may run on the providers of outgoing peerings.
+    #[command(
+        subcommand,
+        long_about = "Offload namespaces: their pods may run on the providers of outgoing \
+        peerings.\n\n\
+        Creates a NamespaceOffloading in each namespace and labels the namespace for placement. \
+        Each selected provider's virtual kubelet creates the twin namespace there and reports \
+        it in the offloading's status (see `liqoctl info`). With -o, prints the \
+        NamespaceOffloadings and applies nothing (for GitOps)."
+    )]
+    Offload(OffloadCommand),
+    /// Stop offloading namespaces: their twin namespaces and remote pods are removed.
+    #[command(subcommand)]
+    Unoffload(UnoffloadCommand),
     /// Set, show or delete the sharing policy: what this cluster offers its consumers.
     #[command(
         subcommand,
@@ -218,6 +232,85 @@ pub struct UnpeerArgs {
     #[arg(long, value_name = "CONSUMER_ID", conflicts_with_all = ["remote_kubeconfig", "cluster_id"])]
     pub tenant: Option<String>,
     /// How long to wait for everything to be gone, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub timeout: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum OffloadCommand {
+    /// Offload one or more namespaces.
+    Namespace(OffloadNamespaceArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UnoffloadCommand {
+    /// Stop offloading one or more namespaces; the local namespaces are left as they are.
+    Namespace(UnoffloadNamespaceArgs),
+}
+
+/// How the twin namespaces are named, as `NamespaceOffloading` says it.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // Liqo's names, as users type them.
+pub enum MappingStrategyArg {
+    /// `<namespace>-<this cluster's name>`: cannot clash with the provider's namespaces.
+    #[value(name = "DefaultName")]
+    DefaultName,
+    /// The local namespace's name (refused by a provider that has one of that name).
+    #[value(name = "EnforceSameName")]
+    EnforceSameName,
+    /// The name given with --remote-namespace-name (one namespace only).
+    #[value(name = "SelectedName")]
+    SelectedName,
+}
+
+/// Where pods may run, as `NamespaceOffloading` says it.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodStrategyArg {
+    /// On local nodes and on virtual nodes.
+    #[value(name = "LocalAndRemote")]
+    LocalAndRemote,
+    /// On virtual nodes only.
+    #[value(name = "Remote")]
+    Remote,
+    /// On local nodes only (other objects are still reflected).
+    #[value(name = "Local")]
+    Local,
+}
+
+#[derive(Args, Debug)]
+pub struct OffloadNamespaceArgs {
+    /// The namespaces to offload.
+    #[arg(required = true, value_name = "NAME")]
+    pub names: Vec<String>,
+    /// How the twin namespaces on the providers are named.
+    #[arg(long, value_enum, default_value = "DefaultName")]
+    pub namespace_mapping_strategy: MappingStrategyArg,
+    /// The twin namespace's name, with --namespace-mapping-strategy SelectedName.
+    #[arg(long, value_name = "NAME")]
+    pub remote_namespace_name: Option<String>,
+    /// Where the namespaces' pods may run.
+    #[arg(long, value_enum, default_value = "LocalAndRemote")]
+    pub pod_offloading_strategy: PodStrategyArg,
+    /// Offload only to the providers whose virtual node matches this label
+    /// selector (kubectl syntax; repeatable, ORed). Default: every provider.
+    #[arg(long = "selector", short = 'l', value_name = "SELECTOR")]
+    pub selectors: Vec<String>,
+    /// Wait until every selected provider reports its twin namespace ready.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long to wait, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct UnoffloadNamespaceArgs {
+    /// The namespaces to stop offloading.
+    #[arg(required = true, value_name = "NAME")]
+    pub names: Vec<String>,
+    /// How long to wait for the twin namespaces to be gone, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
 }

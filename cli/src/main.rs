@@ -41,6 +41,12 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
         Command::Peer(args) => commands::peer::run(args, &cli.global, printer).await,
         Command::Unpeer(args) => commands::unpeer::run(args, &cli.global, printer).await,
         Command::Info(args) => commands::info::run(args, &cli.global, printer).await,
+        Command::Offload(command) => {
+            commands::offload::offload(command, &cli.global, printer).await
+        }
+        Command::Unoffload(command) => {
+            commands::offload::unoffload(command, &cli.global, printer).await
+        }
         Command::SharingPolicy(command) => {
             commands::sharing_policy::run(command, &cli.global, printer).await
         }

@@ -340,12 +340,15 @@ pub fn placement_policies() -> Vec<Manifest> {
          ? [JSONPatch{{op: 'add', path: '/spec/tolerations/-', value: {toleration}}}] \
          : [JSONPatch{{op: 'add', path: '/spec/tolerations', value: [{toleration}]}}]"
     );
-    // nodeSelector is ANDed with whatever affinity the pod has, and a map
-    // that an apply configuration merges into: simpler than rewriting each
-    // of the pod's node affinity terms.
+    // nodeSelector is ANDed with whatever affinity the pod has: simpler
+    // than rewriting each of the pod's node affinity terms. It is an atomic
+    // map, so a JSON patch adds the one key.
+    let key = labels::VIRTUAL_NODE;
+    let pointer = key.replace('~', "~0").replace('/', "~1");
     let remote = format!(
-        "Object{{spec: Object.spec{{nodeSelector: {{'{}': 'true'}}}}}}",
-        labels::VIRTUAL_NODE
+        "has(object.spec.nodeSelector) \
+         ? [JSONPatch{{op: 'add', path: '/spec/nodeSelector/{pointer}', value: 'true'}}] \
+         : [JSONPatch{{op: 'add', path: '/spec/nodeSelector', value: {{'{key}': 'true'}}}}]"
     );
     let policy = |name: &str, strategies: &[&str], mutation: serde_json::Value| {
         [
@@ -388,7 +391,7 @@ pub fn placement_policies() -> Vec<Manifest> {
     out.extend(policy(
         "liqo-offloading-remote",
         &["Remote"],
-        json!({ "patchType": "ApplyConfiguration", "applyConfiguration": { "expression": remote } }),
+        json!({ "patchType": "JSONPatch", "jsonPatch": { "expression": remote } }),
     ));
     out
 }

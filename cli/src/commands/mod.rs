@@ -3,6 +3,7 @@
 pub mod completion;
 pub mod info;
 pub mod install;
+pub mod offload;
 pub mod peer;
 pub mod sharing_policy;
 pub mod uninstall;

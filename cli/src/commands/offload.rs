@@ -1,0 +1,429 @@
+//! `liqoctl offload namespace` and `unoffload namespace`: the declaring side
+//! of namespace offloading. Writes the NamespaceOffloading of each namespace
+//! and the namespace's placement labels, and waits on what the virtual
+//! kubelets report; the twin namespaces and pods are theirs
+//! (docs/offloading.md).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::wait::conditions;
+use liqo_api::names::{self, labels};
+use liqo_api::offloading::{
+    LabelSelector, NamespaceMappingStrategy, NamespaceOffloading, NamespaceOffloadingSpec,
+    PodOffloadingStrategy,
+};
+use liqo_api::validation;
+use serde_json::json;
+
+use crate::cli::{
+    GlobalArgs, MappingStrategyArg, OffloadCommand, OffloadNamespaceArgs, PodStrategyArg,
+    UnoffloadCommand, UnoffloadNamespaceArgs,
+};
+use crate::commands::install::{read_identity, serves_mutating_admission_policy};
+use crate::error::UserError;
+use crate::factory::ClusterClient;
+use crate::k8s::apply::FIELD_MANAGER;
+use crate::k8s::wait::{self, Waited};
+use crate::printer::Printer;
+
+pub async fn offload(
+    command: &OffloadCommand,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let OffloadCommand::Namespace(args) = command;
+    let spec = spec_of(args)?;
+    let objects: Vec<NamespaceOffloading> = args
+        .names
+        .iter()
+        .map(|ns| {
+            let mut o = NamespaceOffloading::new(names::NAMESPACE_OFFLOADING, spec.clone());
+            o.metadata.namespace = Some(ns.clone());
+            o
+        })
+        .collect();
+    // For GitOps: what would be applied, without a cluster.
+    if let Some(format) = args.output.output {
+        return match objects.as_slice() {
+            [one] => printer.structured(one, format),
+            many => printer.structured(
+                &json!({ "apiVersion": "v1", "kind": "List", "items": many }),
+                format,
+            ),
+        };
+    }
+
+    let cluster = ClusterClient::local(global).await?;
+    installed(&cluster).await?;
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    // Every namespace must exist before anything is written.
+    for ns in &args.names {
+        let found = namespaces
+            .get_opt(ns)
+            .await
+            .map_err(|e| cluster.explain(e, &format!("reading namespace {ns}")))?;
+        if found.is_none() {
+            return Err(UserError::NotFound(format!(
+                "namespace {ns} does not exist on cluster {}",
+                cluster.name
+            ))
+            .into());
+        }
+    }
+    if spec.pod_offloading_strategy != PodOffloadingStrategy::Local
+        && !serves_mutating_admission_policy(&cluster).await
+    {
+        printer.info(format!(
+            "note: cluster {} does not serve MutatingAdmissionPolicy: pods of {} must tolerate \
+             {}=true:NoExecute themselves to run on virtual nodes (docs/offloading.md)",
+            cluster.name,
+            args.names.join(", "),
+            names::VIRTUAL_NODE_TAINT
+        ));
+    }
+
+    let step = printer.step(format!("Offloading {}", args.names.join(", ")));
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for object in &objects {
+        let ns = object.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
+        api.patch(names::NAMESPACE_OFFLOADING, &params, &Patch::Apply(object))
+            .await
+            .map_err(|e| cluster.explain(e, &format!("offloading namespace {ns}")))?;
+        // After the offloading exists, so that no pod is placed on a
+        // virtual node before a peer is told to take it.
+        let placement = json!({ "metadata": { "labels": {
+            labels::OFFLOADING: "true",
+            labels::POD_OFFLOADING_STRATEGY: spec.pod_offloading_strategy.as_str(),
+        } } });
+        namespaces
+            .patch(ns, &PatchParams::default(), &Patch::Merge(&placement))
+            .await
+            .map_err(|e| cluster.explain(e, &format!("labelling namespace {ns}")))?;
+    }
+    step.done("");
+
+    let selected = selected_peers(&cluster, &spec).await?;
+    if selected.is_empty() {
+        printer.info("note: no outgoing peering is selected yet; the namespaces are offloaded to peers as they come");
+    }
+    if args.wait && !selected.is_empty() {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(args.timeout);
+        for ns in &args.names {
+            let step = printer.step(format!("Waiting for the twin namespaces of {ns}"));
+            let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
+            let want = selected.clone();
+            let ready = move |o: Option<&NamespaceOffloading>| {
+                let clusters = o
+                    .and_then(|o| o.status.as_ref())
+                    .map(|s| s.clusters.as_slice())
+                    .unwrap_or_default();
+                want.iter().all(|id| {
+                    clusters
+                        .iter()
+                        .any(|c| c.cluster_id.as_str() == id && c.ready)
+                })
+            };
+            let waited = wait::until(
+                &cluster,
+                api.clone(),
+                names::NAMESPACE_OFFLOADING,
+                ready,
+                wait::left(deadline),
+                "waiting for the twin namespaces",
+            )
+            .await?;
+            if let Waited::TimedOut = waited {
+                step.fail("timed out");
+                let why = api
+                    .get_opt(names::NAMESPACE_OFFLOADING)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|o| o.status)
+                    .map(|s| {
+                        s.clusters
+                            .iter()
+                            .filter(|c| !c.ready)
+                            .map(|c| {
+                                format!(
+                                    "{}: {}",
+                                    c.cluster_id,
+                                    c.reason.as_deref().unwrap_or("not ready")
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "no provider has reported".into());
+                return Err(UserError::Timeout(format!(
+                    "the twin namespaces of {ns} are not ready after {}s ({why}); see `liqoctl info`",
+                    args.timeout
+                ))
+                .into());
+            }
+            step.done("");
+        }
+    }
+    for ns in &args.names {
+        printer.result(format!(
+            "namespace {ns} offloaded (pods: {}, twin namespaces: {}) to {}",
+            spec.pod_offloading_strategy.as_str(),
+            spec.namespace_mapping_strategy.as_str(),
+            if selected.is_empty() {
+                "no peer yet".to_owned()
+            } else {
+                selected.join(", ")
+            }
+        ));
+    }
+    Ok(())
+}
+
+pub async fn unoffload(
+    command: &UnoffloadCommand,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let UnoffloadCommand::Namespace(args) = command;
+    check_names(&args.names)?;
+    let cluster = ClusterClient::local(global).await?;
+    installed(&cluster).await?;
+    run_unoffload(&cluster, args, &printer).await
+}
+
+async fn run_unoffload(
+    cluster: &ClusterClient,
+    args: &UnoffloadNamespaceArgs,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    for ns in &args.names {
+        let found = namespaces
+            .get_opt(ns)
+            .await
+            .map_err(|e| cluster.explain(e, &format!("reading namespace {ns}")))?;
+        if found.is_none() {
+            return Err(UserError::NotFound(format!(
+                "namespace {ns} does not exist on cluster {}",
+                cluster.name
+            ))
+            .into());
+        }
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(args.timeout);
+    for ns in &args.names {
+        let step = printer.step(format!("Unoffloading {ns}"));
+        // Labels first: pods created from now on stay local.
+        let placement = json!({ "metadata": { "labels": {
+            labels::OFFLOADING: null,
+            labels::POD_OFFLOADING_STRATEGY: null,
+        } } });
+        namespaces
+            .patch(ns, &PatchParams::default(), &Patch::Merge(&placement))
+            .await
+            .map_err(|e| cluster.explain(e, &format!("unlabelling namespace {ns}")))?;
+        let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
+        let uid = match api
+            .delete(names::NAMESPACE_OFFLOADING, &DeleteParams::default())
+            .await
+        {
+            Ok(either) => either.left().and_then(|o| o.metadata.uid),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                step.done("was not offloaded");
+                continue;
+            }
+            Err(e) => return Err(cluster.explain(e, &format!("unoffloading {ns}"))),
+        };
+        // The virtual kubelets hold the offloading (a finalizer) until the
+        // twin namespaces are gone.
+        if let Some(uid) = uid {
+            let waited = wait::until(
+                cluster,
+                api,
+                names::NAMESPACE_OFFLOADING,
+                conditions::is_deleted(&uid),
+                wait::left(deadline),
+                "waiting for the twin namespaces to be deleted",
+            )
+            .await?;
+            if let Waited::TimedOut = waited {
+                step.fail("timed out");
+                return Err(UserError::Timeout(format!(
+                    "the twin namespaces of {ns} are not deleted after {}s: a provider may be \
+                     unreachable; see `liqoctl info` and run unoffload again",
+                    args.timeout
+                ))
+                .into());
+            }
+        }
+        step.done("");
+        printer.result(format!("namespace {ns} is no longer offloaded"));
+    }
+    Ok(())
+}
+
+/// liqo-rs must be installed: the NamespaceOffloading CRD comes with it.
+async fn installed(cluster: &ClusterClient) -> anyhow::Result<()> {
+    if read_identity(cluster).await?.is_none() {
+        return Err(UserError::NotFound(format!(
+            "liqo-rs is not installed on cluster {}; run `liqoctl install`",
+            cluster.name
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+fn check_names(names: &[String]) -> anyhow::Result<()> {
+    for ns in names {
+        validation::dns_label(ns)
+            .map_err(|e| UserError::Usage(format!("namespace name {ns:?} {e}")))?;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(dup) = names.iter().find(|n| !seen.insert(n.as_str())) {
+        return Err(UserError::Usage(format!("namespace {dup} is named twice")).into());
+    }
+    Ok(())
+}
+
+/// The spec the flags ask for, checked before any cluster is contacted.
+fn spec_of(args: &OffloadNamespaceArgs) -> anyhow::Result<NamespaceOffloadingSpec> {
+    check_names(&args.names)?;
+    let mapping = match args.namespace_mapping_strategy {
+        MappingStrategyArg::DefaultName => NamespaceMappingStrategy::DefaultName,
+        MappingStrategyArg::EnforceSameName => NamespaceMappingStrategy::EnforceSameName,
+        MappingStrategyArg::SelectedName => NamespaceMappingStrategy::SelectedName,
+    };
+    match (&args.remote_namespace_name, mapping) {
+        (None, NamespaceMappingStrategy::SelectedName) => {
+            return Err(UserError::Usage(
+                "--namespace-mapping-strategy SelectedName needs --remote-namespace-name".into(),
+            )
+            .into());
+        }
+        (Some(_), NamespaceMappingStrategy::SelectedName) if args.names.len() > 1 => {
+            return Err(UserError::Usage(
+                "--remote-namespace-name names one twin namespace: offload one namespace at a time"
+                    .into(),
+            )
+            .into());
+        }
+        (Some(name), NamespaceMappingStrategy::SelectedName) => {
+            validation::dns_label(name)
+                .map_err(|e| UserError::Usage(format!("--remote-namespace-name {name:?} {e}")))?;
+        }
+        (Some(_), _) => {
+            return Err(UserError::Usage(
+                "--remote-namespace-name goes with --namespace-mapping-strategy SelectedName"
+                    .into(),
+            )
+            .into());
+        }
+        (None, _) => {}
+    }
+    for selector in &args.selectors {
+        selector
+            .parse::<LabelSelector>()
+            .map_err(|e| UserError::Usage(format!("--selector {selector:?}: {e}")))?;
+    }
+    Ok(NamespaceOffloadingSpec {
+        pod_offloading_strategy: match args.pod_offloading_strategy {
+            PodStrategyArg::LocalAndRemote => PodOffloadingStrategy::LocalAndRemote,
+            PodStrategyArg::Remote => PodOffloadingStrategy::Remote,
+            PodStrategyArg::Local => PodOffloadingStrategy::Local,
+        },
+        namespace_mapping_strategy: mapping,
+        remote_namespace_name: args.remote_namespace_name.clone(),
+        cluster_selector: args.selectors.clone(),
+    })
+}
+
+/// The cluster IDs of the providers whose virtual node the spec selects.
+async fn selected_peers(
+    cluster: &ClusterClient,
+    spec: &NamespaceOffloadingSpec,
+) -> anyhow::Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    let list = nodes
+        .list(&ListParams::default().labels(&format!("{}=true", labels::VIRTUAL_NODE)))
+        .await
+        .map_err(|e| cluster.explain(e, "listing virtual nodes"))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|n| {
+            let node_labels: BTreeMap<String, String> = n.metadata.labels.unwrap_or_default();
+            let id = node_labels.get(labels::PEER_CLUSTER_ID).cloned()?;
+            liqo_api::offloading::selects(spec, &node_labels).then_some(id)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn parse(args: &[&str]) -> OffloadNamespaceArgs {
+        let cli =
+            crate::cli::Cli::try_parse_from(["liqoctl", "offload", "namespace"].iter().chain(args))
+                .expect("parses");
+        match cli.command {
+            crate::cli::Command::Offload(OffloadCommand::Namespace(a)) => a,
+            _ => unreachable!("offload namespace"),
+        }
+    }
+
+    #[test]
+    fn flags_make_the_spec_or_a_usage_error() {
+        let ok = spec_of(&parse(&[
+            "shop",
+            "--namespace-mapping-strategy",
+            "SelectedName",
+            "--remote-namespace-name",
+            "store",
+            "--pod-offloading-strategy",
+            "Remote",
+            "--selector",
+            "region=eu",
+            "-l",
+            "liqo.io/remote-cluster-id=p1",
+        ]))
+        .expect("valid");
+        assert_eq!(ok.pod_offloading_strategy, PodOffloadingStrategy::Remote);
+        assert_eq!(ok.remote_namespace_name.as_deref(), Some("store"));
+        assert_eq!(ok.cluster_selector.len(), 2);
+        for bad in [
+            &["shop", "--namespace-mapping-strategy", "SelectedName"][..],
+            &["shop", "--remote-namespace-name", "x"],
+            &[
+                "a",
+                "b",
+                "--namespace-mapping-strategy",
+                "SelectedName",
+                "--remote-namespace-name",
+                "x",
+            ],
+            &[
+                "shop",
+                "--namespace-mapping-strategy",
+                "SelectedName",
+                "--remote-namespace-name",
+                "Bad_Name",
+            ],
+            &["Shop"],
+            &["shop", "shop"],
+            &["shop", "--selector", "region in eu"],
+        ] {
+            let err = spec_of(&parse(bad)).expect_err("refused");
+            assert!(
+                matches!(err.downcast_ref::<UserError>(), Some(UserError::Usage(_))),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! `liqoctl offload namespace` and placement: the unmodified scheduler binds
+//! the pods of a namespace offloaded with Remote to the virtual node (the
+//! MutatingAdmissionPolicies give them the toleration and the node
+//! selector), and pods of other namespaces never tolerate a virtual node.
+//! Also the command's checks (exit 2 and 7), `-o yaml`, `info`, and
+//! `unoffload` removing what offload added. Only binding (`spec.nodeName`)
+//! is checked: running the pods is the virtual kubelet's.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, PostParams};
+use liqo_api::ClusterId;
+use liqo_api::names::{self, labels, peering};
+use liqo_api::offloading::NamespaceOffloading;
+use liqo_e2e::liqoctl;
+use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
+use serde_json::json;
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": { "containers": [{ "name": "c", "image": "busybox" }] },
+    }))
+    .expect("pod")
+}
+
+async fn bound_to(pods: &Api<Pod>, name: &str) -> Result<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let node = pods.get(name).await?.spec.and_then(|s| s.node_name);
+        if let Some(node) = node {
+            return Ok(node);
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "pod {name} is not bound"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn tolerates_virtual_nodes(p: &Pod) -> bool {
+    p.spec
+        .iter()
+        .flat_map(|s| s.tolerations.iter().flatten())
+        .any(|t| t.key.as_deref() == Some(names::VIRTUAL_NODE_TAINT))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()> {
+    let mut consumer_spec = ClusterSpec::new("consumer", 1);
+    consumer_spec.nodes = 2;
+    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let mut provider_spec = ClusterSpec::new("provider", 2);
+    provider_spec.nodes = 1;
+    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    let kubeconfig = consumer.kubeconfig_path();
+    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
+    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        let out = liqoctl(
+            Some(cluster.kubeconfig_path()),
+            &[
+                "install",
+                &format!("--cluster-id={id}"),
+                &format!("--cluster-name={}", cluster.name()),
+                &format!("--pod-cidr={cidr}"),
+                &selector,
+                &toleration,
+                "--timeout=60",
+            ],
+        )
+        .success();
+        assert!(
+            !out.stderr
+                .contains("does not serve MutatingAdmissionPolicy"),
+            "{}",
+            out.stderr
+        );
+    }
+    let client = consumer.client().await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in ["remote", "mixed", "plain"] {
+        let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns } }))?;
+        namespaces.create(&PostParams::default(), &object).await?;
+    }
+
+    // Checked before the cluster: exit 2; a namespace that is not: exit 7.
+    liqoctl(
+        Some(kubeconfig),
+        &[
+            "offload",
+            "namespace",
+            "remote",
+            "--namespace-mapping-strategy",
+            "SelectedName",
+        ],
+    )
+    .user_error(2);
+    liqoctl(
+        Some(kubeconfig),
+        &["offload", "namespace", "remote", "--selector", "a in b"],
+    )
+    .user_error(2);
+    liqoctl(
+        Some(kubeconfig),
+        &["offload", "namespace", "remote", "missing"],
+    )
+    .user_error(7);
+    assert!(
+        Api::<NamespaceOffloading>::namespaced(client.clone(), "remote")
+            .get_opt(names::NAMESPACE_OFFLOADING)
+            .await?
+            .is_none(),
+        "a refused offload wrote"
+    );
+    // -o yaml prints and applies nothing.
+    let printed = liqoctl(
+        Some(kubeconfig),
+        &[
+            "offload",
+            "namespace",
+            "remote",
+            "--pod-offloading-strategy",
+            "Remote",
+            "-o",
+            "yaml",
+        ],
+    )
+    .success();
+    for want in [
+        "kind: NamespaceOffloading",
+        "namespace: remote",
+        "podOffloadingStrategy: Remote",
+    ] {
+        assert!(printed.stdout.contains(want), "{}", printed.stdout);
+    }
+    assert!(
+        Api::<NamespaceOffloading>::namespaced(client.clone(), "remote")
+            .get_opt(names::NAMESPACE_OFFLOADING)
+            .await?
+            .is_none(),
+        "-o yaml applied"
+    );
+
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    let out = liqoctl(
+        Some(kubeconfig),
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            remote,
+            "--pods=20",
+            "--timeout=90",
+        ],
+    );
+    if out.code != 0 {
+        eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
+    }
+    out.success();
+    let virtual_node = peering::virtual_node(&ClusterId::new("provider-1")?);
+
+    liqoctl(
+        Some(kubeconfig),
+        &[
+            "offload",
+            "namespace",
+            "remote",
+            "--pod-offloading-strategy",
+            "Remote",
+        ],
+    )
+    .success();
+    liqoctl(Some(kubeconfig), &["offload", "namespace", "mixed"]).success();
+    let labelled = namespaces
+        .get("remote")
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(
+        labelled.get(labels::OFFLOADING).map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        labelled
+            .get(labels::POD_OFFLOADING_STRATEGY)
+            .map(String::as_str),
+        Some("Remote")
+    );
+    let info = liqoctl(Some(kubeconfig), &["info", "-o", "json"]).success();
+    let info: serde_json::Value = serde_json::from_str(&info.stdout)?;
+    let offloaded = info["offloadedNamespaces"].to_string();
+    assert!(
+        offloaded.contains("\"remote\"") && offloaded.contains("\"mixed\""),
+        "{offloaded}"
+    );
+
+    // Remote: on the virtual node, every time.
+    let remote_pods: Api<Pod> = Api::namespaced(client.clone(), "remote");
+    for i in 0..3 {
+        let name = format!("r{i}");
+        remote_pods
+            .create(&PostParams::default(), &pod(&name))
+            .await?;
+        assert_eq!(bound_to(&remote_pods, &name).await?, virtual_node);
+    }
+    // LocalAndRemote: tolerates the virtual node, may land anywhere.
+    let mixed_pods: Api<Pod> = Api::namespaced(client.clone(), "mixed");
+    let mixed = mixed_pods.create(&PostParams::default(), &pod("m")).await?;
+    assert!(tolerates_virtual_nodes(&mixed), "{:?}", mixed.spec);
+    // Elsewhere: never tolerates, never on the virtual node.
+    let plain_pods: Api<Pod> = Api::namespaced(client.clone(), "plain");
+    for i in 0..3 {
+        let name = format!("p{i}");
+        let created = plain_pods
+            .create(&PostParams::default(), &pod(&name))
+            .await?;
+        assert!(!tolerates_virtual_nodes(&created), "{:?}", created.spec);
+        assert_ne!(bound_to(&plain_pods, &name).await?, virtual_node);
+    }
+
+    // Unoffload removes the offloading and the labels; new pods stay local.
+    let out = liqoctl(
+        Some(kubeconfig),
+        &["unoffload", "namespace", "remote", "mixed", "--timeout=60"],
+    );
+    if out.code != 0 {
+        eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
+    }
+    out.success();
+    let labelled = namespaces
+        .get("remote")
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert!(!labelled.contains_key(labels::OFFLOADING), "{labelled:?}");
+    assert!(!labelled.contains_key(labels::POD_OFFLOADING_STRATEGY));
+    let late = remote_pods
+        .create(&PostParams::default(), &pod("late"))
+        .await?;
+    assert!(!tolerates_virtual_nodes(&late));
+    assert_ne!(bound_to(&remote_pods, "late").await?, virtual_node);
+    liqoctl(Some(kubeconfig), &["unoffload", "namespace", "missing"]).user_error(7);
+    testbed.stop();
+    Ok(())
+}
