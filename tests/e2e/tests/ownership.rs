@@ -181,6 +181,22 @@ fn cluster_scoped() -> Vec<Kind> {
             namespaced: false,
             body: role_ref,
         },
+        // Someone's admission policy of the name install uses for the
+        // twin-namespace rules is not replaced by ours.
+        Kind {
+            api_version: "admissionregistration.k8s.io/v1",
+            kind: "ValidatingAdmissionPolicy",
+            plural: "validatingadmissionpolicies",
+            name: "liqo-peer-namespaces",
+            namespaced: false,
+            body: json!({ "spec": {
+                "matchConstraints": { "resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"],
+                }] },
+                "validations": [{ "expression": "true" }],
+            } }),
+        },
     ]
 }
 
