@@ -178,6 +178,12 @@ async fn scenario(testbed: &mut Testbed) -> Result<()> {
     // The Lease is renewed.
     let leases: Api<Lease> = Api::namespaced(consumer.clone(), "kube-node-lease");
     let renewed = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.renew_time.clone());
+    // Created beside the node's status, not before it: it may lag Ready.
+    wait_for("the Lease", Duration::from_secs(10), || {
+        let leases = leases.clone();
+        async move { Ok(leases.get_opt(NODE).await?.is_some()) }
+    })
+    .await?;
     let first = renewed(&leases.get(NODE).await?).context("a Lease without renewTime")?;
     let lease = leases.get(NODE).await?;
     let spec = lease.spec.clone().unwrap_or_default();
