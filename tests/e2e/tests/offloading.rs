@@ -1,11 +1,11 @@
 //! Namespace offloading end to end, on two real clusters (a consumer with
 //! the host-process node that runs the virtual kubelet, a provider with
-//! kwok nodes): a NamespaceOffloading gets its twin namespace on the
-//! provider and a ready status entry; a Deployment's pods bound to the
+//! kwok nodes): `liqoctl offload namespace` gets its twin namespace on
+//! the provider and a ready status entry; a Deployment's pods bound to the
 //! virtual node run on the provider as ReplicaSets of one, Running on kwok
 //! nodes, and the local pods show the remote pods' status and IPs; the
 //! virtual kubelet killed mid-way duplicates nothing; scaling down removes
-//! the remote ReplicaSets and the local pods; deleting the offloading
+//! the remote ReplicaSets and the local pods; `liqoctl unoffload`
 //! removes the twin namespace.
 
 use std::collections::BTreeMap;
@@ -140,15 +140,11 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         )
         .await?;
     let offloadings: Api<NamespaceOffloading> = Api::namespaced(local.clone(), NS);
-    offloadings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": { "name": names::NAMESPACE_OFFLOADING },
-                "spec": {},
-            }))?,
-        )
-        .await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["offload", "namespace", NS, "--wait", "--timeout=60"],
+    )
+    .success();
     let remote_namespaces: Api<Namespace> = Api::all(prov.clone());
     wait_for("the twin namespace and a ready entry", WAIT, || async {
         let off = offloadings.get(names::NAMESPACE_OFFLOADING).await?;
@@ -310,9 +306,11 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
             .is_empty())
     })
     .await?;
-    offloadings
-        .delete(names::NAMESPACE_OFFLOADING, &DeleteParams::default())
-        .await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unoffload", "namespace", NS, "--timeout=60"],
+    )
+    .success();
     wait_for("the twin namespace to be gone", WAIT, || async {
         Ok(remote_namespaces.get_opt(TWIN).await?.is_none()
             && offloadings
