@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::wait::conditions;
 use liqo_api::ClusterId;
 use liqo_api::core::ForeignCluster;
-use liqo_api::names::peering;
+use liqo_api::names::{labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
 
 use crate::cli::{GlobalArgs, UnpeerArgs};
@@ -250,6 +250,21 @@ async fn remove_tenant(
         .delete(&format!("liqo-peer-{consumer}"), &DeleteParams::default())
         .await;
     let namespaces: Api<Namespace> = Api::all(provider.client.clone());
+    // Twin namespaces the consumer's virtual kubelets left (a forced
+    // unpeer, an agent that never cleaned up): nobody could manage them any
+    // more. Deleted, not awaited: their pods may take their grace period.
+    let twins = namespaces
+        .list(&ListParams::default().labels(&format!("{}={consumer}", labels::TENANT)))
+        .await
+        .map_err(|e| provider.explain(e, "listing the tenant's twin namespaces"))?;
+    for twin in twins.items {
+        let name = twin.metadata.name.unwrap_or_default();
+        match namespaces.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(provider.explain(e, &format!("deleting twin namespace {name}"))),
+        }
+    }
     let ns = peering::tenant_namespace(consumer);
     if let Some(uid) = namespaces
         .get_opt(&ns)

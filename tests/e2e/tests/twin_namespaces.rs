@@ -278,6 +278,14 @@ async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
             .delete("after-consumer", &Default::default())
             .await,
     );
+    // Unpeer removed the twin namespace the consumer left behind.
+    let left = Api::<Namespace>::all(provider_client.clone())
+        .get_opt("after-consumer")
+        .await?;
+    assert!(
+        left.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+        "unpeer left a twin namespace"
+    );
     testbed.stop();
     Ok(())
 }
