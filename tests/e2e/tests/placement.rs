@@ -168,7 +168,7 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
     out.success();
     let virtual_node = peering::virtual_node(&ClusterId::new("provider-1")?);
 
-    liqoctl(
+    let out = liqoctl(
         Some(kubeconfig),
         &[
             "offload",
@@ -176,10 +176,38 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
             "remote",
             "--pod-offloading-strategy",
             "Remote",
+            "--wait",
+            "--timeout=60",
         ],
-    )
-    .success();
+    );
+    if out.code != 0 {
+        eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
+    }
+    out.success();
     liqoctl(Some(kubeconfig), &["offload", "namespace", "mixed"]).success();
+    // --wait returned once the provider's agent reported the twin ready.
+    let status = Api::<NamespaceOffloading>::namespaced(client.clone(), "remote")
+        .get(names::NAMESPACE_OFFLOADING)
+        .await?
+        .status
+        .unwrap_or_default();
+    assert!(
+        status
+            .clusters
+            .iter()
+            .any(|c| c.cluster_id.as_str() == "provider-1"
+                && c.ready
+                && c.remote_namespace == "remote-consumer"),
+        "{status:?}"
+    );
+    let twin = Api::<Namespace>::all(provider.client().await?)
+        .get("remote-consumer")
+        .await?;
+    let twin_labels = twin.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        twin_labels.get(labels::TENANT).map(String::as_str),
+        Some("consumer-1")
+    );
     let labelled = namespaces
         .get("remote")
         .await?
