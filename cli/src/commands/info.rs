@@ -559,6 +559,49 @@ mod tests {
     }
 
     #[test]
+    fn offloaded_namespaces_show_one_row_per_peer() {
+        let entry = |id: &str, ready: bool| ClusterOffloadingStatus {
+            cluster_id: liqo_api::ClusterId::new(id).expect("valid"),
+            remote_namespace: "shop-home".into(),
+            ready,
+            reason: (!ready).then(|| "AlreadyExists".into()),
+            message: None,
+        };
+        let info = Info {
+            identity: liqo_api::ClusterIdentity {
+                cluster_id: liqo_api::ClusterId::new("home-1").expect("valid"),
+                cluster_name: "home".into(),
+                labels: Default::default(),
+                pod_cidr: "10.0.0.0/16".parse().expect("cidr"),
+                service_cidr: "10.1.0.0/16".parse().expect("cidr"),
+                version: liqo_api::VERSION.into(),
+            },
+            agents: Vec::new(),
+            peerings: Vec::new(),
+            offloaded_namespaces: vec![Offloaded {
+                namespace: "shop".into(),
+                pod_offloading_strategy: "Remote".into(),
+                namespace_mapping_strategy: "DefaultName".into(),
+                cluster_selector: Vec::new(),
+                clusters: vec![entry("p1", true), entry("p2", false)],
+            }],
+        };
+        let out = render(&info);
+        for want in [
+            "shop",
+            "Remote",
+            "(all peers)",
+            "p1",
+            "Ready",
+            "p2",
+            "Not ready: AlreadyExists",
+        ] {
+            assert!(out.contains(want), "{want}:\n{out}");
+        }
+        assert_eq!(out.matches("shop-home").count(), 2, "{out}");
+    }
+
+    #[test]
     fn peers_are_found_by_id_or_name_and_unknown_names_list_the_known() {
         let all = [
             peering("provider", "provider-1", "outgoing"),
