@@ -393,6 +393,89 @@ pub fn placement_policies() -> Vec<Manifest> {
         &["Remote"],
         json!({ "patchType": "JSONPatch", "jsonPatch": { "expression": remote } }),
     ));
+    // The selector: each `key=value,...` selector of the namespace's
+    // NamespaceOffloading (the policy's parameter, found in the pod's own
+    // namespace) becomes a required node affinity term; terms are ORed as
+    // selectors are. LocalAndRemote adds a term for local nodes. Only
+    // equality selectors, and only pods without a required node affinity
+    // of their own (ANDing terms would need their cross product).
+    let term = "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+    let requirement = format!("{term}.matchExpressions");
+    // Object types exist in mutations only, not in variables: the terms
+    // are built here.
+    let terms = format!(
+        "(variables.selectors.map(s, {term}{{matchExpressions: s.split(',').map(r, \
+         {requirement}{{key: r.split('=')[0].trim(), operator: 'In', values: [r.split('=')[size(r.split('=')) - 1].trim()]}})}}) + \
+         (namespaceObject.metadata.labels['{strategy}'] == 'LocalAndRemote' \
+         ? [{term}{{matchExpressions: [{requirement}{{key: '{}', operator: 'DoesNotExist'}}]}}] : []))",
+        labels::VIRTUAL_NODE
+    );
+    let required = format!(
+        "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution{{nodeSelectorTerms: {terms}}}"
+    );
+    let node_affinity = format!(
+        "Object.spec.affinity.nodeAffinity{{requiredDuringSchedulingIgnoredDuringExecution: {required}}}"
+    );
+    let selector = json!({
+        "patchType": "JSONPatch",
+        "jsonPatch": { "expression": format!(
+            "!variables.applies ? [] : \
+             !has(object.spec.affinity) \
+             ? [JSONPatch{{op: 'add', path: '/spec/affinity', value: Object.spec.affinity{{nodeAffinity: {node_affinity}}}}}] \
+             : !has(object.spec.affinity.nodeAffinity) \
+             ? [JSONPatch{{op: 'add', path: '/spec/affinity/nodeAffinity', value: {node_affinity}}}] \
+             : [JSONPatch{{op: 'add', path: '/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution', value: {required}}}]"
+        ) },
+    });
+    let variables = json!([
+        {
+            "name": "selectors",
+            "expression": "params != null && has(params.spec.clusterSelector) ? params.spec.clusterSelector : []",
+        },
+        {
+            // Equality requirements only: no `!`, no set operators.
+            "name": "applies",
+            "expression": "size(variables.selectors) > 0 && \
+                variables.selectors.all(s, s.split(',').all(r, r.contains('=') && !r.contains('!') && !r.contains('('))) && \
+                !(has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && \
+                  has(object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution))",
+        },
+    ]);
+    let name = "liqo-offloading-selector";
+    out.push(Manifest::MutatingAdmissionPolicy(Box::new(from_json(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": cluster_meta(name, "placement"),
+        "spec": {
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "paramKind": { "apiVersion": format!("{}/v1alpha1", names::GROUP), "kind": "NamespaceOffloading" },
+            "matchConstraints": {
+                "resourceRules": [{
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["pods"],
+                }],
+                "namespaceSelector": { "matchExpressions": [
+                    { "key": offloading, "operator": "In", "values": ["true"] },
+                    { "key": strategy, "operator": "In", "values": ["LocalAndRemote", "Remote"] },
+                ] },
+            },
+            "variables": variables,
+            "mutations": [selector],
+        },
+    })))));
+    out.push(Manifest::MutatingAdmissionPolicyBinding(Box::new(from_json(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": cluster_meta(name, "placement"),
+        "spec": {
+            "policyName": name,
+            // No namespace: the parameter is looked up in the pod's own.
+            "paramRef": { "name": names::NAMESPACE_OFFLOADING, "parameterNotFoundAction": "Allow" },
+        },
+    })))));
     out
 }
 

@@ -84,6 +84,27 @@ pub async fn offload(
         ));
     }
 
+    // The placement policy turns equality selectors only into a node
+    // affinity (docs/offloading.md).
+    let loose: Vec<&String> = spec
+        .cluster_selector
+        .iter()
+        .filter(|s| {
+            s.split(',')
+                .any(|r| !r.contains('=') || r.contains('!') || r.contains('('))
+        })
+        .collect();
+    if !loose.is_empty() && spec.pod_offloading_strategy != PodOffloadingStrategy::Local {
+        printer.info(format!(
+            "note: only key=value selectors restrict which virtual nodes pods are placed on; \
+             with {} pods may be placed on any virtual node (docs/offloading.md)",
+            loose
+                .iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let step = printer.step(format!("Offloading {}", args.names.join(", ")));
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for object in &objects {

@@ -88,7 +88,7 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
     }
     let client = consumer.client().await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in ["remote", "mixed", "plain"] {
+    for ns in ["remote", "mixed", "plain", "picky"] {
         let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns } }))?;
         namespaces.create(&PostParams::default(), &object).await?;
     }
@@ -176,6 +176,8 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
             "remote",
             "--pod-offloading-strategy",
             "Remote",
+            "--selector",
+            "liqo.io/remote-cluster-id=provider-1",
             "--wait",
             "--timeout=60",
         ],
@@ -184,7 +186,17 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
         eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
     }
     out.success();
-    liqoctl(Some(kubeconfig), &["offload", "namespace", "mixed"]).success();
+    liqoctl(
+        Some(kubeconfig),
+        &[
+            "offload",
+            "namespace",
+            "mixed",
+            "--selector",
+            "liqo.io/remote-cluster-id=nope",
+        ],
+    )
+    .success();
     // --wait returned once the provider's agent reported the twin ready.
     let status = Api::<NamespaceOffloading>::namespaced(client.clone(), "remote")
         .get(names::NAMESPACE_OFFLOADING)
@@ -245,6 +257,38 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
     let mixed_pods: Api<Pod> = Api::namespaced(client.clone(), "mixed");
     let mixed = mixed_pods.create(&PostParams::default(), &pod("m")).await?;
     assert!(tolerates_virtual_nodes(&mixed), "{:?}", mixed.spec);
+    // Its selector matches no virtual node: local nodes remain allowed.
+    let affinity = serde_json::to_string(&mixed.spec.as_ref().map(|s| &s.affinity))?;
+    assert!(
+        affinity.contains("DoesNotExist") && affinity.contains("nope"),
+        "{affinity}"
+    );
+    assert_ne!(bound_to(&mixed_pods, "m").await?, virtual_node);
+    // A selector no virtual node matches: the pod gets the affinity and
+    // stays unbound rather than land on an unselected provider.
+    liqoctl(
+        Some(kubeconfig),
+        &[
+            "offload",
+            "namespace",
+            "picky",
+            "--pod-offloading-strategy",
+            "Remote",
+            "--selector",
+            "liqo.io/remote-cluster-id=nope",
+        ],
+    )
+    .success();
+    let picky_pods: Api<Pod> = Api::namespaced(client.clone(), "picky");
+    let picky = picky_pods.create(&PostParams::default(), &pod("x")).await?;
+    let affinity = serde_json::to_string(&picky.spec.as_ref().map(|s| &s.affinity))?;
+    assert!(affinity.contains("nope"), "{affinity}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let picky = picky_pods.get("x").await?;
+    assert_eq!(picky.spec.and_then(|s| s.node_name), None);
+    let remote_pod = remote_pods.get("r0").await?;
+    let affinity = serde_json::to_string(&remote_pod.spec.as_ref().map(|s| &s.affinity))?;
+    assert!(affinity.contains("provider-1"), "{affinity}");
     // Elsewhere: never tolerates, never on the virtual node.
     let plain_pods: Api<Pod> = Api::namespaced(client.clone(), "plain");
     for i in 0..3 {
