@@ -102,6 +102,12 @@ pub mod peering {
         format!("liqo-vk-{provider}")
     }
 
+    /// On the consumer: the finalizer a provider's virtual kubelet puts on a
+    /// NamespaceOffloading it offloads, until its twin namespace is gone.
+    pub fn twin_finalizer(provider: &ClusterId) -> String {
+        format!("{}/twin-{provider}", crate::names::GROUP)
+    }
+
     /// On the consumer: the virtual node standing for the provider.
     pub fn virtual_node(provider: &ClusterId) -> String {
         format!("liqo-{provider}")

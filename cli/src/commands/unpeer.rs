@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::wait::conditions;
 use liqo_api::ClusterId;
@@ -141,6 +142,7 @@ async fn remove_consumer_side(
         "metadata": { "name": peering::identity_secret(provider), "namespace": liqo_api::names::NAMESPACE },
     }))));
     let left = delete_all(consumer, &objects).await?;
+    release_offloadings(consumer, provider).await?;
     let fcs: Api<ForeignCluster> = Api::all(consumer.client.clone());
     let fc_uid = fcs
         .get_opt(provider.as_str())
@@ -171,6 +173,52 @@ async fn remove_consumer_side(
         gone(consumer, fcs, provider.as_str(), uid, deadline, timeout).await?;
     }
     Ok(left)
+}
+
+/// Takes the provider's finalizer off every NamespaceOffloading: its
+/// virtual kubelet, which would have removed it once the twin namespace
+/// was gone, is gone itself (only reached with `--force` while namespaces
+/// are offloaded; the twin namespaces go with the tenant).
+async fn release_offloadings(consumer: &ClusterClient, provider: &ClusterId) -> anyhow::Result<()> {
+    let finalizer = peering::twin_finalizer(provider);
+    let api: Api<NamespaceOffloading> = Api::all(consumer.client.clone());
+    let list = match api.list(&Default::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(consumer.explain(e, "listing offloaded namespaces")),
+    };
+    for off in list
+        .items
+        .into_iter()
+        .filter(|o| o.finalizers().contains(&finalizer))
+    {
+        let (Some(ns), Some(name)) = (off.metadata.namespace.clone(), off.metadata.name.clone())
+        else {
+            continue;
+        };
+        let kept: Vec<&String> = off
+            .finalizers()
+            .iter()
+            .filter(|f| **f != finalizer)
+            .collect();
+        // With the resourceVersion read: a concurrent change makes this fail
+        // rather than drop someone else's finalizer.
+        let patch = serde_json::json!({ "metadata": {
+            "finalizers": kept,
+            "resourceVersion": off.metadata.resource_version,
+        }});
+        Api::<NamespaceOffloading>::namespaced(consumer.client.clone(), &ns)
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| {
+                consumer.explain(e, &format!("releasing the offloading of namespace {ns}"))
+            })?;
+    }
+    Ok(())
 }
 
 /// On the provider alone: ends the tenancy of `consumer`.

@@ -522,6 +522,64 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         Vec::<String>::new(),
         "provider differs after both ways"
     );
+    // `unpeer --force` while a namespace is offloaded: the peering goes,
+    // and the agent's finalizer does not keep the offloading forever.
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    offloadings.create(&Default::default(), &offloading).await?;
+    let finalizer = peering::twin_finalizer(&provider_id);
+    wait_for(
+        "the agent's finalizer on the offloading",
+        Duration::from_secs(30),
+        || async {
+            Ok(offloadings
+                .get_opt(names::NAMESPACE_OFFLOADING)
+                .await?
+                .is_some_and(|o| {
+                    o.metadata
+                        .finalizers
+                        .unwrap_or_default()
+                        .contains(&finalizer)
+                }))
+        },
+    )
+    .await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", remote, "--force"],
+    )
+    .success();
+    offloadings
+        .delete(names::NAMESPACE_OFFLOADING, &Default::default())
+        .await?;
+    wait_for(
+        "the offloading to be gone",
+        Duration::from_secs(10),
+        || async {
+            Ok(offloadings
+                .get_opt(names::NAMESPACE_OFFLOADING)
+                .await?
+                .is_none())
+        },
+    )
+    .await?;
+    let after = (
+        snapshot(&consumer_client).await?,
+        snapshot(&provider_client).await?,
+    );
+    assert_eq!(
+        stable(diff(&before.0, &after.0)),
+        Vec::<String>::new(),
+        "consumer differs after a forced unpeer"
+    );
+    assert_eq!(
+        stable(diff(&before.1, &after.1)),
+        Vec::<String>::new(),
+        "provider differs after a forced unpeer"
+    );
     testbed.stop();
     Ok(())
 }

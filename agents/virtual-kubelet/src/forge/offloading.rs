@@ -19,7 +19,7 @@ use liqo_api::offloading::ClusterOffloadingStatus;
 /// namespaces on the provider, so the offloading itself must outlive the
 /// twin to say what to delete, even across a restart of the agent.
 pub fn finalizer(provider: &ClusterId) -> String {
-    format!("{}/twin-{provider}", names::GROUP)
+    names::peering::twin_finalizer(provider)
 }
 
 fn twin_labels(consumer: &ClusterId, origin: &str) -> BTreeMap<String, String> {
