@@ -2,8 +2,10 @@
 # The demo: two real Kubernetes clusters on this machine, "home" and
 # "foreign", with liqo-rs installed on both (its agents running as real
 # processes on each cluster's host-process node), "home" peered with
-# "foreign" (a virtual node standing for foreign's grant), left running so
-# you can look at them with kubectl and liqoctl.
+# "foreign" (a virtual node standing for foreign's grant), the namespace
+# "demo" offloaded, and a Deployment of home's whose pods run on foreign
+# (on its kwok nodes), left running so you can look at them with kubectl
+# and liqoctl.
 # Run it again to start afresh; stop with
 #   target/debug/liqo-testbed down --dir .liqo-demo
 set -euo pipefail
@@ -33,5 +35,20 @@ echo "== liqoctl peer: home consumes foreign's resources"
 echo
 echo "== kubectl get nodes on home: the virtual node stands for foreign"
 "$toolchain/kubectl" --kubeconfig .liqo-demo/home/kubeconfig get nodes -o wide
+kubectl_home() { "$toolchain/kubectl" --kubeconfig .liqo-demo/home/kubeconfig "$@"; }
+kubectl_foreign() { "$toolchain/kubectl" --kubeconfig .liqo-demo/foreign/kubeconfig "$@"; }
+echo
+echo "== liqoctl offload namespace demo: its pods run on foreign"
+kubectl_home create namespace demo
+"$liqoctl" --kubeconfig .liqo-demo/home/kubeconfig offload namespace demo \
+  --pod-offloading-strategy Remote --wait
+echo
+echo "== a Deployment on home, its pods on the virtual node"
+kubectl_home -n demo create deployment hello --image=registry.k8s.io/e2e-test-images/agnhost:2.53 --replicas=3
+kubectl_home -n demo rollout status deployment/hello --timeout=120s
+kubectl_home -n demo get pods -o wide
+echo
+echo "== the same pods on foreign, in home's twin namespace"
+kubectl_foreign get pods -A -l liqo.io/local-pod-uid -o wide
 echo
 "$liqoctl" --kubeconfig .liqo-demo/home/kubeconfig info
