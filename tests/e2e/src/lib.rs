@@ -2,6 +2,7 @@
 //! binaries, built current first, as a user would, and waiting on cluster
 //! state.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -121,4 +122,40 @@ where
 /// Whether a process is running: it exists and is not a zombie.
 pub fn process_running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// Every object of a cluster, as `plural/namespace/name`, but what the
+/// cluster churns by itself (events, leases, endpoints, the CSRs of its
+/// own nodes): compared before and after a command, it shows what the
+/// command left behind.
+pub async fn snapshot(client: &kube::Client) -> anyhow::Result<BTreeSet<String>> {
+    use kube::api::{Api, DynamicObject, ListParams};
+    use kube::discovery::{Discovery, verbs};
+    const CHURN: [&str; 4] = ["events", "leases", "endpointslices", "endpoints"];
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let mut out = BTreeSet::new();
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST) || CHURN.contains(&resource.plural.as_str()) {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let Ok(list) = api.list(&ListParams::default()).await else {
+                continue;
+            };
+            for o in list.items {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if resource.plural == "certificatesigningrequests" && name.starts_with("csr-") {
+                    continue;
+                }
+                out.insert(format!(
+                    "{}/{}/{}",
+                    resource.plural,
+                    o.metadata.namespace.unwrap_or_default(),
+                    name
+                ));
+            }
+        }
+    }
+    Ok(out)
 }

@@ -9,48 +9,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Node, ResourceQuota, Secret};
-use kube::api::{Api, DynamicObject, ListParams};
-use kube::discovery::{Discovery, verbs};
+use kube::api::{Api, ListParams};
 use liqo_api::names::{self, peering};
 use liqo_api::{ClusterId, core::ForeignCluster};
-use liqo_e2e::{liqoctl, wait_for};
+use liqo_e2e::{liqoctl, snapshot, wait_for};
 use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
-
-/// Every object of both clusters, as `plural/namespace/name`, except what
-/// the clusters churn by themselves (events, leases, the kwok pods'
-/// status objects) — to compare before `peer` and after `unpeer`.
-async fn snapshot(client: &kube::Client) -> Result<BTreeSet<String>> {
-    let discovery = Discovery::new(client.clone()).run().await?;
-    let mut out = BTreeSet::new();
-    for group in discovery.groups() {
-        for (resource, caps) in group.recommended_resources() {
-            if !caps.supports_operation(verbs::LIST)
-                || ["events", "leases", "endpointslices", "endpoints"]
-                    .contains(&resource.plural.as_str())
-            {
-                continue;
-            }
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-            let Ok(list) = api.list(&ListParams::default()).await else {
-                continue;
-            };
-            for o in list.items {
-                // Review objects and CSRs the clusters make for themselves.
-                let name = o.metadata.name.clone().unwrap_or_default();
-                if resource.plural == "certificatesigningrequests" && name.starts_with("csr-") {
-                    continue;
-                }
-                out.insert(format!(
-                    "{}/{}/{}",
-                    resource.plural,
-                    o.metadata.namespace.unwrap_or_default(),
-                    name
-                ));
-            }
-        }
-    }
-    Ok(out)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {

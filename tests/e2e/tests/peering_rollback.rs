@@ -12,51 +12,13 @@ use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::discovery::{Discovery, verbs};
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, peering};
 use liqo_api::{ClusterId, names::GROUP};
-use liqo_e2e::{Run, liqoctl, wait_for};
+use liqo_e2e::{Run, liqoctl, snapshot, wait_for};
 use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 use serde_json::json;
-
-/// Every object of a cluster, as `plural/namespace/name`, except what the
-/// cluster churns by itself (events, leases, endpoints). A copy of the one
-/// in peering.rs: that one lives in a test file, and moving it to the
-/// library would make kube a non-dev dependency of liqo-e2e.
-async fn snapshot(client: &kube::Client) -> Result<BTreeSet<String>> {
-    let discovery = Discovery::new(client.clone()).run().await?;
-    let mut out = BTreeSet::new();
-    for group in discovery.groups() {
-        for (resource, caps) in group.recommended_resources() {
-            if !caps.supports_operation(verbs::LIST)
-                || ["events", "leases", "endpointslices", "endpoints"]
-                    .contains(&resource.plural.as_str())
-            {
-                continue;
-            }
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-            let Ok(list) = api.list(&ListParams::default()).await else {
-                continue;
-            };
-            for o in list.items {
-                // CSRs the clusters make for themselves.
-                let name = o.metadata.name.clone().unwrap_or_default();
-                if resource.plural == "certificatesigningrequests" && name.starts_with("csr-") {
-                    continue;
-                }
-                out.insert(format!(
-                    "{}/{}/{}",
-                    resource.plural,
-                    o.metadata.namespace.unwrap_or_default(),
-                    name
-                ));
-            }
-        }
-    }
-    Ok(out)
-}
 
 /// What differs between two snapshots, but for pods and replicasets
 /// (kwok's and the agents' are replaced over time) and the test's own
