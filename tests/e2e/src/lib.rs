@@ -159,3 +159,40 @@ pub async fn snapshot(client: &kube::Client) -> anyhow::Result<BTreeSet<String>>
     }
     Ok(out)
 }
+
+/// `liqoctl install` on a testbed cluster with the given cluster ID and pod
+/// CIDR (and its name as the cluster name), the agents pinned to the
+/// host-process node that runs them; `extra` flags are added.
+pub fn install(cluster: &liqo_testbed::Cluster, id: &str, pod_cidr: &str, extra: &[&str]) -> Run {
+    let selector = format!("--node-selector={}=true", liqo_testbed::HOST_PROCESS_LABEL);
+    let toleration = format!(
+        "--toleration={}=true:NoSchedule",
+        liqo_testbed::HOST_PROCESS_TAINT
+    );
+    let id = format!("--cluster-id={id}");
+    let name = format!("--cluster-name={}", cluster.name());
+    let cidr = format!("--pod-cidr={pod_cidr}");
+    let mut args = vec![
+        "install",
+        &id,
+        &name,
+        &cidr,
+        &selector,
+        &toleration,
+        "--timeout=60",
+    ];
+    args.extend_from_slice(extra);
+    liqoctl(Some(cluster.kubeconfig_path()), &args)
+}
+
+/// Two clusters for a peering: `consumer` (one kwok node) and `provider`
+/// (two), each with a host-process node running this build's agents.
+pub async fn consumer_and_provider() -> anyhow::Result<liqo_testbed::Testbed> {
+    let mut consumer = liqo_testbed::ClusterSpec::new("consumer", 1);
+    consumer.nodes = 1;
+    consumer.agent_bin_dir = Some(bin_dir());
+    let mut provider = liqo_testbed::ClusterSpec::new("provider", 2);
+    provider.nodes = 2;
+    provider.agent_bin_dir = Some(bin_dir());
+    Ok(liqo_testbed::Testbed::start(vec![consumer, provider]).await?)
+}

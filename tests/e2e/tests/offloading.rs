@@ -19,7 +19,6 @@ use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 use serde_json::json;
 
 /// The label the virtual kubelet puts on remote ReplicaSets and pods.
@@ -81,34 +80,14 @@ async fn local_pods(api: &Api<Pod>) -> Result<Vec<Pod>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offloaded_pods_run_on_the_provider() -> Result<()> {
-    let mut consumer_spec = ClusterSpec::new("consumer", 1);
-    consumer_spec.nodes = 1;
-    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let mut provider_spec = ClusterSpec::new("provider", 2);
-    provider_spec.nodes = 2;
-    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
+    let testbed = liqo_e2e::consumer_and_provider().await?;
     let consumer = testbed.cluster("consumer");
     let provider = testbed.cluster("provider");
-    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
-    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
     for (cluster, id, cidr) in [
         (consumer, "consumer-1", "10.201.0.0/16"),
         (provider, "provider-1", "10.202.0.0/16"),
     ] {
-        liqoctl(
-            Some(cluster.kubeconfig_path()),
-            &[
-                "install",
-                &format!("--cluster-id={id}"),
-                &format!("--cluster-name={}", cluster.name()),
-                &format!("--pod-cidr={cidr}"),
-                &selector,
-                &toleration,
-                "--timeout=60",
-            ],
-        )
-        .success();
+        liqo_e2e::install(cluster, id, cidr, &[]).success();
     }
     let remote = provider.kubeconfig_path().to_str().context("path")?;
     liqoctl(

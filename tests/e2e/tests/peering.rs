@@ -13,21 +13,12 @@ use kube::api::{Api, ListParams};
 use liqo_api::names::{self, peering};
 use liqo_api::{ClusterId, core::ForeignCluster};
 use liqo_e2e::{liqoctl, snapshot, wait_for};
-use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
-    let mut consumer_spec = ClusterSpec::new("consumer", 1);
-    consumer_spec.nodes = 1;
-    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let mut provider_spec = ClusterSpec::new("provider", 2);
-    provider_spec.nodes = 2;
-    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
+    let testbed = liqo_e2e::consumer_and_provider().await?;
     let consumer = testbed.cluster("consumer");
     let provider = testbed.cluster("provider");
-    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
-    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
     // A provider without liqo-rs is refused first, saying so.
     let out = liqoctl(
         Some(consumer.kubeconfig_path()),
@@ -47,20 +38,7 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         (consumer, "consumer-1", "10.201.0.0/16"),
         (provider, "provider-1", "10.202.0.0/16"),
     ] {
-        liqoctl(
-            Some(cluster.kubeconfig_path()),
-            &[
-                "install",
-                &format!("--cluster-id={id}"),
-                &format!("--cluster-name={}", cluster.name()),
-                "--cluster-labels=region=eu-west",
-                &format!("--pod-cidr={cidr}"),
-                &selector,
-                &toleration,
-                "--timeout=60",
-            ],
-        )
-        .success();
+        liqo_e2e::install(cluster, id, cidr, &["--cluster-labels=region=eu-west"]).success();
     }
     let consumer_client = consumer.client().await?;
     let provider_client = provider.client().await?;

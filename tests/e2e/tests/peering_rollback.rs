@@ -17,7 +17,7 @@ use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, peering};
 use liqo_api::{ClusterId, names::GROUP};
 use liqo_e2e::{Run, liqoctl, snapshot, wait_for};
-use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
+use liqo_testbed::{Cluster, ClusterSpec, Testbed};
 use serde_json::json;
 
 /// What differs between two snapshots, but for pods and replicasets
@@ -238,25 +238,11 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
     let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
     let consumer = testbed.cluster("consumer");
     let provider = testbed.cluster("provider");
-    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
-    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
     for (cluster, id, cidr) in [
         (consumer, "consumer-1", "10.201.0.0/16"),
         (provider, "provider-1", "10.202.0.0/16"),
     ] {
-        liqoctl(
-            Some(cluster.kubeconfig_path()),
-            &[
-                "install",
-                &format!("--cluster-id={id}"),
-                &format!("--cluster-name={}", cluster.name()),
-                &format!("--pod-cidr={cidr}"),
-                &selector,
-                &toleration,
-                "--timeout=60",
-            ],
-        )
-        .success();
+        liqo_e2e::install(cluster, id, cidr, &[]).success();
     }
     let consumer_client = consumer.client().await?;
     let provider_client = provider.client().await?;

@@ -13,7 +13,6 @@ use liqo_api::authentication::Tenant;
 use liqo_api::names::peering;
 use liqo_api::sharing::SharingPolicy;
 use liqo_e2e::liqoctl;
-use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 
 fn json(stdout: &str) -> Result<serde_json::Value> {
     serde_json::from_str(stdout).with_context(|| format!("not JSON:\n{stdout}"))
@@ -21,13 +20,7 @@ fn json(stdout: &str) -> Result<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
-    let mut consumer_spec = ClusterSpec::new("consumer", 1);
-    consumer_spec.nodes = 1;
-    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let mut provider_spec = ClusterSpec::new("provider", 2);
-    provider_spec.nodes = 2;
-    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
+    let testbed = liqo_e2e::consumer_and_provider().await?;
     let consumer = testbed.cluster("consumer");
     let provider = testbed.cluster("provider");
     let on_consumer = |args: &[&str]| liqoctl(Some(consumer.kubeconfig_path()), args);
@@ -41,25 +34,11 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
         out.stderr
     );
 
-    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
-    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
     for (cluster, id, cidr) in [
         (consumer, "consumer-1", "10.201.0.0/16"),
         (provider, "provider-1", "10.202.0.0/16"),
     ] {
-        liqoctl(
-            Some(cluster.kubeconfig_path()),
-            &[
-                "install",
-                &format!("--cluster-id={id}"),
-                &format!("--cluster-name={}", cluster.name()),
-                &format!("--pod-cidr={cidr}"),
-                &selector,
-                &toleration,
-                "--timeout=60",
-            ],
-        )
-        .success();
+        liqo_e2e::install(cluster, id, cidr, &[]).success();
     }
     let consumer_client = consumer.client().await?;
     let provider_client = provider.client().await?;
