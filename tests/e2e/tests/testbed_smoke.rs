@@ -89,13 +89,25 @@ async fn deployment_runs(cluster: &Cluster) -> Result<()> {
             cluster.spec().pod_cidr
         );
     }
+    // The deployment controller reports the pods' readiness a moment after
+    // they are Running: wait for it, bounded.
     let deployments: Api<Deployment> = Api::namespaced(client, ns);
-    let ready = deployments
-        .get("web")
-        .await?
-        .status
-        .and_then(|s| s.ready_replicas);
-    assert_eq!(ready, Some(3), "the Deployment reports its replicas ready");
+    wait_for(
+        "the Deployment to report 3 ready replicas",
+        Duration::from_secs(30),
+        || {
+            let deployments = deployments.clone();
+            async move {
+                let ready = deployments
+                    .get("web")
+                    .await?
+                    .status
+                    .and_then(|s| s.ready_replicas);
+                Ok(ready == Some(3))
+            }
+        },
+    )
+    .await?;
     Ok(())
 }
 
