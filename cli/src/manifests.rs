@@ -547,7 +547,7 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                         "tolerations": options.tolerations,
                         "terminationGracePeriodSeconds": 10,
                         "securityContext": pod_security_context(),
-                        "containers": [{
+                        "containers": [agent_container(json!({
                             "name": "gateway",
                             "image": format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION),
                             "args": [format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)],
@@ -555,22 +555,7 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                                 { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
                                 { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
                             ],
-                            "ports": [{ "name": "health", "containerPort": names::HEALTH_PORT }],
-                            "readinessProbe": {
-                                "httpGet": { "path": "/readyz", "port": "health" },
-                                "periodSeconds": 2,
-                            },
-                            "livenessProbe": {
-                                "httpGet": { "path": "/healthz", "port": "health" },
-                                "periodSeconds": 10,
-                                "failureThreshold": 3,
-                            },
-                            "resources": {
-                                "requests": { "cpu": "50m", "memory": "32Mi" },
-                                "limits": { "memory": "128Mi" },
-                            },
-                            "securityContext": container_security_context(),
-                        }],
+                        }))],
                     },
                 },
             },
@@ -608,6 +593,34 @@ pub(crate) fn pod_security_context() -> serde_json::Value {
         "runAsGroup": 65532,
         "seccompProfile": { "type": "RuntimeDefault" },
     })
+}
+
+/// An agent's container: what every agent has in common (its health port
+/// and probes, its resources, its security context) added to `specific`
+/// (name, image, args, env, mounts).
+pub(crate) fn agent_container(specific: serde_json::Value) -> serde_json::Value {
+    let mut container = json!({
+        "ports": [{ "name": "health", "containerPort": names::HEALTH_PORT }],
+        "readinessProbe": {
+            "httpGet": { "path": "/readyz", "port": "health" },
+            "periodSeconds": 2,
+        },
+        "livenessProbe": {
+            "httpGet": { "path": "/healthz", "port": "health" },
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "resources": {
+            "requests": { "cpu": "50m", "memory": "32Mi" },
+            "limits": { "memory": "128Mi" },
+        },
+        "securityContext": container_security_context(),
+    });
+    if let (Some(all), serde_json::Value::Object(specific)) = (container.as_object_mut(), specific)
+    {
+        all.extend(specific);
+    }
+    container
 }
 
 pub(crate) fn container_security_context() -> serde_json::Value {

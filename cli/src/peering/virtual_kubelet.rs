@@ -13,8 +13,7 @@ use liqo_api::names::{self, labels};
 use serde_json::json;
 
 use crate::manifests::{
-    Manifest, common_labels, container_security_context, from_json, pod_security_context,
-    selector_labels,
+    Manifest, agent_container, common_labels, from_json, pod_security_context, selector_labels,
 };
 
 const COMPONENT: &str = "virtual-kubelet";
@@ -181,7 +180,7 @@ pub fn manifests(
                         "tolerations": tolerations,
                         "terminationGracePeriodSeconds": 10,
                         "securityContext": pod_security,
-                        "containers": [{
+                        "containers": [agent_container(json!({
                             "name": "virtual-kubelet",
                             "image": format!("{}:{}", names::VIRTUAL_KUBELET_IMAGE, liqo_api::VERSION),
                             "args": [format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)],
@@ -191,23 +190,8 @@ pub fn manifests(
                                 { "name": "LIQO_NODE_NAME", "value": node },
                                 { "name": "LIQO_PROVIDER_KUBECONFIG", "value": format!("{PROVIDER_MOUNT}/kubeconfig") },
                             ],
-                            "ports": [{ "name": "health", "containerPort": names::HEALTH_PORT }],
-                            "readinessProbe": {
-                                "httpGet": { "path": "/readyz", "port": "health" },
-                                "periodSeconds": 2,
-                            },
-                            "livenessProbe": {
-                                "httpGet": { "path": "/healthz", "port": "health" },
-                                "periodSeconds": 10,
-                                "failureThreshold": 3,
-                            },
-                            "resources": {
-                                "requests": { "cpu": "50m", "memory": "32Mi" },
-                                "limits": { "memory": "128Mi" },
-                            },
                             "volumeMounts": [{ "name": "provider", "mountPath": PROVIDER_MOUNT, "readOnly": true }],
-                            "securityContext": container_security_context(),
-                        }],
+                        }))],
                         "volumes": [{
                             "name": "provider",
                             "secret": {
