@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -89,11 +90,14 @@ pub struct NamespaceOffloadingSpec {
     /// ignored otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_namespace_name: Option<String>,
-    /// Label selectors (as kubectl writes them, e.g. `region=eu,tier!=spot`)
-    /// over the virtual nodes' labels; a provider is selected when its
-    /// virtual node matches any of them. Empty: every outgoing peer.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cluster_selector: Vec<String>,
+    /// Which providers, as a node selector over their virtual nodes'
+    /// labels (Liqo's shape): a provider is selected when its virtual node
+    /// matches any term. Absent or without terms: every outgoing peer.
+    /// The placement policy turns the terms into the pods' required node
+    /// affinity, so pods land only on selected virtual nodes.
+    /// `matchFields` is not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<NodeSelector>,
 }
 
 /// What the virtual kubelets report, one entry per selected provider.
@@ -297,27 +301,103 @@ impl LabelSelector {
         })
     }
 
-    /// The `key=value` pairs that must hold, when the selector is only
-    /// made of those (placement can then turn it into a node affinity).
-    pub fn equalities(&self) -> Option<Vec<(String, Vec<String>)>> {
-        self.0
+    /// The node selector term that says the same of a node's labels.
+    pub fn to_term(&self) -> NodeSelectorTerm {
+        let requirement = |key: &str, operator: &str, values: &[String]| NodeSelectorRequirement {
+            key: key.to_owned(),
+            operator: operator.to_owned(),
+            values: (!values.is_empty()).then(|| values.to_vec()),
+        };
+        let expressions = self
+            .0
             .iter()
             .map(|r| match r {
-                Requirement::In(k, vs) => Some((k.clone(), vs.clone())),
-                _ => None,
+                Requirement::In(k, vs) => requirement(k, "In", vs),
+                Requirement::NotIn(k, vs) => requirement(k, "NotIn", vs),
+                Requirement::Exists(k) => requirement(k, "Exists", &[]),
+                Requirement::DoesNotExist(k) => requirement(k, "DoesNotExist", &[]),
             })
-            .collect()
+            .collect();
+        NodeSelectorTerm {
+            match_expressions: Some(expressions),
+            match_fields: None,
+        }
+    }
+}
+
+/// The node selector of `--selector` flags: one term per selector, ORed.
+/// None for no selector (every peer).
+pub fn cluster_selector(selectors: &[LabelSelector]) -> Option<NodeSelector> {
+    (!selectors.is_empty()).then(|| NodeSelector {
+        node_selector_terms: selectors.iter().map(LabelSelector::to_term).collect(),
+    })
+}
+
+/// A node selector term in kubectl's selector syntax, for people to read
+/// (`liqoctl info`); the inverse of [`LabelSelector::to_term`].
+pub fn term_to_string(term: &NodeSelectorTerm) -> String {
+    let requirements: Vec<String> = term
+        .match_expressions
+        .iter()
+        .flatten()
+        .map(|r| {
+            let values = r.values.as_deref().unwrap_or_default();
+            match (r.operator.as_str(), values) {
+                ("In", [one]) => format!("{}={one}", r.key),
+                ("NotIn", [one]) => format!("{}!={one}", r.key),
+                ("In", many) => format!("{} in ({})", r.key, many.join(",")),
+                ("NotIn", many) => format!("{} notin ({})", r.key, many.join(",")),
+                ("Exists", _) => r.key.clone(),
+                ("DoesNotExist", _) => format!("!{}", r.key),
+                (op, values) => format!("{} {op} ({})", r.key, values.join(",")),
+            }
+        })
+        .collect();
+    requirements.join(",")
+}
+
+/// Whether a node selector requirement holds for `labels`, as the
+/// scheduler decides it: `NotIn` and `DoesNotExist` hold when the label is
+/// absent; `Gt` and `Lt` compare integers.
+fn requirement_holds(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let value = labels.get(&r.key);
+    let values = r.values.as_deref().unwrap_or_default();
+    let compare = |ord: std::cmp::Ordering| {
+        let parsed = (
+            value.and_then(|v| v.parse::<i64>().ok()),
+            values.first().and_then(|v| v.parse::<i64>().ok()),
+        );
+        values.len() == 1 && matches!(parsed, (Some(have), Some(bound)) if have.cmp(&bound) == ord)
+    };
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => compare(std::cmp::Ordering::Greater),
+        "Lt" => compare(std::cmp::Ordering::Less),
+        _ => false,
     }
 }
 
 /// Whether an offloading selects the provider whose virtual node carries
-/// `node_labels`: any selector matches, or there is none. A selector that
-/// does not parse selects nothing (the CLI refuses to write one).
+/// `node_labels`: any term matches (a term with `matchFields`, which are
+/// not used, or with no requirement, matches nothing, as for the
+/// scheduler), or there is no term at all.
 pub fn selects(spec: &NamespaceOffloadingSpec, node_labels: &BTreeMap<String, String>) -> bool {
-    spec.cluster_selector.is_empty()
-        || spec.cluster_selector.iter().any(|s| {
-            s.parse::<LabelSelector>()
-                .is_ok_and(|sel| sel.matches(node_labels))
+    let terms = spec
+        .cluster_selector
+        .as_ref()
+        .map(|s| s.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    terms.is_empty()
+        || terms.iter().any(|t| {
+            let expressions = t.match_expressions.as_deref().unwrap_or_default();
+            t.match_fields.as_deref().unwrap_or_default().is_empty()
+                && !expressions.is_empty()
+                && expressions
+                    .iter()
+                    .all(|r| requirement_holds(r, node_labels))
         })
 }
 
@@ -390,11 +470,69 @@ mod tests {
         for bad in ["", "region in eu", "a=b=c", "a b", "region=e u,"] {
             assert!(bad.parse::<LabelSelector>().is_err(), "{bad}");
         }
-        let mut s = NamespaceOffloadingSpec::default();
-        assert!(selects(&s, &labels));
-        s.cluster_selector = vec!["region=us".into(), "region=eu".into()];
-        assert!(selects(&s, &labels));
-        s.cluster_selector = vec!["region=us".into()];
-        assert!(!selects(&s, &labels));
+    }
+
+    #[test]
+    fn selectors_become_terms_that_select_as_they_match() {
+        let labels: BTreeMap<String, String> = [("region", "eu"), ("size", "10")]
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let spec = |selectors: &[&str]| NamespaceOffloadingSpec {
+            cluster_selector: cluster_selector(
+                &selectors
+                    .iter()
+                    .map(|s| s.parse().expect("selector"))
+                    .collect::<Vec<LabelSelector>>(),
+            ),
+            ..Default::default()
+        };
+        // Selectors are ORed; each term is the same test as the selector.
+        let table: [(&[&str], bool); 9] = [
+            (&[], true),
+            (&["region=us", "region=eu"], true),
+            (&["region=us"], false),
+            (&["region!=us"], true),
+            (&["region notin (eu,us)"], false),
+            (&["!zone,region"], true),
+            (&["zone", "region in (eu)"], true),
+            (&["zone!=a"], true),
+            (&["region=eu,size=10,!zone"], true),
+        ];
+        for (selectors, want) in table {
+            assert_eq!(selects(&spec(selectors), &labels), want, "{selectors:?}");
+            for s in selectors {
+                let parsed: LabelSelector = s.parse().expect("selector");
+                let back = term_to_string(&parsed.to_term());
+                assert_eq!(back.parse::<LabelSelector>(), Ok(parsed), "{s} -> {back}");
+            }
+        }
+        // Operators only a hand-written selector has.
+        let term = |op: &str, values: &[&str]| NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: "size".into(),
+                operator: op.into(),
+                values: Some(values.iter().map(|v| (*v).to_owned()).collect()),
+            }]),
+            match_fields: None,
+        };
+        let with = |terms: Vec<NodeSelectorTerm>| NamespaceOffloadingSpec {
+            cluster_selector: Some(NodeSelector {
+                node_selector_terms: terms,
+            }),
+            ..Default::default()
+        };
+        let table = [
+            (term("Gt", &["9"]), true),
+            (term("Gt", &["10"]), false),
+            (term("Lt", &["11"]), true),
+            (term("Lt", &["x"]), false),
+            (term("Bogus", &["10"]), false),
+            (NodeSelectorTerm::default(), false),
+        ];
+        for (t, want) in table {
+            assert_eq!(selects(&with(vec![t.clone()]), &labels), want, "{t:?}");
+        }
+        assert!(selects(&with(Vec::new()), &labels), "no term: every peer");
     }
 }

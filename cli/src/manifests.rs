@@ -325,6 +325,10 @@ pub fn twin_namespace_policies() -> Vec<Manifest> {
 /// virtual nodes. The scheduler does the rest; pods of other namespaces are
 /// never touched, so never tolerate a virtual node. MutatingAdmissionPolicy
 /// is beta in 1.34: install leaves these out where it is not served.
+/// How many required node affinity terms of a pod's own the placement
+/// policy combines with the offloading's selector (see below).
+const OWN_TERMS: usize = 4;
+
 pub fn placement_policies() -> Vec<Manifest> {
     let offloading = labels::OFFLOADING;
     let strategy = labels::POD_OFFLOADING_STRATEGY;
@@ -393,25 +397,58 @@ pub fn placement_policies() -> Vec<Manifest> {
         &["Remote"],
         json!({ "patchType": "JSONPatch", "jsonPatch": { "expression": remote } }),
     ));
-    // The selector: each `key=value,...` selector of the namespace's
-    // NamespaceOffloading (the policy's parameter, found in the pod's own
-    // namespace) becomes a required node affinity term; terms are ORed as
-    // selectors are. LocalAndRemote adds a term for local nodes. Only
-    // equality selectors, and only pods without a required node affinity
-    // of their own (ANDing terms would need their cross product).
-    let term = "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
-    let requirement = format!("{term}.matchExpressions");
-    // Object types exist in mutations only, not in variables: the terms
-    // are built here.
-    let terms = format!(
-        "(variables.selectors.map(s, {term}{{matchExpressions: s.split(',').map(r, \
-         {requirement}{{key: r.split('=')[0].trim(), operator: 'In', values: [r.split('=')[size(r.split('=')) - 1].trim()]}})}}) + \
+    // The selector: the terms of the namespace's NamespaceOffloading
+    // (the policy's parameter, found in the pod's own namespace) become
+    // the pod's required node affinity, ORed as they select providers.
+    // LocalAndRemote adds a term for local nodes. A pod with a required
+    // node affinity of its own must satisfy both: its terms become the
+    // cross product of its terms and ours, each the union of the two
+    // terms' requirements. The API server's CEL has no flatten(), so the
+    // product is unrolled over the pod's first OWN_TERMS terms (a pod
+    // with more keeps only those; docs/offloading.md).
+    //
+    // Variables hold plain maps (`e`: expressions, `f`: fields); typed
+    // objects exist in mutations only, where the result is converted.
+    let requirement_map = |var: &str| {
+        format!(
+            "{{'key': dyn({var}.key), 'operator': dyn({var}.operator), 'values': dyn(has({var}.values) ? {var}.values : [])}}"
+        )
+    };
+    let own_path =
+        "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+    let ours = format!(
+        "variables.terms.map(t, {{'e': has(t.matchExpressions) ? t.matchExpressions.map(r, {}) : [], 'f': []}}) + \
          (namespaceObject.metadata.labels['{strategy}'] == 'LocalAndRemote' \
-         ? [{term}{{matchExpressions: [{requirement}{{key: '{}', operator: 'DoesNotExist'}}]}}] : []))",
+         ? [{{'e': [{{'key': dyn('{}'), 'operator': dyn('DoesNotExist'), 'values': dyn([])}}], 'f': []}}] : [])",
+        requirement_map("r"),
         labels::VIRTUAL_NODE
     );
+    let own = format!(
+        "has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && \
+         has({own_path}) && has({own_path}.nodeSelectorTerms) \
+         ? {own_path}.nodeSelectorTerms.map(p, {{\
+             'e': has(p.matchExpressions) ? p.matchExpressions.map(r, {}) : [], \
+             'f': has(p.matchFields) ? p.matchFields.map(r, {}) : []}}) \
+         : []",
+        requirement_map("r"),
+        requirement_map("r"),
+    );
+    let product = (0..OWN_TERMS)
+        .map(|i| {
+            format!(
+                "(size(variables.own) > {i} ? variables.ours.map(o, \
+                 {{'e': variables.own[{i}].e + o.e, 'f': variables.own[{i}].f}}) : [])"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let combined = format!("size(variables.own) == 0 ? variables.ours : {product}");
+    let term = "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
     let required = format!(
-        "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution{{nodeSelectorTerms: {terms}}}"
+        "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution{{nodeSelectorTerms: \
+         variables.combined.map(t, {term}{{\
+           matchExpressions: t.e.map(r, {term}.matchExpressions{{key: r.key, operator: r.operator, values: r.values}}), \
+           matchFields: t.f.map(r, {term}.matchFields{{key: r.key, operator: r.operator, values: r.values}})}})}}"
     );
     let node_affinity = format!(
         "Object.spec.affinity.nodeAffinity{{requiredDuringSchedulingIgnoredDuringExecution: {required}}}"
@@ -419,7 +456,7 @@ pub fn placement_policies() -> Vec<Manifest> {
     let selector = json!({
         "patchType": "JSONPatch",
         "jsonPatch": { "expression": format!(
-            "!variables.applies ? [] : \
+            "size(variables.terms) == 0 ? [] : \
              !has(object.spec.affinity) \
              ? [JSONPatch{{op: 'add', path: '/spec/affinity', value: Object.spec.affinity{{nodeAffinity: {node_affinity}}}}}] \
              : !has(object.spec.affinity.nodeAffinity) \
@@ -429,17 +466,14 @@ pub fn placement_policies() -> Vec<Manifest> {
     });
     let variables = json!([
         {
-            "name": "selectors",
-            "expression": "params != null && has(params.spec.clusterSelector) ? params.spec.clusterSelector : []",
+            "name": "terms",
+            "expression": "params != null && has(params.spec.clusterSelector) && \
+                has(params.spec.clusterSelector.nodeSelectorTerms) \
+                ? params.spec.clusterSelector.nodeSelectorTerms : []",
         },
-        {
-            // Equality requirements only: no `!`, no set operators.
-            "name": "applies",
-            "expression": "size(variables.selectors) > 0 && \
-                variables.selectors.all(s, s.split(',').all(r, r.contains('=') && !r.contains('!') && !r.contains('('))) && \
-                !(has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && \
-                  has(object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution))",
-        },
+        { "name": "ours", "expression": ours },
+        { "name": "own", "expression": own },
+        { "name": "combined", "expression": combined },
     ]);
     let name = "liqo-offloading-selector";
     out.push(Manifest::MutatingAdmissionPolicy(Box::new(from_json(json!({
@@ -473,7 +507,12 @@ pub fn placement_policies() -> Vec<Manifest> {
         "spec": {
             "policyName": name,
             // No namespace: the parameter is looked up in the pod's own.
-            "paramRef": { "name": names::NAMESPACE_OFFLOADING, "parameterNotFoundAction": "Allow" },
+            // Not found in a namespace labelled for offloading: refused,
+            // not placed without its selector. The API server reads
+            // parameters from a cache, so this happens for a moment after
+            // `liqoctl offload` (which writes the offloading before the
+            // labels); controllers retry, as for any refused pod.
+            "paramRef": { "name": names::NAMESPACE_OFFLOADING, "parameterNotFoundAction": "Deny" },
         },
     })))));
     out

@@ -5,7 +5,7 @@
 
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
 use kube::api::ListParams;
@@ -111,8 +111,8 @@ struct Offloaded {
     namespace: String,
     pod_offloading_strategy: String,
     namespace_mapping_strategy: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    cluster_selector: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster_selector: Option<NodeSelector>,
     /// Per selected provider, as its virtual kubelet reports it.
     clusters: Vec<ClusterOffloadingStatus>,
 }
@@ -397,10 +397,16 @@ fn render(info: &Info) -> String {
             "Status",
         ]);
         for o in &info.offloaded_namespaces {
-            let selector = if o.cluster_selector.is_empty() {
+            let terms = o
+                .cluster_selector
+                .iter()
+                .flat_map(|s| &s.node_selector_terms)
+                .map(liqo_api::offloading::term_to_string)
+                .collect::<Vec<_>>();
+            let selector = if terms.is_empty() {
                 "(all peers)".to_owned()
             } else {
-                o.cluster_selector.join("\n")
+                terms.join("\n")
             };
             let head = vec![
                 o.namespace.clone(),
@@ -582,7 +588,7 @@ mod tests {
                 namespace: "shop".into(),
                 pod_offloading_strategy: "Remote".into(),
                 namespace_mapping_strategy: "DefaultName".into(),
-                cluster_selector: Vec::new(),
+                cluster_selector: None,
                 clusters: vec![entry("p1", true), entry("p2", false)],
             }],
         };

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::conditions;
 use liqo_api::names::{self, labels};
 use liqo_api::offloading::{
-    LabelSelector, NamespaceMappingStrategy, NamespaceOffloading, NamespaceOffloadingSpec,
+    self, LabelSelector, NamespaceMappingStrategy, NamespaceOffloading, NamespaceOffloadingSpec,
     PodOffloadingStrategy,
 };
 use liqo_api::validation;
@@ -84,27 +84,6 @@ pub async fn offload(
         ));
     }
 
-    // The placement policy turns equality selectors only into a node
-    // affinity (docs/offloading.md).
-    let loose: Vec<&String> = spec
-        .cluster_selector
-        .iter()
-        .filter(|s| {
-            s.split(',')
-                .any(|r| !r.contains('=') || r.contains('!') || r.contains('('))
-        })
-        .collect();
-    if !loose.is_empty() && spec.pod_offloading_strategy != PodOffloadingStrategy::Local {
-        printer.info(format!(
-            "note: only key=value selectors restrict which virtual nodes pods are placed on; \
-             with {} pods may be placed on any virtual node (docs/offloading.md)",
-            loose
-                .iter()
-                .map(|s| format!("{s:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
     let step = printer.step(format!("Offloading {}", args.names.join(", ")));
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for object in &objects {
@@ -346,11 +325,15 @@ fn spec_of(args: &OffloadNamespaceArgs) -> anyhow::Result<NamespaceOffloadingSpe
         }
         (None, _) => {}
     }
-    for selector in &args.selectors {
-        selector
-            .parse::<LabelSelector>()
-            .map_err(|e| UserError::Usage(format!("--selector {selector:?}: {e}")))?;
-    }
+    let selectors = args
+        .selectors
+        .iter()
+        .map(|selector| {
+            selector
+                .parse::<LabelSelector>()
+                .map_err(|e| UserError::Usage(format!("--selector {selector:?}: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(NamespaceOffloadingSpec {
         pod_offloading_strategy: match args.pod_offloading_strategy {
             PodStrategyArg::LocalAndRemote => PodOffloadingStrategy::LocalAndRemote,
@@ -359,7 +342,7 @@ fn spec_of(args: &OffloadNamespaceArgs) -> anyhow::Result<NamespaceOffloadingSpe
         },
         namespace_mapping_strategy: mapping,
         remote_namespace_name: args.remote_namespace_name.clone(),
-        cluster_selector: args.selectors.clone(),
+        cluster_selector: offloading::cluster_selector(&selectors),
     })
 }
 
@@ -417,7 +400,8 @@ mod tests {
         .expect("valid");
         assert_eq!(ok.pod_offloading_strategy, PodOffloadingStrategy::Remote);
         assert_eq!(ok.remote_namespace_name.as_deref(), Some("store"));
-        assert_eq!(ok.cluster_selector.len(), 2);
+        let terms = ok.cluster_selector.expect("a selector").node_selector_terms;
+        assert_eq!(terms.len(), 2, "one term per --selector");
         for bad in [
             &["shop", "--namespace-mapping-strategy", "SelectedName"][..],
             &["shop", "--remote-namespace-name", "x"],

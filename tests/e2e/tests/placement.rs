@@ -41,6 +41,45 @@ async fn bound_to(pods: &Api<Pod>, name: &str) -> Result<String> {
     }
 }
 
+/// A pod with a required node affinity of its own: one term, `key op
+/// values`.
+fn pod_requiring(name: &str, key: &str, op: &str, values: &[&str]) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "containers": [{ "name": "c", "image": "busybox" }],
+            "affinity": { "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{ "matchExpressions": [
+                    { "key": key, "operator": op, "values": values },
+                ] }],
+            } } },
+        },
+    }))
+    .expect("pod")
+}
+
+/// Creates a pod, retrying while the placement policy has not seen the
+/// namespace's offloading yet (it reads parameters from a cache, and
+/// refuses pods of offloaded namespaces until then).
+async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<Pod> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match pods.create(&PostParams::default(), pod).await {
+            Err(kube::Error::Api(s))
+                if s.message.contains("no params found")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
+fn affinity_of(p: &Pod) -> String {
+    serde_json::to_string(&p.spec.as_ref().map(|s| &s.affinity)).expect("serializes")
+}
+
 fn tolerates_virtual_nodes(p: &Pod) -> bool {
     p.spec
         .iter()
@@ -88,7 +127,7 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
     }
     let client = consumer.client().await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in ["remote", "mixed", "plain", "picky"] {
+    for ns in ["remote", "mixed", "plain", "picky", "negated"] {
         let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns } }))?;
         namespaces.create(&PostParams::default(), &object).await?;
     }
@@ -248,14 +287,12 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
     let remote_pods: Api<Pod> = Api::namespaced(client.clone(), "remote");
     for i in 0..3 {
         let name = format!("r{i}");
-        remote_pods
-            .create(&PostParams::default(), &pod(&name))
-            .await?;
+        create(&remote_pods, &pod(&name)).await?;
         assert_eq!(bound_to(&remote_pods, &name).await?, virtual_node);
     }
     // LocalAndRemote: tolerates the virtual node, may land anywhere.
     let mixed_pods: Api<Pod> = Api::namespaced(client.clone(), "mixed");
-    let mixed = mixed_pods.create(&PostParams::default(), &pod("m")).await?;
+    let mixed = create(&mixed_pods, &pod("m")).await?;
     assert!(tolerates_virtual_nodes(&mixed), "{:?}", mixed.spec);
     // Its selector matches no virtual node: local nodes remain allowed.
     let affinity = serde_json::to_string(&mixed.spec.as_ref().map(|s| &s.affinity))?;
@@ -264,8 +301,9 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
         "{affinity}"
     );
     assert_ne!(bound_to(&mixed_pods, "m").await?, virtual_node);
-    // A selector no virtual node matches: the pod gets the affinity and
-    // stays unbound rather than land on an unselected provider.
+    // A set-based selector that excludes the only provider: the pod gets
+    // the affinity and stays unbound rather than land on an unselected
+    // provider.
     liqoctl(
         Some(kubeconfig),
         &[
@@ -275,17 +313,61 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
             "--pod-offloading-strategy",
             "Remote",
             "--selector",
-            "liqo.io/remote-cluster-id=nope",
+            "liqo.io/remote-cluster-id notin (provider-1,other)",
         ],
     )
     .success();
     let picky_pods: Api<Pod> = Api::namespaced(client.clone(), "picky");
-    let picky = picky_pods.create(&PostParams::default(), &pod("x")).await?;
-    let affinity = serde_json::to_string(&picky.spec.as_ref().map(|s| &s.affinity))?;
-    assert!(affinity.contains("nope"), "{affinity}");
+    let picky = create(&picky_pods, &pod("x")).await?;
+    let affinity = affinity_of(&picky);
+    assert!(
+        affinity.contains("NotIn") && affinity.contains("provider-1"),
+        "{affinity}"
+    );
+    // Negations that the provider satisfies: its virtual node.
+    liqoctl(
+        Some(kubeconfig),
+        &[
+            "offload",
+            "namespace",
+            "negated",
+            "--pod-offloading-strategy",
+            "Remote",
+            "--selector",
+            "liqo.io/remote-cluster-id!=nope,!zone",
+        ],
+    )
+    .success();
+    let negated_pods: Api<Pod> = Api::namespaced(client.clone(), "negated");
+    create(&negated_pods, &pod("n")).await?;
+    assert_eq!(bound_to(&negated_pods, "n").await?, virtual_node);
+    // A pod's own required affinity is ANDed with the selector's: one it
+    // shares with the virtual node still lands there, one that excludes
+    // the provider leaves no node.
+    let own = pod_requiring("own", labels::PEER_CLUSTER_NAME, "Exists", &[]);
+    let own = create(&remote_pods, &own).await?;
+    let affinity = affinity_of(&own);
+    assert!(
+        affinity.contains(labels::PEER_CLUSTER_NAME) && affinity.contains("provider-1"),
+        "{affinity}"
+    );
+    assert_eq!(bound_to(&remote_pods, "own").await?, virtual_node);
+    let contrary = pod_requiring(
+        "contrary",
+        labels::PEER_CLUSTER_ID,
+        "NotIn",
+        &["provider-1"],
+    );
+    create(&remote_pods, &contrary).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let picky = picky_pods.get("x").await?;
-    assert_eq!(picky.spec.and_then(|s| s.node_name), None);
+    for (pods, name) in [(&picky_pods, "x"), (&remote_pods, "contrary")] {
+        let unbound = pods.get(name).await?;
+        assert_eq!(
+            unbound.spec.and_then(|s| s.node_name),
+            None,
+            "{name} was bound"
+        );
+    }
     let remote_pod = remote_pods.get("r0").await?;
     let affinity = serde_json::to_string(&remote_pod.spec.as_ref().map(|s| &s.affinity))?;
     assert!(affinity.contains("provider-1"), "{affinity}");
@@ -293,9 +375,7 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
     let plain_pods: Api<Pod> = Api::namespaced(client.clone(), "plain");
     for i in 0..3 {
         let name = format!("p{i}");
-        let created = plain_pods
-            .create(&PostParams::default(), &pod(&name))
-            .await?;
+        let created = create(&plain_pods, &pod(&name)).await?;
         assert!(!tolerates_virtual_nodes(&created), "{:?}", created.spec);
         assert_ne!(bound_to(&plain_pods, &name).await?, virtual_node);
     }
@@ -317,9 +397,7 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
         .unwrap_or_default();
     assert!(!labelled.contains_key(labels::OFFLOADING), "{labelled:?}");
     assert!(!labelled.contains_key(labels::POD_OFFLOADING_STRATEGY));
-    let late = remote_pods
-        .create(&PostParams::default(), &pod("late"))
-        .await?;
+    let late = create(&remote_pods, &pod("late")).await?;
     assert!(!tolerates_virtual_nodes(&late));
     assert_ne!(bound_to(&remote_pods, "late").await?, virtual_node);
     liqoctl(Some(kubeconfig), &["unoffload", "namespace", "missing"]).user_error(7);
