@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -178,19 +178,42 @@ async fn reflect(
         passed_once: Default::default(),
         verified: Default::default(),
     };
+    let cm_wake = Arc::new(Notify::new());
+    let secret_wake = Arc::new(Notify::new());
+    let config_maps = reflection::config::Reflector::<ConfigMap>::new(
+        peering.clone(),
+        twins_rx.clone(),
+        &cm_wake,
+        &pod_wake,
+    );
+    let secrets = reflection::config::Reflector::<Secret>::new(
+        peering.clone(),
+        twins_rx.clone(),
+        &secret_wake,
+        &pod_wake,
+    );
+    let references = reflection::references::References {
+        local: client.clone(),
+        node_name: node_name.clone(),
+        config_maps: config_maps.local.clone(),
+        secrets: secrets.local.clone(),
+    };
     let pod_kind = reflection::pod::Pods::new(
         peering,
         pods.clone(),
         twins_rx.clone(),
         synced_rx,
         pod_wake.clone(),
-    );
+    )
+    .with_references(references);
     let twins_changed = {
-        let wake = pod_wake.clone();
+        let wakes = [pod_wake.clone(), cm_wake.clone(), secret_wake.clone()];
         let mut rx = twins_rx;
         async move {
             while rx.changed().await.is_ok() {
-                wake.notify_one();
+                for wake in &wakes {
+                    wake.notify_one();
+                }
             }
         }
     };
@@ -203,5 +226,7 @@ async fn reflect(
         twins_changed,
         reflection::run(namespaces, ns_wake),
         reflection::run(pod_kind, pod_wake),
+        reflection::run(config_maps, cm_wake),
+        reflection::run(secrets, secret_wake),
     );
 }

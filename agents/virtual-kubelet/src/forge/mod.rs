@@ -2,10 +2,14 @@
 //! virtual Node (metadata and spec), its status (capacity, allocatable and
 //! conditions) and its heartbeat Lease. No IO and no clock: the time is an
 //! argument, so that every rule here is unit-tested. Pods are translated
-//! in [`pod`], twin namespaces in [`offloading`].
+//! in [`pod`], twin namespaces in [`offloading`], ConfigMaps and Secrets
+//! in [`reflected`]; [`references`] says whether a pod's ConfigMaps and
+//! Secrets let it start.
 
 pub mod offloading;
 pub mod pod;
+pub mod references;
+pub mod reflected;
 
 use std::collections::BTreeMap;
 

@@ -3,7 +3,10 @@
 //! generic, level-triggered reflector loop ([`run`]); one module per kind
 //! says what a key is and how one key converges: [`namespace`] (twin
 //! namespaces from NamespaceOffloadings), [`pod`] (pods bound to the
-//! virtual node, as ReplicaSets of one).
+//! virtual node, as ReplicaSets of one), [`config`] (ConfigMaps and
+//! Secrets copied into the twins; [`references`] holds back pods whose
+//! ConfigMaps or Secrets are missing). [`stores`] follows one kind per
+//! namespace.
 //!
 //! Level-triggered: a kind never reacts to an event, it compares the
 //! reflector stores of both sides with what they should be, for every key
@@ -12,8 +15,11 @@
 //! all converge the same way, and nothing is done twice: what exists is
 //! seen in the stores before anything is created.
 
+pub mod config;
 pub mod namespace;
 pub mod pod;
+pub mod references;
+pub mod stores;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -34,6 +34,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::namespace::{Peering, Twins};
+use super::references::References;
 use super::{Error, Kind, Next, wake_on};
 use crate::forge::pod as forge_pod;
 use crate::node::FIELD_MANAGER;
@@ -102,6 +103,8 @@ pub struct Pods {
     pub wake: Arc<Notify>,
     sides: Mutex<Sides>,
     clients: Mutex<(watch::Receiver<ProviderClient>, u64)>,
+    /// Holds back pods whose ConfigMaps or Secrets are missing.
+    references: Option<References>,
 }
 
 impl Pods {
@@ -121,7 +124,14 @@ impl Pods {
             wake,
             sides: Mutex::new(Sides::default()),
             clients,
+            references: None,
         }
+    }
+
+    /// Pods wait for their ConfigMaps and Secrets as `references` says.
+    pub fn with_references(mut self, references: References) -> Self {
+        self.references = Some(references);
+        self
     }
 
     fn side(&self, twin: &str) -> Option<Arc<Side>> {
@@ -403,6 +413,12 @@ impl Kind for Pods {
         }
         if let Some(why) = pod.spec.as_ref().and_then(forge_pod::refusal) {
             return self.refuse(&pod, &why).await;
+        }
+        if rs.is_none()
+            && let Some(references) = &self.references
+            && let Some(next) = references.hold(&pod).await?
+        {
+            return Ok(next);
         }
         if rs.is_none() {
             let want = forge_pod::replica_set(&pod, &twin);
