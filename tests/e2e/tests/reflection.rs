@@ -1,0 +1,407 @@
+//! Reflection end to end, on two real clusters (set up as in
+//! `offloading.rs`): the ConfigMaps and Secrets of an offloaded namespace
+//! appear in its twin on the provider with our labels, and follow their
+//! local updates and deletion; a copy changed or deleted by the provider's
+//! admin is put back; what is opted out, the provider's own
+//! `kube-root-ca.crt`, service account token Secrets and an object of the
+//! same name that the admin made are left alone. Pods that reference a
+//! missing ConfigMap wait as on a kubelet (`CreateContainerConfigError`
+//! for env, `ContainerCreating` and a `FailedMount` Event for a volume,
+//! nothing on the provider), an optional reference does not hold a pod
+//! back, and waiting pods run once the ConfigMap exists.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use liqo_api::ClusterId;
+use liqo_api::names::{self, labels, peering};
+use liqo_e2e::{liqoctl, wait_for};
+use serde_json::{Value, json};
+
+const NS: &str = "shop";
+/// DefaultName: `<namespace>-<consumer cluster name>`.
+const TWIN: &str = "shop-consumer";
+const WAIT: Duration = Duration::from_secs(90);
+
+fn config_map(name: &str, data: Value, annotations: Value) -> Result<ConfigMap> {
+    Ok(serde_json::from_value(json!({
+        "metadata": { "name": name, "namespace": NS, "labels": { "app": "web" }, "annotations": annotations },
+        "data": data,
+    }))?)
+}
+
+/// A pod placed on the virtual node by hand (as in `offloading.rs`) whose
+/// container reads `env_from` and mounts `volumes`.
+fn pod(name: &str, env_from: Value, volumes: Value) -> Result<Pod> {
+    let mounts: Vec<Value> = volumes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| json!({ "name": v["name"], "mountPath": format!("/etc/{}", v["name"].as_str().unwrap_or("x")) }))
+        .collect();
+    Ok(serde_json::from_value(json!({
+        "metadata": { "name": name, "namespace": NS, "labels": { "test": "refs" } },
+        "spec": {
+            "nodeSelector": { labels::VIRTUAL_NODE: "true" },
+            "tolerations": [{
+                "key": names::VIRTUAL_NODE_TAINT,
+                "operator": "Exists",
+                "effect": "NoExecute",
+            }],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "app",
+                "image": "nginx",
+                "envFrom": env_from,
+                "volumeMounts": mounts,
+            }],
+            "volumes": volumes,
+        },
+    }))?)
+}
+
+fn waiting_reason(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+fn label<'a>(meta: &'a kube::core::ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_maps_and_secrets_are_reflected_and_pods_wait_for_them() -> Result<()> {
+    let testbed = liqo_e2e::consumer_and_provider().await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        liqo_e2e::install(cluster, id, cidr, &[]).success();
+    }
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    let local = consumer.client().await?;
+    let prov = provider.client().await?;
+    let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
+    let nodes: Api<Node> = Api::all(local.clone());
+    wait_for("the virtual node to be Ready", WAIT, || async {
+        let node = nodes.get_opt(&node_name).await?;
+        Ok(node
+            .and_then(|n| n.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+    })
+    .await?;
+    Api::<Namespace>::all(local.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
+        )
+        .await?;
+
+    // Objects that exist before the offloading.
+    let cms: Api<ConfigMap> = Api::namespaced(local.clone(), NS);
+    let secrets: Api<Secret> = Api::namespaced(local.clone(), NS);
+    let pp = PostParams::default();
+    cms.create(
+        &pp,
+        &config_map("app-config", json!({ "k": "v1" }), json!({}))?,
+    )
+    .await?;
+    cms.create(
+        &pp,
+        &config_map(
+            "private",
+            json!({ "k": "v" }),
+            json!({ names::SKIP_REFLECTION_ANNOTATION: "true" }),
+        )?,
+    )
+    .await?;
+    secrets
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": { "name": "app-secret", "namespace": NS },
+                "type": "Opaque",
+                "data": { "password": "aHVudGVyMg==" },
+            }))?,
+        )
+        .await?;
+    // A legacy token Secret of the namespace's default account.
+    secrets
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {
+                    "name": "default-token",
+                    "namespace": NS,
+                    "annotations": { "kubernetes.io/service-account.name": "default" },
+                },
+                "type": "kubernetes.io/service-account-token",
+            }))?,
+        )
+        .await?;
+
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["offload", "namespace", NS, "--wait", "--timeout=60"],
+    )
+    .success();
+    let remote_ns: Api<Namespace> = Api::all(prov.clone());
+    wait_for("the twin namespace", WAIT, || async {
+        Ok(remote_ns.get_opt(TWIN).await?.is_some())
+    })
+    .await?;
+    let remote_cms: Api<ConfigMap> = Api::namespaced(prov.clone(), TWIN);
+    let remote_secrets: Api<Secret> = Api::namespaced(prov.clone(), TWIN);
+    // The provider's admin makes an object in the twin under a name the
+    // consumer then uses too.
+    remote_cms
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": { "name": "theirs", "namespace": TWIN },
+                "data": { "k": "admin" },
+            }))?,
+        )
+        .await?;
+    cms.create(
+        &pp,
+        &config_map("theirs", json!({ "k": "ours" }), json!({}))?,
+    )
+    .await?;
+
+    wait_for("app-config and app-secret in the twin", WAIT, || async {
+        Ok(remote_cms.get_opt("app-config").await?.is_some()
+            && remote_secrets.get_opt("app-secret").await?.is_some())
+    })
+    .await?;
+    let copy = remote_cms.get("app-config").await?;
+    assert_eq!(
+        label(&copy.metadata, labels::MANAGED_BY),
+        Some(labels::MANAGED_BY_VALUE)
+    );
+    assert_eq!(label(&copy.metadata, labels::ORIGIN_NAMESPACE), Some(NS));
+    assert_eq!(label(&copy.metadata, "app"), Some("web"));
+    assert_eq!(
+        copy.data,
+        Some(BTreeMap::from([("k".to_owned(), "v1".to_owned())]))
+    );
+    let secret = remote_secrets.get("app-secret").await?;
+    assert_eq!(
+        secret.data.as_ref().and_then(|d| d.get("password")),
+        Some(&ByteString(b"hunter2".to_vec()))
+    );
+    // Give the reflector a few passes before checking what it must not do.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(remote_cms.get_opt("private").await?.is_none(), "opted out");
+    assert!(
+        remote_secrets.get_opt("default-token").await?.is_none(),
+        "service account tokens stay home"
+    );
+    let root_ca = remote_cms.get("kube-root-ca.crt").await?;
+    assert_eq!(
+        label(&root_ca.metadata, labels::MANAGED_BY),
+        None,
+        "the provider's own"
+    );
+    let theirs = remote_cms.get("theirs").await?;
+    assert_eq!(
+        theirs
+            .data
+            .as_ref()
+            .and_then(|d| d.get("k"))
+            .map(String::as_str),
+        Some("admin"),
+        "the admin's object is not taken over"
+    );
+
+    // Local updates propagate.
+    cms.patch(
+        "app-config",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "data": { "k": "v2" } })),
+    )
+    .await?;
+    let data_is = |api: Api<ConfigMap>, want: &'static str| async move {
+        Ok::<_, anyhow::Error>(
+            api.get_opt("app-config")
+                .await?
+                .and_then(|c| c.data)
+                .and_then(|d| d.get("k").cloned())
+                .as_deref()
+                == Some(want),
+        )
+    };
+    wait_for("the update on the provider", WAIT, || {
+        data_is(remote_cms.clone(), "v2")
+    })
+    .await?;
+
+    // The provider's admin changes one copy and deletes another: both
+    // are put back.
+    remote_cms
+        .patch(
+            "app-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "data": { "k": "tampered" } })),
+        )
+        .await?;
+    remote_secrets
+        .delete("app-secret", &DeleteParams::default())
+        .await?;
+    wait_for("the copies put back", WAIT, || async {
+        Ok(data_is(remote_cms.clone(), "v2").await?
+            && remote_secrets.get_opt("app-secret").await?.is_some())
+    })
+    .await?;
+
+    // Opting out afterwards removes the copy; deleting locally too.
+    cms.patch(
+        "app-config",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({ "metadata": { "annotations": { names::SKIP_REFLECTION_ANNOTATION: "true" } } }),
+        ),
+    )
+    .await?;
+    secrets
+        .delete("app-secret", &DeleteParams::default())
+        .await?;
+    wait_for("the opted-out and deleted copies gone", WAIT, || async {
+        Ok(remote_cms.get_opt("app-config").await?.is_none()
+            && remote_secrets.get_opt("app-secret").await?.is_none())
+    })
+    .await?;
+    let theirs = remote_cms.get("theirs").await?;
+    assert_eq!(
+        theirs
+            .data
+            .as_ref()
+            .and_then(|d| d.get("k"))
+            .map(String::as_str),
+        Some("admin"),
+        "the admin's object is still theirs"
+    );
+
+    // Pods and missing ConfigMaps.
+    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
+    pods.create(
+        &pp,
+        &pod(
+            "env-waits",
+            json!([{ "configMapRef": { "name": "late" } }]),
+            json!([]),
+        )?,
+    )
+    .await?;
+    pods.create(
+        &pp,
+        &pod(
+            "volume-waits",
+            json!([]),
+            json!([{ "name": "conf", "configMap": { "name": "late-vol" } }]),
+        )?,
+    )
+    .await?;
+    pods.create(
+        &pp,
+        &pod(
+            "optional-runs",
+            json!([{ "configMapRef": { "name": "never", "optional": true } }]),
+            json!([]),
+        )?,
+    )
+    .await?;
+    wait_for(
+        "the waiting reasons, and the optional pod Running",
+        WAIT,
+        || async {
+            let env = pods.get("env-waits").await?;
+            let vol = pods.get("volume-waits").await?;
+            let opt = pods.get("optional-runs").await?;
+            Ok(
+                waiting_reason(&env).as_deref() == Some("CreateContainerConfigError")
+                    && waiting_reason(&vol).as_deref() == Some("ContainerCreating")
+                    && running(&opt),
+            )
+        },
+    )
+    .await?;
+    let env = pods.get("env-waits").await?;
+    let message = env
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c[0].state.clone())
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.message);
+    assert_eq!(message.as_deref(), Some("configmap \"late\" not found"));
+    let events: Api<Event> = Api::namespaced(local.clone(), NS);
+    let failed_mount: Vec<Event> = events
+        .list(&ListParams::default().fields("involvedObject.name=volume-waits"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+        .collect();
+    assert_eq!(failed_mount.len(), 1, "{failed_mount:?}");
+    assert!(
+        failed_mount[0]
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("configmap \"late-vol\" not found")),
+        "{:?}",
+        failed_mount[0].message
+    );
+    let remote_rs: Api<ReplicaSet> = Api::namespaced(prov.clone(), TWIN);
+    for waiting in ["env-waits", "volume-waits"] {
+        assert!(
+            remote_rs.get_opt(waiting).await?.is_none(),
+            "{waiting} is not created on the provider"
+        );
+    }
+
+    // The ConfigMaps appear: the pods start.
+    cms.create(&pp, &config_map("late", json!({ "A": "1" }), json!({}))?)
+        .await?;
+    cms.create(
+        &pp,
+        &config_map("late-vol", json!({ "f": "x" }), json!({}))?,
+    )
+    .await?;
+    wait_for("the waiting pods Running", WAIT, || async {
+        Ok(running(&pods.get("env-waits").await?) && running(&pods.get("volume-waits").await?))
+    })
+    .await?;
+    // And what they read exists on the provider.
+    assert!(remote_cms.get_opt("late").await?.is_some());
+    assert!(remote_cms.get_opt("late-vol").await?.is_some());
+
+    testbed.stop();
+    Ok(())
+}
