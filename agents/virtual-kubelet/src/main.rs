@@ -18,7 +18,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -180,17 +181,32 @@ async fn reflect(
     };
     let cm_wake = Arc::new(Notify::new());
     let secret_wake = Arc::new(Notify::new());
-    let config_maps = reflection::config::Reflector::<ConfigMap>::new(
+    let config_maps = reflection::mirror::Reflector::<ConfigMap>::new(
         peering.clone(),
         twins_rx.clone(),
         &cm_wake,
         &pod_wake,
     );
-    let secrets = reflection::config::Reflector::<Secret>::new(
+    let secrets = reflection::mirror::Reflector::<Secret>::new(
         peering.clone(),
         twins_rx.clone(),
         &secret_wake,
         &pod_wake,
+    );
+    let svc_wake = Arc::new(Notify::new());
+    let slice_wake = Arc::new(Notify::new());
+    // Nothing waits for them but their own reflection.
+    let services = reflection::mirror::Reflector::<Service>::new(
+        peering.clone(),
+        twins_rx.clone(),
+        &svc_wake,
+        &svc_wake,
+    );
+    let slices = reflection::mirror::Reflector::<EndpointSlice>::new(
+        peering.clone(),
+        twins_rx.clone(),
+        &slice_wake,
+        &slice_wake,
     );
     let references = reflection::references::References {
         local: client.clone(),
@@ -207,7 +223,13 @@ async fn reflect(
     )
     .with_references(references);
     let twins_changed = {
-        let wakes = [pod_wake.clone(), cm_wake.clone(), secret_wake.clone()];
+        let wakes = [
+            pod_wake.clone(),
+            cm_wake.clone(),
+            secret_wake.clone(),
+            svc_wake.clone(),
+            slice_wake.clone(),
+        ];
         let mut rx = twins_rx;
         async move {
             while rx.changed().await.is_ok() {
@@ -228,5 +250,7 @@ async fn reflect(
         reflection::run(pod_kind, pod_wake),
         reflection::run(config_maps, cm_wake),
         reflection::run(secrets, secret_wake),
+        reflection::run(services, svc_wake),
+        reflection::run(slices, slice_wake),
     );
 }

@@ -125,15 +125,21 @@ pub fn manifests(
                 { "apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"] },
                 // Refused pods are said with an Event.
                 { "apiGroups": [""], "resources": ["events"], "verbs": ["create"] },
-                // Reflection: the ConfigMaps and Secrets of offloaded
-                // namespaces are copied into their twins. RBAC cannot
-                // name "the offloaded namespaces" (they come and go at
-                // run time), so this is cluster-wide; the agent watches
-                // only the offloaded namespaces, one watch each, and
-                // needs no get: list and watch fill its stores.
+                // Reflection: the ConfigMaps, Secrets, Services and
+                // EndpointSlices of offloaded namespaces are copied into
+                // their twins. RBAC cannot name "the offloaded
+                // namespaces" (they come and go at run time), so this is
+                // cluster-wide; the agent watches only the offloaded
+                // namespaces, one watch each, and needs no get: list and
+                // watch fill its stores. Nothing is written locally.
                 {
                     "apiGroups": [""],
-                    "resources": ["configmaps", "secrets"],
+                    "resources": ["configmaps", "secrets", "services"],
+                    "verbs": ["list", "watch"],
+                },
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
                     "verbs": ["list", "watch"],
                 },
                 // This cluster's identity: its ID names the tenant on the
@@ -289,9 +295,11 @@ mod tests {
                             .all(|v| ["get", "list", "watch", "patch"].contains(v)),
                         "{rule}"
                     ),
-                    // ConfigMaps and Secrets of offloaded namespaces are
-                    // reflected: read only, and only by watching.
-                    None if resources.contains("secrets") => {
+                    // What offloaded namespaces hold is reflected: read
+                    // only, and only by watching.
+                    None if resources.contains("secrets")
+                        || resources.contains("endpointslices") =>
+                    {
                         assert_eq!(verbs, ["list", "watch"], "{rule}");
                     }
                     // Only create may go unnamed: there is no name yet.

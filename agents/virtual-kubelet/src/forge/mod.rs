@@ -3,9 +3,11 @@
 //! conditions) and its heartbeat Lease. No IO and no clock: the time is an
 //! argument, so that every rule here is unit-tested. Pods are translated
 //! in [`pod`], twin namespaces in [`offloading`], ConfigMaps and Secrets
-//! in [`reflected`]; [`references`] says whether a pod's ConfigMaps and
+//! in [`reflected`], Services and EndpointSlices in [`exposition`];
+//! [`references`] says whether a pod's ConfigMaps and
 //! Secrets let it start.
 
+pub mod exposition;
 pub mod offloading;
 pub mod pod;
 pub mod references;

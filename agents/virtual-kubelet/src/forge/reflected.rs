@@ -49,23 +49,27 @@ pub trait Reflected:
 {
     /// The kind's name in logs.
     const NAME: &'static str;
-    /// Whether the provider has its own object for this one.
-    fn provider_owned(&self) -> bool;
-    /// A copy of `from`'s content (not its metadata) into `self`.
-    fn copy_content(&mut self, from: &Self);
-    /// Whether both hold the same content.
+    /// The remote object's content (its metadata is not looked at), or
+    /// `None` when this object has no remote copy (the provider has its
+    /// own, or nothing of it is for this provider). `node_name` is the
+    /// virtual node's.
+    fn content(&self, node_name: &str) -> Option<Self>;
+    /// Whether both hold the same content, as far as the remote copy is
+    /// concerned (fields the provider's API server defaults aside).
     fn same_content(&self, other: &Self) -> bool;
+    /// Changes to the local labels on the remote copy.
+    fn adjust_labels(_labels: &mut BTreeMap<String, String>) {}
 }
 
 impl Reflected for ConfigMap {
     const NAME: &'static str = "configmaps";
-    fn provider_owned(&self) -> bool {
-        self.metadata.name.as_deref() == Some(ROOT_CA_CONFIGMAP)
-    }
-    fn copy_content(&mut self, from: &Self) {
-        self.data.clone_from(&from.data);
-        self.binary_data.clone_from(&from.binary_data);
-        self.immutable = from.immutable;
+    fn content(&self, _node_name: &str) -> Option<Self> {
+        (self.metadata.name.as_deref() != Some(ROOT_CA_CONFIGMAP)).then(|| Self {
+            data: self.data.clone(),
+            binary_data: self.binary_data.clone(),
+            immutable: self.immutable,
+            ..Self::default()
+        })
     }
     fn same_content(&self, other: &Self) -> bool {
         self.data == other.data
@@ -76,14 +80,14 @@ impl Reflected for ConfigMap {
 
 impl Reflected for Secret {
     const NAME: &'static str = "secrets";
-    fn provider_owned(&self) -> bool {
-        self.type_.as_deref() == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
-    }
-    fn copy_content(&mut self, from: &Self) {
-        self.data.clone_from(&from.data);
-        self.string_data.clone_from(&from.string_data);
-        self.type_.clone_from(&from.type_);
-        self.immutable = from.immutable;
+    fn content(&self, _node_name: &str) -> Option<Self> {
+        (self.type_.as_deref() != Some(SERVICE_ACCOUNT_TOKEN_TYPE)).then(|| Self {
+            data: self.data.clone(),
+            string_data: self.string_data.clone(),
+            type_: self.type_.clone(),
+            immutable: self.immutable,
+            ..Self::default()
+        })
     }
     fn same_content(&self, other: &Self) -> bool {
         // The API server turns stringData into data and defaults the type.
@@ -102,14 +106,17 @@ pub fn opted_out(meta: &ObjectMeta) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
-/// The copy `local` should have in `twin`, or `None` when it has none (the
-/// provider's own object, opted out, or being deleted).
-pub fn remote<K: Reflected>(local: &K, twin: &str) -> Option<K> {
+/// The copy `local` should have in `twin` for the virtual node
+/// `node_name`, or `None` when it has none (see [`Reflected::content`],
+/// opted out, or being deleted).
+pub fn remote<K: Reflected>(local: &K, twin: &str, node_name: &str) -> Option<K> {
     let meta = local.meta();
-    if local.provider_owned() || opted_out(meta) || meta.deletion_timestamp.is_some() {
+    if opted_out(meta) || meta.deletion_timestamp.is_some() {
         return None;
     }
+    let mut out = local.content(node_name)?;
     let mut labels = meta.labels.clone().unwrap_or_default();
+    K::adjust_labels(&mut labels);
     labels.insert(
         labels::MANAGED_BY.to_owned(),
         labels::MANAGED_BY_VALUE.to_owned(),
@@ -125,7 +132,6 @@ pub fn remote<K: Reflected>(local: &K, twin: &str) -> Option<K> {
         .filter(|(k, _)| k.as_str() != LAST_APPLIED)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let mut out = local.clone();
     *out.meta_mut() = ObjectMeta {
         name: meta.name.clone(),
         namespace: Some(twin.to_owned()),
@@ -133,7 +139,6 @@ pub fn remote<K: Reflected>(local: &K, twin: &str) -> Option<K> {
         annotations: (!annotations.is_empty()).then_some(annotations),
         ..ObjectMeta::default()
     };
-    out.copy_content(local);
     Some(out)
 }
 
@@ -237,7 +242,11 @@ mod tests {
         ];
         for (what, local, want) in cases {
             let local = local.expect("case");
-            assert_eq!(remote(&local, "shop-c").is_some(), want, "{what}");
+            assert_eq!(
+                remote(&local, "shop-c", "liqo-prov").is_some(),
+                want,
+                "{what}"
+            );
         }
         let secrets = [
             (None, true),
@@ -247,7 +256,7 @@ mod tests {
         ];
         for (type_, want) in secrets {
             assert_eq!(
-                remote(&secret("s", type_), "shop-c").is_some(),
+                remote(&secret("s", type_), "shop-c", "liqo-prov").is_some(),
                 want,
                 "{type_:?}"
             );
@@ -257,7 +266,7 @@ mod tests {
     #[test]
     fn remote_copy_is_labelled_and_keeps_content() {
         let local = config_map("app", &[(LAST_APPLIED, "{}"), ("note", "x")]);
-        let copy = remote(&local, "shop-c").expect("reflected");
+        let copy = remote(&local, "shop-c", "liqo-prov").expect("reflected");
         assert_eq!(copy.metadata.name.as_deref(), Some("app"));
         assert_eq!(copy.metadata.namespace.as_deref(), Some("shop-c"));
         // Nothing the local API server set comes along.
@@ -276,14 +285,14 @@ mod tests {
         assert!(!is_ours(&local.metadata, "shop"));
 
         let s = secret("s", Some("kubernetes.io/tls"));
-        let copy = remote(&s, "shop-c").expect("reflected");
+        let copy = remote(&s, "shop-c", "liqo-prov").expect("reflected");
         assert_eq!(copy.data, s.data);
         assert_eq!(copy.type_.as_deref(), Some("kubernetes.io/tls"));
     }
 
     #[test]
     fn in_sync_table() {
-        let want = remote(&config_map("app", &[]), "shop-c").expect("reflected");
+        let want = remote(&config_map("app", &[]), "shop-c", "liqo-prov").expect("reflected");
         let mut data = want.clone();
         data.data = Some(BTreeMap::from([("k".to_owned(), "changed".to_owned())]));
         let mut label = want.clone();
@@ -306,7 +315,7 @@ mod tests {
             assert_eq!(in_sync(&want, &have), sync, "{what}");
         }
         // A Secret read back from the API has its type defaulted.
-        let want = remote(&secret("s", None), "shop-c").expect("reflected");
+        let want = remote(&secret("s", None), "shop-c", "liqo-prov").expect("reflected");
         let mut have = want.clone();
         have.type_ = Some("Opaque".to_owned());
         assert!(in_sync(&want, &have));

@@ -3,8 +3,10 @@
 //! generic, level-triggered reflector loop ([`run`]); one module per kind
 //! says what a key is and how one key converges: [`namespace`] (twin
 //! namespaces from NamespaceOffloadings), [`pod`] (pods bound to the
-//! virtual node, as ReplicaSets of one), [`config`] (ConfigMaps and
-//! Secrets copied into the twins; [`references`] holds back pods whose
+//! virtual node, as ReplicaSets of one), [`mirror`] (ConfigMaps, Secrets,
+//! Services and EndpointSlices copied into the twins, one reflector per
+//! kind, translated by [`crate::forge::reflected`] and
+//! [`crate::forge::exposition`]), [`references`] (holds back pods whose
 //! ConfigMaps or Secrets are missing). [`stores`] follows one kind per
 //! namespace.
 //!
@@ -15,7 +17,7 @@
 //! all converge the same way, and nothing is done twice: what exists is
 //! seen in the stores before anything is created.
 
-pub mod config;
+pub mod mirror;
 pub mod namespace;
 pub mod pod;
 pub mod references;

@@ -2,7 +2,7 @@
 //! ([`crate::forge::references`] decides): the remote ReplicaSet is not
 //! created, the local pod shows the kubelet's waiting reason (and, for a
 //! volume, a `FailedMount` Event), and the pod starts once the object
-//! exists, which the local stores of [`super::config`] say.
+//! exists, which the local stores of [`super::mirror`] say.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

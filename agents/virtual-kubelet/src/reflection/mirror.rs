@@ -1,11 +1,13 @@
-//! ConfigMaps and Secrets: every one of an offloaded namespace (but what
-//! [`crate::forge::reflected`] leaves out) has a copy of the same name in
-//! the twin namespace on the provider, created, updated and deleted with
-//! it. A copy changed or deleted on the provider by someone else is put
-//! back. Only copies that carry our managed-by and origin labels are
-//! followed, changed or deleted: an object of the same name that someone
-//! else made in the twin is left alone (and the key keeps failing, said
-//! in the log). The key is the local namespace and the name.
+//! Objects copied into the twins: every ConfigMap, Secret, Service and
+//! EndpointSlice of an offloaded namespace (but what its kind's
+//! [`Reflected::content`] leaves out, or what is opted out) has a copy of
+//! the same name in the twin namespace on the provider, created, updated
+//! and deleted with it. A copy changed or deleted on the provider by
+//! someone else is put back. Only copies that carry our managed-by and
+//! origin labels are followed, changed or deleted: an object of the same
+//! name that someone else made in the twin is left alone (and the key
+//! keeps failing, said in the log). One [`Reflector`] runs per kind; the
+//! key is the local namespace and the name.
 //!
 //! Both sides are followed per namespace ([`super::stores`]): the
 //! consumer's offloaded namespaces, the provider's twins.
@@ -23,7 +25,7 @@ use super::stores::{Clients, PerNamespace};
 use super::{Error, Kind, Next};
 use crate::forge::reflected::{self, Reflected};
 
-/// The reflection of one kind (ConfigMaps or Secrets).
+/// The reflection of one kind.
 #[allow(missing_debug_implementations)]
 pub struct Reflector<K: Reflected> {
     peering: Peering,
@@ -117,7 +119,9 @@ impl<K: Reflected> Kind for Reflector<K> {
             .ok_or_else(|| not_yet("remote"))?;
         let local = local.store.get(&ObjectRef::new(name).within(ns));
         let have = remote.store.get(&ObjectRef::new(name).within(&twin));
-        let want = local.as_deref().and_then(|l| reflected::remote(l, &twin));
+        let want = local
+            .as_deref()
+            .and_then(|l| reflected::remote(l, &twin, &self.peering.node_name));
         let provider = self.peering.provider_client()?;
         let api: Api<K> = Api::namespaced(provider, &twin);
         let what = |verb: &str| format!("{verb} {} {twin}/{name} on the provider", K::NAME);
