@@ -142,6 +142,16 @@ pub fn manifests(
                     "resources": ["endpointslices"],
                     "verbs": ["list", "watch"],
                 },
+                // Offloaded pods get a token of their own service account,
+                // bound to the pod, as a kubelet requests it. RBAC cannot
+                // limit this to the accounts of pods bound to the node
+                // (the node authorizer does that for real kubelets only):
+                // see docs/offloading.md, "Reflection".
+                {
+                    "apiGroups": [""],
+                    "resources": ["serviceaccounts/token"],
+                    "verbs": ["create"],
+                },
                 // This cluster's identity: its ID names the tenant on the
                 // provider, its name the twin namespaces.
                 {

@@ -4,7 +4,7 @@
 //! argument, so that every rule here is unit-tested. Pods are translated
 //! in [`pod`], twin namespaces in [`offloading`], ConfigMaps and Secrets
 //! in [`reflected`], Services and EndpointSlices in [`exposition`];
-//! [`references`] says whether a pod's ConfigMaps and
+//! service account tokens in [`token`]; [`references`] says whether a pod's ConfigMaps and
 //! Secrets let it start.
 
 pub mod exposition;
@@ -12,6 +12,7 @@ pub mod offloading;
 pub mod pod;
 pub mod references;
 pub mod reflected;
+pub mod token;
 
 use std::collections::BTreeMap;
 

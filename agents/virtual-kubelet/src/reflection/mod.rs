@@ -7,7 +7,8 @@
 //! Services and EndpointSlices copied into the twins, one reflector per
 //! kind, translated by [`crate::forge::reflected`] and
 //! [`crate::forge::exposition`]), [`references`] (holds back pods whose
-//! ConfigMaps or Secrets are missing). [`stores`] follows one kind per
+//! ConfigMaps or Secrets are missing), [`token`] (service account
+//! tokens of offloaded pods). [`stores`] follows one kind per
 //! namespace.
 //!
 //! Level-triggered: a kind never reacts to an event, it compares the
@@ -22,6 +23,7 @@ pub mod namespace;
 pub mod pod;
 pub mod references;
 pub mod stores;
+pub mod token;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -105,6 +105,8 @@ pub struct Pods {
     clients: Mutex<(watch::Receiver<ProviderClient>, u64)>,
     /// Holds back pods whose ConfigMaps or Secrets are missing.
     references: Option<References>,
+    /// Where remote pods reach the consumer's API with their token.
+    token_api: Option<crate::forge::token::ApiAddress>,
 }
 
 impl Pods {
@@ -125,7 +127,15 @@ impl Pods {
             sides: Mutex::new(Sides::default()),
             clients,
             references: None,
+            token_api: None,
         }
+    }
+
+    /// Remote pods mount their token ([`super::token`]) and reach the
+    /// consumer's API at `api`.
+    pub fn with_token_api(mut self, api: crate::forge::token::ApiAddress) -> Self {
+        self.token_api = Some(api);
+        self
     }
 
     /// Pods wait for their ConfigMaps and Secrets as `references` says.
@@ -421,7 +431,10 @@ impl Kind for Pods {
             return Ok(next);
         }
         if rs.is_none() {
-            let want = forge_pod::replica_set(&pod, &twin);
+            let mut want = forge_pod::replica_set(&pod, &twin);
+            if let (Some(api), Some(spec)) = (&self.token_api, pod.spec.as_ref()) {
+                crate::forge::token::mount(&mut want, spec, name, api);
+            }
             match rs_api.create(&PostParams::default(), &want).await {
                 Ok(_) => {
                     tracing::debug!(pod = %name, namespace = %ns, "remote replica set created")
