@@ -251,6 +251,13 @@ async fn reflect(
             pod_kind
         }
     };
+    let event_wake = Arc::new(Notify::new());
+    let events = reflection::event::Events::new(
+        peering.clone(),
+        twins_rx.clone(),
+        pods.clone(),
+        &event_wake,
+    );
     let token_wake = Arc::new(Notify::new());
     let tokens = reflection::token::Tokens::new(
         peering.clone(),
@@ -267,6 +274,7 @@ async fn reflect(
             svc_wake.clone(),
             slice_wake.clone(),
             token_wake.clone(),
+            event_wake.clone(),
         ];
         let mut rx = twins_rx;
         async move {
@@ -292,5 +300,6 @@ async fn reflect(
         reflection::run(slices, slice_wake),
         reflection::wake_on(pods.clone(), token_wake.clone()),
         reflection::run(tokens, token_wake),
+        reflection::run(events, event_wake),
     );
 }

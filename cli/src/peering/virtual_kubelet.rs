@@ -125,6 +125,14 @@ pub fn manifests(
                 { "apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"] },
                 // Refused pods are said with an Event.
                 { "apiGroups": [""], "resources": ["events"], "verbs": ["create"] },
+                // Remote pods' Events are copied onto the local pods; the
+                // agent follows its own copies (by label) and updates
+                // their counts.
+                {
+                    "apiGroups": [""],
+                    "resources": ["events"],
+                    "verbs": ["list", "watch", "patch"],
+                },
                 // Reflection: the ConfigMaps, Secrets, Services and
                 // EndpointSlices of offloaded namespaces are copied into
                 // their twins. RBAC cannot name "the offloaded
@@ -307,6 +315,9 @@ mod tests {
                     ),
                     // What offloaded namespaces hold is reflected: read
                     // only, and only by watching.
+                    None if resources.contains("events") && verbs != ["create"] => {
+                        assert_eq!(verbs, ["list", "watch", "patch"], "{rule}");
+                    }
                     None if resources.contains("secrets")
                         || resources.contains("endpointslices") =>
                     {

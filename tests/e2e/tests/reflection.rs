@@ -15,7 +15,9 @@
 //! lists the offloaded pod's IP. A pod that mounts its service account
 //! token gets a Secret in the twin whose token authenticates on the
 //! consumer's API as that account (at the address its env says, with the
-//! CA it mounts), and that goes with the pod.
+//! CA it mounts), and that goes with the pod. Events of the remote pod
+//! come back onto the local pod, counts included, and a restarted
+//! virtual kubelet duplicates none.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -99,7 +101,7 @@ fn label<'a>(meta: &'a kube::core::ObjectMeta, key: &str) -> Option<&'a str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn config_maps_and_secrets_are_reflected_and_pods_wait_for_them() -> Result<()> {
+async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
     let testbed = liqo_e2e::consumer_and_provider().await?;
     let consumer = testbed.cluster("consumer");
     let provider = testbed.cluster("provider");
@@ -629,6 +631,126 @@ async fn config_maps_and_secrets_are_reflected_and_pods_wait_for_them() -> Resul
         Ok(remote_secrets.get_opt(token_secret).await?.is_none())
     })
     .await?;
+
+    // Events of the remote pod come back onto the local pod: the
+    // provider's scheduler's, and one the provider's admin writes as a
+    // kubelet would, with its count as it grows; a restarted virtual
+    // kubelet copies nothing twice.
+    let remote_pods: Api<Pod> = Api::namespaced(prov.clone(), TWIN);
+    let local_uid = pods.get("remote-web").await?.metadata.uid.context("uid")?;
+    let remote_pod = remote_pods
+        .list(&ListParams::default().labels(&format!("liqo.io/local-pod-uid={local_uid}")))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("the remote pod of remote-web")?;
+    let remote_events: Api<Event> = Api::namespaced(prov.clone(), TWIN);
+    let now = k8s_openapi::jiff::Timestamp::now();
+    remote_events
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": { "name": "remote-web.backoff", "namespace": TWIN },
+                "involvedObject": {
+                    "apiVersion": "v1", "kind": "Pod", "namespace": TWIN,
+                    "name": remote_pod.metadata.name, "uid": remote_pod.metadata.uid,
+                    "fieldPath": "spec.containers{app}",
+                },
+                "reason": "BackOff",
+                "message": "Back-off restarting failed container app",
+                "type": "Warning",
+                "count": 1,
+                "firstTimestamp": now.to_string(),
+                "lastTimestamp": now.to_string(),
+                "source": { "component": "kubelet", "host": "provider-node" },
+            }))?,
+        )
+        .await?;
+    let copies = |reason: &'static str| {
+        let events = events.clone();
+        async move {
+            let all = events
+                .list(
+                    // Ours only: the local scheduler has its own
+                    // Scheduled event on the pod.
+                    &ListParams::default()
+                        .fields("involvedObject.name=remote-web")
+                        .labels(&format!(
+                            "{}={}",
+                            labels::MANAGED_BY,
+                            labels::MANAGED_BY_VALUE
+                        )),
+                )
+                .await?
+                .items;
+            Ok::<_, anyhow::Error>(
+                all.into_iter()
+                    .filter(|e| e.reason.as_deref() == Some(reason))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    wait_for("the remote pod's events on the local pod", WAIT, || async {
+        let backoff = copies("BackOff").await?;
+        Ok(copies("Scheduled").await?.len() == 1
+            && backoff.len() == 1
+            && backoff[0].count == Some(1))
+    })
+    .await?;
+    let backoff = copies("BackOff").await?.remove(0);
+    assert_eq!(backoff.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        backoff.message.as_deref(),
+        Some("Back-off restarting failed container app")
+    );
+    assert_eq!(
+        backoff.involved_object.uid.as_deref(),
+        Some(local_uid.as_str())
+    );
+    assert_eq!(
+        backoff.source.as_ref().and_then(|s| s.host.as_deref()),
+        Some(node_name.as_str())
+    );
+    remote_events
+        .patch(
+            "remote-web.backoff",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "count": 3 })),
+        )
+        .await?;
+    wait_for("the count to follow", WAIT, || async {
+        let backoff = copies("BackOff").await?;
+        Ok(backoff.len() == 1 && backoff[0].count == Some(3))
+    })
+    .await?;
+    let vk: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
+        .into_iter()
+        .filter(|p| p.name.starts_with("liqo-virtual"))
+        .collect();
+    assert_eq!(vk.len(), 1, "one virtual kubelet: {vk:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &vk[0].pid.to_string()])
+        .status()?;
+    assert!(killed.success());
+    wait_for("the virtual kubelet to restart", WAIT, || async {
+        let now: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
+            .into_iter()
+            .filter(|p| p.name.starts_with("liqo-virtual"))
+            .collect();
+        Ok(now.len() == 1 && now[0].pid != vk[0].pid)
+    })
+    .await?;
+    // A few passes of the restarted agent (it resyncs every 5 s).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let backoff = copies("BackOff").await?;
+    assert_eq!(
+        backoff.len(),
+        1,
+        "no duplicate after a restart: {backoff:?}"
+    );
+    assert_eq!(backoff[0].count, Some(3));
+    assert_eq!(copies("Scheduled").await?.len(), 1);
 
     testbed.stop();
     Ok(())

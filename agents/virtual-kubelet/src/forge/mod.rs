@@ -4,9 +4,10 @@
 //! argument, so that every rule here is unit-tested. Pods are translated
 //! in [`pod`], twin namespaces in [`offloading`], ConfigMaps and Secrets
 //! in [`reflected`], Services and EndpointSlices in [`exposition`];
-//! service account tokens in [`token`]; [`references`] says whether a pod's ConfigMaps and
+//! service account tokens in [`token`], remote pods' Events in [`event`]; [`references`] says whether a pod's ConfigMaps and
 //! Secrets let it start.
 
+pub mod event;
 pub mod exposition;
 pub mod offloading;
 pub mod pod;

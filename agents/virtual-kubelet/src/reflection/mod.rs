@@ -8,7 +8,8 @@
 //! kind, translated by [`crate::forge::reflected`] and
 //! [`crate::forge::exposition`]), [`references`] (holds back pods whose
 //! ConfigMaps or Secrets are missing), [`token`] (service account
-//! tokens of offloaded pods). [`stores`] follows one kind per
+//! tokens of offloaded pods), [`event`] (remote pods' Events back onto
+//! the local pods). [`stores`] follows one kind per
 //! namespace.
 //!
 //! Level-triggered: a kind never reacts to an event, it compares the
@@ -18,6 +19,7 @@
 //! all converge the same way, and nothing is done twice: what exists is
 //! seen in the stores before anything is created.
 
+pub mod event;
 pub mod mirror;
 pub mod namespace;
 pub mod pod;
