@@ -9,8 +9,7 @@
 //! [`crate::forge::exposition`]), [`references`] (holds back pods whose
 //! ConfigMaps or Secrets are missing), [`token`] (service account
 //! tokens of offloaded pods), [`event`] (remote pods' Events back onto
-//! the local pods). [`stores`] follows one kind per
-//! namespace.
+//! the local pods). [`stores`] follows one kind per namespace.
 //!
 //! Level-triggered: a kind never reacts to an event, it compares the
 //! reflector stores of both sides with what they should be, for every key
