@@ -27,7 +27,9 @@ pub mod labels {
     /// Admission policies only let that consumer's identity create, change
     /// or delete namespaces carrying it (docs/offloading.md).
     pub const TENANT: &str = "liqo.io/tenant";
-    /// On a provider: the consumer's namespace a twin namespace stands for.
+    /// On a provider: the consumer's namespace a twin namespace stands for,
+    /// and the one an object reflected into a twin (ConfigMap, Secret)
+    /// comes from.
     pub const ORIGIN_NAMESPACE: &str = "liqo.io/origin-namespace";
     /// On a consumer: the namespace is offloaded (`true`); pods in it are
     /// given the virtual nodes' toleration by the placement policy.
@@ -36,6 +38,11 @@ pub mod labels {
     /// which the placement policy reads.
     pub const POD_OFFLOADING_STRATEGY: &str = "liqo.io/pod-offloading-strategy";
 }
+
+/// On a consumer's ConfigMap or Secret of an offloaded namespace: `true`
+/// keeps it from being reflected into the twin namespaces on the
+/// providers (and removes a copy made before it was set).
+pub const SKIP_REFLECTION_ANNOTATION: &str = "liqo.io/skip-reflection";
 
 /// The ConfigMap in [`NAMESPACE`] that holds the cluster's liqo identity.
 pub const IDENTITY_CONFIGMAP: &str = "liqo-cluster-identity";

@@ -18,7 +18,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -50,6 +51,11 @@ struct Args {
     /// Where to serve /healthz and /readyz.
     #[arg(long, env = "LIQO_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     health_addr: SocketAddr,
+    /// The consumer's API as the provider's pods reach it (`host:port`),
+    /// given to offloaded pods that mount their service account token;
+    /// by default, the address this agent reaches it at.
+    #[arg(long, env = "LIQO_CONSUMER_API_ADDRESS")]
+    consumer_api_address: Option<String>,
 }
 
 #[tokio::main]
@@ -66,7 +72,22 @@ async fn main() -> anyhow::Result<()> {
         "virtual kubelet starting"
     );
     // KUBECONFIG when set, else the pod's service account.
-    let client = kube::Client::try_default().await?;
+    let config = kube::Config::infer().await?;
+    let consumer_api = match args.consumer_api_address.as_deref() {
+        Some(address) => {
+            let (host, port) = address
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h, p.parse().ok()?)))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--consumer-api-address {address}: not host:port")
+                })?;
+            forge::token::ApiAddress::of(Some(host), Some(port))
+        }
+        None => {
+            forge::token::ApiAddress::of(config.cluster_url.host(), config.cluster_url.port_u16())
+        }
+    };
+    let client = kube::Client::try_from(config)?;
 
     // The RBAC grants this one ForeignCluster by name, so the watch must
     // name it.
@@ -91,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let reflect = reflect(
         client.clone(),
+        consumer_api,
         args.foreign_cluster.clone(),
         args.node_name.clone(),
         client_rx.clone(),
@@ -132,6 +154,7 @@ async fn local_identity(client: &kube::Client) -> liqo_api::ClusterIdentity {
 /// bound to the node, and runs both reflection kinds.
 async fn reflect(
     client: kube::Client,
+    consumer_api: Option<forge::token::ApiAddress>,
     foreign_cluster: String,
     node_name: String,
     provider: watch::Receiver<provider::ProviderClient>,
@@ -178,19 +201,87 @@ async fn reflect(
         passed_once: Default::default(),
         verified: Default::default(),
     };
+    let cm_wake = Arc::new(Notify::new());
+    let secret_wake = Arc::new(Notify::new());
+    let config_maps = reflection::mirror::Reflector::<ConfigMap>::new(
+        peering.clone(),
+        twins_rx.clone(),
+        &cm_wake,
+        &pod_wake,
+    );
+    let secrets = reflection::mirror::Reflector::<Secret>::new(
+        peering.clone(),
+        twins_rx.clone(),
+        &secret_wake,
+        &pod_wake,
+    );
+    let svc_wake = Arc::new(Notify::new());
+    let slice_wake = Arc::new(Notify::new());
+    // Nothing waits for them but their own reflection.
+    let services = reflection::mirror::Reflector::<Service>::new(
+        peering.clone(),
+        twins_rx.clone(),
+        &svc_wake,
+        &svc_wake,
+    );
+    let slices = reflection::mirror::Reflector::<EndpointSlice>::new(
+        peering.clone(),
+        twins_rx.clone(),
+        &slice_wake,
+        &slice_wake,
+    );
+    let references = reflection::references::References {
+        local: client.clone(),
+        node_name: node_name.clone(),
+        config_maps: config_maps.local.clone(),
+        secrets: secrets.local.clone(),
+    };
     let pod_kind = reflection::pod::Pods::new(
-        peering,
+        peering.clone(),
         pods.clone(),
         twins_rx.clone(),
         synced_rx,
         pod_wake.clone(),
+    )
+    .with_references(references);
+    let pod_kind = match consumer_api {
+        Some(api) => pod_kind.with_token_api(api),
+        None => {
+            tracing::warn!("the consumer's API address is unknown: offloaded pods get no token");
+            pod_kind
+        }
+    };
+    let event_wake = Arc::new(Notify::new());
+    let events = reflection::event::Events::new(
+        peering.clone(),
+        twins_rx.clone(),
+        pods.clone(),
+        &event_wake,
+    );
+    let token_wake = Arc::new(Notify::new());
+    let tokens = reflection::token::Tokens::new(
+        peering.clone(),
+        twins_rx.clone(),
+        pods.clone(),
+        config_maps.local.clone(),
+        &token_wake,
     );
     let twins_changed = {
-        let wake = pod_wake.clone();
+        let wakes = [
+            pod_wake.clone(),
+            cm_wake.clone(),
+            secret_wake.clone(),
+            svc_wake.clone(),
+            slice_wake.clone(),
+            token_wake.clone(),
+            event_wake.clone(),
+        ];
         let mut rx = twins_rx;
         async move {
             while rx.changed().await.is_ok() {
-                wake.notify_one();
+                for wake in &wakes {
+                    wake.notify_one();
+                }
             }
         }
     };
@@ -199,9 +290,16 @@ async fn reflect(
         follow_pods,
         reflection::wake_on(offloadings, ns_wake.clone()),
         reflection::wake_on(peers, ns_wake.clone()),
-        reflection::wake_on(pods, pod_wake.clone()),
+        reflection::wake_on(pods.clone(), pod_wake.clone()),
         twins_changed,
         reflection::run(namespaces, ns_wake),
         reflection::run(pod_kind, pod_wake),
+        reflection::run(config_maps, cm_wake),
+        reflection::run(secrets, secret_wake),
+        reflection::run(services, svc_wake),
+        reflection::run(slices, slice_wake),
+        reflection::wake_on(pods.clone(), token_wake.clone()),
+        reflection::run(tokens, token_wake),
+        reflection::run(events, event_wake),
     );
 }

@@ -125,6 +125,41 @@ pub fn manifests(
                 { "apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"] },
                 // Refused pods are said with an Event.
                 { "apiGroups": [""], "resources": ["events"], "verbs": ["create"] },
+                // Remote pods' Events are copied onto the local pods; the
+                // agent follows its own copies (by label) and updates
+                // their counts.
+                {
+                    "apiGroups": [""],
+                    "resources": ["events"],
+                    "verbs": ["list", "watch", "patch"],
+                },
+                // Reflection: the ConfigMaps, Secrets, Services and
+                // EndpointSlices of offloaded namespaces are copied into
+                // their twins. RBAC cannot name "the offloaded
+                // namespaces" (they come and go at run time), so this is
+                // cluster-wide; the agent watches only the offloaded
+                // namespaces, one watch each, and needs no get: list and
+                // watch fill its stores. Nothing is written locally.
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps", "secrets", "services"],
+                    "verbs": ["list", "watch"],
+                },
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
+                    "verbs": ["list", "watch"],
+                },
+                // Offloaded pods get a token of their own service account,
+                // bound to the pod, as a kubelet requests it. RBAC cannot
+                // limit this to the accounts of pods bound to the node
+                // (the node authorizer does that for real kubelets only):
+                // see docs/offloading.md, "Reflection".
+                {
+                    "apiGroups": [""],
+                    "resources": ["serviceaccounts/token"],
+                    "verbs": ["create"],
+                },
                 // This cluster's identity: its ID names the tenant on the
                 // provider, its name the twin namespaces.
                 {
@@ -278,6 +313,16 @@ mod tests {
                             .all(|v| ["get", "list", "watch", "patch"].contains(v)),
                         "{rule}"
                     ),
+                    // What offloaded namespaces hold is reflected: read
+                    // only, and only by watching.
+                    None if resources.contains("events") && verbs != ["create"] => {
+                        assert_eq!(verbs, ["list", "watch", "patch"], "{rule}");
+                    }
+                    None if resources.contains("secrets")
+                        || resources.contains("endpointslices") =>
+                    {
+                        assert_eq!(verbs, ["list", "watch"], "{rule}");
+                    }
                     // Only create may go unnamed: there is no name yet.
                     None => assert_eq!(verbs, ["create"], "{rule}"),
                     Some(names) => {

@@ -2,10 +2,18 @@
 //! virtual Node (metadata and spec), its status (capacity, allocatable and
 //! conditions) and its heartbeat Lease. No IO and no clock: the time is an
 //! argument, so that every rule here is unit-tested. Pods are translated
-//! in [`pod`], twin namespaces in [`offloading`].
+//! in [`pod`], twin namespaces in [`offloading`], ConfigMaps and Secrets
+//! in [`reflected`], Services and EndpointSlices in [`exposition`];
+//! service account tokens in [`token`], remote pods' Events in [`event`]; [`references`] says whether a pod's ConfigMaps and
+//! Secrets let it start.
 
+pub mod event;
+pub mod exposition;
 pub mod offloading;
 pub mod pod;
+pub mod references;
+pub mod reflected;
+pub mod token;
 
 use std::collections::BTreeMap;
 

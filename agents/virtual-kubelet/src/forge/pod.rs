@@ -50,7 +50,8 @@ pub fn refusal(spec: &PodSpec) -> Option<String> {
 }
 
 /// The service account token volume the local API server injects
-/// (`kube-api-access-*`): the remote pod gets no token for now.
+/// (`kube-api-access-*`): dropped here, [`super::token::mount`] puts the
+/// consumer's token in its place.
 fn is_local_token_volume(name: &str) -> bool {
     name.starts_with("kube-api-access-")
 }
@@ -78,8 +79,8 @@ pub fn remote_pod_spec(local: &PodSpec) -> PodSpec {
             .collect();
         (!kept.is_empty()).then_some(kept)
     });
-    // The token reflection is a later step: until then the remote pod
-    // runs as the twin namespace's default account, without a token.
+    // Never the provider's account nor its token: the consumer's token
+    // of the pod's own account comes from `super::token::mount`.
     spec.service_account_name = None;
     #[allow(deprecated)]
     {

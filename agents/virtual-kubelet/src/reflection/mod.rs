@@ -3,7 +3,13 @@
 //! generic, level-triggered reflector loop ([`run`]); one module per kind
 //! says what a key is and how one key converges: [`namespace`] (twin
 //! namespaces from NamespaceOffloadings), [`pod`] (pods bound to the
-//! virtual node, as ReplicaSets of one).
+//! virtual node, as ReplicaSets of one), [`mirror`] (ConfigMaps, Secrets,
+//! Services and EndpointSlices copied into the twins, one reflector per
+//! kind, translated by [`crate::forge::reflected`] and
+//! [`crate::forge::exposition`]), [`references`] (holds back pods whose
+//! ConfigMaps or Secrets are missing), [`token`] (service account
+//! tokens of offloaded pods), [`event`] (remote pods' Events back onto
+//! the local pods). [`stores`] follows one kind per namespace.
 //!
 //! Level-triggered: a kind never reacts to an event, it compares the
 //! reflector stores of both sides with what they should be, for every key
@@ -12,8 +18,13 @@
 //! all converge the same way, and nothing is done twice: what exists is
 //! seen in the stores before anything is created.
 
+pub mod event;
+pub mod mirror;
 pub mod namespace;
 pub mod pod;
+pub mod references;
+pub mod stores;
+pub mod token;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -34,6 +34,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::namespace::{Peering, Twins};
+use super::references::References;
 use super::{Error, Kind, Next, wake_on};
 use crate::forge::pod as forge_pod;
 use crate::node::FIELD_MANAGER;
@@ -102,6 +103,10 @@ pub struct Pods {
     pub wake: Arc<Notify>,
     sides: Mutex<Sides>,
     clients: Mutex<(watch::Receiver<ProviderClient>, u64)>,
+    /// Holds back pods whose ConfigMaps or Secrets are missing.
+    references: Option<References>,
+    /// Where remote pods reach the consumer's API with their token.
+    token_api: Option<crate::forge::token::ApiAddress>,
 }
 
 impl Pods {
@@ -121,7 +126,22 @@ impl Pods {
             wake,
             sides: Mutex::new(Sides::default()),
             clients,
+            references: None,
+            token_api: None,
         }
+    }
+
+    /// Remote pods mount their token ([`super::token`]) and reach the
+    /// consumer's API at `api`.
+    pub fn with_token_api(mut self, api: crate::forge::token::ApiAddress) -> Self {
+        self.token_api = Some(api);
+        self
+    }
+
+    /// Pods wait for their ConfigMaps and Secrets as `references` says.
+    pub fn with_references(mut self, references: References) -> Self {
+        self.references = Some(references);
+        self
     }
 
     fn side(&self, twin: &str) -> Option<Arc<Side>> {
@@ -404,8 +424,17 @@ impl Kind for Pods {
         if let Some(why) = pod.spec.as_ref().and_then(forge_pod::refusal) {
             return self.refuse(&pod, &why).await;
         }
+        if rs.is_none()
+            && let Some(references) = &self.references
+            && let Some(next) = references.hold(&pod).await?
+        {
+            return Ok(next);
+        }
         if rs.is_none() {
-            let want = forge_pod::replica_set(&pod, &twin);
+            let mut want = forge_pod::replica_set(&pod, &twin);
+            if let (Some(api), Some(spec)) = (&self.token_api, pod.spec.as_ref()) {
+                crate::forge::token::mount(&mut want, spec, name, api);
+            }
             match rs_api.create(&PostParams::default(), &want).await {
                 Ok(_) => {
                     tracing::debug!(pod = %name, namespace = %ns, "remote replica set created")

@@ -1,0 +1,158 @@
+//! Events of remote pods back onto the local pods: every Event in a twin
+//! about a pod of one of our ReplicaSets whose local pod is bound to the
+//! virtual node is copied onto that local pod
+//! ([`crate::forge::event`]), and kept up to date as its count grows. The
+//! local copy is named after the remote Event's UID and the local copies
+//! are followed (by our label), so a restart creates nothing twice. The
+//! key is the twin and the remote Event's name; nothing is deleted: both
+//! sides' Events expire on their own.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use liqo_agent_runtime::follow::Followed;
+use liqo_api::names::labels;
+use serde_json::json;
+use tokio::sync::{Notify, watch};
+
+use super::namespace::{Peering, Twins};
+use super::stores::{Clients, PerNamespace};
+use super::{Error, Kind, Next};
+use crate::forge::event as forge_event;
+
+#[allow(missing_debug_implementations)]
+pub struct Events {
+    peering: Peering,
+    twins: watch::Receiver<Twins>,
+    /// Local pods bound to the virtual node.
+    pods: Followed<Pod>,
+    /// Our local copies, per offloaded namespace.
+    local: PerNamespace<Event>,
+    /// Pods' Events, per twin.
+    remote: PerNamespace<Event>,
+    clients: Clients,
+}
+
+impl Events {
+    pub fn new(
+        peering: Peering,
+        twins: watch::Receiver<Twins>,
+        pods: Followed<Pod>,
+        wake: &Arc<Notify>,
+    ) -> Self {
+        let ours = format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE);
+        let local = PerNamespace::new(
+            "local events of ours",
+            watcher::Config::default().labels(&ours),
+            vec![wake.clone()],
+        );
+        let remote = PerNamespace::new(
+            "remote pods' events",
+            watcher::Config::default().fields("involvedObject.kind=Pod"),
+            vec![wake.clone()],
+        );
+        let clients = Clients::new(peering.provider.clone());
+        Self {
+            peering,
+            twins,
+            pods,
+            local,
+            remote,
+            clients,
+        }
+    }
+}
+
+impl Kind for Events {
+    /// The twin and the remote Event's name.
+    type Key = (String, String);
+    const NAME: &'static str = "events";
+
+    fn prepare(&self) {
+        let twins = self.twins.borrow().clone();
+        self.local
+            .follow_only(Some((self.peering.local.clone(), 0)), twins.keys().cloned());
+        self.remote
+            .follow_only(self.clients.current(), twins.values().cloned());
+    }
+
+    fn keys(&self) -> Vec<Self::Key> {
+        let twins: Vec<String> = self.twins.borrow().values().cloned().collect();
+        twins
+            .into_iter()
+            .flat_map(|twin| {
+                self.remote
+                    .names(&twin)
+                    .into_iter()
+                    .map(move |name| (twin.clone(), name))
+            })
+            .collect()
+    }
+
+    async fn converge(&self, (twin, name): &Self::Key) -> Result<Next, Error> {
+        let local_ns: BTreeMap<String, String> = self
+            .twins
+            .borrow()
+            .iter()
+            .map(|(l, t)| (t.clone(), l.clone()))
+            .collect();
+        let Some(ns) = local_ns.get(twin) else {
+            return Ok(Next::Done);
+        };
+        let not_yet =
+            |what: &str| Error::NotYet(format!("the {what} events of {ns} are not in sync yet"));
+        let remote = self.remote.current(twin).ok_or_else(|| not_yet("remote"))?;
+        let local = self.local.current(ns).ok_or_else(|| not_yet("local"))?;
+        let Some(event) = remote.store.get(&ObjectRef::new(name).within(twin)) else {
+            return Ok(Next::Done);
+        };
+        // Only Events of the pods of our ReplicaSets, whose local pod is
+        // bound to this node.
+        let Some(pod) = event
+            .involved_object
+            .name
+            .as_deref()
+            .and_then(forge_event::local_pod_name)
+            .and_then(|p| self.pods.store.get(&ObjectRef::new(p).within(ns)))
+        else {
+            return Ok(Next::Done);
+        };
+        let Some(want) = forge_event::local_event(&event, &pod, &self.peering.node_name) else {
+            return Ok(Next::Done);
+        };
+        let local_name = want.name_any();
+        let api: Api<Event> = Api::namespaced(self.peering.local.clone(), ns);
+        match local.store.get(&ObjectRef::new(&local_name).within(ns)) {
+            Some(have) if forge_event::shows(&have, &want) => {}
+            Some(_) => {
+                let patch = json!({
+                    "count": want.count,
+                    "lastTimestamp": want.last_timestamp,
+                    "message": want.message,
+                    "reason": want.reason,
+                    "type": want.type_,
+                });
+                api.patch(&local_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(Error::api(format!("updating the event {ns}/{local_name}")))?;
+            }
+            None => match api.create(&PostParams::default(), &want).await {
+                Ok(_) => {}
+                // Written by a previous pass, not yet in the store.
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    return Err(Error::Api {
+                        what: format!("copying the event {twin}/{name}"),
+                        source: e,
+                    });
+                }
+            },
+        }
+        Ok(Next::Done)
+    }
+}

@@ -1,0 +1,196 @@
+//! Followed stores of one kind, one per namespace: the consumer's identity
+//! on a provider may only watch inside its twin namespaces, and on the
+//! consumer only the offloaded namespaces' objects are worth holding in
+//! memory. The set of namespaces follows the twins; a renewed provider
+//! client restarts every store with it.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::watcher;
+use liqo_agent_runtime::follow::{Followed, follow};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::provider::ProviderClient;
+
+/// A store and the task that follows it, stopped when dropped.
+struct Entry<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    followed: Followed<K>,
+    task: JoinHandle<()>,
+}
+
+impl<K> Drop for Entry<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Inner<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// The client generation the stores were started with.
+    client_version: Option<u64>,
+    by_namespace: BTreeMap<String, Entry<K>>,
+}
+
+/// Stores of kind `K`, one per followed namespace.
+pub struct PerNamespace<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    what: &'static str,
+    config: watcher::Config,
+    /// Woken whenever any store changes.
+    wakes: Vec<Arc<Notify>>,
+    inner: Mutex<Inner<K>>,
+}
+
+impl<K> Debug for PerNamespace<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerNamespace")
+            .field("what", &self.what)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> PerNamespace<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    pub fn new(what: &'static str, config: watcher::Config, wakes: Vec<Arc<Notify>>) -> Self {
+        Self {
+            what,
+            config,
+            wakes,
+            inner: Mutex::new(Inner {
+                client_version: None,
+                by_namespace: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// Follows exactly `namespaces` with `client` (`None`: no client, no
+    /// store); `version` changes when the client does.
+    pub fn follow_only(
+        &self,
+        client: Option<(kube::Client, u64)>,
+        namespaces: impl IntoIterator<Item = String>,
+    ) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let Some((client, version)) = client else {
+            inner.by_namespace.clear();
+            inner.client_version = None;
+            return;
+        };
+        if inner.client_version != Some(version) {
+            inner.by_namespace.clear();
+            inner.client_version = Some(version);
+        }
+        let wanted: std::collections::BTreeSet<String> = namespaces.into_iter().collect();
+        inner.by_namespace.retain(|ns, _| wanted.contains(ns));
+        for ns in wanted {
+            if let std::collections::btree_map::Entry::Vacant(e) = inner.by_namespace.entry(ns) {
+                let (followed, task) = follow(
+                    Api::namespaced(client.clone(), e.key()),
+                    self.config.clone(),
+                    self.what,
+                );
+                let mut changes = followed.state.clone();
+                let wakes = self.wakes.clone();
+                let task = tokio::spawn(async move {
+                    let wake = async move {
+                        while changes.changed().await.is_ok() {
+                            for w in &wakes {
+                                w.notify_one();
+                            }
+                        }
+                    };
+                    tokio::join!(task, wake);
+                });
+                e.insert(Entry { followed, task });
+            }
+        }
+    }
+
+    /// The store of `namespace`, when it is followed and holds a complete
+    /// list.
+    pub fn current(&self, namespace: &str) -> Option<Followed<K>> {
+        let inner = self.inner.lock().ok()?;
+        let entry = inner.by_namespace.get(namespace)?;
+        entry.followed.is_current().then(|| entry.followed.clone())
+    }
+
+    /// The names in the store of `namespace` (empty when not followed).
+    pub fn names(&self, namespace: &str) -> Vec<String> {
+        let Ok(inner) = self.inner.lock() else {
+            return Vec::new();
+        };
+        inner
+            .by_namespace
+            .get(namespace)
+            .map(|e| {
+                e.followed
+                    .store
+                    .state()
+                    .iter()
+                    .filter_map(|o| o.meta().name.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The provider's client and its generation, bumped whenever the channel
+/// says it changed (a renewed kubeconfig).
+#[allow(missing_debug_implementations)] // kube::Client is not Debug.
+pub struct Clients {
+    inner: Mutex<(watch::Receiver<ProviderClient>, u64)>,
+}
+
+impl Clients {
+    pub fn new(rx: watch::Receiver<ProviderClient>) -> Self {
+        Self {
+            inner: Mutex::new((rx, 0)),
+        }
+    }
+
+    /// The current client and its generation, or `None` when there is none.
+    pub fn current(&self) -> Option<(kube::Client, u64)> {
+        let mut inner = self.inner.lock().ok()?;
+        let (rx, version) = &mut *inner;
+        if rx.has_changed().unwrap_or(false) {
+            *version += 1;
+        }
+        let client = rx.borrow_and_update().clone().ok()?;
+        Some((client, *version))
+    }
+}

@@ -1,0 +1,230 @@
+//! Service account tokens of offloaded pods ([`crate::forge::token`]
+//! says what and why): for every local pod bound to the virtual node that
+//! mounts its token, a Secret of ours in the twin holds a token of the
+//! pod's account from the consumer's TokenRequest API, bound to the local
+//! pod, with the consumer's CA and the local namespace; it is renewed at
+//! 80% of its life, put back if changed or deleted on the provider, and
+//! deleted once the local pod is gone. The key is the local pod's
+//! namespace and name. Tokens are never logged.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use liqo_agent_runtime::follow::Followed;
+use liqo_api::names::labels;
+use tokio::sync::{Notify, watch};
+
+use super::namespace::{Peering, Twins};
+use super::stores::{Clients, PerNamespace};
+use super::{Error, Kind, Next};
+use crate::forge::pod as forge_pod;
+use crate::forge::reflected::ROOT_CA_CONFIGMAP;
+use crate::forge::token as forge_token;
+
+#[allow(missing_debug_implementations)]
+pub struct Tokens {
+    peering: Peering,
+    twins: watch::Receiver<Twins>,
+    /// Local pods bound to the virtual node.
+    local: Followed<Pod>,
+    /// The local ConfigMaps of the offloaded namespaces (for the CA).
+    config_maps: Arc<PerNamespace<ConfigMap>>,
+    /// Our token Secrets, per twin.
+    remote: PerNamespace<Secret>,
+    clients: Clients,
+}
+
+impl Tokens {
+    pub fn new(
+        peering: Peering,
+        twins: watch::Receiver<Twins>,
+        local: Followed<Pod>,
+        config_maps: Arc<PerNamespace<ConfigMap>>,
+        wake: &Arc<Notify>,
+    ) -> Self {
+        let selector = format!(
+            "{}={},{}",
+            labels::MANAGED_BY,
+            labels::MANAGED_BY_VALUE,
+            forge_pod::LOCAL_POD_UID
+        );
+        let remote = PerNamespace::new(
+            "remote token secrets",
+            watcher::Config::default().labels(&selector),
+            vec![wake.clone()],
+        );
+        let clients = Clients::new(peering.provider.clone());
+        Self {
+            peering,
+            twins,
+            local,
+            config_maps,
+            remote,
+            clients,
+        }
+    }
+}
+
+impl Kind for Tokens {
+    type Key = (String, String);
+    const NAME: &'static str = "service account tokens";
+
+    fn prepare(&self) {
+        let twins: Vec<String> = self.twins.borrow().values().cloned().collect();
+        self.remote.follow_only(self.clients.current(), twins);
+    }
+
+    fn keys(&self) -> Vec<Self::Key> {
+        let twins = self.twins.borrow().clone();
+        let mut keys: Vec<Self::Key> = self
+            .local
+            .store
+            .state()
+            .iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(forge_token::token_volume)
+                    .is_some()
+            })
+            .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+            .filter(|(ns, _)| twins.contains_key(ns))
+            .collect();
+        for (local_ns, twin) in &twins {
+            keys.extend(
+                self.remote
+                    .names(twin)
+                    .iter()
+                    .filter_map(|s| forge_token::pod_name(s))
+                    .map(|p| (local_ns.clone(), p.to_owned())),
+            );
+        }
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    async fn converge(&self, (ns, name): &Self::Key) -> Result<Next, Error> {
+        let Some(twin) = self.twins.borrow().get(ns).cloned() else {
+            return Ok(Next::Done);
+        };
+        let remote = self.remote.current(&twin).ok_or_else(|| {
+            Error::NotYet(format!("the token Secrets of {twin} are not in sync yet"))
+        })?;
+        let secret_name = forge_token::secret_name(name);
+        let have = remote
+            .store
+            .get(&ObjectRef::new(&secret_name).within(&twin));
+        let pod = self
+            .local
+            .store
+            .get(&ObjectRef::new(name).within(ns))
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(forge_token::token_volume)
+                    .is_some()
+            })
+            .filter(|p| {
+                p.status.as_ref().and_then(|s| s.reason.as_deref())
+                    != Some(forge_pod::REFUSED_REASON)
+            });
+        let provider = self.peering.provider_client()?;
+        let api: Api<Secret> = Api::namespaced(provider, &twin);
+        let Some(pod) = pod else {
+            // The pod is gone (a pod being deleted keeps its token until
+            // its remote pod is gone: the local one goes after it).
+            if let Some(have) = have {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: have.uid(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&secret_name, &params).await {
+                    Ok(_) => {
+                        tracing::debug!(pod = %name, namespace = %ns, "token secret deleted");
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => {
+                        return Err(Error::Api {
+                            what: format!("deleting the token secret {twin}/{secret_name}"),
+                            source: e,
+                        });
+                    }
+                }
+            }
+            return Ok(Next::Done);
+        };
+        // The consumer's CA as published in the pod's namespace.
+        let ca = self
+            .config_maps
+            .current(ns)
+            .and_then(|cms| cms.store.get(&ObjectRef::new(ROOT_CA_CONFIGMAP).within(ns)))
+            .and_then(|cm| cm.data.as_ref()?.get(forge_token::ROOT_CA_KEY).cloned())
+            .ok_or_else(|| Error::NotYet(format!("the CA of {ns} is not known yet")))?;
+        let now = Timestamp::now();
+        if let Some(have) = &have
+            && let Some(refresh) = forge_token::still_good(have, &pod, &ca, now)
+        {
+            return Ok(Next::After(refresh.duration_since(now).unsigned_abs()));
+        }
+        let spec = pod
+            .spec
+            .as_ref()
+            .ok_or_else(|| Error::NotYet("no spec".to_owned()))?;
+        let account = forge_token::service_account(spec);
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.peering.local.clone(), ns);
+        let issued = Timestamp::now();
+        let response: TokenRequest = accounts
+            .create_subresource(
+                "token",
+                account,
+                &PostParams::default(),
+                &forge_token::token_request(&pod),
+            )
+            .await
+            .map_err(Error::api(format!(
+                "requesting a token of the service account {ns}/{account}"
+            )))?;
+        let status = response
+            .status
+            .ok_or_else(|| Error::NotYet("the token request has no status".to_owned()))?;
+        let refresh = forge_token::refresh_at(issued, status.expiration_timestamp.0);
+        let mut want = forge_token::token_secret(&pod, &twin, &status.token, &ca, refresh);
+        let written = match &have {
+            None => api.create(&PostParams::default(), &want).await,
+            Some(have) => {
+                want.metadata.resource_version = have.resource_version();
+                api.replace(&secret_name, &PostParams::default(), &want)
+                    .await
+            }
+        };
+        match written {
+            Ok(_) => {}
+            // Someone else's Secret of that name: never taken over.
+            Err(kube::Error::Api(s)) if s.code == 409 && have.is_none() => {
+                return Err(Error::NotYet(format!(
+                    "{twin}/{secret_name} exists on the provider and is not (yet) known as ours"
+                )));
+            }
+            Err(e) => {
+                return Err(Error::Api {
+                    what: format!("writing the token secret {twin}/{secret_name}"),
+                    source: e,
+                });
+            }
+        }
+        tracing::debug!(pod = %name, namespace = %ns, %refresh, "token secret written");
+        Ok(Next::After(
+            refresh.duration_since(Timestamp::now()).unsigned_abs(),
+        ))
+    }
+}
