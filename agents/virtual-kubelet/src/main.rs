@@ -10,11 +10,12 @@
 //! its own: everything comes from the API and the mounted kubeconfig.
 
 mod forge;
+mod kubelet_api;
 mod node;
 mod provider;
 mod reflection;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -50,6 +51,14 @@ struct Args {
     /// Where to serve /healthz and /readyz.
     #[arg(long, env = "LIQO_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     health_addr: SocketAddr,
+    /// Where to serve the kubelet API (TLS); port 0 picks a free port.
+    /// The port bound is registered on the Node. Not served when unset.
+    #[arg(long, env = "LIQO_KUBELET_ADDR")]
+    kubelet_addr: Option<SocketAddr>,
+    /// The address the API server reaches the kubelet API at (the
+    /// agent's pod IP); by default the address of `--kubelet-addr`.
+    #[arg(long, env = "POD_IP")]
+    node_ip: Option<IpAddr>,
 }
 
 #[tokio::main]
@@ -67,6 +76,41 @@ async fn main() -> anyhow::Result<()> {
     );
     // KUBECONFIG when set, else the pod's service account.
     let client = kube::Client::try_default().await?;
+
+    // The kubelet API: bound first, so that the port registered is the
+    // one actually bound.
+    let (tls_tx, tls_rx) = watch::channel(None);
+    let mut kubelet = None;
+    let mut kubelet_endpoint = None;
+    let mut keep_tls: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+        Box::pin(std::future::pending());
+    if let Some(addr) = args.kubelet_addr {
+        let listener = kubelet_api::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let ip = args
+            .node_ip
+            .or_else(|| (!bound.ip().is_unspecified()).then_some(bound.ip()));
+        match ip {
+            Some(ip) => {
+                kubelet_endpoint = Some(forge::KubeletEndpoint {
+                    ip,
+                    port: bound.port(),
+                });
+            }
+            None => tracing::warn!(
+                %bound,
+                "the kubelet API listens on every address and --node-ip is not set: the node registers no address"
+            ),
+        }
+        tracing::info!(%bound, "kubelet API listening");
+        let serving = kubelet_api::tls::serving_certificate(&args.node_name, ip)?;
+        keep_tls = Box::pin(kubelet_api::tls::keep_config(
+            client.clone(),
+            serving,
+            tls_tx,
+        ));
+        kubelet = Some((listener, tls_rx));
+    }
 
     // The RBAC grants this one ForeignCluster by name, so the watch must
     // name it.
@@ -88,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
         peers: peers.clone(),
         health: health_rx,
         registered: registered_tx,
+        kubelet_endpoint,
     };
     let reflect = reflect(
         client.clone(),
@@ -96,8 +141,10 @@ async fn main() -> anyhow::Result<()> {
         client_rx.clone(),
         peers.clone(),
         fc_ref.clone(),
+        kubelet,
     );
     tokio::select! {
+        () = keep_tls => {}
         result = liqo_agent_runtime::serve_health(listener, readiness.clone()) => result?,
         () = reflect => {}
         () = follow_peers => {}
@@ -137,7 +184,12 @@ async fn reflect(
     provider: watch::Receiver<provider::ProviderClient>,
     peers: liqo_agent_runtime::follow::Followed<ForeignCluster>,
     fc_ref: ObjectRef<ForeignCluster>,
+    kubelet: Option<(
+        tokio::net::TcpListener,
+        watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
+    )>,
 ) {
+    let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
     let consumer = local_identity(&client).await;
     let provider_id = match liqo_api::ClusterId::new(foreign_cluster) {
         Ok(id) => id,
@@ -148,7 +200,7 @@ async fn reflect(
     };
     let peering = reflection::namespace::Peering {
         local: client.clone(),
-        provider,
+        provider: provider.clone(),
         provider_id,
         consumer,
         node_name: node_name.clone(),
@@ -165,6 +217,20 @@ async fn reflect(
         "local pods",
     );
     let (twins_tx, twins_rx) = watch::channel(Default::default());
+    let api = kubelet_api::KubeletApi {
+        local: client.clone(),
+        node_name: node_name.clone(),
+        start_time,
+        pods: pods.clone(),
+        twins: twins_rx.clone(),
+        provider: provider.clone(),
+    };
+    let kubelet_api = async move {
+        match kubelet {
+            Some((listener, tls)) => kubelet_api::serve(listener, tls, Arc::new(api)).await,
+            None => std::future::pending().await,
+        }
+    };
     let (synced_tx, synced_rx) = watch::channel(false);
     let ns_wake = Arc::new(Notify::new());
     let pod_wake = Arc::new(Notify::new());
@@ -195,6 +261,7 @@ async fn reflect(
         }
     };
     tokio::join!(
+        kubelet_api,
         follow_offloadings,
         follow_pods,
         reflection::wake_on(offloadings, ns_wake.clone()),

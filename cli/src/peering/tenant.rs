@@ -37,6 +37,14 @@ const TENANT_RULES: [(&str, &[&str]); 4] = [
     ("events.k8s.io", &["events"]),
 ];
 
+/// What the tenant may only read in its twin namespaces: the remote pods'
+/// logs (`kubectl logs` on the consumer, through its virtual kubelet) and
+/// their figures (the virtual node's `/stats/summary`).
+const TENANT_READ_RULES: [(&str, &[&str], &[&str]); 2] = [
+    ("", &["pods/log"], &["get"]),
+    ("metrics.k8s.io", &["pods"], &["get", "list"]),
+];
+
 const ALL_VERBS: [&str; 8] = [
     "get",
     "list",
@@ -75,6 +83,9 @@ pub fn manifests(
     let rules: Vec<_> = TENANT_RULES
         .iter()
         .map(|(group, resources)| json!({ "apiGroups": [group], "resources": resources, "verbs": ALL_VERBS }))
+        .chain(TENANT_READ_RULES.iter().map(|(group, resources, verbs)| {
+            json!({ "apiGroups": [group], "resources": resources, "verbs": verbs })
+        }))
         .collect();
     let hard = {
         let mut hard = BTreeMap::new();
