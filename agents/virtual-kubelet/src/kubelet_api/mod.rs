@@ -479,3 +479,66 @@ async fn measure(api: &KubeletApi) -> (bool, Vec<stats::PodFigures>) {
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(statuses: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": { "name": "p", "namespace": "ns" },
+            "spec": {
+                "containers": [{ "name": "app" }],
+                "initContainers": [{ "name": "init" }],
+            },
+            "status": { "containerStatuses": statuses },
+        }))
+        .expect("pod")
+    }
+
+    fn status(name: &str, restarts: i32, last: serde_json::Value) -> serde_json::Value {
+        json!({
+            "name": name, "image": "i", "imageID": "", "ready": true,
+            "restartCount": restarts, "lastState": last,
+        })
+    }
+
+    #[test]
+    fn containers_of_the_pod() {
+        let p = pod(json!([]));
+        assert!(has_container(&p, "app"));
+        assert!(has_container(&p, "init"));
+        assert!(!has_container(&p, "other"));
+    }
+
+    #[test]
+    fn a_previous_instance_is_one_that_terminated() {
+        let terminated = json!({ "terminated": { "exitCode": 1 } });
+        for (statuses, want) in [
+            (json!([status("app", 0, json!({}))]), false),
+            (json!([status("app", 2, json!({}))]), true),
+            (json!([status("app", 0, terminated.clone())]), true),
+            // Another container's restarts say nothing of this one.
+            (json!([status("side", 3, terminated)]), false),
+            (json!([]), false),
+        ] {
+            assert_eq!(
+                has_previous(&pod(statuses.clone()), "app"),
+                want,
+                "{statuses}"
+            );
+        }
+    }
+
+    #[test]
+    fn provider_errors_keep_their_code_and_message() {
+        let status = kube::core::Status::failure("pods \"x\" is forbidden", "Forbidden")
+            .with_code(403)
+            .boxed();
+        let resp = kube_error(&kube::Error::Api(status));
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        let resp = kube_error(&kube::Error::LinesCodecMaxLineLengthExceeded);
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+}
