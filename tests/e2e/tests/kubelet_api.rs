@@ -193,6 +193,83 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
     assert_eq!(next.as_deref(), Some("line four"));
     follow.kill().await?;
 
+    // kubectl exec: kwok runs the command on this machine, in the
+    // provider's folder; the virtual kubelet carries it (SPDY from the
+    // API server, the provider's exec behind).
+    let echo = kubectl(&[
+        "exec",
+        "-n",
+        NS,
+        POD,
+        "--",
+        "echo",
+        "hello from the provider",
+    ]);
+    assert_eq!(echo.code, 0, "{echo:?}");
+    assert_eq!(echo.stdout, "hello from the provider\n", "{echo:?}");
+    let folder = kubectl(&["exec", "-n", NS, POD, "--", "pwd"]);
+    assert_eq!(
+        std::path::Path::new(folder.stdout.trim()),
+        std::fs::canonicalize(provider.dir())?,
+        "{folder:?}"
+    );
+    let failed = kubectl(&[
+        "exec",
+        "-n",
+        NS,
+        POD,
+        "--",
+        "sh",
+        "-c",
+        "echo oops >&2; exit 3",
+    ]);
+    // The provider's status comes back as it is: kwok's local exec says
+    // a failed command with an internal error (a kubelet would say
+    // NonZeroExitCode, and kubectl would exit 3).
+    assert_ne!(failed.code, 0, "{failed:?}");
+    assert!(
+        failed.stderr.contains("oops") && failed.stderr.contains("exit status 3"),
+        "{failed:?}"
+    );
+    // Input: a line read by the command (kwok's local exec does not pass
+    // the end of input on, so the command must not wait for it).
+    let mut read = tokio::process::Command::new(&kubectl_bin)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "exec",
+            "-i",
+            "-n",
+            NS,
+            POD,
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\"",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = read.stdin.take().context("stdin")?;
+        stdin.write_all(b"through stdin\n").await?;
+        stdin.flush().await?;
+        // Held open: kwok would not pass its end on anyway.
+        let read = tokio::time::timeout(Duration::from_secs(30), read.wait_with_output())
+            .await
+            .context("kubectl exec -i did not end")??;
+        assert!(read.status.success(), "{read:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&read.stdout),
+            "got through stdin\n",
+            "{read:?}"
+        );
+        drop(stdin);
+    }
+
     // The API server proxies to a node only at a global unicast address,
     // and the host-process node's pod IPs are loopback ones: the agent is
     // moved to this machine's own address (local delivery, nothing leaves

@@ -362,18 +362,23 @@ impl Cluster {
         // user does not change the test clusters; with no stages in it, kwok
         // uses its default node and pod lifecycles. Every container of a
         // kwok pod has the same logs: the lines of `kwok-pods.log` (see
-        // [`Cluster::kwok_logs_path`]), followed as they are appended.
+        // [`Cluster::kwok_logs_path`]), followed as they are appended; and
+        // `kubectl exec` into one runs the command here, on this machine,
+        // in the cluster's folder (kwok's local exec).
         let kwok_config = dir.join("kwok.yaml");
         let kwok_logs = dir.join(KWOK_LOGS_FILE);
         std::fs::write(&kwok_logs, "").map_err(io_error(&kwok_logs))?;
         let kwok_logs_json =
             serde_json::to_string(&p(&kwok_logs)).map_err(|e| Error::Spec(e.to_string()))?;
+        let dir_json = serde_json::to_string(&p(dir)).map_err(|e| Error::Spec(e.to_string()))?;
         std::fs::write(
             &kwok_config,
             format!(
                 "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {{}}\n\
                  ---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: all-pods\n\
-                 spec:\n  logs:\n  - logsFile: {kwok_logs_json}\n    follow: true\n"
+                 spec:\n  logs:\n  - logsFile: {kwok_logs_json}\n    follow: true\n\
+                 ---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterExec\nmetadata:\n  name: all-pods\n\
+                 spec:\n  execs:\n  - local:\n      workDir: {dir_json}\n"
             ),
         )
         .map_err(io_error(&kwok_config))?;

@@ -9,7 +9,9 @@
 //! module is the IO around them.
 
 pub mod auth;
+pub mod exec;
 pub mod route;
+pub mod spdy;
 pub mod stats;
 pub mod tls;
 
@@ -152,7 +154,7 @@ fn json(value: &impl serde::Serialize) -> Response<Body> {
 async fn handle(
     api: &KubeletApi,
     cert_user: Option<User>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Response<Body> {
     let user = match cert_user {
         Some(user) => user,
@@ -200,6 +202,11 @@ async fn handle(
             pod,
             container,
         } => logs(api, &namespace, &pod, &container, &query).await,
+        Endpoint::Exec {
+            namespace,
+            pod,
+            container,
+        } => exec(api, &mut req, &namespace, &pod, &container).await,
         Endpoint::StatsSummary => {
             let (measured, figures) = measure(api).await;
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
@@ -296,6 +303,133 @@ fn kube_error(e: &kube::Error) -> Response<Body> {
     }
 }
 
+/// The provider's client, the twin namespace and the current remote pod
+/// of the local pod `namespace/pod`, or the kubelet's answer when there
+/// is none (or no such container).
+async fn resolve(
+    api: &KubeletApi,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+) -> Result<(kube::Client, String, Pod), Response<Body>> {
+    let Some(local) = api.pods.store.get(&ObjectRef::new(pod).within(namespace)) else {
+        return Err(text(
+            StatusCode::NOT_FOUND,
+            format!("pod {pod:?} does not exist"),
+        ));
+    };
+    if !has_container(&local, container) {
+        return Err(text(
+            StatusCode::NOT_FOUND,
+            format!("container {container:?} not found in pod {pod:?}"),
+        ));
+    }
+    let waiting = || {
+        text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "container {container:?} in pod {pod:?} is waiting to start: it does not run on the provider yet"
+            ),
+        )
+    };
+    let Some(twin) = api.twins.borrow().get(namespace).cloned() else {
+        return Err(waiting());
+    };
+    let client = match api.provider.borrow().clone() {
+        Ok(client) => client,
+        Err(why) => {
+            return Err(text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the provider cannot be reached: {why}"),
+            ));
+        }
+    };
+    let uid = local.metadata.uid.clone().unwrap_or_default();
+    match tokio::time::timeout(PROVIDER_TIMEOUT, remote_pod(client.clone(), &twin, &uid)).await {
+        Err(_) => Err(text(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the provider did not answer in time",
+        )),
+        Ok(Err(e)) => Err(kube_error(&e)),
+        Ok(Ok(None)) => Err(waiting()),
+        Ok(Ok(Some(remote))) => Ok((client, twin, remote)),
+    }
+}
+
+/// `/exec`: checks the request, answers the upgrade to SPDY/3.1, and runs
+/// the session on the upgraded connection ([`exec::session`]).
+async fn exec(
+    api: &KubeletApi,
+    req: &mut Request<Incoming>,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+) -> Response<Body> {
+    let opts = match exec::exec_options(&route::query_pairs(req.uri().query())) {
+        Ok(opts) => opts,
+        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+    };
+    let upgrade = req
+        .headers()
+        .get_all(http::header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.eq_ignore_ascii_case("SPDY/3.1"));
+    if !upgrade {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "Upgrade request required (SPDY/3.1)",
+        );
+    }
+    let offered = req
+        .headers()
+        .get_all("x-stream-protocol-version")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>();
+    if !exec::offers_protocol(offered.iter().copied()) {
+        return text(
+            StatusCode::FORBIDDEN,
+            format!(
+                "no common streaming protocol: offered {offered:?}, served {}",
+                exec::PROTOCOL
+            ),
+        );
+    }
+    let (client, twin, remote) = match resolve(api, namespace, pod, container).await {
+        Ok(found) => found,
+        Err(resp) => return resp,
+    };
+    let remote_name = remote.metadata.name.clone().unwrap_or_default();
+    let on_upgrade = hyper::upgrade::on(req);
+    let pods: Api<Pod> = Api::namespaced(client, &twin);
+    let container = container.to_owned();
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                exec::session(TokioIo::new(upgraded), pods, remote_name, container, opts).await;
+            }
+            Err(error) => tracing::debug!(%error, "kubelet API: the exec upgrade failed"),
+        }
+    });
+    let mut resp = full(StatusCode::SWITCHING_PROTOCOLS, "text/plain", Bytes::new());
+    let headers = resp.headers_mut();
+    headers.remove(http::header::CONTENT_TYPE);
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("Upgrade"),
+    );
+    headers.insert(
+        http::header::UPGRADE,
+        http::HeaderValue::from_static("SPDY/3.1"),
+    );
+    headers.insert(
+        "x-stream-protocol-version",
+        http::HeaderValue::from_static(exec::PROTOCOL),
+    );
+    resp
+}
+
 async fn logs(
     api: &KubeletApi,
     namespace: &str,
@@ -307,49 +441,10 @@ async fn logs(
         Ok(opts) => opts,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.0),
     };
-    let Some(local) = api.pods.store.get(&ObjectRef::new(pod).within(namespace)) else {
-        return text(StatusCode::NOT_FOUND, format!("pod {pod:?} does not exist"));
+    let (client, twin, remote) = match resolve(api, namespace, pod, container).await {
+        Ok(found) => found,
+        Err(resp) => return resp,
     };
-    if !has_container(&local, container) {
-        return text(
-            StatusCode::NOT_FOUND,
-            format!("container {container:?} not found in pod {pod:?}"),
-        );
-    }
-    let waiting = || {
-        text(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "container {container:?} in pod {pod:?} is waiting to start: it does not run on the provider yet"
-            ),
-        )
-    };
-    let Some(twin) = api.twins.borrow().get(namespace).cloned() else {
-        return waiting();
-    };
-    let client = match api.provider.borrow().clone() {
-        Ok(client) => client,
-        Err(why) => {
-            return text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the provider cannot be reached: {why}"),
-            );
-        }
-    };
-    let uid = local.metadata.uid.clone().unwrap_or_default();
-    let remote =
-        match tokio::time::timeout(PROVIDER_TIMEOUT, remote_pod(client.clone(), &twin, &uid)).await
-        {
-            Err(_) => {
-                return text(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "the provider did not answer in time",
-                );
-            }
-            Ok(Err(e)) => return kube_error(&e),
-            Ok(Ok(None)) => return waiting(),
-            Ok(Ok(Some(remote))) => remote,
-        };
     if opts.previous && !has_previous(&remote, container) {
         return text(
             StatusCode::BAD_REQUEST,

@@ -21,14 +21,30 @@ pub enum Endpoint {
     },
     /// `/healthz`, as a kubelet answers it (authorized as `nodes/proxy`).
     Healthz,
+    /// `/exec/{namespace}/{pod}/{container}` (an upgrade to SPDY/3.1).
+    Exec {
+        namespace: String,
+        pod: String,
+        container: String,
+    },
 }
 
 /// The endpoint `method` and `path` name, or `None` (404).
 pub fn endpoint(method: &http::Method, path: &str) -> Option<Endpoint> {
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    if let ["exec", ns, pod, container] = parts.as_slice() {
+        let post_or_get = method == http::Method::POST || method == http::Method::GET;
+        return (post_or_get && !ns.is_empty() && !pod.is_empty() && !container.is_empty()).then(
+            || Endpoint::Exec {
+                namespace: (*ns).to_owned(),
+                pod: (*pod).to_owned(),
+                container: (*container).to_owned(),
+            },
+        );
+    }
     if method != http::Method::GET {
         return None;
     }
-    let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     match parts.as_slice() {
         ["pods"] => Some(Endpoint::Pods),
         ["healthz"] => Some(Endpoint::Healthz),
@@ -72,6 +88,11 @@ pub fn node_attributes(method: &http::Method, path: &str) -> (&'static str, &'st
 /// The query of a URL as a map (the last value of a repeated key wins),
 /// percent-decoded.
 pub fn query(raw: Option<&str>) -> BTreeMap<String, String> {
+    query_pairs(raw).into_iter().collect()
+}
+
+/// The query of a URL as its pairs, in order, percent-decoded.
+pub fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
     raw.unwrap_or("")
         .split('&')
         .filter(|kv| !kv.is_empty())
@@ -209,6 +230,17 @@ mod tests {
             (Method::GET, "/containerLogs/ns//c", None),
             (Method::GET, "/containerLogs/ns/p/c/x", None),
             (Method::POST, "/pods", None),
+            (
+                Method::POST,
+                "/exec/ns/p/c",
+                Some(Endpoint::Exec {
+                    namespace: "ns".into(),
+                    pod: "p".into(),
+                    container: "c".into(),
+                }),
+            ),
+            (Method::DELETE, "/exec/ns/p/c", None),
+            (Method::POST, "/exec/ns/p", None),
             (Method::GET, "/stats", None),
             (Method::GET, "/", None),
         ] {
