@@ -6,7 +6,9 @@
 //! and is Ready while the provider's API answers as the expected cluster
 //! ([`provider`]). Offloaded namespaces get their twin on the provider,
 //! and pods bound to the node run there as ReplicaSets of one
-//! ([`reflection`], translated by [`forge`]). The agent keeps no state of
+//! ([`reflection`], translated by [`forge`]). The node serves the kubelet
+//! API (logs, exec, `/pods`, stats) for them ([`kubelet_api`]). The agent
+//! keeps no state of
 //! its own: everything comes from the API and the mounted kubeconfig.
 
 mod forge;

@@ -2,8 +2,9 @@
 //! port 10250, for the consumer's API server (`kubectl logs`, the node
 //! proxy) and whoever else a kubelet answers (metrics-server):
 //! `/containerLogs/{ns}/{pod}/{container}` proxied to the provider's
-//! `pods/log` of the current remote pod, `/pods`, `/stats/summary` and
-//! `/metrics/resource`. Callers are authenticated and authorized as a
+//! `pods/log` of the current remote pod, `/exec/{ns}/{pod}/{container}`
+//! (SPDY/3.1 from the API server, [`exec`]; the provider's `pods/exec`
+//! behind), `/pods`, `/stats/summary` and `/metrics/resource`. Callers are authenticated and authorized as a
 //! kubelet in webhook mode does ([`auth`]), over TLS ([`tls`]). What a
 //! path asks for is decided by pure functions ([`route`], [`stats`]); this
 //! module is the IO around them.
