@@ -8,8 +8,8 @@
 //! and pods bound to the node run there as ReplicaSets of one
 //! ([`reflection`], translated by [`forge`]). The node serves the kubelet
 //! API (logs, exec, `/pods`, stats) for them ([`kubelet_api`]). The agent
-//! keeps no state of
-//! its own: everything comes from the API and the mounted kubeconfig.
+//! keeps no state of its own: everything comes from the API and the
+//! mounted kubeconfig.
 
 mod forge;
 mod kubelet_api;
