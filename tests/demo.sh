@@ -4,8 +4,8 @@
 # processes on each cluster's host-process node), "home" peered with
 # "foreign" (a virtual node standing for foreign's grant), the namespace
 # "demo" offloaded, and a Deployment of home's whose pods run on foreign
-# (on its kwok nodes), left running so you can look at them with kubectl
-# and liqoctl.
+# (on its kwok nodes), their logs read on home with kubectl logs, left
+# running so you can look at them with kubectl and liqoctl.
 # Run it again to start afresh; stop with
 #   target/debug/liqo-testbed down --dir .liqo-demo
 set -euo pipefail
@@ -50,5 +50,12 @@ kubectl_home -n demo get pods -o wide
 echo
 echo "== the same pods on foreign, in home's twin namespace"
 kubectl_foreign get pods -A -l liqo.io/local-pod-uid -o wide
+echo
+echo "== kubectl logs on home: what foreign's node serves for the remote pod"
+# foreign's kwok serves this file (container runtime log format) as every
+# container's logs; home's API server asks the virtual kubelet, which
+# asks foreign's API server.
+echo "$(date -u +%Y-%m-%dT%H:%M:%S.%NZ) stdout F hello from foreign" >>.liqo-demo/foreign/kwok-pods.log
+kubectl_home -n demo logs deployment/hello
 echo
 "$liqoctl" --kubeconfig .liqo-demo/home/kubeconfig info

@@ -6,15 +6,18 @@
 //! and is Ready while the provider's API answers as the expected cluster
 //! ([`provider`]). Offloaded namespaces get their twin on the provider,
 //! and pods bound to the node run there as ReplicaSets of one
-//! ([`reflection`], translated by [`forge`]). The agent keeps no state of
-//! its own: everything comes from the API and the mounted kubeconfig.
+//! ([`reflection`], translated by [`forge`]). The node serves the kubelet
+//! API (logs, exec, `/pods`, stats) for them ([`kubelet_api`]). The agent
+//! keeps no state of its own: everything comes from the API and the
+//! mounted kubeconfig.
 
 mod forge;
+mod kubelet_api;
 mod node;
 mod provider;
 mod reflection;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -56,6 +59,14 @@ struct Args {
     /// by default, the address this agent reaches it at.
     #[arg(long, env = "LIQO_CONSUMER_API_ADDRESS")]
     consumer_api_address: Option<String>,
+    /// Where to serve the kubelet API (TLS); port 0 picks a free port.
+    /// The port bound is registered on the Node. Not served when unset.
+    #[arg(long, env = "LIQO_KUBELET_ADDR")]
+    kubelet_addr: Option<SocketAddr>,
+    /// The address the API server reaches the kubelet API at (the
+    /// agent's pod IP); by default the address of `--kubelet-addr`.
+    #[arg(long, env = "POD_IP")]
+    node_ip: Option<IpAddr>,
 }
 
 #[tokio::main]
@@ -89,6 +100,41 @@ async fn main() -> anyhow::Result<()> {
     };
     let client = kube::Client::try_from(config)?;
 
+    // The kubelet API: bound first, so that the port registered is the
+    // one actually bound.
+    let (tls_tx, tls_rx) = watch::channel(None);
+    let mut kubelet = None;
+    let mut kubelet_endpoint = None;
+    let mut keep_tls: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+        Box::pin(std::future::pending());
+    if let Some(addr) = args.kubelet_addr {
+        let listener = kubelet_api::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let ip = args
+            .node_ip
+            .or_else(|| (!bound.ip().is_unspecified()).then_some(bound.ip()));
+        match ip {
+            Some(ip) => {
+                kubelet_endpoint = Some(forge::KubeletEndpoint {
+                    ip,
+                    port: bound.port(),
+                });
+            }
+            None => tracing::warn!(
+                %bound,
+                "the kubelet API listens on every address and --node-ip is not set: the node registers no address"
+            ),
+        }
+        tracing::info!(%bound, "kubelet API listening");
+        let serving = kubelet_api::tls::serving_certificate(&args.node_name, ip)?;
+        keep_tls = Box::pin(kubelet_api::tls::keep_config(
+            client.clone(),
+            serving,
+            tls_tx,
+        ));
+        kubelet = Some((listener, tls_rx));
+    }
+
     // The RBAC grants this one ForeignCluster by name, so the watch must
     // name it.
     let (peers, follow_peers) = follow(
@@ -109,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
         peers: peers.clone(),
         health: health_rx,
         registered: registered_tx,
+        kubelet_endpoint,
     };
     let reflect = reflect(
         client.clone(),
@@ -118,8 +165,10 @@ async fn main() -> anyhow::Result<()> {
         client_rx.clone(),
         peers.clone(),
         fc_ref.clone(),
+        kubelet,
     );
     tokio::select! {
+        () = keep_tls => {}
         result = liqo_agent_runtime::serve_health(listener, readiness.clone()) => result?,
         () = reflect => {}
         () = follow_peers => {}
@@ -160,7 +209,12 @@ async fn reflect(
     provider: watch::Receiver<provider::ProviderClient>,
     peers: liqo_agent_runtime::follow::Followed<ForeignCluster>,
     fc_ref: ObjectRef<ForeignCluster>,
+    kubelet: Option<(
+        tokio::net::TcpListener,
+        watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
+    )>,
 ) {
+    let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
     let consumer = local_identity(&client).await;
     let provider_id = match liqo_api::ClusterId::new(foreign_cluster) {
         Ok(id) => id,
@@ -171,7 +225,7 @@ async fn reflect(
     };
     let peering = reflection::namespace::Peering {
         local: client.clone(),
-        provider,
+        provider: provider.clone(),
         provider_id,
         consumer,
         node_name: node_name.clone(),
@@ -188,6 +242,20 @@ async fn reflect(
         "local pods",
     );
     let (twins_tx, twins_rx) = watch::channel(Default::default());
+    let api = kubelet_api::KubeletApi {
+        local: client.clone(),
+        node_name: node_name.clone(),
+        start_time,
+        pods: pods.clone(),
+        twins: twins_rx.clone(),
+        provider: provider.clone(),
+    };
+    let kubelet_api = async move {
+        match kubelet {
+            Some((listener, tls)) => kubelet_api::serve(listener, tls, Arc::new(api)).await,
+            None => std::future::pending().await,
+        }
+    };
     let (synced_tx, synced_rx) = watch::channel(false);
     let ns_wake = Arc::new(Notify::new());
     let pod_wake = Arc::new(Notify::new());
@@ -286,6 +354,7 @@ async fn reflect(
         }
     };
     tokio::join!(
+        kubelet_api,
         follow_offloadings,
         follow_pods,
         reflection::wake_on(offloadings, ns_wake.clone()),

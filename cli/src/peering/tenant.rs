@@ -37,6 +37,17 @@ const TENANT_RULES: [(&str, &[&str]); 4] = [
     ("events.k8s.io", &["events"]),
 ];
 
+/// What else the tenant may do in its twin namespaces: read the remote
+/// pods' logs (`kubectl logs` on the consumer, through its virtual
+/// kubelet), run commands in them (`kubectl exec`: get over WebSockets,
+/// create over SPDY), and read their figures (the virtual node's
+/// `/stats/summary`).
+const TENANT_LIMITED_RULES: [(&str, &[&str], &[&str]); 3] = [
+    ("", &["pods/log"], &["get"]),
+    ("", &["pods/exec"], &["get", "create"]),
+    ("metrics.k8s.io", &["pods"], &["get", "list"]),
+];
+
 const ALL_VERBS: [&str; 8] = [
     "get",
     "list",
@@ -75,6 +86,9 @@ pub fn manifests(
     let rules: Vec<_> = TENANT_RULES
         .iter()
         .map(|(group, resources)| json!({ "apiGroups": [group], "resources": resources, "verbs": ALL_VERBS }))
+        .chain(TENANT_LIMITED_RULES.iter().map(|(group, resources, verbs)| {
+            json!({ "apiGroups": [group], "resources": resources, "verbs": verbs })
+        }))
         .collect();
     let hard = {
         let mut hard = BTreeMap::new();

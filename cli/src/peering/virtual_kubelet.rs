@@ -23,6 +23,8 @@ const PROVIDER_MOUNT: &str = "/etc/liqo/provider";
 /// The agents' user (see [`pod_security_context`]), also the group of the
 /// mounted Secret's files, which only it may read.
 const AGENT_GROUP: i64 = 65532;
+/// The kubelet API's port, a kubelet's.
+const KUBELET_PORT: u16 = 10250;
 
 /// Every object of the virtual kubelet for `provider`, in the order they
 /// must be applied. `foreign_cluster_uid` is the UID of the local
@@ -160,6 +162,18 @@ pub fn manifests(
                     "resources": ["serviceaccounts/token"],
                     "verbs": ["create"],
                 },
+                // The kubelet API authenticates bearer tokens and
+                // authorizes every request as a kubelet in webhook mode.
+                {
+                    "apiGroups": ["authentication.k8s.io"],
+                    "resources": ["tokenreviews"],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": ["authorization.k8s.io"],
+                    "resources": ["subjectaccessreviews"],
+                    "verbs": ["create"],
+                },
                 // This cluster's identity: its ID names the tenant on the
                 // provider, its name the twin namespaces.
                 {
@@ -198,6 +212,20 @@ pub fn manifests(
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
             "subjects": subject,
         }))),
+        // The cluster's client CA (kube-system's
+        // extension-apiserver-authentication), through the Role every
+        // cluster has for it, to verify the kubelet API's clients.
+        Manifest::RoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(Some("kube-system")),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "extension-apiserver-authentication-reader",
+            },
+            "subjects": subject,
+        }))),
         Manifest::Deployment(Box::new(from_json(json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -218,7 +246,12 @@ pub fn manifests(
                         "containers": [agent_container(json!({
                             "name": "virtual-kubelet",
                             "image": format!("{}:{}", names::VIRTUAL_KUBELET_IMAGE, liqo_api::VERSION),
-                            "args": [format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)],
+                            "args": [
+                                format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT),
+                                // Its own pod IP: several virtual kubelets on
+                                // one host network do not clash.
+                                format!("--kubelet-addr=$(POD_IP):{KUBELET_PORT}"),
+                            ],
                             "env": [
                                 { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
                                 { "name": "LIQO_FOREIGN_CLUSTER", "value": foreign_cluster },

@@ -210,6 +210,13 @@ impl Cluster {
         let serving = ca.serving(spec.kubernetes_service_ip()?)?;
         let serving_crt = write("apiserver.crt", &serving.cert)?;
         let serving_key = write("apiserver.key", &serving.key)?;
+        // The API server's identity towards kubelets (`kubectl logs`, the
+        // node proxy): a client of the cluster CA in system:masters, as
+        // kubeadm makes it, so that a kubelet's SubjectAccessReview allows
+        // it.
+        let kubelet_client = ca.client("kube-apiserver-kubelet-client", &["system:masters"])?;
+        let kubelet_client_crt = write("apiserver-kubelet-client.crt", &kubelet_client.cert)?;
+        let kubelet_client_key = write("apiserver-kubelet-client.key", &kubelet_client.key)?;
         let sa = pki::service_account_key()?;
         let sa_key = write("service-account.key", &sa.key)?;
         let sa_pub = write("service-account.pub", &sa.cert)?;
@@ -290,6 +297,11 @@ impl Cluster {
             format!("--client-ca-file={}", p(&ca_crt)),
             format!("--service-cluster-ip-range={}", spec.service_cidr),
             "--authorization-mode=Node,RBAC".into(),
+            format!("--kubelet-client-certificate={}", p(&kubelet_client_crt)),
+            format!("--kubelet-client-key={}", p(&kubelet_client_key)),
+            // kwok's nodes also give their name as Hostname, which resolves
+            // nowhere: the node proxy and logs go to the InternalIP.
+            "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
             "--allow-privileged=true".into(),
             format!("--service-account-issuer={server}"),
             format!("--service-account-key-file={}", p(&sa_pub)),
@@ -348,11 +360,26 @@ impl Cluster {
         )?;
         // A config of our own, so that a ~/.kwok/kwok.yaml of the machine's
         // user does not change the test clusters; with no stages in it, kwok
-        // uses its default node and pod lifecycles.
+        // uses its default node and pod lifecycles. Every container of a
+        // kwok pod has the same logs: the lines of `kwok-pods.log` (see
+        // [`Cluster::kwok_logs_path`]), followed as they are appended; and
+        // `kubectl exec` into one runs the command here, on this machine,
+        // in the cluster's folder (kwok's local exec).
         let kwok_config = dir.join("kwok.yaml");
+        let kwok_logs = dir.join(KWOK_LOGS_FILE);
+        std::fs::write(&kwok_logs, "").map_err(io_error(&kwok_logs))?;
+        let kwok_logs_json =
+            serde_json::to_string(&p(&kwok_logs)).map_err(|e| Error::Spec(e.to_string()))?;
+        let dir_json = serde_json::to_string(&p(dir)).map_err(|e| Error::Spec(e.to_string()))?;
         std::fs::write(
             &kwok_config,
-            "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n",
+            format!(
+                "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {{}}\n\
+                 ---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: all-pods\n\
+                 spec:\n  logs:\n  - logsFile: {kwok_logs_json}\n    follow: true\n\
+                 ---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterExec\nmetadata:\n  name: all-pods\n\
+                 spec:\n  execs:\n  - local:\n      workDir: {dir_json}\n"
+            ),
         )
         .map_err(io_error(&kwok_config))?;
         cluster.spawn(
@@ -581,6 +608,12 @@ impl Cluster {
     /// The folder with the cluster's PKI, logs and kubeconfig files.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The file whose lines every container of a kwok pod logs (`kubectl
+    /// logs`, followed as lines are appended).
+    pub fn kwok_logs_path(&self) -> PathBuf {
+        self.dir.join(KWOK_LOGS_FILE)
     }
 
     /// An admin kubeconfig (a client certificate in `system:masters`).
@@ -814,6 +847,9 @@ impl Drop for Cluster {
         self.stop_processes();
     }
 }
+
+/// The file (in the cluster's folder) kwok serves as every container's logs.
+const KWOK_LOGS_FILE: &str = "kwok-pods.log";
 
 /// The annotation that puts a node under kwok's management.
 pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";

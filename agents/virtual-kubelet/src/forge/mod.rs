@@ -18,7 +18,10 @@ pub mod token;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    Taint,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference, Time};
 use kube::core::ObjectMeta;
@@ -218,15 +221,39 @@ fn condition(
     }
 }
 
+/// Where the node's kubelet API is served: the address the API server
+/// connects to (an `InternalIP`, the agent's pod IP) and the port bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KubeletEndpoint {
+    pub ip: std::net::IpAddr,
+    pub port: u16,
+}
+
 /// The node's status as the agent applies it to the status subresource.
-/// It always holds every field the agent owns (capacity and conditions),
-/// since server-side apply removes an owned field an apply leaves out.
+/// It always holds every field the agent owns (capacity, conditions and,
+/// when the kubelet API is served, the address and port the API server
+/// reaches it at), since server-side apply removes an owned field an
+/// apply leaves out. Only an `InternalIP` is given, no `Hostname`: the
+/// API server tries a hostname first by default, and the node's name
+/// resolves nowhere.
 pub fn node_status(
     node_name: &str,
     grant: Option<&Resources>,
     conditions: Vec<NodeCondition>,
+    endpoint: Option<KubeletEndpoint>,
 ) -> Node {
     let capacity = capacity(grant);
+    let addresses = endpoint.map(|e| {
+        vec![NodeAddress {
+            type_: "InternalIP".to_owned(),
+            address: e.ip.to_string(),
+        }]
+    });
+    let daemon_endpoints = endpoint.map(|e| NodeDaemonEndpoints {
+        kubelet_endpoint: Some(DaemonEndpoint {
+            port: i32::from(e.port),
+        }),
+    });
     Node {
         metadata: ObjectMeta {
             name: Some(node_name.to_owned()),
@@ -237,6 +264,8 @@ pub fn node_status(
             allocatable: Some(capacity.clone()),
             capacity: Some(capacity),
             conditions: Some(conditions),
+            addresses,
+            daemon_endpoints,
             ..NodeStatus::default()
         }),
     }
@@ -381,11 +410,29 @@ mod tests {
             ..Resources::default()
         };
         assert_eq!(capacity(Some(&partial)).len(), 1);
-        let status = node_status("n", grant.as_ref(), Vec::new())
+        let status = node_status("n", grant.as_ref(), Vec::new(), None)
             .status
             .expect("status");
         assert_eq!(status.capacity, status.allocatable);
         assert_eq!(status.capacity, Some(cap));
+        assert_eq!(status.addresses, None);
+        assert_eq!(status.daemon_endpoints, None);
+        let endpoint = KubeletEndpoint {
+            ip: std::net::IpAddr::from([127, 0, 3, 4]),
+            port: 10250,
+        };
+        let served = node_status("n", grant.as_ref(), Vec::new(), Some(endpoint))
+            .status
+            .expect("status");
+        let addresses = served.addresses.expect("addresses");
+        assert_eq!(addresses.len(), 1);
+        assert_eq!(addresses[0].type_, "InternalIP");
+        assert_eq!(addresses[0].address, "127.0.3.4");
+        let port = served
+            .daemon_endpoints
+            .and_then(|d| d.kubelet_endpoint)
+            .map(|k| k.port);
+        assert_eq!(port, Some(10250));
     }
 
     #[test]

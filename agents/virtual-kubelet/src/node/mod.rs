@@ -45,6 +45,8 @@ pub struct NodeKeeper {
     pub peers: Followed<ForeignCluster>,
     pub health: watch::Receiver<Health>,
     pub registered: watch::Sender<Option<String>>,
+    /// Where the kubelet API is served, if it is.
+    pub kubelet_endpoint: Option<forge::KubeletEndpoint>,
 }
 
 /// What was last written, to write again only on a change. A cache of
@@ -136,7 +138,12 @@ impl NodeKeeper {
         };
         let now = Time(Timestamp::now());
         let conditions = forge::conditions(&state, &now, &previous);
-        let status = forge::node_status(&self.node_name, grant.as_ref(), conditions);
+        let status = forge::node_status(
+            &self.node_name,
+            grant.as_ref(),
+            conditions,
+            self.kubelet_endpoint,
+        );
         match apply(nodes, &self.node_name, &status, true).await {
             Ok(_) => {
                 let changed = written

@@ -1,0 +1,431 @@
+//! The virtual kubelet's kubelet API end to end, through the consumer's
+//! real API server: the node registers its address and port; `kubectl
+//! logs` (with `--tail`, `-f`, `--previous`) of an offloaded pod returns
+//! the lines the provider's kwok node serves for its remote pod; the node
+//! proxy answers `/pods` and `/stats/summary`; and the API itself refuses
+//! an anonymous caller (401) and a caller without `nodes/proxy` (403,
+//! through a real SubjectAccessReview).
+
+use std::io::Write as _;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use liqo_api::ClusterId;
+use liqo_api::names::{self, labels, peering};
+use liqo_e2e::{liqoctl, run, wait_for};
+use liqo_testbed::Toolchain;
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+
+const NS: &str = "logs";
+const POD: &str = "logger";
+const WAIT: Duration = Duration::from_secs(90);
+
+fn pod() -> Pod {
+    serde_json::from_value(json!({
+        "metadata": { "name": POD, "namespace": NS },
+        "spec": {
+            "nodeSelector": { labels::VIRTUAL_NODE: "true" },
+            "tolerations": [{
+                "key": names::VIRTUAL_NODE_TAINT,
+                "operator": "Exists",
+                "effect": "NoExecute",
+            }],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{ "name": POD, "image": "busybox" }],
+        },
+    }))
+    .expect("pod")
+}
+
+/// This machine's first global IPv4 address.
+fn host_address() -> Result<String> {
+    let out = run(std::process::Command::new("hostname").arg("-I")).success();
+    out.stdout
+        .split_whitespace()
+        .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
+        .find(|ip| !ip.is_loopback() && !ip.is_link_local() && !ip.is_unspecified())
+        .map(|ip| ip.to_string())
+        .context("this machine has no global IPv4 address for the node proxy")
+}
+
+/// Appends `lines` to kwok's log file, in the container runtimes' log
+/// format kwok reads (time, stream, full-line tag, text).
+fn append(path: &std::path::Path, lines: &[&str]) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
+    for line in lines {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        writeln!(file, "{now} stdout F {line}")?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<()> {
+    let testbed = liqo_e2e::consumer_and_provider().await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        liqo_e2e::install(cluster, id, cidr, &[]).success();
+    }
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    let local = consumer.client().await?;
+    let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
+    let nodes: Api<Node> = Api::all(local.clone());
+    wait_for(
+        "the virtual node Ready with its kubelet endpoint",
+        WAIT,
+        || async {
+            let status = nodes.get_opt(&node_name).await?.and_then(|n| n.status);
+            let ready = status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let port = status
+                .as_ref()
+                .and_then(|s| s.daemon_endpoints.as_ref())
+                .and_then(|d| d.kubelet_endpoint.as_ref())
+                .map(|k| k.port);
+            Ok(ready && port.is_some_and(|p| p > 0))
+        },
+    )
+    .await?;
+    let status = nodes.get(&node_name).await?.status.context("status")?;
+    let address = status
+        .addresses
+        .iter()
+        .flatten()
+        .find(|a| a.type_ == "InternalIP")
+        .context("an InternalIP")?
+        .address
+        .clone();
+    let port = status
+        .daemon_endpoints
+        .and_then(|d| d.kubelet_endpoint)
+        .context("port")?
+        .port;
+    // The agent's pod IP, a loopback address of the host-process node,
+    // and the manifests' port.
+    assert!(address.starts_with("127."), "{address}");
+    assert_eq!(port, 10250);
+    eprintln!("kubelet API at {address}:{port}");
+
+    // An offloaded pod, Running on the provider's kwok node.
+    let namespaces: Api<Namespace> = Api::all(local.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
+        )
+        .await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["offload", "namespace", NS, "--wait", "--timeout=60"],
+    )
+    .success();
+    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
+    pods.create(&PostParams::default(), &pod()).await?;
+    wait_for("the offloaded pod Running", WAIT, || async {
+        let p = pods.get(POD).await?;
+        Ok(p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
+    })
+    .await?;
+
+    let kubectl_bin = Toolchain::locate()?.binary("kubectl");
+    let kubeconfig = consumer.kubeconfig_path().to_owned();
+    let kubectl = |args: &[&str]| {
+        run(std::process::Command::new(&kubectl_bin)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--request-timeout=30s"])
+            .args(args))
+    };
+    let logs_file = provider.kwok_logs_path();
+    append(&logs_file, &["line one", "line two", "line three"])?;
+
+    // All lines, then the last one only.
+    let all = kubectl(&["logs", "-n", NS, POD]);
+    assert_eq!(all.code, 0, "{all:?}");
+    assert_eq!(all.stdout, "line one\nline two\nline three\n", "{all:?}");
+    let tail = kubectl(&["logs", "-n", NS, POD, "--tail=1"]);
+    assert_eq!(tail.code, 0, "{tail:?}");
+    assert_eq!(tail.stdout, "line three\n", "{tail:?}");
+
+    // No previous instance: the kubelet's error, through the API server.
+    let previous = kubectl(&["logs", "-n", NS, POD, "--previous"]);
+    assert_ne!(previous.code, 0, "{previous:?}");
+    assert!(
+        previous
+            .stderr
+            .contains(r#"previous terminated container "logger" in pod "logger" not found"#),
+        "{previous:?}"
+    );
+    // A container the pod does not have: the API server says so itself.
+    let missing = kubectl(&["logs", "-n", NS, POD, "-c", "nope"]);
+    assert_ne!(missing.code, 0, "{missing:?}");
+
+    // Followed: a line appended later comes through the open stream.
+    let mut follow = tokio::process::Command::new(&kubectl_bin)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["logs", "-f", "-n", NS, POD, "--tail=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = tokio::io::BufReader::new(follow.stdout.take().context("stdout")?).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+    assert_eq!(first.as_deref(), Some("line three"));
+    append(&logs_file, &["line four"])?;
+    let next = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+    assert_eq!(next.as_deref(), Some("line four"));
+    follow.kill().await?;
+
+    // kubectl exec: kwok runs the command on this machine, in the
+    // provider's folder; the virtual kubelet carries it (SPDY from the
+    // API server, the provider's exec behind).
+    let echo = kubectl(&[
+        "exec",
+        "-n",
+        NS,
+        POD,
+        "--",
+        "echo",
+        "hello from the provider",
+    ]);
+    assert_eq!(echo.code, 0, "{echo:?}");
+    assert_eq!(echo.stdout, "hello from the provider\n", "{echo:?}");
+    let folder = kubectl(&["exec", "-n", NS, POD, "--", "pwd"]);
+    assert_eq!(
+        std::path::Path::new(folder.stdout.trim()),
+        std::fs::canonicalize(provider.dir())?,
+        "{folder:?}"
+    );
+    let failed = kubectl(&[
+        "exec",
+        "-n",
+        NS,
+        POD,
+        "--",
+        "sh",
+        "-c",
+        "echo oops >&2; exit 3",
+    ]);
+    // The provider's status comes back as it is: kwok's local exec says
+    // a failed command with an internal error (a kubelet would say
+    // NonZeroExitCode, and kubectl would exit 3).
+    assert_ne!(failed.code, 0, "{failed:?}");
+    assert!(
+        failed.stderr.contains("oops") && failed.stderr.contains("exit status 3"),
+        "{failed:?}"
+    );
+    // Input: a line read by the command (kwok's local exec does not pass
+    // the end of input on, so the command must not wait for it).
+    let mut read = tokio::process::Command::new(&kubectl_bin)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "exec",
+            "-i",
+            "-n",
+            NS,
+            POD,
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\"",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = read.stdin.take().context("stdin")?;
+        stdin.write_all(b"through stdin\n").await?;
+        stdin.flush().await?;
+        // Held open: kwok would not pass its end on anyway.
+        let read = tokio::time::timeout(Duration::from_secs(30), read.wait_with_output())
+            .await
+            .context("kubectl exec -i did not end")??;
+        assert!(read.status.success(), "{read:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&read.stdout),
+            "got through stdin\n",
+            "{read:?}"
+        );
+        drop(stdin);
+    }
+
+    // The API server proxies to a node only at a global unicast address,
+    // and the host-process node's pod IPs are loopback ones: the agent is
+    // moved to this machine's own address (local delivery, nothing leaves
+    // the host) with port 0, the way several agents share one address.
+    let host_ip = host_address()?;
+    let deployments: Api<Deployment> = Api::namespaced(local.clone(), names::NAMESPACE);
+    let vk_name = peering::virtual_kubelet(&ClusterId::new("provider-1")?);
+    let vk = deployments.get(&vk_name).await?;
+    let args: Vec<String> = vk
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.args)
+        .context("the agent's args")?
+        .into_iter()
+        .map(|a| {
+            if a.starts_with("--kubelet-addr=") {
+                format!("--kubelet-addr={host_ip}:0")
+            } else {
+                a
+            }
+        })
+        .chain([format!("--node-ip={host_ip}")])
+        .collect();
+    let patch = json!([{ "op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args }]);
+    deployments
+        .patch(
+            &vk_name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(serde_json::from_value(patch)?),
+        )
+        .await?;
+    let registered = || async {
+        let status = nodes.get(&node_name).await?.status.unwrap_or_default();
+        let ip = status
+            .addresses
+            .iter()
+            .flatten()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address.clone());
+        let port = status
+            .daemon_endpoints
+            .and_then(|d| d.kubelet_endpoint)
+            .map_or(0, |k| k.port);
+        anyhow::Ok((ip, port))
+    };
+    wait_for(
+        "the node at the host's address and a free port",
+        WAIT,
+        || async {
+            let (ip, port) = registered().await?;
+            Ok(ip.as_deref() == Some(host_ip.as_str()) && port > 0 && port != 10250)
+        },
+    )
+    .await?;
+    let (_, port) = registered().await?;
+    let address = host_ip;
+    eprintln!("kubelet API moved to {address}:{port}");
+
+    // The node proxy: the pods bound to the node, and the summary.
+    let raw = kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node_name}/proxy/pods"),
+    ]);
+    assert_eq!(raw.code, 0, "{raw:?}");
+    let list: serde_json::Value = serde_json::from_str(&raw.stdout)?;
+    assert_eq!(list["kind"], "PodList");
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .context("items")?
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, [POD], "{list}");
+    let raw = kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node_name}/proxy/stats/summary"),
+    ]);
+    assert_eq!(raw.code, 0, "{raw:?}");
+    let summary: serde_json::Value = serde_json::from_str(&raw.stdout)?;
+    assert_eq!(summary["node"]["nodeName"], node_name.as_str(), "{summary}");
+    // kwok's provider serves no metrics API: no figure rather than zeros.
+    assert!(summary["node"].get("cpu").is_none(), "{summary}");
+    assert_eq!(summary["pods"], json!([]), "{summary}");
+    let raw = kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node_name}/proxy/metrics/resource"),
+    ]);
+    assert_eq!(raw.code, 0, "{raw:?}");
+    assert!(raw.stdout.lines().any(|l| l == "scrape_error 1"), "{raw:?}");
+
+    // Straight to the kubelet API: no credentials at all, then a service
+    // account without nodes/proxy, then the same once granted it.
+    let direct = |token: Option<&str>| -> Result<kube::Client> {
+        let mut config = kube::Config::new(format!("https://{address}:{port}").parse()?);
+        config.accept_invalid_certs = true;
+        if let Some(token) = token {
+            // In the cluster's folder, removed with the testbed.
+            let path = consumer.dir().join("nobody.token");
+            std::fs::write(&path, token)?;
+            config.auth_info.token_file = Some(path.display().to_string());
+        }
+        Ok(kube::Client::try_from(config)?)
+    };
+    let get_pods = |client: kube::Client| async move {
+        let request = http::Request::get("/pods").body(Vec::new())?;
+        anyhow::Ok(client.request_text(request).await)
+    };
+    match get_pods(direct(None)?).await? {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 401, "{s:?}");
+            assert_eq!(s.message, "Unauthorized", "{s:?}");
+        }
+        other => panic!("an anonymous caller got {other:?}"),
+    }
+    kubectl(&["create", "serviceaccount", "nobody", "-n", NS]).success();
+    let token = kubectl(&["create", "token", "nobody", "-n", NS]).success();
+    let token = token.stdout.trim().to_owned();
+    match get_pods(direct(Some(&token))?).await? {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert!(
+                s.message.contains("user=system:serviceaccount:logs:nobody")
+                    && s.message.contains("subresource=proxy"),
+                "{s:?}"
+            );
+        }
+        other => panic!("a caller without nodes/proxy got {other:?}"),
+    }
+    kubectl(&[
+        "create",
+        "clusterrole",
+        "vnode-proxy",
+        "--verb=get",
+        "--resource=nodes/proxy",
+        &format!("--resource-name={node_name}"),
+    ])
+    .success();
+    kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "vnode-proxy",
+        "--clusterrole=vnode-proxy",
+        &format!("--serviceaccount={NS}:nobody"),
+    ])
+    .success();
+    let granted = direct(Some(&token))?;
+    wait_for("the granted token to get /pods", WAIT, || async {
+        Ok(get_pods(granted.clone())
+            .await?
+            .is_ok_and(|body| body.contains("PodList")))
+    })
+    .await?;
+    testbed.stop();
+    Ok(())
+}
