@@ -157,16 +157,16 @@ async fn main() -> anyhow::Result<()> {
         registered: registered_tx,
         kubelet_endpoint,
     };
-    let reflect = reflect(
-        client.clone(),
+    let reflect = reflect(Wiring {
+        client: client.clone(),
         consumer_api,
-        args.foreign_cluster.clone(),
-        args.node_name.clone(),
-        client_rx.clone(),
-        peers.clone(),
-        fc_ref.clone(),
+        foreign_cluster: args.foreign_cluster.clone(),
+        node_name: args.node_name.clone(),
+        provider: client_rx.clone(),
+        peers: peers.clone(),
+        fc_ref: fc_ref.clone(),
         kubelet,
-    );
+    });
     tokio::select! {
         () = keep_tls => {}
         result = liqo_agent_runtime::serve_health(listener, readiness.clone()) => result?,
@@ -199,9 +199,8 @@ async fn local_identity(client: &kube::Client) -> liqo_api::ClusterIdentity {
     }
 }
 
-/// Twin namespaces and pods: follows the local offloadings and the pods
-/// bound to the node, and runs both reflection kinds.
-async fn reflect(
+/// What [`reflect`] runs with.
+struct Wiring {
     client: kube::Client,
     consumer_api: Option<forge::token::ApiAddress>,
     foreign_cluster: String,
@@ -209,11 +208,27 @@ async fn reflect(
     provider: watch::Receiver<provider::ProviderClient>,
     peers: liqo_agent_runtime::follow::Followed<ForeignCluster>,
     fc_ref: ObjectRef<ForeignCluster>,
+    /// The kubelet API's listener and TLS configuration, when served.
     kubelet: Option<(
         tokio::net::TcpListener,
         watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
     )>,
-) {
+}
+
+/// Twin namespaces, pods and the objects they need: follows the local
+/// offloadings and the pods bound to the node, runs every reflection
+/// kind, and serves the kubelet API.
+async fn reflect(wiring: Wiring) {
+    let Wiring {
+        client,
+        consumer_api,
+        foreign_cluster,
+        node_name,
+        provider,
+        peers,
+        fc_ref,
+        kubelet,
+    } = wiring;
     let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
     let consumer = local_identity(&client).await;
     let provider_id = match liqo_api::ClusterId::new(foreign_cluster) {
