@@ -11,6 +11,16 @@
 //! restarted agent, a missed event or an object changed by someone else
 //! all converge the same way, and nothing is done twice: what exists is
 //! seen in the stores before anything is created.
+//!
+//! Cost at scale: a kind may give each key a fingerprint of what its
+//! convergence reads ([`Kind::fingerprint`], e.g. the resource versions
+//! of the objects of one pod on both sides). A key whose last convergence
+//! ended well is skipped while its fingerprint stays the same, except on
+//! the full pass every [`RESYNC`], which looks at every key whatever its
+//! fingerprint. So a store change costs a pass over the keys whose
+//! objects changed, not over 10,000 pods, and the loop stays
+//! level-triggered: the fingerprint is taken from the stores, not from
+//! events, and a missed change is caught by the full pass.
 
 pub mod namespace;
 pub mod pod;
@@ -33,7 +43,7 @@ use tokio::time::Instant;
 pub const RESYNC: Duration = Duration::from_secs(5);
 /// How many keys converge at once: enough to keep a slow API busy, few
 /// enough not to flood it after a restart.
-const CONCURRENCY: usize = 16;
+const CONCURRENCY: usize = 32;
 /// Retries of a failed key start here and double up to [`BACKOFF_MAX`].
 const BACKOFF_INITIAL: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -94,6 +104,12 @@ pub trait Kind: Send + Sync {
     fn prepare(&self) {}
     /// Every key present on either side.
     fn keys(&self) -> Vec<Self::Key>;
+    /// What [`Kind::converge`] reads for `key`, hashed: while it stays the
+    /// same, a key that converged is not looked at again before the next
+    /// full pass. `None` (the default): look at it on every pass.
+    fn fingerprint(&self, _key: &Self::Key) -> Option<u64> {
+        None
+    }
     /// Makes one key as it should be.
     fn converge(&self, key: &Self::Key) -> impl Future<Output = Result<Next, Error>> + Send;
 }
@@ -104,35 +120,59 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
     // Per key: when to look again, and the current backoff (zero when the
     // last attempt did not fail) and the last error logged.
     let mut again: BTreeMap<K::Key, (Instant, Duration, Option<String>)> = BTreeMap::new();
+    // Per key that converged (Done): the fingerprint it converged with.
+    let mut done: BTreeMap<K::Key, u64> = BTreeMap::new();
+    let mut last_full: Option<Instant> = None;
     loop {
         kind.prepare();
         let now = Instant::now();
+        let full = last_full.is_none_or(|at| now.saturating_duration_since(at) >= RESYNC);
+        if full {
+            last_full = Some(now);
+        }
         // A failed key waits for its backoff; any other is looked at on
-        // every pass, which costs nothing when it is as it should be.
+        // every pass unless it converged with what the stores still say.
         let all: std::collections::BTreeSet<K::Key> = kind.keys().into_iter().collect();
         // Keys gone from both sides are forgotten.
         again.retain(|k, _| all.contains(k));
-        let keys: Vec<K::Key> = all
+        done.retain(|k, _| all.contains(k));
+        let keys: Vec<(K::Key, Option<u64>)> = all
             .into_iter()
             .filter(|k| {
                 again
                     .get(k)
                     .is_none_or(|(at, backoff, _)| backoff.is_zero() || *at <= now)
             })
+            .filter_map(|k| {
+                let print = kind.fingerprint(&k);
+                let unchanged = !full
+                    && !again.contains_key(&k)
+                    && print.is_some()
+                    && done.get(&k).copied() == print;
+                (!unchanged).then_some((k, print))
+            })
             .collect();
         let results: Vec<_> = futures::stream::iter(keys)
-            .map(|key| {
+            .map(|(key, print)| {
                 let kind = &kind;
                 async move {
                     let result = kind.converge(&key).await;
-                    (key, result)
+                    (key, print, result)
                 }
             })
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
         let now = Instant::now();
-        for (key, result) in results {
+        for (key, print, result) in results {
+            match (&result, print) {
+                (Ok(Next::Done), Some(print)) => {
+                    done.insert(key.clone(), print);
+                }
+                _ => {
+                    done.remove(&key);
+                }
+            }
             match result {
                 Ok(Next::Done) => {
                     if let Some((_, _, Some(_))) = again.remove(&key) {
@@ -163,12 +203,15 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
                 }
             }
         }
+        let to_full = last_full.map_or(Duration::ZERO, |at| {
+            RESYNC.saturating_sub(now.saturating_duration_since(at))
+        });
         let next = again
             .values()
             .map(|(at, _, _)| *at)
             .min()
             .map_or(RESYNC, |at| at.saturating_duration_since(now))
-            .min(RESYNC);
+            .min(to_full);
         tokio::select! {
             () = wake.notified() => tokio::time::sleep(DEBOUNCE).await,
             () = tokio::time::sleep(next) => {}
@@ -185,5 +228,70 @@ where
 {
     while followed.state.changed().await.is_ok() {
         wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Keys 1 and 2 have fingerprints the test sets, key 3 none.
+    #[derive(Default)]
+    struct Counting {
+        prints: Mutex<BTreeMap<u32, u64>>,
+        calls: Mutex<BTreeMap<u32, u32>>,
+    }
+
+    struct Kind3(Arc<Counting>);
+
+    impl Kind for Kind3 {
+        type Key = u32;
+        const NAME: &'static str = "test";
+        fn keys(&self) -> Vec<u32> {
+            vec![1, 2, 3]
+        }
+        fn fingerprint(&self, key: &u32) -> Option<u64> {
+            self.0.prints.lock().expect("lock").get(key).copied()
+        }
+        async fn converge(&self, key: &u32) -> Result<Next, Error> {
+            *self.0.calls.lock().expect("lock").entry(*key).or_default() += 1;
+            Ok(Next::Done)
+        }
+    }
+
+    fn calls(c: &Counting) -> Vec<u32> {
+        let calls = c.calls.lock().expect("lock");
+        (1..=3)
+            .map(|k| calls.get(&k).copied().unwrap_or(0))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_key_waits_for_the_full_pass() {
+        const SETTLE: Duration = Duration::from_millis(300);
+        let counting = Arc::new(Counting::default());
+        counting
+            .prints
+            .lock()
+            .expect("lock")
+            .extend([(1, 10), (2, 20)]);
+        let wake = Arc::new(Notify::new());
+        let started = Instant::now();
+        let task = tokio::spawn(run(Kind3(counting.clone()), wake.clone()));
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting), [1, 1, 1], "the first pass is full");
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting), [1, 1, 2], "nothing changed but key 3");
+        counting.prints.lock().expect("lock").insert(2, 21);
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting), [1, 2, 3], "key 2 changed");
+        // The next full pass looks at every key.
+        tokio::time::sleep_until(started + RESYNC + SETTLE).await;
+        let after = calls(&counting);
+        task.abort();
+        assert_eq!(after[..2], [2, 3], "the full pass: {after:?}");
     }
 }

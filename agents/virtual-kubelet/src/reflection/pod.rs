@@ -13,8 +13,17 @@
 //! pods, carrying our UID label) per twin namespace: the consumer's
 //! identity may watch inside its twins only. They are started and stopped
 //! as twins come and go, and restarted with a renewed provider client.
+//!
+//! Scale (see "Scale and restart safety" in docs/virtual-kubelet.md): the
+//! remote pods are indexed by their local pod's UID label, so one pod
+//! converges without a scan of its twin; the stores keep only what this
+//! module reads (no managedFields; of a remote ReplicaSet its metadata;
+//! of a remote pod its metadata with our label only and its status); and
+//! each key has a fingerprint (resource versions of its objects) so that
+//! a pass looks only at the pods that changed.
 
 use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -28,7 +37,7 @@ use kube::core::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use liqo_agent_runtime::follow::{Followed, follow};
+use liqo_agent_runtime::follow::{Followed, Options, follow_with};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -59,12 +68,24 @@ impl Side {
     fn start(client: kube::Client, namespace: &str, wake: &Arc<Notify>) -> Self {
         // Only what we created: the twin may hold other objects.
         let config = watcher::Config::default().labels(forge_pod::LOCAL_POD_UID);
-        let (replica_sets, follow_rs) = follow(
+        let (replica_sets, follow_rs) = follow_with(
             Api::namespaced(client.clone(), namespace),
             config.clone(),
             "remote replica sets",
+            Options {
+                trim: Some(trim_remote_replica_set),
+                index_label: None,
+            },
         );
-        let (pods, follow_pods) = follow(Api::namespaced(client, namespace), config, "remote pods");
+        let (pods, follow_pods) = follow_with(
+            Api::namespaced(client, namespace),
+            config,
+            "remote pods",
+            Options {
+                trim: Some(trim_remote_pod),
+                index_label: Some(forge_pod::LOCAL_POD_UID),
+            },
+        );
         let wake_rs = wake_on(replica_sets.clone(), wake.clone());
         let wake_pods = wake_on(pods.clone(), wake.clone());
         let task = tokio::spawn(async move {
@@ -79,6 +100,27 @@ impl Side {
 
     fn is_current(&self) -> bool {
         self.replica_sets.is_current() && self.pods.is_current()
+    }
+}
+
+/// Of a remote ReplicaSet, the reflection reads its name, UID, labels
+/// and deletion: its spec and status are not stored.
+fn trim_remote_replica_set(rs: &mut ReplicaSet) {
+    rs.spec = None;
+    rs.status = None;
+    rs.metadata.annotations = None;
+    rs.metadata.owner_references = None;
+}
+
+/// Of a remote pod, the reflection reads its name, UID, our label, its
+/// creation and deletion, and its status: its spec (the local pod's,
+/// translated) and the local pod's labels and annotations are not stored.
+fn trim_remote_pod(pod: &mut Pod) {
+    pod.spec = None;
+    pod.metadata.annotations = None;
+    pod.metadata.owner_references = None;
+    if let Some(labels) = pod.metadata.labels.as_mut() {
+        labels.retain(|k, _| k == forge_pod::LOCAL_POD_UID);
     }
 }
 
@@ -306,6 +348,42 @@ impl Kind for Pods {
         keys
     }
 
+    fn fingerprint(&self, (ns, name): &Self::Key) -> Option<u64> {
+        let mut h = DefaultHasher::new();
+        let local = self.local.store.get(&ObjectRef::new(name).within(ns));
+        let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
+        local.as_ref().map(|p| version(&p.metadata)).hash(&mut h);
+        let twin = self.twin_of(ns);
+        twin.hash(&mut h);
+        self.synced.borrow().hash(&mut h);
+        if let Some(twin) = twin {
+            let (client_version, side) = {
+                let sides = self.sides.lock().ok()?;
+                (sides.client_version, sides.by_twin.get(&twin).cloned())
+            };
+            client_version.hash(&mut h);
+            if let Some(side) = side {
+                side.is_current().hash(&mut h);
+                side.replica_sets
+                    .store
+                    .get(&ObjectRef::new(name).within(&twin))
+                    .map(|rs| version(&rs.metadata))
+                    .hash(&mut h);
+                if let Some(uid) = local.as_ref().and_then(|p| p.uid()) {
+                    let mut remote: Vec<_> = side
+                        .pods
+                        .by_label(&uid)
+                        .iter()
+                        .map(|p| version(&p.metadata))
+                        .collect();
+                    remote.sort();
+                    remote.hash(&mut h);
+                }
+            }
+        }
+        Some(h.finish())
+    }
+
     async fn converge(&self, (ns, name): &Self::Key) -> Result<Next, Error> {
         let local = self.local.store.get(&ObjectRef::new(name).within(ns));
         let Some(twin) = self.twin_of(ns) else {
@@ -362,14 +440,7 @@ impl Kind for Pods {
             return Ok(Next::Done);
         };
         let uid = pod.uid().unwrap_or_default();
-        let remote_pods: Vec<Pod> = side
-            .pods
-            .store
-            .state()
-            .iter()
-            .filter(|p| p.labels().get(forge_pod::LOCAL_POD_UID) == Some(&uid))
-            .map(|p| p.as_ref().clone())
-            .collect();
+        let remote_pods: Vec<Arc<Pod>> = side.pods.by_label(&uid);
 
         if pod.metadata.deletion_timestamp.is_some() {
             let grace = pod.metadata.deletion_grace_period_seconds;
@@ -421,7 +492,7 @@ impl Kind for Pods {
             }
             return Ok(Next::Done);
         }
-        if let Some(remote) = forge_pod::current_remote_pod(&remote_pods)
+        if let Some(remote) = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref))
             && let Some(remote_status) = &remote.status
         {
             let want = forge_pod::local_status(remote_status);
