@@ -27,6 +27,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -44,7 +45,7 @@ use tokio::task::JoinHandle;
 
 use super::namespace::{Peering, Twins};
 use super::{Error, Kind, Next, wake_on};
-use crate::forge::pod as forge_pod;
+use crate::forge::pod::{self as forge_pod, Wrapper};
 use crate::node::FIELD_MANAGER;
 use crate::provider::ProviderClient;
 
@@ -54,6 +55,7 @@ const NOT_SYNCED_POLL: std::time::Duration = std::time::Duration::from_millis(50
 /// The followed stores of one twin namespace on the provider.
 struct Side {
     replica_sets: Followed<ReplicaSet>,
+    jobs: Followed<Job>,
     pods: Followed<Pod>,
     task: JoinHandle<()>,
 }
@@ -77,6 +79,15 @@ impl Side {
                 index_label: None,
             },
         );
+        let (jobs, follow_jobs) = follow_with(
+            Api::namespaced(client.clone(), namespace),
+            config.clone(),
+            "remote jobs",
+            Options {
+                trim: Some(trim_remote_job),
+                index_label: None,
+            },
+        );
         let (pods, follow_pods) = follow_with(
             Api::namespaced(client, namespace),
             config,
@@ -87,20 +98,75 @@ impl Side {
             },
         );
         let wake_rs = wake_on(replica_sets.clone(), wake.clone());
+        let wake_jobs = wake_on(jobs.clone(), wake.clone());
         let wake_pods = wake_on(pods.clone(), wake.clone());
         let task = tokio::spawn(async move {
-            tokio::join!(follow_rs, follow_pods, wake_rs, wake_pods);
+            tokio::join!(
+                follow_rs,
+                follow_jobs,
+                follow_pods,
+                wake_rs,
+                wake_jobs,
+                wake_pods
+            );
         });
         Self {
             replica_sets,
+            jobs,
             pods,
             task,
         }
     }
 
     fn is_current(&self) -> bool {
-        self.replica_sets.is_current() && self.pods.is_current()
+        self.replica_sets.is_current() && self.jobs.is_current() && self.pods.is_current()
     }
+
+    /// The remote wrappers named `name` in `twin` (normally one at most).
+    fn wrappers(&self, twin: &str, name: &str) -> Vec<Found> {
+        let key = |m: &ObjectMeta, kind| Found {
+            kind,
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            for_pod: m
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(forge_pod::LOCAL_POD_UID))
+                .cloned(),
+            deleting: m.deletion_timestamp.is_some(),
+        };
+        let rs = self
+            .replica_sets
+            .store
+            .get(&ObjectRef::new(name).within(twin))
+            .map(|rs| key(&rs.metadata, Wrapper::ReplicaSet));
+        let job = self
+            .jobs
+            .store
+            .get(&ObjectRef::new(name).within(twin))
+            .map(|job| key(&job.metadata, Wrapper::Job));
+        rs.into_iter().chain(job).collect()
+    }
+}
+
+/// A remote wrapper, as the stores have it.
+#[derive(Debug, Hash)]
+struct Found {
+    kind: Wrapper,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    /// Its `liqo.io/local-pod-uid`.
+    for_pod: Option<String>,
+    deleting: bool,
+}
+
+/// Of a remote Job, as of a ReplicaSet, the reflection reads its name,
+/// UID, labels and deletion: its end is read from its pod.
+fn trim_remote_job(job: &mut Job) {
+    job.spec = None;
+    job.status = None;
+    job.metadata.annotations = None;
+    job.metadata.owner_references = None;
 }
 
 /// Of a remote ReplicaSet, the reflection reads its name, UID, labels
@@ -263,6 +329,26 @@ impl Pods {
     }
 }
 
+/// Deletes a remote wrapper unless it is gone already.
+async fn delete_wrapper(
+    provider: &kube::Client,
+    twin: &str,
+    kind: Wrapper,
+    name: &str,
+    params: &DeleteParams,
+) -> Result<(), Error> {
+    match kind {
+        Wrapper::ReplicaSet => {
+            let api: Api<ReplicaSet> = Api::namespaced(provider.clone(), twin);
+            delete_remote(&api, "replica set", name, params).await
+        }
+        Wrapper::Job => {
+            let api: Api<Job> = Api::namespaced(provider.clone(), twin);
+            delete_remote(&api, "job", name, params).await
+        }
+    }
+}
+
 /// Deletes a remote object unless it is gone already.
 async fn delete_remote<K>(
     api: &Api<K>,
@@ -340,6 +426,13 @@ impl Kind for Pods {
                             .iter()
                             .map(|rs| (local_ns.clone(), rs.name_any())),
                     );
+                    keys.extend(
+                        side.jobs
+                            .store
+                            .state()
+                            .iter()
+                            .map(|job| (local_ns.clone(), job.name_any())),
+                    );
                 }
             }
         }
@@ -364,11 +457,7 @@ impl Kind for Pods {
             client_version.hash(&mut h);
             if let Some(side) = side {
                 side.is_current().hash(&mut h);
-                side.replica_sets
-                    .store
-                    .get(&ObjectRef::new(name).within(&twin))
-                    .map(|rs| version(&rs.metadata))
-                    .hash(&mut h);
+                side.wrappers(&twin, name).hash(&mut h);
                 if let Some(uid) = local.as_ref().and_then(|p| p.uid()) {
                     let mut remote: Vec<_> = side
                         .pods
@@ -406,33 +495,25 @@ impl Kind for Pods {
             ))
         })?;
         let provider = self.peering.provider_client()?;
-        let rs_api: Api<ReplicaSet> = Api::namespaced(provider.clone(), &twin);
-        let pod_api: Api<Pod> = Api::namespaced(provider, &twin);
-        let rs = side
-            .replica_sets
-            .store
-            .get(&ObjectRef::new(name).within(&twin));
-        let rs_uid = rs
-            .as_ref()
-            .and_then(|rs| rs.labels().get(forge_pod::LOCAL_POD_UID).cloned());
+        let pod_api: Api<Pod> = Api::namespaced(provider.clone(), &twin);
+        let wrappers = side.wrappers(&twin, name);
         let local_uid = local.as_ref().and_then(|p| p.uid());
 
-        // A ReplicaSet of a pod that is gone (or of an older pod of that
+        // A wrapper of a pod that is gone (or of an older pod of that
         // name) goes, its pod with it.
-        if let Some(rs) = &rs
-            && rs_uid != local_uid
-        {
-            if rs.metadata.deletion_timestamp.is_none() {
+        let orphans: Vec<&Found> = wrappers.iter().filter(|w| w.for_pod != local_uid).collect();
+        if !orphans.is_empty() {
+            for w in orphans.into_iter().filter(|w| !w.deleting) {
                 let params = DeleteParams {
                     propagation_policy: Some(PropagationPolicy::Background),
                     preconditions: Some(Preconditions {
-                        uid: rs.uid(),
+                        uid: w.uid.clone(),
                         resource_version: None,
                     }),
                     ..DeleteParams::default()
                 };
-                delete_remote(&rs_api, "replica set", name, &params).await?;
-                tracing::info!(pod = %name, namespace = %ns, "orphan remote replica set deleted");
+                delete_wrapper(&provider, &twin, w.kind, name, &params).await?;
+                tracing::info!(pod = %name, namespace = %ns, kind = ?w.kind, "orphan remote wrapper deleted");
             }
             return Ok(Next::Done);
         }
@@ -449,10 +530,8 @@ impl Kind for Pods {
                 propagation_policy: Some(PropagationPolicy::Background),
                 ..DeleteParams::default()
             };
-            if let Some(rs) = &rs
-                && rs.metadata.deletion_timestamp.is_none()
-            {
-                delete_remote(&rs_api, "replica set", name, &params).await?;
+            for w in wrappers.iter().filter(|w| !w.deleting) {
+                delete_wrapper(&provider, &twin, w.kind, name, &params).await?;
             }
             // The pods directly too, so that they get the local grace
             // period rather than their spec's.
@@ -462,7 +541,7 @@ impl Kind for Pods {
             {
                 delete_remote(&pod_api, "pod", &p.name_any(), &params).await?;
             }
-            if rs.is_none() && remote_pods.is_empty() {
+            if wrappers.is_empty() && remote_pods.is_empty() {
                 return self.delete_local(&pod).await;
             }
             return Ok(Next::Done);
@@ -475,17 +554,39 @@ impl Kind for Pods {
         if let Some(why) = pod.spec.as_ref().and_then(forge_pod::refusal) {
             return self.refuse(&pod, &why).await;
         }
-        if rs.is_none() {
-            let want = forge_pod::replica_set(&pod, &twin);
-            match rs_api.create(&PostParams::default(), &want).await {
-                Ok(_) => {
-                    tracing::debug!(pod = %name, namespace = %ns, "remote replica set created")
+        if wrappers.is_empty() {
+            // A pod that ended never runs again, even if its Job was
+            // deleted by someone else.
+            if forge_pod::ended(&pod) {
+                return Ok(Next::Done);
+            }
+            let kind = pod
+                .spec
+                .as_ref()
+                .map_or(Wrapper::ReplicaSet, forge_pod::wrapper);
+            let created = match kind {
+                Wrapper::ReplicaSet => {
+                    let api: Api<ReplicaSet> = Api::namespaced(provider.clone(), &twin);
+                    api.create(&PostParams::default(), &forge_pod::replica_set(&pod, &twin))
+                        .await
+                        .map(|_| ())
+                }
+                Wrapper::Job => {
+                    let api: Api<Job> = Api::namespaced(provider.clone(), &twin);
+                    api.create(&PostParams::default(), &forge_pod::job(&pod, &twin))
+                        .await
+                        .map(|_| ())
+                }
+            };
+            match created {
+                Ok(()) => {
+                    tracing::debug!(pod = %name, namespace = %ns, ?kind, "remote wrapper created")
                 }
                 // Created by our previous pass, not yet in the store.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
                     return Err(Error::Api {
-                        what: format!("creating the replica set {twin}/{name} on the provider"),
+                        what: format!("creating the {kind:?} {twin}/{name} on the provider"),
                         source: e,
                     });
                 }
