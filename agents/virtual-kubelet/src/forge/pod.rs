@@ -6,6 +6,7 @@
 //! a provider is refused here with a reason.
 
 use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
@@ -284,22 +285,23 @@ pub fn local_status(remote: &PodStatus) -> PodStatus {
     }
 }
 
-/// Whether the local status already shows `want` (from [`local_status`]).
-pub fn status_shows(local: Option<&PodStatus>, want: &PodStatus) -> bool {
-    let Some(have) = local else {
-        return false;
-    };
-    have.phase == want.phase
-        && have.conditions == want.conditions
-        && have.container_statuses == want.container_statuses
-        && have.init_container_statuses == want.init_container_statuses
-        && have.pod_ip == want.pod_ip
-        && have.pod_ips == want.pod_ips
-        && have.host_ip == want.host_ip
-        && have.host_ips == want.host_ips
-        && have.start_time == want.start_time
-        && have.message == want.message
-        && have.reason == want.reason
+/// A digest of what [`local_status`] keeps of `status`: two statuses with
+/// the same digest show the same thing. The store of local pods keeps
+/// this digest instead of the whole status (memory at 10,000 pods).
+pub fn status_digest(status: &PodStatus) -> String {
+    let mut h = DefaultHasher::new();
+    // Serialising a struct is deterministic (fields in order, maps
+    // sorted): equal projections give equal bytes.
+    serde_json::to_vec(&local_status(status))
+        .unwrap_or_default()
+        .hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// Whether a local status of digest `have` (from [`status_digest`])
+/// already shows `want`.
+pub fn digest_shows(have: Option<&str>, want: &PodStatus) -> bool {
+    have == Some(status_digest(want).as_str())
 }
 
 /// The reason on the status of a pod refused for offloading, so that the
@@ -705,11 +707,63 @@ mod tests {
         assert_eq!(want.qos_class, None, "the QoS class stays local");
         let restarts = want.container_statuses.as_ref().map(|c| c[0].restart_count);
         assert_eq!(restarts, Some(2));
-        assert!(!status_shows(None, &want));
+        assert!(!digest_shows(None, &want));
         let mut local = want.clone();
         local.qos_class = Some("Burstable".to_owned());
-        assert!(status_shows(Some(&local), &want));
+        assert!(digest_shows(Some(&status_digest(&local)), &want));
         local.phase = Some("Pending".to_owned());
-        assert!(!status_shows(Some(&local), &want));
+        assert!(!digest_shows(Some(&status_digest(&local)), &want));
+    }
+
+    #[test]
+    fn status_digest_table() {
+        let base: PodStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "podIP": "10.0.0.7",
+            "conditions": [{ "type": "Ready", "status": "True" }],
+            "containerStatuses": [{
+                "name": "app", "image": "nginx", "imageID": "", "ready": true,
+                "restartCount": 0, "state": { "running": {} },
+            }],
+        }))
+        .expect("status");
+        let want = local_status(&base);
+        let changed = |f: fn(&mut PodStatus)| {
+            let mut s = base.clone();
+            f(&mut s);
+            s
+        };
+        let table: [(&str, PodStatus, bool); 5] = [
+            ("the same", base.clone(), true),
+            (
+                "another QoS class: not reflected",
+                changed(|s| s.qos_class = Some("Burstable".to_owned())),
+                true,
+            ),
+            (
+                "another phase",
+                changed(|s| s.phase = Some("Succeeded".to_owned())),
+                false,
+            ),
+            (
+                "another IP",
+                changed(|s| s.pod_ip = Some("10.0.0.8".to_owned())),
+                false,
+            ),
+            (
+                "a restart",
+                changed(|s| {
+                    if let Some(c) = s.container_statuses.as_mut() {
+                        c[0].restart_count = 1;
+                    }
+                }),
+                false,
+            ),
+        ];
+        for (what, have, shows) in table {
+            let digest = status_digest(&have);
+            assert_eq!(digest_shows(Some(&digest), &want), shows, "{what}");
+        }
+        assert!(!digest_shows(None, &want));
     }
 }

@@ -1,7 +1,8 @@
 //! Pods: every local pod bound to the virtual node in a namespace with a
-//! ready twin runs on the provider as a ReplicaSet of one in the twin
-//! ([`crate::forge::pod`] translates it), so that the provider's
-//! controllers keep it running while the consumer is away. The remote
+//! ready twin runs on the provider as a ReplicaSet of one in the twin, or
+//! a Job of one for a pod meant to end ([`crate::forge::pod`] translates
+//! it), so that the provider's controllers keep it running while the
+//! consumer is away. The remote
 //! pod's status comes back to the local pod. Deleting the local pod
 //! deletes the ReplicaSet and the remote pod with the same grace period,
 //! and once the remote pod is gone the local one is removed as a kubelet
@@ -9,8 +10,8 @@
 //! is removed. The key is the local pod's namespace and name, so both
 //! sides of one pod converge together and nothing is created twice.
 //!
-//! The provider's side is followed with one pair of stores (ReplicaSets,
-//! pods, carrying our UID label) per twin namespace: the consumer's
+//! The provider's side is followed with one set of stores (ReplicaSets,
+//! Jobs, pods, carrying our UID label) per twin namespace: the consumer's
 //! identity may watch inside its twins only. They are started and stopped
 //! as twins come and go, and restarted with a renewed provider client.
 //!
@@ -28,7 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
@@ -167,6 +168,29 @@ fn trim_remote_job(job: &mut Job) {
     job.status = None;
     job.metadata.annotations = None;
     job.metadata.owner_references = None;
+}
+
+/// Where a stored local pod keeps the digest of its status
+/// ([`forge_pod::status_digest`]). In memory only: never written to the
+/// API.
+const STATUS_DIGEST: &str = "liqo.io/in-memory-status-digest";
+
+/// Of a local pod, the reflection reads from the store its name, UID,
+/// deletion, phase and reason, and whether its status shows the remote
+/// one (a digest): its spec, labels and annotations are read from the API
+/// when its wrapper is made, the one time they are needed. The status
+/// keeps its phase and reason; the rest is the digest.
+pub fn trim_local_pod(pod: &mut Pod) {
+    let digest = pod.status.as_ref().map(forge_pod::status_digest);
+    pod.spec = None;
+    pod.metadata.labels = None;
+    pod.metadata.owner_references = None;
+    pod.metadata.annotations = digest.map(|d| BTreeMap::from([(STATUS_DIGEST.to_owned(), d)]));
+    pod.status = pod.status.take().map(|s| PodStatus {
+        phase: s.phase,
+        reason: s.reason,
+        ..PodStatus::default()
+    });
 }
 
 /// Of a remote ReplicaSet, the reflection reads its name, UID, labels
@@ -551,14 +575,25 @@ impl Kind for Pods {
         if status.and_then(|s| s.reason.as_deref()) == Some(forge_pod::REFUSED_REASON) {
             return Ok(Next::Done);
         }
-        if let Some(why) = pod.spec.as_ref().and_then(forge_pod::refusal) {
-            return self.refuse(&pod, &why).await;
-        }
         if wrappers.is_empty() {
             // A pod that ended never runs again, even if its Job was
             // deleted by someone else.
             if forge_pod::ended(&pod) {
                 return Ok(Next::Done);
+            }
+            // The store keeps no spec: the pod as it is now, whole.
+            let local_api: Api<Pod> = Api::namespaced(self.peering.local.clone(), ns);
+            let whole = local_api
+                .get_opt(name)
+                .await
+                .map_err(Error::api("reading the local pod"))?;
+            let Some(pod) = whole.filter(|p| p.uid() == pod.uid()) else {
+                // Gone or replaced since the store saw it: the store
+                // will say.
+                return Ok(Next::Done);
+            };
+            if let Some(why) = pod.spec.as_ref().and_then(forge_pod::refusal) {
+                return self.refuse(&pod, &why).await;
             }
             let kind = pod
                 .spec
@@ -597,7 +632,12 @@ impl Kind for Pods {
             && let Some(remote_status) = &remote.status
         {
             let want = forge_pod::local_status(remote_status);
-            if !forge_pod::status_shows(status, &want) {
+            let have = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(STATUS_DIGEST));
+            if !forge_pod::digest_shows(have.map(String::as_str), &want) {
                 self.patch_local_status(&pod, &want).await?;
             }
         }
