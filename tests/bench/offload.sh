@@ -126,9 +126,15 @@ until_running() {
   return 1
 }
 
-# Prints each watch event of kubectl's `get -w` with the time it was seen.
+# Starts `kubectl "$@"` (a `get -w`) in the background, each line it
+# prints written to file $1 with the time it was seen; the watch is
+# stopped with the others.
 stamped() {
-  "$kubectl" "$@" | perl -MTime::HiRes=time -ne '$|=1; printf "%.3f %s", time, $_'
+  local out=$1
+  shift
+  "$kubectl" "$@" 2>/dev/null \
+    > >(perl -MTime::HiRes=time -ne '$|=1; printf "%.3f %s", time, $_' >"$out") &
+  watchers+=($!)
 }
 
 # The virtual kubelet's peak resident memory in MiB: the process whose
@@ -153,15 +159,12 @@ kp -n bench-direct delete deployment bench --wait >/dev/null
 kp delete namespace bench-direct --wait --timeout 600s >/dev/null
 
 # (a) and (b) through the virtual node, with the watches of (b).
-stamped --kubeconfig "$consumer" -n bench get pods -l app=bench -w --no-headers \
-  -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase' >"$dir/local.w" 2>/dev/null &
-watchers+=($!)
-stamped --kubeconfig "$provider" -n "$twin" get replicasets -w --no-headers \
-  -o 'custom-columns=U:.metadata.labels.liqo\.io/local-pod-uid' >"$dir/rs.w" 2>/dev/null &
-watchers+=($!)
-stamped --kubeconfig "$provider" -n "$twin" get pods -w --no-headers \
-  -o 'custom-columns=U:.metadata.labels.liqo\.io/local-pod-uid,P:.status.phase' >"$dir/remote.w" 2>/dev/null &
-watchers+=($!)
+stamped "$dir/local.w" --kubeconfig "$consumer" -n bench get pods -l app=bench -w --no-headers \
+  -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
+stamped "$dir/rs.w" --kubeconfig "$provider" -n "$twin" get replicasets -w --no-headers \
+  -o 'custom-columns=U:.metadata.labels.liqo\.io/local-pod-uid'
+stamped "$dir/remote.w" --kubeconfig "$provider" -n "$twin" get pods -w --no-headers \
+  -o 'custom-columns=U:.metadata.labels.liqo\.io/local-pod-uid,P:.status.phase'
 sleep 2
 deployment bench virtual | kc apply -f - >/dev/null
 virtual_time=$(until_running "$consumer" bench "$pods")

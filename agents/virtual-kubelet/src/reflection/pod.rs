@@ -2,9 +2,9 @@
 //! ready twin runs on the provider as a ReplicaSet of one in the twin, or
 //! a Job of one for a pod meant to end ([`crate::forge::pod`] translates
 //! it), so that the provider's controllers keep it running while the
-//! consumer is away. The remote
-//! pod's status comes back to the local pod. Deleting the local pod
-//! deletes the ReplicaSet and the remote pod with the same grace period,
+//! consumer is away. The remote pod's status comes back to the local
+//! pod. Deleting the local pod deletes the wrapper and the remote pod
+//! with the same grace period,
 //! and once the remote pod is gone the local one is removed as a kubelet
 //! does (grace 0, UID precondition). A ReplicaSet whose local pod is gone
 //! is removed. The key is the local pod's namespace and name, so both
@@ -18,8 +18,10 @@
 //! Scale (see "Scale and restart safety" in docs/virtual-kubelet.md): the
 //! remote pods are indexed by their local pod's UID label, so one pod
 //! converges without a scan of its twin; the stores keep only what this
-//! module reads (no managedFields; of a remote ReplicaSet its metadata;
-//! of a remote pod its metadata with our label only and its status); and
+//! module reads (no managedFields; of a remote wrapper its metadata; of
+//! a remote pod its metadata with our label only and its status; of a
+//! local pod its metadata, phase, reason and a digest of its status, the
+//! spec being read from the API when the wrapper is made); and
 //! each key has a fingerprint (resource versions of its objects) so that
 //! a pass looks only at the pods that changed.
 
@@ -642,5 +644,108 @@ impl Kind for Pods {
             }
         }
         Ok(Next::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "web-1", "namespace": "shop", "uid": "u-1",
+                "resourceVersion": "7",
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "deletionGracePeriodSeconds": 5,
+                "labels": { "app": "web", forge_pod::LOCAL_POD_UID: "u-0" },
+                "annotations": { "note": "x" },
+                "ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "r",
+                }],
+                "managedFields": [{ "manager": "kubectl" }],
+            },
+            "spec": { "containers": [{ "name": "app", "image": "nginx" }] },
+            "status": {
+                "phase": "Running", "reason": "R", "podIP": "10.0.0.7",
+                "conditions": [{ "type": "Ready", "status": "True" }],
+            },
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn stored_objects_keep_what_is_read() {
+        let full = pod();
+        let mut local = full.clone();
+        trim_local_pod(&mut local);
+        let mut remote = full.clone();
+        trim_remote_pod(&mut remote);
+        type Check = (&'static str, fn(&Pod, &Pod) -> bool);
+        let table: [Check; 8] = [
+            ("local: identity and deletion kept", |l, _| {
+                l.metadata.name.as_deref() == Some("web-1")
+                    && l.metadata.uid.as_deref() == Some("u-1")
+                    && l.metadata.resource_version.as_deref() == Some("7")
+                    && l.metadata.deletion_timestamp.is_some()
+                    && l.metadata.deletion_grace_period_seconds == Some(5)
+            }),
+            ("local: no spec, labels, owners", |l, _| {
+                l.spec.is_none()
+                    && l.metadata.labels.is_none()
+                    && l.metadata.owner_references.is_none()
+            }),
+            ("local: phase and reason kept, the rest digested", |l, _| {
+                l.status.as_ref().is_some_and(|s| {
+                    s.phase.as_deref() == Some("Running")
+                        && s.reason.as_deref() == Some("R")
+                        && s.pod_ip.is_none()
+                        && s.conditions.is_none()
+                })
+            }),
+            ("local: the digest is the full status's", |l, _| {
+                let want = pod().status.map(|s| forge_pod::status_digest(&s));
+                l.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(STATUS_DIGEST))
+                    .cloned()
+                    == want
+            }),
+            ("remote: no spec, annotations, owners", |_, r| {
+                r.spec.is_none()
+                    && r.metadata.annotations.is_none()
+                    && r.metadata.owner_references.is_none()
+            }),
+            ("remote: our label only", |_, r| {
+                r.metadata.labels.as_ref().is_some_and(|l| {
+                    l.len() == 1
+                        && l.get(forge_pod::LOCAL_POD_UID).map(String::as_str) == Some("u-0")
+                })
+            }),
+            ("remote: status whole", |_, r| r.status == pod().status),
+            ("remote: identity and deletion kept", |_, r| {
+                r.metadata.uid.as_deref() == Some("u-1") && r.metadata.deletion_timestamp.is_some()
+            }),
+        ];
+        for (what, check) in table {
+            assert!(check(&local, &remote), "{what}: {local:?} / {remote:?}");
+        }
+        let mut rs = ReplicaSet {
+            metadata: full.metadata.clone(),
+            ..ReplicaSet::default()
+        };
+        rs.spec = Some(Default::default());
+        trim_remote_replica_set(&mut rs);
+        assert!(rs.spec.is_none() && rs.metadata.annotations.is_none());
+        assert!(rs.metadata.labels.is_some(), "the UID label is read");
+        let mut job = Job {
+            metadata: full.metadata.clone(),
+            spec: Some(Default::default()),
+            ..Job::default()
+        };
+        trim_remote_job(&mut job);
+        assert!(job.spec.is_none() && job.metadata.annotations.is_none());
+        assert!(job.metadata.labels.is_some(), "the UID label is read");
     }
 }
