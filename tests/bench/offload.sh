@@ -182,12 +182,17 @@ awk -v L="$dir/local.w" -v R="$dir/rs.w" -v P="$dir/remote.w" '
   END {
     for (u in lrun)
       if ((u in bound) && (u in rs) && (u in rrun))
-        printf "%.3f\n", (rs[u] - bound[u]) + (lrun[u] - rrun[u])
-  }' "$dir/local.w" "$dir/rs.w" "$dir/remote.w" | sort -n >"$dir/added"
+        printf "%.3f %.3f %.3f\n", (rs[u] - bound[u]) + (lrun[u] - rrun[u]), rs[u] - bound[u], lrun[u] - rrun[u]
+  }' "$dir/local.w" "$dir/rs.w" "$dir/remote.w" >"$dir/added"
 measured=$(wc -l <"$dir/added")
-pct() { awk -v p="$1" '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } i = int((NR - 1) * p / 100) + 1; printf "%.0f ms", v[i] * 1000 }' "$dir/added"; }
-p50=$(pct 50)
-p99=$(pct 99)
+# Percentile $1 of column $2 of the added latencies (1: total, 2: bound
+# to wrapper, 3: remote Running to local Running).
+pct() {
+  awk -v c="$2" '{ print $c }' "$dir/added" | sort -n |
+    awk -v p="$1" '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } i = int((NR - 1) * p / 100) + 1; printf "%.0f ms", v[i] * 1000 }'
+}
+p50=$(pct 50 1)
+p99=$(pct 99 1)
 
 rss_10k="not measured (--with-10k)"
 if $with_10k; then
@@ -204,5 +209,7 @@ printf '%-52s %s\n' "(a) $pods pods Running, through the virtual node" "${virtua
 printf '%-52s %s\n' "(a) ratio virtual / direct (target <= 1.3)" "$ratio"
 printf '%-52s %s\n' "(b) added start latency p50 ($measured pods)" "$p50"
 printf '%-52s %s\n' "(b) added start latency p99 (target <= 100 ms)" "$p99"
+printf '%-52s %s\n' "(b)   of which bound -> wrapper seen, p50 / p99" "$(pct 50 2) / $(pct 99 2)"
+printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct 50 3) / $(pct 99 3)"
 printf '%-52s %s\n' "(c) VK peak RSS at $pods pods" "$rss_n MiB"
 printf '%-52s %s\n' "(c) VK peak RSS at 10000 pods (target <= 60 MB)" "$rss_10k"
