@@ -9,15 +9,25 @@
 //! is swapped whole when the list is done. An agent is thus never ready on
 //! data it cannot vouch for, and it is ready again as soon as the API
 //! answers again, even if nothing changed meanwhile.
+//!
+//! Memory: a store holds every followed object for as long as the agent
+//! runs, so what is stored is trimmed on the way in ([`Options::trim`]):
+//! managedFields always (nobody reads them from a store, and they are
+//! often a third of an object), and whatever else the caller says it does
+//! not read. A store can also keep an index by the value of one label
+//! ([`Options::index_label`]), updated with the store from the same
+//! events, so that finding the objects of one value costs no scan.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Api;
 use kube::Resource;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -45,6 +55,103 @@ where
 {
     pub store: Store<K>,
     pub state: watch::Receiver<SyncState>,
+    /// The index by [`Options::index_label`], when one was asked for.
+    index: Option<LabelIndex<K>>,
+}
+
+/// The followed objects by the value of one label: value → the objects'
+/// references (few per value). Kept in step with the store by the task
+/// that feeds it, from the same events.
+struct LabelIndex<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    label: &'static str,
+    map: Arc<RwLock<HashMap<String, Vec<ObjectRef<K>>>>>,
+}
+
+impl<K> Clone for LabelIndex<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            label: self.label,
+            map: self.map.clone(),
+        }
+    }
+}
+
+/// A reference by namespace and name only: the index keeps no resource
+/// version or UID per object.
+fn bare_ref<K>(obj: &K) -> ObjectRef<K>
+where
+    K: Resource,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    let meta = obj.meta();
+    let key = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
+    match meta.namespace.as_deref() {
+        Some(ns) => key.within(ns),
+        None => key,
+    }
+}
+
+fn label_of<'a, K: Resource>(obj: &'a K, label: &str) -> Option<&'a String> {
+    obj.meta().labels.as_ref()?.get(label)
+}
+
+fn index_insert<K>(map: &mut HashMap<String, Vec<ObjectRef<K>>>, value: &str, key: ObjectRef<K>)
+where
+    K: Resource,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let refs = map.entry(value.to_owned()).or_default();
+    if !refs.contains(&key) {
+        refs.push(key);
+    }
+}
+
+fn index_remove<K>(map: &mut HashMap<String, Vec<ObjectRef<K>>>, value: &str, key: &ObjectRef<K>)
+where
+    K: Resource,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    if let Some(refs) = map.get_mut(value) {
+        refs.retain(|r| r != key);
+        if refs.is_empty() {
+            map.remove(value);
+        }
+    }
+}
+
+/// How a store is fed, beyond what the watch returns.
+pub struct Options<K> {
+    /// Applied to every object before it is stored: drop what is never
+    /// read. managedFields are dropped whatever this does.
+    pub trim: Option<fn(&mut K)>,
+    /// Keep an index by the value of this label ([`Followed::by_label`]).
+    pub index_label: Option<&'static str>,
+}
+
+impl<K> Debug for Options<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("trim", &self.trim.is_some())
+            .field("index_label", &self.index_label)
+            .finish()
+    }
+}
+
+impl<K> Default for Options<K> {
+    fn default() -> Self {
+        Self {
+            trim: None,
+            index_label: None,
+        }
+    }
 }
 
 impl<K> Debug for Followed<K>
@@ -68,6 +175,23 @@ where
     pub fn is_current(&self) -> bool {
         self.state.borrow().current
     }
+
+    /// The stored objects whose [`Options::index_label`] has `value`
+    /// (none when the store keeps no index).
+    pub fn by_label(&self, value: &str) -> Vec<Arc<K>> {
+        let Some(index) = &self.index else {
+            return Vec::new();
+        };
+        let refs = match index.map.read() {
+            Ok(map) => map.get(value).cloned().unwrap_or_default(),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .get(value)
+                .cloned()
+                .unwrap_or_default(),
+        };
+        refs.iter().filter_map(|r| self.store.get(r)).collect()
+    }
 }
 
 /// Starts following `api` with `config`; `what` names it in logs. The
@@ -82,15 +206,48 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
 {
+    follow_with(api, config, what, Options::default())
+}
+
+/// [`follow`], with the stored objects trimmed and indexed as `options`
+/// say.
+pub fn follow_with<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    options: Options<K>,
+) -> (Followed<K>, impl Future<Output = ()> + Send)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+{
     let (store, mut writer) = reflector::store();
     let (tx, rx) = watch::channel(SyncState::default());
+    let index = options.index_label.map(|label| LabelIndex {
+        label,
+        map: Arc::default(),
+    });
+    let reader = store.clone();
+    let feed_index = index.clone();
+    let trim = options.trim;
     let task = async move {
         let mut backoff = BACKOFF_INITIAL;
+        // The index of a list in progress, swapped in with the store's.
+        let mut buffer: HashMap<String, Vec<ObjectRef<K>>> = HashMap::new();
         loop {
             let mut events = watcher(api.clone(), config.clone()).boxed();
             while let Some(event) = events.next().await {
                 match event {
                     Ok(event) => {
+                        let event = event.modify(|obj| {
+                            obj.meta_mut().managed_fields = None;
+                            if let Some(trim) = trim {
+                                trim(obj);
+                            }
+                        });
+                        if let Some(index) = &feed_index {
+                            update_index(index, &mut buffer, &reader, &event);
+                        }
                         writer.apply_watcher_event(&event);
                         let done = matches!(event, watcher::Event::InitDone);
                         if done {
@@ -116,5 +273,188 @@ where
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     };
-    (Followed { store, state: rx }, task)
+    (
+        Followed {
+            store,
+            state: rx,
+            index,
+        },
+        task,
+    )
+}
+
+/// Brings `index` in step with `event`, before the store applies it (so
+/// that the object it replaces is still in `store`).
+fn update_index<K>(
+    index: &LabelIndex<K>,
+    buffer: &mut HashMap<String, Vec<ObjectRef<K>>>,
+    store: &Store<K>,
+    event: &watcher::Event<K>,
+) where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    let mut map = match index.map.write() {
+        Ok(map) => map,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    match event {
+        watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+            let key = bare_ref(obj);
+            if let Some(old) = store.get(&key)
+                && let Some(value) = label_of(old.as_ref(), index.label)
+            {
+                index_remove(&mut map, value, &key);
+            }
+            if let watcher::Event::Apply(obj) = event
+                && let Some(value) = label_of(obj, index.label)
+            {
+                index_insert(&mut map, value, key);
+            }
+        }
+        watcher::Event::Init => buffer.clear(),
+        watcher::Event::InitApply(obj) => {
+            if let Some(value) = label_of(obj, index.label) {
+                index_insert(buffer, value, bare_ref(obj));
+            }
+        }
+        watcher::Event::InitDone => *map = std::mem::take(buffer),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::ObjectMeta;
+
+    const LABEL: &str = "example.com/owner";
+
+    fn pod(name: &str, owner: Option<&str>, version: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("ns".to_owned()),
+                resource_version: Some(version.to_owned()),
+                labels: owner.map(|o| [(LABEL.to_owned(), o.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    /// Feeds events to a store and its index as the follow task does, and
+    /// returns, per owner asked, the names found by label.
+    fn indexed(events: Vec<watcher::Event<Pod>>, owners: &[&str]) -> Vec<Vec<String>> {
+        let (store, mut writer) = reflector::store();
+        let index = LabelIndex {
+            label: LABEL,
+            map: Arc::default(),
+        };
+        let mut buffer = HashMap::new();
+        for event in events {
+            update_index(&index, &mut buffer, &store, &event);
+            writer.apply_watcher_event(&event);
+        }
+        let followed = Followed {
+            store,
+            state: watch::channel(SyncState::default()).1,
+            index: Some(index),
+        };
+        owners
+            .iter()
+            .map(|o| {
+                let mut names: Vec<String> = followed
+                    .by_label(o)
+                    .iter()
+                    .filter_map(|p| p.metadata.name.clone())
+                    .collect();
+                names.sort();
+                names
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_index_follows_the_store() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        type Case = (
+            &'static str,
+            Vec<watcher::Event<Pod>>,
+            Vec<Vec<&'static str>>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "a list, then changes",
+                vec![
+                    Init,
+                    InitApply(pod("a", Some("x"), "1")),
+                    InitApply(pod("b", Some("x"), "1")),
+                    InitApply(pod("c", None, "1")),
+                    InitDone,
+                    Apply(pod("d", Some("y"), "2")),
+                ],
+                vec![vec!["a", "b"], vec!["d"]],
+            ),
+            (
+                "a relabelled object moves",
+                vec![
+                    Init,
+                    InitApply(pod("a", Some("x"), "1")),
+                    InitDone,
+                    Apply(pod("a", Some("y"), "2")),
+                ],
+                vec![vec![], vec!["a"]],
+            ),
+            (
+                "a deleted object goes, an unlabelled one is never there",
+                vec![
+                    Init,
+                    InitApply(pod("a", Some("x"), "1")),
+                    InitApply(pod("b", Some("x"), "1")),
+                    InitDone,
+                    Delete(pod("a", Some("x"), "2")),
+                    Apply(pod("b", None, "2")),
+                ],
+                vec![vec![], vec![]],
+            ),
+            (
+                "a relist replaces the index whole, and only when done",
+                vec![
+                    Init,
+                    InitApply(pod("a", Some("x"), "1")),
+                    InitDone,
+                    Init,
+                    InitApply(pod("b", Some("y"), "3")),
+                ],
+                vec![vec!["a"], vec![]],
+            ),
+            (
+                "after the relist",
+                vec![
+                    Init,
+                    InitApply(pod("a", Some("x"), "1")),
+                    InitDone,
+                    Init,
+                    InitApply(pod("b", Some("y"), "3")),
+                    InitDone,
+                ],
+                vec![vec![], vec!["b"]],
+            ),
+        ];
+        for (name, events, want) in cases {
+            assert_eq!(indexed(events, &["x", "y"]), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn without_an_index_nothing_is_found() {
+        let (store, _writer) = reflector::store::<Pod>();
+        let followed = Followed {
+            store,
+            state: watch::channel(SyncState::default()).1,
+            index: None,
+        };
+        assert!(followed.by_label("x").is_empty());
+    }
 }

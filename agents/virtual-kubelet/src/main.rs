@@ -27,7 +27,7 @@ use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use liqo_agent_runtime::Readiness;
-use liqo_agent_runtime::follow::follow;
+use liqo_agent_runtime::follow::{Options, follow, follow_with};
 use liqo_api::core::ForeignCluster;
 use liqo_api::names;
 use liqo_api::offloading::NamespaceOffloading;
@@ -250,11 +250,16 @@ async fn reflect(wiring: Wiring) {
         watcher::Config::default(),
         "namespace offloadings",
     );
-    // Only the pods bound to this node, as a kubelet watches.
-    let (pods, follow_pods) = follow(
+    // Only the pods bound to this node, as a kubelet watches; stored
+    // trimmed to what the pod reflection reads.
+    let (pods, follow_pods) = follow_with(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
         "local pods",
+        Options {
+            trim: Some(reflection::pod::trim_local_pod),
+            index_label: None,
+        },
     );
     let (twins_tx, twins_rx) = watch::channel(Default::default());
     let api = kubelet_api::KubeletApi {

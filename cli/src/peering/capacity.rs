@@ -43,7 +43,8 @@ pub fn free_of(nodes: &[Node], pods: &[Pod]) -> Amounts {
         let get = |k: &str| alloc.and_then(|a| a.get(k)).map(|q| q.0.as_str());
         total.cpu_millis += get("cpu").and_then(parse_cpu_millis).unwrap_or(0);
         total.memory_bytes += get("memory").and_then(parse_bytes).unwrap_or(0);
-        total.pods += get("pods").and_then(|p| p.parse().ok()).unwrap_or(0);
+        // A quantity: the API server writes 1000 pods as "1k".
+        total.pods += get("pods").and_then(parse_bytes).unwrap_or(0);
     }
     for pod in pods {
         let on_ready_node = pod
@@ -105,5 +106,20 @@ mod tests {
                 pods: 218
             }
         );
+    }
+
+    #[test]
+    fn pod_counts_are_quantities() {
+        // Regression: a node of 1000 pods ("1k" as the API server writes
+        // it) counted as none, and the grant was the host node's half.
+        let node: Node = serde_json::from_value(json!({
+            "metadata": { "name": "big" },
+            "status": {
+                "allocatable": { "cpu": "64", "memory": "256Gi", "pods": "1k" },
+                "conditions": [{ "type": "Ready", "status": "True" }],
+            },
+        }))
+        .expect("node");
+        assert_eq!(free_of(&[node], &[]).pods, 1000);
     }
 }

@@ -19,7 +19,7 @@ use crate::manifests::{Manifest, common_labels, from_json};
 /// What the consumer's identity may do in its tenant namespace: what
 /// offloading pods and the objects they need takes, nothing cluster-wide,
 /// nothing about certificates, nothing in any other namespace.
-const TENANT_RULES: [(&str, &[&str]); 4] = [
+const TENANT_RULES: [(&str, &[&str]); 5] = [
     (
         "",
         &[
@@ -33,6 +33,9 @@ const TENANT_RULES: [(&str, &[&str]); 4] = [
         ],
     ),
     ("apps", &["replicasets"]),
+    // Offloaded pods meant to end (restartPolicy OnFailure or Never) run
+    // as Jobs of one.
+    ("batch", &["jobs"]),
     ("discovery.k8s.io", &["endpointslices"]),
     ("events.k8s.io", &["events"]),
 ];

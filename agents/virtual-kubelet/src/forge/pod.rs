@@ -1,12 +1,15 @@
 //! Pure translation of a local pod bound to the virtual node into its
 //! remote twin (a ReplicaSet of one in the twin namespace, so that the
 //! provider's own controllers keep the pod running while the consumer is
-//! unreachable), and of the remote pod's status back into the local one.
-//! What cannot run on a provider is refused here with a reason.
+//! unreachable, or a Job of one for a pod meant to end: [`wrapper`]), and
+//! of the remote pod's status back into the local one. What cannot run on
+//! a provider is refused here with a reason.
 
 use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::ObjectMeta;
@@ -29,12 +32,12 @@ pub fn refusal(spec: &PodSpec) -> Option<String> {
     if let Some((_, what)) = host.iter().find(|(on, _)| *on == Some(true)) {
         return Some(format!("{what} pods cannot be offloaded to a provider"));
     }
-    // A ReplicaSet restarts its pod whatever it does: pods that are meant
-    // to end (Jobs') need another wrapper, which is not written yet.
-    if let Some(policy) = spec.restart_policy.as_deref().filter(|p| *p != "Always") {
-        return Some(format!(
-            "restartPolicy {policy} pods cannot be offloaded yet (only Always)"
-        ));
+    if let Some(policy) = spec
+        .restart_policy
+        .as_deref()
+        .filter(|p| !["Always", "OnFailure", "Never"].contains(p))
+    {
+        return Some(format!("restartPolicy {policy} is not known"));
     }
     let host_path = spec
         .volumes
@@ -123,13 +126,7 @@ pub fn replica_set(local: &Pod, remote_namespace: &str) -> ReplicaSet {
     let uid = local.metadata.uid.clone().unwrap_or_default();
     let mut pod_labels = local.metadata.labels.clone().unwrap_or_default();
     pod_labels.insert(LOCAL_POD_UID.to_owned(), uid.clone());
-    let rs_labels = BTreeMap::from([
-        (LOCAL_POD_UID.to_owned(), uid.clone()),
-        (
-            labels::MANAGED_BY.to_owned(),
-            labels::MANAGED_BY_VALUE.to_owned(),
-        ),
-    ]);
+    let rs_labels = wrapper_labels(&uid);
     ReplicaSet {
         metadata: ObjectMeta {
             name: local.metadata.name.clone(),
@@ -155,6 +152,102 @@ pub fn replica_set(local: &Pod, remote_namespace: &str) -> ReplicaSet {
         }),
         status: None,
     }
+}
+
+/// What runs a local pod on the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wrapper {
+    /// A ReplicaSet of one: the pod runs for ever, recreated if it goes.
+    ReplicaSet,
+    /// A Job of one: the pod runs to its end, which the consumer sees.
+    Job,
+}
+
+/// The wrapper of a pod: a ReplicaSet would start a pod that ended again,
+/// so a pod meant to end (restartPolicy OnFailure or Never) runs in a Job.
+pub fn wrapper(spec: &PodSpec) -> Wrapper {
+    match spec.restart_policy.as_deref() {
+        Some("OnFailure" | "Never") => Wrapper::Job,
+        _ => Wrapper::ReplicaSet,
+    }
+}
+
+/// Labels a Job sets on its pods (and checks against its selector): the
+/// local Job's must not reach the remote template.
+const JOB_POD_LABELS: [&str; 5] = [
+    "controller-uid",
+    "job-name",
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name",
+    "batch.kubernetes.io/job-completion-index",
+];
+
+/// The remote Job of one that runs `local` (restartPolicy OnFailure or
+/// Never) in `remote_namespace`, named as the local pod and labelled with
+/// its UID, so that it behaves as the one pod it stands for:
+///
+/// - one completion, one pod at a time, no deadline, never deleted by a
+///   TTL (the consumer reads its end whenever it comes back; the Job goes
+///   with the local pod);
+/// - `Never`: `backoffLimit: 0`, the first failed pod fails the Job and no
+///   other pod runs: a pod that failed stays failed, as a local one;
+/// - `OnFailure`: the provider's kubelet restarts the containers in
+///   place, as a local kubelet would, and a Job counts those restarts
+///   against its backoff limit, so the limit is the largest there is: the
+///   pod is restarted until it succeeds, and a pod lost with its node is
+///   replaced, as the ReplicaSet of one does for other pods.
+pub fn job(local: &Pod, remote_namespace: &str) -> Job {
+    let uid = local.metadata.uid.clone().unwrap_or_default();
+    let mut pod_labels = local.metadata.labels.clone().unwrap_or_default();
+    pod_labels.retain(|k, _| !JOB_POD_LABELS.contains(&k.as_str()));
+    pod_labels.insert(LOCAL_POD_UID.to_owned(), uid.clone());
+    let spec = local.spec.as_ref().map(remote_pod_spec);
+    let never = spec
+        .as_ref()
+        .is_some_and(|s| s.restart_policy.as_deref() == Some("Never"));
+    Job {
+        metadata: ObjectMeta {
+            name: local.metadata.name.clone(),
+            namespace: Some(remote_namespace.to_owned()),
+            labels: Some(wrapper_labels(&uid)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            completions: Some(1),
+            parallelism: Some(1),
+            backoff_limit: Some(if never { 0 } else { i32::MAX }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: local.metadata.annotations.clone(),
+                    ..ObjectMeta::default()
+                }),
+                spec,
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The labels of a remote wrapper: the local pod's UID, and ours.
+fn wrapper_labels(uid: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LOCAL_POD_UID.to_owned(), uid.to_owned()),
+        (
+            labels::MANAGED_BY.to_owned(),
+            labels::MANAGED_BY_VALUE.to_owned(),
+        ),
+    ])
+}
+
+/// Whether a pod has ended (Succeeded or Failed): it never runs again, so
+/// no wrapper is made for it.
+pub fn ended(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 /// Of the remote pods of one local pod, the one whose status the local
@@ -193,22 +286,23 @@ pub fn local_status(remote: &PodStatus) -> PodStatus {
     }
 }
 
-/// Whether the local status already shows `want` (from [`local_status`]).
-pub fn status_shows(local: Option<&PodStatus>, want: &PodStatus) -> bool {
-    let Some(have) = local else {
-        return false;
-    };
-    have.phase == want.phase
-        && have.conditions == want.conditions
-        && have.container_statuses == want.container_statuses
-        && have.init_container_statuses == want.init_container_statuses
-        && have.pod_ip == want.pod_ip
-        && have.pod_ips == want.pod_ips
-        && have.host_ip == want.host_ip
-        && have.host_ips == want.host_ips
-        && have.start_time == want.start_time
-        && have.message == want.message
-        && have.reason == want.reason
+/// A digest of what [`local_status`] keeps of `status`: two statuses with
+/// the same digest show the same thing. The store of local pods keeps
+/// this digest instead of the whole status (memory at 10,000 pods).
+pub fn status_digest(status: &PodStatus) -> String {
+    let mut h = DefaultHasher::new();
+    // Serialising a struct is deterministic (fields in order, maps
+    // sorted): equal projections give equal bytes.
+    serde_json::to_vec(&local_status(status))
+        .unwrap_or_default()
+        .hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// Whether a local status of digest `have` (from [`status_digest`])
+/// already shows `want`.
+pub fn digest_shows(have: Option<&str>, want: &PodStatus) -> bool {
+    have == Some(status_digest(want).as_str())
 }
 
 /// The reason on the status of a pod refused for offloading, so that the
@@ -455,6 +549,113 @@ mod tests {
         assert_eq!(template.spec.and_then(|s| s.node_name), None);
     }
 
+    fn job_pod(restart: Option<&str>, phase: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("batch-x1".to_owned()),
+                uid: Some("u-2".to_owned()),
+                labels: Some(BTreeMap::from([
+                    ("app".to_owned(), "batch".to_owned()),
+                    ("job-name".to_owned(), "batch".to_owned()),
+                    ("controller-uid".to_owned(), "local-job".to_owned()),
+                    (
+                        "batch.kubernetes.io/job-name".to_owned(),
+                        "batch".to_owned(),
+                    ),
+                    (
+                        "batch.kubernetes.io/controller-uid".to_owned(),
+                        "local-job".to_owned(),
+                    ),
+                ])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                restart_policy: restart.map(str::to_owned),
+                ..local_spec()
+            }),
+            status: phase.map(|p| PodStatus {
+                phase: Some(p.to_owned()),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn wrapper_table() {
+        let table = [
+            (None, Wrapper::ReplicaSet),
+            (Some("Always"), Wrapper::ReplicaSet),
+            (Some("OnFailure"), Wrapper::Job),
+            (Some("Never"), Wrapper::Job),
+        ];
+        for (restart, want) in table {
+            let pod = job_pod(restart, None);
+            let spec = pod.spec.as_ref().expect("spec");
+            assert_eq!(wrapper(spec), want, "{restart:?}");
+            assert_eq!(refusal(spec), None, "{restart:?} is offloaded");
+        }
+        let odd = PodSpec {
+            restart_policy: Some("Sometimes".to_owned()),
+            ..local_spec()
+        };
+        assert!(refusal(&odd).is_some_and(|r| r.contains("Sometimes")));
+    }
+
+    #[test]
+    fn job_of_one_table() {
+        // (restart policy, backoff limit): a Never pod fails once and for
+        // all, an OnFailure pod is restarted until it succeeds.
+        let table = [(Some("Never"), 0), (Some("OnFailure"), i32::MAX)];
+        for (restart, backoff) in table {
+            let job = job(&job_pod(restart, None), "batch-consumer");
+            assert_eq!(job.metadata.name.as_deref(), Some("batch-x1"));
+            assert_eq!(job.metadata.namespace.as_deref(), Some("batch-consumer"));
+            let labels = job.metadata.labels.clone().expect("labels");
+            assert_eq!(labels.get(LOCAL_POD_UID).map(String::as_str), Some("u-2"));
+            assert_eq!(
+                labels.get(labels::MANAGED_BY).map(String::as_str),
+                Some(labels::MANAGED_BY_VALUE)
+            );
+            let spec = job.spec.expect("spec");
+            assert_eq!(spec.completions, Some(1), "{restart:?}");
+            assert_eq!(spec.parallelism, Some(1), "{restart:?}");
+            assert_eq!(spec.backoff_limit, Some(backoff), "{restart:?}");
+            assert_eq!(
+                spec.ttl_seconds_after_finished, None,
+                "kept until the pod goes"
+            );
+            assert_eq!(spec.active_deadline_seconds, None);
+            assert_eq!(spec.selector, None, "the provider makes its own");
+            let tl = spec
+                .template
+                .metadata
+                .and_then(|m| m.labels)
+                .expect("labels");
+            assert_eq!(tl.get("app").map(String::as_str), Some("batch"));
+            assert_eq!(tl.get(LOCAL_POD_UID).map(String::as_str), Some("u-2"));
+            for key in JOB_POD_LABELS {
+                assert!(!tl.contains_key(key), "the local Job's {key} is dropped");
+            }
+            let pod_spec = spec.template.spec.expect("pod spec");
+            assert_eq!(pod_spec.restart_policy.as_deref(), restart);
+            assert_eq!(pod_spec.node_name, None);
+        }
+    }
+
+    #[test]
+    fn ended_table() {
+        let table = [
+            (None, false),
+            (Some("Pending"), false),
+            (Some("Running"), false),
+            (Some("Succeeded"), true),
+            (Some("Failed"), true),
+        ];
+        for (phase, want) in table {
+            assert_eq!(ended(&job_pod(Some("Never"), phase)), want, "{phase:?}");
+        }
+    }
+
     fn remote_pod(name: &str, created: i64, deleting: bool) -> Pod {
         let at = |s: i64| Time(Timestamp::from_second(s).expect("time"));
         Pod {
@@ -507,11 +708,63 @@ mod tests {
         assert_eq!(want.qos_class, None, "the QoS class stays local");
         let restarts = want.container_statuses.as_ref().map(|c| c[0].restart_count);
         assert_eq!(restarts, Some(2));
-        assert!(!status_shows(None, &want));
+        assert!(!digest_shows(None, &want));
         let mut local = want.clone();
         local.qos_class = Some("Burstable".to_owned());
-        assert!(status_shows(Some(&local), &want));
+        assert!(digest_shows(Some(&status_digest(&local)), &want));
         local.phase = Some("Pending".to_owned());
-        assert!(!status_shows(Some(&local), &want));
+        assert!(!digest_shows(Some(&status_digest(&local)), &want));
+    }
+
+    #[test]
+    fn status_digest_table() {
+        let base: PodStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "podIP": "10.0.0.7",
+            "conditions": [{ "type": "Ready", "status": "True" }],
+            "containerStatuses": [{
+                "name": "app", "image": "nginx", "imageID": "", "ready": true,
+                "restartCount": 0, "state": { "running": {} },
+            }],
+        }))
+        .expect("status");
+        let want = local_status(&base);
+        let changed = |f: fn(&mut PodStatus)| {
+            let mut s = base.clone();
+            f(&mut s);
+            s
+        };
+        let table: [(&str, PodStatus, bool); 5] = [
+            ("the same", base.clone(), true),
+            (
+                "another QoS class: not reflected",
+                changed(|s| s.qos_class = Some("Burstable".to_owned())),
+                true,
+            ),
+            (
+                "another phase",
+                changed(|s| s.phase = Some("Succeeded".to_owned())),
+                false,
+            ),
+            (
+                "another IP",
+                changed(|s| s.pod_ip = Some("10.0.0.8".to_owned())),
+                false,
+            ),
+            (
+                "a restart",
+                changed(|s| {
+                    if let Some(c) = s.container_statuses.as_mut() {
+                        c[0].restart_count = 1;
+                    }
+                }),
+                false,
+            ),
+        ];
+        for (what, have, shows) in table {
+            let digest = status_digest(&have);
+            assert_eq!(digest_shows(Some(&digest), &want), shows, "{what}");
+        }
+        assert!(!digest_shows(None, &want));
     }
 }

@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
     EnvVar, KeyToPath, Pod, PodSpec, Secret, SecretVolumeSource, Volume,
@@ -166,20 +165,12 @@ pub fn still_good(have: &Secret, pod: &Pod, ca: &str, now: Timestamp) -> Option<
     (same_pod && same_ca && has_token && refresh > now).then_some(refresh)
 }
 
-/// Mounts the token Secret into the remote ReplicaSet's pod where the
-/// local pod had its token volume (same volume name, same mounts), and
-/// points in-cluster clients at `api`. Nothing when the local pod mounts
-/// no token.
-pub fn mount(rs: &mut ReplicaSet, local: &PodSpec, pod_name: &str, api: &ApiAddress) {
+/// Mounts the token Secret into a remote wrapper's pod spec (a
+/// ReplicaSet's or a Job's) where the local pod had its token volume (same
+/// volume name, same mounts), and points in-cluster clients at `api`.
+/// Nothing when the local pod mounts no token.
+pub fn mount_in(remote: &mut PodSpec, local: &PodSpec, pod_name: &str, api: &ApiAddress) {
     let Some(volume) = token_volume(local) else {
-        return;
-    };
-    let Some(remote) = rs
-        .spec
-        .as_mut()
-        .and_then(|s| s.template.as_mut())
-        .and_then(|t| t.spec.as_mut())
-    else {
         return;
     };
     let item = |k: &str| KeyToPath {
@@ -299,12 +290,19 @@ mod tests {
     }
 
     fn remote_spec(pod: &Pod) -> PodSpec {
-        let mut rs = replica_set(pod, "shop-c");
-        mount(&mut rs, pod.spec.as_ref().expect("spec"), "web-1", &api());
-        rs.spec
+        let rs = replica_set(pod, "shop-c");
+        let mut remote = rs
+            .spec
             .and_then(|s| s.template)
             .and_then(|t| t.spec)
-            .expect("pod spec")
+            .expect("pod spec");
+        mount_in(
+            &mut remote,
+            pod.spec.as_ref().expect("spec"),
+            "web-1",
+            &api(),
+        );
+        remote
     }
 
     #[test]

@@ -17,6 +17,22 @@
 //! restarted agent, a missed event or an object changed by someone else
 //! all converge the same way, and nothing is done twice: what exists is
 //! seen in the stores before anything is created.
+//!
+//! Cost at scale: a kind may give each key a fingerprint of what its
+//! convergence reads ([`Kind::fingerprint`], e.g. the resource versions
+//! of the objects of one pod on both sides). A key whose last convergence
+//! ended well is skipped while its fingerprint stays the same, except on
+//! the full pass every [`RESYNC`], which looks at every key whatever its
+//! fingerprint. So a store change costs a pass over the keys whose
+//! objects changed, not over 10,000 pods, and the loop stays
+//! level-triggered: the fingerprint is taken from the stores, not from
+//! events, and a missed change is caught by the full pass.
+//!
+//! Keys are converged continuously rather than in passes: a scan queues
+//! the keys to look at and each starts as soon as one of [`CONCURRENCY`]
+//! slots is free, so a pod bound now does not wait for the slowest
+//! request of the pods bound before it (the tail of the added start
+//! latency).
 
 pub mod event;
 pub mod mirror;
@@ -26,13 +42,14 @@ pub mod references;
 pub mod stores;
 pub mod token;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use kube::Resource;
 use liqo_agent_runtime::follow::Followed;
 use tokio::sync::Notify;
@@ -44,7 +61,7 @@ use tokio::time::Instant;
 pub const RESYNC: Duration = Duration::from_secs(5);
 /// How many keys converge at once: enough to keep a slow API busy, few
 /// enough not to flood it after a restart.
-const CONCURRENCY: usize = 16;
+const CONCURRENCY: usize = 32;
 /// Retries of a failed key start here and double up to [`BACKOFF_MAX`].
 const BACKOFF_INITIAL: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -105,84 +122,172 @@ pub trait Kind: Send + Sync {
     fn prepare(&self) {}
     /// Every key present on either side.
     fn keys(&self) -> Vec<Self::Key>;
+    /// What [`Kind::converge`] reads for `key`, hashed: while it stays the
+    /// same, a key that converged is not looked at again before the next
+    /// full pass. `None` (the default): look at it on every pass.
+    fn fingerprint(&self, _key: &Self::Key) -> Option<u64> {
+        None
+    }
     /// Makes one key as it should be.
     fn converge(&self, key: &Self::Key) -> impl Future<Output = Result<Next, Error>> + Send;
 }
 
 /// Runs `kind` forever: every key converges on every wake-up of `wake`,
 /// at least every [`RESYNC`], and failed ones again after their backoff.
+///
+/// Keys are converged continuously, [`CONCURRENCY`] at a time: a scan
+/// (on a wake-up, debounced) queues the keys to look at, and a key is
+/// started as soon as a slot is free, without waiting for the slowest
+/// request of the keys started before it. A key is never converged twice
+/// at once; one that a scan skipped because it was under way is scanned
+/// again when it ends.
 pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
     // Per key: when to look again, and the current backoff (zero when the
     // last attempt did not fail) and the last error logged.
     let mut again: BTreeMap<K::Key, (Instant, Duration, Option<String>)> = BTreeMap::new();
+    // Per key that converged (Done): the fingerprint it converged with.
+    let mut done: BTreeMap<K::Key, u64> = BTreeMap::new();
+    let mut last_full: Option<Instant> = None;
+    // Keys under way, and whether a scan skipped them meanwhile.
+    let mut in_flight: BTreeMap<K::Key, bool> = BTreeMap::new();
+    // Keys to start, with the fingerprint taken when they were queued.
+    let mut queue: VecDeque<(K::Key, Option<u64>)> = VecDeque::new();
+    let mut running = FuturesUnordered::new();
+    // When to scan next (now, at the start).
+    let mut scan_at: Option<Instant> = Some(Instant::now());
     loop {
-        kind.prepare();
         let now = Instant::now();
-        // A failed key waits for its backoff; any other is looked at on
-        // every pass, which costs nothing when it is as it should be.
-        let all: std::collections::BTreeSet<K::Key> = kind.keys().into_iter().collect();
-        // Keys gone from both sides are forgotten.
-        again.retain(|k, _| all.contains(k));
-        let keys: Vec<K::Key> = all
-            .into_iter()
-            .filter(|k| {
-                again
-                    .get(k)
-                    .is_none_or(|(at, backoff, _)| backoff.is_zero() || *at <= now)
-            })
-            .collect();
-        let results: Vec<_> = futures::stream::iter(keys)
-            .map(|key| {
-                let kind = &kind;
-                async move {
-                    let result = kind.converge(&key).await;
-                    (key, result)
+        if scan_at.is_some_and(|at| at <= now) {
+            scan_at = None;
+            kind.prepare();
+            let full = last_full.is_none_or(|at| now.saturating_duration_since(at) >= RESYNC);
+            if full {
+                last_full = Some(now);
+            }
+            let all: BTreeSet<K::Key> = kind.keys().into_iter().collect();
+            // Keys gone from both sides are forgotten.
+            again.retain(|k, _| all.contains(k));
+            done.retain(|k, _| all.contains(k));
+            queue.retain(|(k, _)| all.contains(k));
+            let queued: BTreeSet<K::Key> = queue.iter().map(|(k, _)| k.clone()).collect();
+            for k in all {
+                if let Some(skipped) = in_flight.get_mut(&k) {
+                    *skipped = true;
+                    continue;
                 }
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
-        let now = Instant::now();
-        for (key, result) in results {
-            match result {
-                Ok(Next::Done) => {
-                    if let Some((_, _, Some(_))) = again.remove(&key) {
-                        tracing::info!(kind = K::NAME, ?key, "converged");
-                    }
+                // A failed key waits for its backoff; any other is looked
+                // at unless it converged with what the stores still say.
+                let waiting = again
+                    .get(&k)
+                    .is_some_and(|(at, backoff, _)| !backoff.is_zero() && *at > now);
+                if waiting || queued.contains(&k) {
+                    continue;
                 }
-                Ok(Next::After(wait)) => {
-                    let logged = again.remove(&key).and_then(|(_, _, e)| e);
-                    again.insert(key, (now + wait, Duration::ZERO, logged));
-                }
-                Err(error) => {
-                    let (backoff, logged) = match again.remove(&key) {
-                        Some((_, b, logged)) if !b.is_zero() => ((b * 2).min(BACKOFF_MAX), logged),
-                        Some((_, _, logged)) => (BACKOFF_INITIAL, logged),
-                        None => (BACKOFF_INITIAL, None),
-                    };
-                    let why = error.chain();
-                    if logged.as_deref() != Some(&why) {
-                        // Waiting for a store or a client is expected
-                        // after a start; only real failures are warnings.
-                        if matches!(error, Error::NotYet(_)) {
-                            tracing::debug!(kind = K::NAME, ?key, %why, "not yet; retrying");
-                        } else {
-                            tracing::warn!(kind = K::NAME, ?key, %why, "cannot converge; retrying");
-                        }
-                    }
-                    again.insert(key, (now + backoff, backoff, Some(why)));
+                let print = kind.fingerprint(&k);
+                let unchanged = !full
+                    && !again.contains_key(&k)
+                    && print.is_some()
+                    && done.get(&k).copied() == print;
+                if !unchanged {
+                    queue.push_back((k, print));
                 }
             }
         }
-        let next = again
+        while running.len() < CONCURRENCY
+            && let Some((key, print)) = queue.pop_front()
+        {
+            in_flight.insert(key.clone(), false);
+            let kind = &kind;
+            running.push(async move {
+                let result = kind.converge(&key).await;
+                (key, print, result)
+            });
+        }
+        let now = Instant::now();
+        let to_full = last_full.map_or(Duration::ZERO, |at| {
+            RESYNC.saturating_sub(now.saturating_duration_since(at))
+        });
+        // Only what is still to come: a key past its time is queued or
+        // under way since the last scan.
+        let mut next = again
             .values()
             .map(|(at, _, _)| *at)
+            .filter(|at| *at > now)
             .min()
             .map_or(RESYNC, |at| at.saturating_duration_since(now))
-            .min(RESYNC);
+            .min(to_full);
+        if let Some(at) = scan_at {
+            next = next.min(at.saturating_duration_since(now));
+        }
         tokio::select! {
-            () = wake.notified() => tokio::time::sleep(DEBOUNCE).await,
-            () = tokio::time::sleep(next) => {}
+            Some((key, print, result)) = running.next(), if !running.is_empty() => {
+                if in_flight.remove(&key) == Some(true) {
+                    scan_soon(&mut scan_at);
+                }
+                record::<K>(&mut again, &mut done, key, print, result);
+            }
+            () = wake.notified() => scan_soon(&mut scan_at),
+            () = tokio::time::sleep(next) => {
+                if scan_at.is_none() {
+                    scan_at = Some(Instant::now());
+                }
+            }
+        }
+    }
+}
+
+/// Schedules a scan after [`DEBOUNCE`], unless one is due sooner: a burst
+/// of changes is one scan, not hundreds.
+fn scan_soon(scan_at: &mut Option<Instant>) {
+    let at = Instant::now() + DEBOUNCE;
+    *scan_at = Some(scan_at.map_or(at, |s| s.min(at)));
+}
+
+/// Keeps what one convergence of `key` says for the next scans: its
+/// fingerprint when it converged, its backoff and error when it failed.
+fn record<K: Kind>(
+    again: &mut BTreeMap<K::Key, (Instant, Duration, Option<String>)>,
+    done: &mut BTreeMap<K::Key, u64>,
+    key: K::Key,
+    print: Option<u64>,
+    result: Result<Next, Error>,
+) {
+    let now = Instant::now();
+    match (&result, print) {
+        (Ok(Next::Done), Some(print)) => {
+            done.insert(key.clone(), print);
+        }
+        _ => {
+            done.remove(&key);
+        }
+    }
+    match result {
+        Ok(Next::Done) => {
+            if let Some((_, _, Some(_))) = again.remove(&key) {
+                tracing::info!(kind = K::NAME, ?key, "converged");
+            }
+        }
+        Ok(Next::After(wait)) => {
+            let logged = again.remove(&key).and_then(|(_, _, e)| e);
+            again.insert(key, (now + wait, Duration::ZERO, logged));
+        }
+        Err(error) => {
+            let (backoff, logged) = match again.remove(&key) {
+                Some((_, b, logged)) if !b.is_zero() => ((b * 2).min(BACKOFF_MAX), logged),
+                Some((_, _, logged)) => (BACKOFF_INITIAL, logged),
+                None => (BACKOFF_INITIAL, None),
+            };
+            let why = error.chain();
+            if logged.as_deref() != Some(&why) {
+                // Waiting for a store or a client is expected after a
+                // start; only real failures are warnings.
+                if matches!(error, Error::NotYet(_)) {
+                    tracing::debug!(kind = K::NAME, ?key, %why, "not yet; retrying");
+                } else {
+                    tracing::warn!(kind = K::NAME, ?key, %why, "cannot converge; retrying");
+                }
+            }
+            again.insert(key, (now + backoff, backoff, Some(why)));
         }
     }
 }
@@ -196,5 +301,124 @@ where
 {
     while followed.state.changed().await.is_ok() {
         wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Keys 1 and 2 have fingerprints the test sets, key 3 none.
+    #[derive(Default)]
+    struct Counting {
+        prints: Mutex<BTreeMap<u32, u64>>,
+        calls: Mutex<BTreeMap<u32, u32>>,
+    }
+
+    struct Kind3(Arc<Counting>);
+
+    impl Kind for Kind3 {
+        type Key = u32;
+        const NAME: &'static str = "test";
+        fn keys(&self) -> Vec<u32> {
+            vec![1, 2, 3]
+        }
+        fn fingerprint(&self, key: &u32) -> Option<u64> {
+            self.0.prints.lock().expect("lock").get(key).copied()
+        }
+        async fn converge(&self, key: &u32) -> Result<Next, Error> {
+            *self.0.calls.lock().expect("lock").entry(*key).or_default() += 1;
+            Ok(Next::Done)
+        }
+    }
+
+    /// Key 1 takes a second to converge, key 2 none.
+    struct Slow(Arc<Counting>);
+
+    impl Kind for Slow {
+        type Key = u32;
+        const NAME: &'static str = "slow";
+        fn keys(&self) -> Vec<u32> {
+            vec![1, 2]
+        }
+        fn fingerprint(&self, key: &u32) -> Option<u64> {
+            self.0.prints.lock().expect("lock").get(key).copied()
+        }
+        async fn converge(&self, key: &u32) -> Result<Next, Error> {
+            *self.0.calls.lock().expect("lock").entry(*key).or_default() += 1;
+            if *key == 1 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Ok(Next::Done)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_key_holds_no_other_and_is_never_run_twice_at_once() {
+        const SETTLE: Duration = Duration::from_millis(200);
+        let counting = Arc::new(Counting::default());
+        counting
+            .prints
+            .lock()
+            .expect("lock")
+            .extend([(1, 10), (2, 20)]);
+        let wake = Arc::new(Notify::new());
+        let task = tokio::spawn(run(Slow(counting.clone()), wake.clone()));
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting)[..2], [1, 1]);
+        // Both change while key 1 is under way: key 2 converges again at
+        // once, key 1 only once its first convergence is over.
+        counting
+            .prints
+            .lock()
+            .expect("lock")
+            .extend([(1, 11), (2, 21)]);
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(
+            calls(&counting)[..2],
+            [1, 2],
+            "key 2 did not wait for key 1"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = calls(&counting);
+        task.abort();
+        assert_eq!(after[..2], [2, 2], "key 1 again once it was over");
+    }
+
+    fn calls(c: &Counting) -> Vec<u32> {
+        let calls = c.calls.lock().expect("lock");
+        (1..=3)
+            .map(|k| calls.get(&k).copied().unwrap_or(0))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_key_waits_for_the_full_pass() {
+        const SETTLE: Duration = Duration::from_millis(300);
+        let counting = Arc::new(Counting::default());
+        counting
+            .prints
+            .lock()
+            .expect("lock")
+            .extend([(1, 10), (2, 20)]);
+        let wake = Arc::new(Notify::new());
+        let started = Instant::now();
+        let task = tokio::spawn(run(Kind3(counting.clone()), wake.clone()));
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting), [1, 1, 1], "the first pass is full");
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting), [1, 1, 2], "nothing changed but key 3");
+        counting.prints.lock().expect("lock").insert(2, 21);
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting), [1, 2, 3], "key 2 changed");
+        // The next full pass looks at every key.
+        tokio::time::sleep_until(started + RESYNC + SETTLE).await;
+        let after = calls(&counting);
+        task.abort();
+        assert_eq!(after[..2], [2, 3], "the full pass: {after:?}");
     }
 }

@@ -1,24 +1,37 @@
 //! Pods: every local pod bound to the virtual node in a namespace with a
-//! ready twin runs on the provider as a ReplicaSet of one in the twin
-//! ([`crate::forge::pod`] translates it), so that the provider's
-//! controllers keep it running while the consumer is away. The remote
-//! pod's status comes back to the local pod. Deleting the local pod
-//! deletes the ReplicaSet and the remote pod with the same grace period,
+//! ready twin runs on the provider as a ReplicaSet of one in the twin, or
+//! a Job of one for a pod meant to end ([`crate::forge::pod`] translates
+//! it), so that the provider's controllers keep it running while the
+//! consumer is away. The remote pod's status comes back to the local
+//! pod. Deleting the local pod deletes the wrapper and the remote pod
+//! with the same grace period,
 //! and once the remote pod is gone the local one is removed as a kubelet
 //! does (grace 0, UID precondition). A ReplicaSet whose local pod is gone
 //! is removed. The key is the local pod's namespace and name, so both
 //! sides of one pod converge together and nothing is created twice.
 //!
-//! The provider's side is followed with one pair of stores (ReplicaSets,
-//! pods, carrying our UID label) per twin namespace: the consumer's
+//! The provider's side is followed with one set of stores (ReplicaSets,
+//! Jobs, pods, carrying our UID label) per twin namespace: the consumer's
 //! identity may watch inside its twins only. They are started and stopped
 //! as twins come and go, and restarted with a renewed provider client.
+//!
+//! Scale (see "Scale and restart safety" in docs/virtual-kubelet.md): the
+//! remote pods are indexed by their local pod's UID label, so one pod
+//! converges without a scan of its twin; the stores keep only what this
+//! module reads (no managedFields; of a remote wrapper its metadata; of
+//! a remote pod its metadata with our label only and its status; of a
+//! local pod its metadata, phase, reason and a digest of its status, the
+//! spec being read from the API when the wrapper is made); and
+//! each key has a fingerprint (resource versions of its objects) so that
+//! a pass looks only at the pods that changed.
 
 use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
@@ -28,7 +41,7 @@ use kube::core::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use liqo_agent_runtime::follow::{Followed, follow};
+use liqo_agent_runtime::follow::{Followed, Options, follow_with};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -36,7 +49,7 @@ use tokio::task::JoinHandle;
 use super::namespace::{Peering, Twins};
 use super::references::References;
 use super::{Error, Kind, Next, wake_on};
-use crate::forge::pod as forge_pod;
+use crate::forge::pod::{self as forge_pod, Wrapper};
 use crate::node::FIELD_MANAGER;
 use crate::provider::ProviderClient;
 
@@ -46,6 +59,7 @@ const NOT_SYNCED_POLL: std::time::Duration = std::time::Duration::from_millis(50
 /// The followed stores of one twin namespace on the provider.
 struct Side {
     replica_sets: Followed<ReplicaSet>,
+    jobs: Followed<Job>,
     pods: Followed<Pod>,
     task: JoinHandle<()>,
 }
@@ -60,26 +74,143 @@ impl Side {
     fn start(client: kube::Client, namespace: &str, wake: &Arc<Notify>) -> Self {
         // Only what we created: the twin may hold other objects.
         let config = watcher::Config::default().labels(forge_pod::LOCAL_POD_UID);
-        let (replica_sets, follow_rs) = follow(
+        let (replica_sets, follow_rs) = follow_with(
             Api::namespaced(client.clone(), namespace),
             config.clone(),
             "remote replica sets",
+            Options {
+                trim: Some(trim_remote_replica_set),
+                index_label: None,
+            },
         );
-        let (pods, follow_pods) = follow(Api::namespaced(client, namespace), config, "remote pods");
+        let (jobs, follow_jobs) = follow_with(
+            Api::namespaced(client.clone(), namespace),
+            config.clone(),
+            "remote jobs",
+            Options {
+                trim: Some(trim_remote_job),
+                index_label: None,
+            },
+        );
+        let (pods, follow_pods) = follow_with(
+            Api::namespaced(client, namespace),
+            config,
+            "remote pods",
+            Options {
+                trim: Some(trim_remote_pod),
+                index_label: Some(forge_pod::LOCAL_POD_UID),
+            },
+        );
         let wake_rs = wake_on(replica_sets.clone(), wake.clone());
+        let wake_jobs = wake_on(jobs.clone(), wake.clone());
         let wake_pods = wake_on(pods.clone(), wake.clone());
         let task = tokio::spawn(async move {
-            tokio::join!(follow_rs, follow_pods, wake_rs, wake_pods);
+            tokio::join!(
+                follow_rs,
+                follow_jobs,
+                follow_pods,
+                wake_rs,
+                wake_jobs,
+                wake_pods
+            );
         });
         Self {
             replica_sets,
+            jobs,
             pods,
             task,
         }
     }
 
     fn is_current(&self) -> bool {
-        self.replica_sets.is_current() && self.pods.is_current()
+        self.replica_sets.is_current() && self.jobs.is_current() && self.pods.is_current()
+    }
+
+    /// The remote wrappers named `name` in `twin` (normally one at most).
+    fn wrappers(&self, twin: &str, name: &str) -> Vec<Found> {
+        let key = |m: &ObjectMeta, kind| Found {
+            kind,
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            for_pod: m
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(forge_pod::LOCAL_POD_UID))
+                .cloned(),
+            deleting: m.deletion_timestamp.is_some(),
+        };
+        let rs = self
+            .replica_sets
+            .store
+            .get(&ObjectRef::new(name).within(twin))
+            .map(|rs| key(&rs.metadata, Wrapper::ReplicaSet));
+        let job = self
+            .jobs
+            .store
+            .get(&ObjectRef::new(name).within(twin))
+            .map(|job| key(&job.metadata, Wrapper::Job));
+        rs.into_iter().chain(job).collect()
+    }
+}
+
+/// A remote wrapper, as the stores have it.
+#[derive(Debug, Hash)]
+struct Found {
+    kind: Wrapper,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    /// Its `liqo.io/local-pod-uid`.
+    for_pod: Option<String>,
+    deleting: bool,
+}
+
+/// Of a remote Job, as of a ReplicaSet, the reflection reads its name,
+/// UID, labels and deletion: its end is read from its pod.
+fn trim_remote_job(job: &mut Job) {
+    job.spec = None;
+    job.status = None;
+    job.metadata.annotations = None;
+    job.metadata.owner_references = None;
+}
+
+/// Where a stored local pod keeps the digest of its status
+/// ([`forge_pod::status_digest`]). In memory only: never written to the
+/// API.
+const STATUS_DIGEST: &str = "liqo.io/in-memory-status-digest";
+
+/// Local pods are stored whole but for their managedFields: besides the
+/// reflection (which makes the wrapper from the stored spec), the
+/// ServiceAccount tokens, the references check and the kubelet API
+/// (`/pods`, logs, exec) read their spec, labels and status. What is
+/// added is the digest of the status, so that whether it shows the
+/// remote one is a comparison of two strings.
+pub fn trim_local_pod(pod: &mut Pod) {
+    if let Some(digest) = pod.status.as_ref().map(forge_pod::status_digest) {
+        pod.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(STATUS_DIGEST.to_owned(), digest);
+    }
+}
+
+/// Of a remote ReplicaSet, the reflection reads its name, UID, labels
+/// and deletion: its spec and status are not stored.
+fn trim_remote_replica_set(rs: &mut ReplicaSet) {
+    rs.spec = None;
+    rs.status = None;
+    rs.metadata.annotations = None;
+    rs.metadata.owner_references = None;
+}
+
+/// Of a remote pod, the reflection reads its name, UID, our label, its
+/// creation and deletion, and its status: its spec (the local pod's,
+/// translated) and the local pod's labels and annotations are not stored.
+fn trim_remote_pod(pod: &mut Pod) {
+    pod.spec = None;
+    pod.metadata.annotations = None;
+    pod.metadata.owner_references = None;
+    if let Some(labels) = pod.metadata.labels.as_mut() {
+        labels.retain(|k, _| k == forge_pod::LOCAL_POD_UID);
     }
 }
 
@@ -241,6 +372,26 @@ impl Pods {
     }
 }
 
+/// Deletes a remote wrapper unless it is gone already.
+async fn delete_wrapper(
+    provider: &kube::Client,
+    twin: &str,
+    kind: Wrapper,
+    name: &str,
+    params: &DeleteParams,
+) -> Result<(), Error> {
+    match kind {
+        Wrapper::ReplicaSet => {
+            let api: Api<ReplicaSet> = Api::namespaced(provider.clone(), twin);
+            delete_remote(&api, "replica set", name, params).await
+        }
+        Wrapper::Job => {
+            let api: Api<Job> = Api::namespaced(provider.clone(), twin);
+            delete_remote(&api, "job", name, params).await
+        }
+    }
+}
+
 /// Deletes a remote object unless it is gone already.
 async fn delete_remote<K>(
     api: &Api<K>,
@@ -318,12 +469,51 @@ impl Kind for Pods {
                             .iter()
                             .map(|rs| (local_ns.clone(), rs.name_any())),
                     );
+                    keys.extend(
+                        side.jobs
+                            .store
+                            .state()
+                            .iter()
+                            .map(|job| (local_ns.clone(), job.name_any())),
+                    );
                 }
             }
         }
         keys.sort();
         keys.dedup();
         keys
+    }
+
+    fn fingerprint(&self, (ns, name): &Self::Key) -> Option<u64> {
+        let mut h = DefaultHasher::new();
+        let local = self.local.store.get(&ObjectRef::new(name).within(ns));
+        let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
+        local.as_ref().map(|p| version(&p.metadata)).hash(&mut h);
+        let twin = self.twin_of(ns);
+        twin.hash(&mut h);
+        self.synced.borrow().hash(&mut h);
+        if let Some(twin) = twin {
+            let (client_version, side) = {
+                let sides = self.sides.lock().ok()?;
+                (sides.client_version, sides.by_twin.get(&twin).cloned())
+            };
+            client_version.hash(&mut h);
+            if let Some(side) = side {
+                side.is_current().hash(&mut h);
+                side.wrappers(&twin, name).hash(&mut h);
+                if let Some(uid) = local.as_ref().and_then(|p| p.uid()) {
+                    let mut remote: Vec<_> = side
+                        .pods
+                        .by_label(&uid)
+                        .iter()
+                        .map(|p| version(&p.metadata))
+                        .collect();
+                    remote.sort();
+                    remote.hash(&mut h);
+                }
+            }
+        }
+        Some(h.finish())
     }
 
     async fn converge(&self, (ns, name): &Self::Key) -> Result<Next, Error> {
@@ -348,33 +538,25 @@ impl Kind for Pods {
             ))
         })?;
         let provider = self.peering.provider_client()?;
-        let rs_api: Api<ReplicaSet> = Api::namespaced(provider.clone(), &twin);
-        let pod_api: Api<Pod> = Api::namespaced(provider, &twin);
-        let rs = side
-            .replica_sets
-            .store
-            .get(&ObjectRef::new(name).within(&twin));
-        let rs_uid = rs
-            .as_ref()
-            .and_then(|rs| rs.labels().get(forge_pod::LOCAL_POD_UID).cloned());
+        let pod_api: Api<Pod> = Api::namespaced(provider.clone(), &twin);
+        let wrappers = side.wrappers(&twin, name);
         let local_uid = local.as_ref().and_then(|p| p.uid());
 
-        // A ReplicaSet of a pod that is gone (or of an older pod of that
+        // A wrapper of a pod that is gone (or of an older pod of that
         // name) goes, its pod with it.
-        if let Some(rs) = &rs
-            && rs_uid != local_uid
-        {
-            if rs.metadata.deletion_timestamp.is_none() {
+        let orphans: Vec<&Found> = wrappers.iter().filter(|w| w.for_pod != local_uid).collect();
+        if !orphans.is_empty() {
+            for w in orphans.into_iter().filter(|w| !w.deleting) {
                 let params = DeleteParams {
                     propagation_policy: Some(PropagationPolicy::Background),
                     preconditions: Some(Preconditions {
-                        uid: rs.uid(),
+                        uid: w.uid.clone(),
                         resource_version: None,
                     }),
                     ..DeleteParams::default()
                 };
-                delete_remote(&rs_api, "replica set", name, &params).await?;
-                tracing::info!(pod = %name, namespace = %ns, "orphan remote replica set deleted");
+                delete_wrapper(&provider, &twin, w.kind, name, &params).await?;
+                tracing::info!(pod = %name, namespace = %ns, kind = ?w.kind, "orphan remote wrapper deleted");
             }
             return Ok(Next::Done);
         }
@@ -382,14 +564,7 @@ impl Kind for Pods {
             return Ok(Next::Done);
         };
         let uid = pod.uid().unwrap_or_default();
-        let remote_pods: Vec<Pod> = side
-            .pods
-            .store
-            .state()
-            .iter()
-            .filter(|p| p.labels().get(forge_pod::LOCAL_POD_UID) == Some(&uid))
-            .map(|p| p.as_ref().clone())
-            .collect();
+        let remote_pods: Vec<Arc<Pod>> = side.pods.by_label(&uid);
 
         if pod.metadata.deletion_timestamp.is_some() {
             let grace = pod.metadata.deletion_grace_period_seconds;
@@ -398,10 +573,8 @@ impl Kind for Pods {
                 propagation_policy: Some(PropagationPolicy::Background),
                 ..DeleteParams::default()
             };
-            if let Some(rs) = &rs
-                && rs.metadata.deletion_timestamp.is_none()
-            {
-                delete_remote(&rs_api, "replica set", name, &params).await?;
+            for w in wrappers.iter().filter(|w| !w.deleting) {
+                delete_wrapper(&provider, &twin, w.kind, name, &params).await?;
             }
             // The pods directly too, so that they get the local grace
             // period rather than their spec's.
@@ -411,7 +584,7 @@ impl Kind for Pods {
             {
                 delete_remote(&pod_api, "pod", &p.name_any(), &params).await?;
             }
-            if rs.is_none() && remote_pods.is_empty() {
+            if wrappers.is_empty() && remote_pods.is_empty() {
                 return self.delete_local(&pod).await;
             }
             return Ok(Next::Done);
@@ -421,43 +594,181 @@ impl Kind for Pods {
         if status.and_then(|s| s.reason.as_deref()) == Some(forge_pod::REFUSED_REASON) {
             return Ok(Next::Done);
         }
-        if let Some(why) = pod.spec.as_ref().and_then(forge_pod::refusal) {
-            return self.refuse(&pod, &why).await;
-        }
-        if rs.is_none()
-            && let Some(references) = &self.references
-            && let Some(next) = references.hold(&pod).await?
-        {
-            return Ok(next);
-        }
-        if rs.is_none() {
-            let mut want = forge_pod::replica_set(&pod, &twin);
-            if let (Some(api), Some(spec)) = (&self.token_api, pod.spec.as_ref()) {
-                crate::forge::token::mount(&mut want, spec, name, api);
+        if wrappers.is_empty() {
+            // A pod that ended never runs again, even if its Job was
+            // deleted by someone else.
+            if forge_pod::ended(&pod) {
+                return Ok(Next::Done);
             }
-            match rs_api.create(&PostParams::default(), &want).await {
-                Ok(_) => {
-                    tracing::debug!(pod = %name, namespace = %ns, "remote replica set created")
+            if let Some(why) = pod.spec.as_ref().and_then(forge_pod::refusal) {
+                return self.refuse(&pod, &why).await;
+            }
+            // A missing ConfigMap or Secret it needs: it waits, as on a
+            // kubelet.
+            if let Some(references) = &self.references
+                && let Some(next) = references.hold(&pod).await?
+            {
+                return Ok(next);
+            }
+            let kind = pod
+                .spec
+                .as_ref()
+                .map_or(Wrapper::ReplicaSet, forge_pod::wrapper);
+            // Its service account token, where it mounts one.
+            let token = |remote: Option<&mut PodSpec>| {
+                if let (Some(api), Some(local), Some(remote)) =
+                    (&self.token_api, pod.spec.as_ref(), remote)
+                {
+                    crate::forge::token::mount_in(remote, local, name, api);
+                }
+            };
+            let created = match kind {
+                Wrapper::ReplicaSet => {
+                    let mut want = forge_pod::replica_set(&pod, &twin);
+                    token(
+                        want.spec
+                            .as_mut()
+                            .and_then(|s| s.template.as_mut())
+                            .and_then(|t| t.spec.as_mut()),
+                    );
+                    let api: Api<ReplicaSet> = Api::namespaced(provider.clone(), &twin);
+                    api.create(&PostParams::default(), &want).await.map(|_| ())
+                }
+                Wrapper::Job => {
+                    let mut want = forge_pod::job(&pod, &twin);
+                    token(want.spec.as_mut().and_then(|s| s.template.spec.as_mut()));
+                    let api: Api<Job> = Api::namespaced(provider.clone(), &twin);
+                    api.create(&PostParams::default(), &want).await.map(|_| ())
+                }
+            };
+            match created {
+                Ok(()) => {
+                    tracing::debug!(pod = %name, namespace = %ns, ?kind, "remote wrapper created")
                 }
                 // Created by our previous pass, not yet in the store.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
                     return Err(Error::Api {
-                        what: format!("creating the replica set {twin}/{name} on the provider"),
+                        what: format!("creating the {kind:?} {twin}/{name} on the provider"),
                         source: e,
                     });
                 }
             }
             return Ok(Next::Done);
         }
-        if let Some(remote) = forge_pod::current_remote_pod(&remote_pods)
+        if let Some(remote) = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref))
             && let Some(remote_status) = &remote.status
         {
             let want = forge_pod::local_status(remote_status);
-            if !forge_pod::status_shows(status, &want) {
+            let have = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(STATUS_DIGEST));
+            if !forge_pod::digest_shows(have.map(String::as_str), &want) {
                 self.patch_local_status(&pod, &want).await?;
             }
         }
         Ok(Next::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "web-1", "namespace": "shop", "uid": "u-1",
+                "resourceVersion": "7",
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "deletionGracePeriodSeconds": 5,
+                "labels": { "app": "web", forge_pod::LOCAL_POD_UID: "u-0" },
+                "annotations": { "note": "x" },
+                "ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "r",
+                }],
+                "managedFields": [{ "manager": "kubectl" }],
+            },
+            "spec": { "containers": [{ "name": "app", "image": "nginx" }] },
+            "status": {
+                "phase": "Running", "reason": "R", "podIP": "10.0.0.7",
+                "conditions": [{ "type": "Ready", "status": "True" }],
+            },
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn stored_objects_keep_what_is_read() {
+        let full = pod();
+        let mut local = full.clone();
+        trim_local_pod(&mut local);
+        let mut remote = full.clone();
+        trim_remote_pod(&mut remote);
+        type Check = (&'static str, fn(&Pod, &Pod) -> bool);
+        let table: [Check; 7] = [
+            ("local: identity and deletion kept", |l, _| {
+                l.metadata.name.as_deref() == Some("web-1")
+                    && l.metadata.uid.as_deref() == Some("u-1")
+                    && l.metadata.resource_version.as_deref() == Some("7")
+                    && l.metadata.deletion_timestamp.is_some()
+                    && l.metadata.deletion_grace_period_seconds == Some(5)
+            }),
+            (
+                "local: spec, labels, owners and status kept whole",
+                |l, _| {
+                    let whole = pod();
+                    l.spec == whole.spec
+                        && l.metadata.labels == whole.metadata.labels
+                        && l.metadata.owner_references == whole.metadata.owner_references
+                        && l.status == whole.status
+                },
+            ),
+            ("local: the digest is the full status's", |l, _| {
+                let want = pod().status.map(|s| forge_pod::status_digest(&s));
+                l.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(STATUS_DIGEST))
+                    .cloned()
+                    == want
+            }),
+            ("remote: no spec, annotations, owners", |_, r| {
+                r.spec.is_none()
+                    && r.metadata.annotations.is_none()
+                    && r.metadata.owner_references.is_none()
+            }),
+            ("remote: our label only", |_, r| {
+                r.metadata.labels.as_ref().is_some_and(|l| {
+                    l.len() == 1
+                        && l.get(forge_pod::LOCAL_POD_UID).map(String::as_str) == Some("u-0")
+                })
+            }),
+            ("remote: status whole", |_, r| r.status == pod().status),
+            ("remote: identity and deletion kept", |_, r| {
+                r.metadata.uid.as_deref() == Some("u-1") && r.metadata.deletion_timestamp.is_some()
+            }),
+        ];
+        for (what, check) in table {
+            assert!(check(&local, &remote), "{what}: {local:?} / {remote:?}");
+        }
+        let mut rs = ReplicaSet {
+            metadata: full.metadata.clone(),
+            ..ReplicaSet::default()
+        };
+        rs.spec = Some(Default::default());
+        trim_remote_replica_set(&mut rs);
+        assert!(rs.spec.is_none() && rs.metadata.annotations.is_none());
+        assert!(rs.metadata.labels.is_some(), "the UID label is read");
+        let mut job = Job {
+            metadata: full.metadata.clone(),
+            spec: Some(Default::default()),
+            ..Job::default()
+        };
+        trim_remote_job(&mut job);
+        assert!(job.spec.is_none() && job.metadata.annotations.is_none());
+        assert!(job.metadata.labels.is_some(), "the UID label is read");
     }
 }

@@ -1,0 +1,192 @@
+//! Jobs through the virtual node, on two real clusters: a local Job in an
+//! offloaded namespace, its pod bound to the virtual node, runs on the
+//! provider as a Job of one (`backoffLimit: 0` for restartPolicy Never);
+//! the provider's kwok completes Job-owned pods (its default pod-complete
+//! stage), the end (Succeeded, exit code 0) comes back to the local pod,
+//! so the local Job completes; deleting the local Job removes the remote
+//! one.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use liqo_api::ClusterId;
+use liqo_api::names::{self, labels, peering};
+use liqo_e2e::{liqoctl, wait_for};
+use serde_json::json;
+
+const LOCAL_POD_UID: &str = "liqo.io/local-pod-uid";
+const NS: &str = "batch";
+const TWIN: &str = "batch-consumer";
+const WAIT: Duration = Duration::from_secs(120);
+
+fn job() -> Job {
+    serde_json::from_value(json!({
+        "metadata": { "name": "report", "namespace": NS },
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": { "labels": { "app": "report" } },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": { labels::VIRTUAL_NODE: "true" },
+                    "tolerations": [{
+                        "key": names::VIRTUAL_NODE_TAINT,
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                    }],
+                    "containers": [{
+                        "name": "report",
+                        "image": "busybox",
+                        "command": ["true"],
+                        "resources": { "requests": { "cpu": "10m", "memory": "16Mi" } },
+                    }],
+                },
+            },
+        },
+    }))
+    .expect("job")
+}
+
+fn phase(p: &Pod) -> Option<&str> {
+    p.status.as_ref()?.phase.as_deref()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_to_completion_on_the_provider() -> Result<()> {
+    let testbed = liqo_e2e::consumer_and_provider().await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        liqo_e2e::install(cluster, id, cidr, &[]).success();
+    }
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    let local = consumer.client().await?;
+    let prov = provider.client().await?;
+    let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
+    let nodes: Api<Node> = Api::all(local.clone());
+    wait_for("the virtual node to be Ready", WAIT, || async {
+        Ok(nodes
+            .get_opt(&node_name)
+            .await?
+            .and_then(|n| n.status?.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+    })
+    .await?;
+    Api::<Namespace>::all(local.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
+        )
+        .await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["offload", "namespace", NS, "--wait", "--timeout=60"],
+    )
+    .success();
+
+    let jobs: Api<Job> = Api::namespaced(local.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
+    let remote_jobs: Api<Job> = Api::namespaced(prov.clone(), TWIN);
+    let remote_pods: Api<Pod> = Api::namespaced(prov.clone(), TWIN);
+    let ours = ListParams::default().labels(LOCAL_POD_UID);
+    jobs.create(&PostParams::default(), &job()).await?;
+
+    // The remote Job of one, for the local pod's UID.
+    wait_for("the remote Job", WAIT, || async {
+        Ok(!remote_jobs.list(&ours).await?.items.is_empty())
+    })
+    .await?;
+    let local_pods = pods
+        .list(&ListParams::default().labels("app=report"))
+        .await?
+        .items;
+    assert_eq!(local_pods.len(), 1, "one local pod");
+    let local_pod = &local_pods[0];
+    assert_eq!(
+        local_pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(node_name.as_str())
+    );
+    let uid = local_pod.metadata.uid.clone().context("uid")?;
+    let remote_job = remote_jobs
+        .get(local_pod.metadata.name.as_deref().context("name")?)
+        .await?;
+    let labels_of = remote_job.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels_of.get(LOCAL_POD_UID), Some(&uid));
+    let spec = remote_job.spec.clone().context("spec")?;
+    assert_eq!(spec.backoff_limit, Some(0));
+    assert_eq!(spec.completions, Some(1));
+
+    // Completed on the provider, and so on the consumer.
+    wait_for("the local pod Succeeded", WAIT, || async {
+        Ok(pods
+            .get_opt(local_pod.metadata.name.as_deref().unwrap_or_default())
+            .await?
+            .is_some_and(|p| phase(&p) == Some("Succeeded")))
+    })
+    .await?;
+    let done = pods
+        .get(local_pod.metadata.name.as_deref().unwrap_or_default())
+        .await?;
+    let exit = done
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.as_ref())
+        .map(|t| t.exit_code);
+    assert_eq!(exit, Some(0), "the exit code comes back: {:?}", done.status);
+    let remote = remote_pods.list(&ours).await?.items;
+    assert_eq!(remote.len(), 1, "one remote pod");
+    assert_eq!(phase(&remote[0]), Some("Succeeded"));
+    wait_for("the local Job Complete", WAIT, || async {
+        Ok(jobs
+            .get("report")
+            .await?
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Complete" && c.status == "True")
+            }))
+    })
+    .await?;
+    // Finished, the remote Job is kept (the local pod still is) and not
+    // run again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(remote_jobs.list(&ours).await?.items.len(), 1);
+    assert_eq!(remote_pods.list(&ours).await?.items.len(), 1);
+
+    // Deleting the local Job (and so its pod) removes the remote Job.
+    jobs.delete(
+        "report",
+        &DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Background),
+            ..DeleteParams::default()
+        },
+    )
+    .await?;
+    wait_for("no remote Job nor pod, no local pod", WAIT, || async {
+        Ok(remote_jobs.list(&ours).await?.items.is_empty()
+            && remote_pods.list(&ours).await?.items.is_empty()
+            && pods
+                .list(&ListParams::default().labels("app=report"))
+                .await?
+                .items
+                .is_empty())
+    })
+    .await?;
+    testbed.stop();
+    Ok(())
+}
