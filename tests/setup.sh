@@ -29,6 +29,7 @@ need ping || packages+=(iputils-ping)
 need wg || packages+=(wireguard-tools)
 need wireguard-go || packages+=(wireguard-go)
 need iperf3 || packages+=(iperf3)
+need jq || packages+=(jq)
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "error: missing packages ${packages[*]}; install them (apt-get install ${packages[*]})" >&2

@@ -118,10 +118,9 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         .ipv4(args.address.addr(), args.address.prefix_len(), None)
         .mtu(args.mtu)
         .offload(!args.no_offload)
-        .build_async()
+        .build_sync()
         .with_context(|| format!("creating the TUN device {}", args.interface))?;
-    let socket = tokio::net::UdpSocket::bind(args.listen)
-        .await
+    let socket = std::net::UdpSocket::bind(args.listen)
         .with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!(
         interface = %args.interface,
@@ -131,8 +130,20 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         offload = !args.no_offload,
         "tunnel up"
     );
+    let peer = tunnel::Peer::new(&config, 0);
+    // The data plane runs on threads of its own; this one waits for a
+    // signal or for them to fail.
+    // (Not the runtime's blocking pool: the runtime would wait for them
+    // at exit.)
+    let (done, tunnel) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tunnel".into())
+        .spawn(move || {
+            let _ = done.send(io::run(device, socket, peer));
+        })
+        .context("starting the tunnel's threads")?;
     tokio::select! {
-        result = io::run(device, socket, tunnel::Peer::new(&config, 0)) => result.context("tunnel IO")?,
+        result = tunnel => result.context("the tunnel's threads ended")?.context("tunnel IO")?,
         () = liqo_agent_runtime::shutdown_signal() => {}
     }
     Ok(())

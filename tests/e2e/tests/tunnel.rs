@@ -210,7 +210,7 @@ fn two_gateways_carry_traffic_both_ways_and_survive_trouble() -> Result<()> {
         // b restarts: a new handshake, and traffic again.
         gb.stop();
         gb.start()?;
-        ping(&a, "10.99.0.2", 2)?;
+        ping(&a, "10.99.0.2", 2).context("after b restarted")?;
         transfer(&a, &b, addr("10.99.0.2:5003"), 4 << 20, TIMEOUT).context("after a restart")?;
 
         // a moves to another address: b follows its authenticated packets
