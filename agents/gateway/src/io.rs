@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -86,20 +87,29 @@ pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer) -> io::Result<()> 
             })
             .map(drop)
     };
+    // Each direction is a pipeline of two threads, so that the protocol
+    // work on one batch overlaps the system calls of the one before.
+    let (encrypt, send) = Pipe::new(|| (Outgoing::new(), None))?.split();
+    let (decrypt, write) = Pipe::new(Delivered::new)?.split();
     {
-        let (device, udp, peer) = (device.clone(), udp.clone(), peer.clone());
+        let (device, peer) = (device.clone(), peer.clone());
         spawn(
-            "tun-to-udp",
-            Box::new(move || device_to_network(&device, &udp, &peer)),
+            "tun-read",
+            Box::new(move || read_device(&device, &peer, encrypt)),
         )?;
+    }
+    {
+        let udp = udp.clone();
+        spawn("udp-send", Box::new(move || send_network(&udp, send)))?;
     }
     {
         let (udp, peer) = (udp.clone(), peer.clone());
         spawn(
-            "udp-to-tun",
-            Box::new(move || network_to_device(&device, &udp, &peer)),
+            "udp-recv",
+            Box::new(move || read_network(&udp, &peer, decrypt)),
         )?;
     }
+    spawn("tun-write", Box::new(move || write_device(&device, write)))?;
     spawn("timers", Box::new(move || timers(&udp, &peer)))?;
     drop(failed);
     failure
@@ -183,7 +193,8 @@ struct Outgoing {
 impl Outgoing {
     fn new() -> Self {
         Self {
-            buf: Vec::with_capacity(BATCH * (MAX_PACKET + SEAL)),
+            // Grows to what the largest batch needs, once.
+            buf: Vec::with_capacity(BATCH * (GRO_DATAGRAM + SEAL)),
             ends: Vec::with_capacity(BATCH * 2),
         }
     }
@@ -236,18 +247,62 @@ fn run_from(ends: &[usize], start: usize, i: usize, max: usize) -> (usize, usize
     (end, count)
 }
 
-fn device_to_network(device: &SyncDevice, udp: &Udp, peer: &Mutex<Peer>) -> io::Result<()> {
+/// How many batches may be in flight between a pipeline's two threads.
+const IN_FLIGHT: usize = 3;
+
+/// A pool of buffers passed between two threads: the producer takes an
+/// empty one, fills it and passes it on; the consumer uses it and gives
+/// it back. Nothing is allocated once the pool exists.
+struct Pipe<T> {
+    empty: (SyncSender<T>, Receiver<T>),
+    full: (SyncSender<T>, Receiver<T>),
+}
+
+/// One end of a [`Pipe`]: where buffers come from and where they go.
+type End<T> = (Receiver<T>, SyncSender<T>);
+
+impl<T> Pipe<T> {
+    fn new(make: impl Fn() -> T) -> io::Result<Self> {
+        let empty = sync_channel(IN_FLIGHT);
+        let full = sync_channel(IN_FLIGHT);
+        for _ in 0..IN_FLIGHT {
+            empty.0.send(make()).map_err(|_| ended())?;
+        }
+        Ok(Self { empty, full })
+    }
+
+    /// The producer's end (empty in, full out) and the consumer's (full
+    /// in, empty out).
+    fn split(self) -> (End<T>, End<T>) {
+        ((self.empty.1, self.full.0), (self.full.1, self.empty.0))
+    }
+}
+
+fn ended() -> io::Error {
+    io::Error::other("the other side of the tunnel's pipeline ended")
+}
+
+/// Encrypted datagrams and where they go.
+type Sealed = (Outgoing, Option<SocketAddr>);
+
+/// Reads the device and encrypts: the first half of device → network.
+fn read_device(
+    device: &SyncDevice,
+    peer: &Mutex<Peer>,
+    (empty, full): End<Sealed>,
+) -> io::Result<()> {
     let mut original = vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET];
     let mut packets = vec![vec![0u8; MAX_PACKET]; BATCH];
     let mut sizes = vec![0usize; BATCH];
     let mut scratch = vec![0u8; SCRATCH];
-    let mut out = Outgoing::new();
     loop {
         let n = match device.recv_multiple(&mut original, &mut packets, &mut sizes, 0) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
+        let (mut out, _) = empty.recv().map_err(|_| ended())?;
+        out.clear();
         let to = {
             let mut peer = lock(peer);
             for (packet, size) in packets.iter().zip(&sizes).take(n) {
@@ -255,14 +310,52 @@ fn device_to_network(device: &SyncDevice, udp: &Udp, peer: &Mutex<Peer>) -> io::
             }
             peer.endpoint()
         };
+        full.send((out, to)).map_err(|_| ended())?;
+    }
+}
+
+/// Sends what [`read_device`] encrypted: the second half.
+fn send_network(udp: &Udp, (full, empty): End<Sealed>) -> io::Result<()> {
+    loop {
+        let (mut out, to) = full.recv().map_err(|_| ended())?;
         match to {
             Some(to) => out.flush(udp, to),
             None => out.clear(),
         }
+        empty.send((out, None)).map_err(|_| ended())?;
     }
 }
 
-fn network_to_device(device: &SyncDevice, udp: &Udp, peer: &Mutex<Peer>) -> io::Result<()> {
+/// Decrypted packets, each behind room for the virtio header the device's
+/// writes take. Slots are added as a batch needs them, and kept.
+struct Delivered {
+    packets: Vec<Vec<u8>>,
+    used: usize,
+}
+
+impl Delivered {
+    fn new() -> Self {
+        Self {
+            packets: Vec::new(),
+            used: 0,
+        }
+    }
+
+    fn push(&mut self, packet: &[u8]) {
+        if self.used == self.packets.len() {
+            self.packets
+                .push(Vec::with_capacity(VIRTIO_NET_HDR_LEN + GRO_DATAGRAM));
+        }
+        let slot = &mut self.packets[self.used];
+        slot.clear();
+        slot.resize(VIRTIO_NET_HDR_LEN, 0);
+        slot.extend_from_slice(packet);
+        self.used += 1;
+    }
+}
+
+/// Receives and decrypts: the first half of network → device.
+fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) -> io::Result<()> {
     let slots = quinn_udp::BATCH_SIZE;
     // With GRO one receive brings up to gro_segments() datagrams laid end
     // to end: a buffer too small for them truncates the lot.
@@ -270,15 +363,7 @@ fn network_to_device(device: &SyncDevice, udp: &Udp, peer: &Mutex<Peer>) -> io::
     let mut buffers = vec![vec![0u8; slot_size]; slots];
     let mut meta = vec![RecvMeta::default(); slots];
     let mut scratch = vec![0u8; SCRATCH];
-    // Decrypted packets, each behind room for the virtio header the
-    // device's writes take. A coalesced buffer holds up to 64 KiB of
-    // datagrams, so a batch may bring many packets.
-    let capacity = slots * 64;
-    let mut packets: Vec<Vec<u8>> = (0..capacity)
-        .map(|_| Vec::with_capacity(VIRTIO_NET_HDR_LEN + 2048))
-        .collect();
     let mut replies = Outgoing::new();
-    let mut gro = GROTable::default();
     loop {
         let received = {
             let mut iovs: Vec<IoSliceMut<'_>> =
@@ -295,7 +380,8 @@ fn network_to_device(device: &SyncDevice, udp: &Udp, peer: &Mutex<Peer>) -> io::
             }
             Err(e) => return Err(e),
         };
-        let mut used = 0;
+        let mut delivered = empty.recv().map_err(|_| ended())?;
+        delivered.used = 0;
         let to = {
             let mut peer = lock(peer);
             for (m, buf) in meta.iter().zip(&buffers).take(count) {
@@ -307,14 +393,7 @@ fn network_to_device(device: &SyncDevice, udp: &Udp, peer: &Mutex<Peer>) -> io::
                         datagram,
                         &mut scratch,
                         |r| replies.push(r),
-                        |p| {
-                            if let Some(slot) = packets.get_mut(used) {
-                                slot.clear();
-                                slot.resize(VIRTIO_NET_HDR_LEN, 0);
-                                slot.extend_from_slice(p);
-                                used += 1;
-                            }
-                        },
+                        |p| delivered.push(p),
                     );
                     if let Err(why) = result {
                         tracing::debug!(from = %m.addr, %why, "datagram dropped");
@@ -323,15 +402,27 @@ fn network_to_device(device: &SyncDevice, udp: &Udp, peer: &Mutex<Peer>) -> io::
             }
             peer.endpoint()
         };
-        if let Some(to) = to {
-            replies.flush(udp, to);
-        } else {
-            replies.clear();
+        // Handshake replies, and what waited for the handshake: rare, and
+        // sent from here.
+        match to {
+            Some(to) => replies.flush(udp, to),
+            None => replies.clear(),
         }
+        full.send(delivered).map_err(|_| ended())?;
+    }
+}
+
+/// Writes what [`read_network`] decrypted to the device: the second half.
+fn write_device(device: &SyncDevice, (full, empty): End<Delivered>) -> io::Result<()> {
+    let mut gro = GROTable::default();
+    loop {
+        let mut delivered = full.recv().map_err(|_| ended())?;
+        let used = delivered.used;
         // In batches of what tun-rs coalesces at once.
-        for batch in packets[..used].chunks_mut(BATCH) {
+        for batch in delivered.packets[..used].chunks_mut(BATCH) {
             device.send_multiple(&mut gro, batch, VIRTIO_NET_HDR_LEN)?;
         }
+        empty.send(delivered).map_err(|_| ended())?;
     }
 }
 
