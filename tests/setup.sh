@@ -16,10 +16,20 @@ if need rustup; then
 fi
 
 # Debian packages: flock (util-linux) for the toolchain cache; python3
-# serves HTTP for the stand-in agent of the host-process node's test.
+# serves HTTP for the stand-in agent of the host-process node's test; the
+# tunnel's tests need iproute2, nftables, ping, and standard WireGuard
+# (wireguard-tools, Debian's wireguard-go) to talk to; iperf3 is for the
+# benchmark.
 packages=()
 need flock || packages+=(util-linux)
 need python3 || packages+=(python3)
+need ip || packages+=(iproute2)
+need nft || packages+=(nftables)
+need ping || packages+=(iputils-ping)
+need wg || packages+=(wireguard-tools)
+need wireguard-go || packages+=(wireguard-go)
+need iperf3 || packages+=(iperf3)
+need jq || packages+=(jq)
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "error: missing packages ${packages[*]}; install them (apt-get install ${packages[*]})" >&2

@@ -5,8 +5,17 @@
 //! peers (ForeignClusters) with reflectors, under the RBAC `liqoctl
 //! install` gives it, and is ready exactly while both are known and
 //! current: not while the API cannot be followed, not once the identity is
-//! deleted or damaged. The tunnel comes with the network issue. It keeps no
-//! state of its own: everything comes from the API.
+//! deleted or damaged. It keeps no state of its own: everything comes from
+//! the API.
+//!
+//! The data plane ([`tunnel`]: the sans-IO WireGuard peer on boringtun;
+//! [`io`]: the TUN device and UDP socket around it) also runs alone, as
+//! `liqo-gateway tunnel`, configured by flags like `wg` and `ip` would
+//! configure a WireGuard interface: that is how the tests and the
+//! benchmark run it against standard WireGuard.
+
+mod io;
+mod tunnel;
 
 use std::net::SocketAddr;
 
@@ -23,6 +32,55 @@ use liqo_api::names;
 
 #[derive(Parser, Debug)]
 #[command(version = liqo_api::VERSION, about = "The liqo-rs network gateway")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    agent: Args,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Runs one WireGuard tunnel configured by flags, without a cluster.
+    Tunnel(TunnelArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct TunnelArgs {
+    /// The TUN device to create.
+    #[arg(long, default_value = "liqo0")]
+    interface: String,
+    /// The device's address and prefix (the prefix's route goes through
+    /// the tunnel).
+    #[arg(long)]
+    address: ipnet::Ipv4Net,
+    /// The device's MTU: the link's less WireGuard's overhead.
+    #[arg(long, default_value_t = 1500 - tunnel::OVERHEAD_V6)]
+    mtu: u16,
+    /// The UDP address to listen on.
+    #[arg(long, default_value = "0.0.0.0:51820")]
+    listen: SocketAddr,
+    /// A file holding this side's private key (as `wg genkey` writes it).
+    #[arg(long)]
+    private_key_file: std::path::PathBuf,
+    /// The peer's public key.
+    #[arg(long)]
+    peer_public_key: tunnel::Key,
+    /// Where the peer listens; without it, wait to be contacted.
+    #[arg(long)]
+    peer_endpoint: Option<SocketAddr>,
+    /// Addresses the peer may send from and that are sent to it.
+    #[arg(long, value_delimiter = ',', required = true)]
+    allowed_ips: Vec<ipnet::IpNet>,
+    /// Seconds between keepalives (none by default).
+    #[arg(long)]
+    persistent_keepalive: Option<u16>,
+    /// Do not ask the kernel for TUN offloads (GSO/GRO).
+    #[arg(long)]
+    no_offload: bool,
+}
+
+#[derive(clap::Args, Debug)]
 struct Args {
     /// Where to serve /healthz and /readyz.
     #[arg(long, env = "LIQO_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
@@ -35,7 +93,63 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     liqo_agent_runtime::init_logging();
-    let args = Args::parse();
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Tunnel(args)) => run_tunnel(args).await,
+        None => run_agent(cli.agent).await,
+    }
+}
+
+async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let private_key: tunnel::Key = std::fs::read_to_string(&args.private_key_file)
+        .with_context(|| format!("reading {}", args.private_key_file.display()))?
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.private_key_file.display()))?;
+    let config = tunnel::PeerConfig {
+        private_key,
+        peer_public_key: args.peer_public_key,
+        endpoint: args.peer_endpoint,
+        allowed_ips: args.allowed_ips,
+        persistent_keepalive: args.persistent_keepalive,
+    };
+    let device = tun_rs::DeviceBuilder::new()
+        .name(&args.interface)
+        .ipv4(args.address.addr(), args.address.prefix_len(), None)
+        .mtu(args.mtu)
+        .offload(!args.no_offload)
+        .build_sync()
+        .with_context(|| format!("creating the TUN device {}", args.interface))?;
+    let socket = std::net::UdpSocket::bind(args.listen)
+        .with_context(|| format!("listening on {}", args.listen))?;
+    tracing::info!(
+        interface = %args.interface,
+        address = %args.address,
+        listen = %socket.local_addr()?,
+        public_key = %config.private_key.public_of_private(),
+        offload = !args.no_offload,
+        "tunnel up"
+    );
+    let peer = tunnel::Peer::new(&config, 0);
+    // The data plane runs on threads of its own; this one waits for a
+    // signal or for them to fail.
+    // (Not the runtime's blocking pool: the runtime would wait for them
+    // at exit.)
+    let (done, tunnel) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tunnel".into())
+        .spawn(move || {
+            let _ = done.send(io::run(device, socket, peer));
+        })
+        .context("starting the tunnel's threads")?;
+    tokio::select! {
+        result = tunnel => result.context("the tunnel's threads ended")?.context("tunnel IO")?,
+        () = liqo_agent_runtime::shutdown_signal() => {}
+    }
+    Ok(())
+}
+
+async fn run_agent(args: Args) -> anyhow::Result<()> {
     let readiness = Readiness::default();
     let listener = liqo_agent_runtime::bind_health(args.health_addr).await?;
     tracing::info!(version = liqo_api::VERSION, health = %args.health_addr, "gateway starting");

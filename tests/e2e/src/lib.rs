@@ -2,6 +2,8 @@
 //! binaries, built current first, as a user would, and waiting on cluster
 //! state.
 
+pub mod netns;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

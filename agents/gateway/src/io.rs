@@ -1,0 +1,501 @@
+//! The tunnel's IO: a TUN device and a UDP socket around one [`Peer`].
+//!
+//! Three threads share the peer behind a mutex, held only for the
+//! protocol work on one batch, never across a system call. Each blocks in
+//! its own system calls (no event loop: waking tasks across a runtime's
+//! workers cost more than the encryption at these rates):
+//! - device → network: reads the TUN device (with the kernel's offloads
+//!   a read is a whole TCP segment of up to 64 KiB, split here into MTU
+//!   packets), encrypts the batch into one buffer, and sends runs of
+//!   equal-sized datagrams with one `sendmsg` each (UDP GSO: the kernel
+//!   cuts them);
+//! - network → device: receives up to [`quinn_udp::BATCH_SIZE`] buffers
+//!   in one `recvmmsg`, each possibly several datagrams the kernel
+//!   coalesced (UDP GRO), decrypts them, and writes the packets to the
+//!   device in one go, coalesced back into large segments where the
+//!   kernel takes them (TUN GRO);
+//! - timers: [`Peer::tick`] every [`crate::tunnel::TICK`].
+//!
+//! Buffers are allocated once per task; nothing is allocated per packet.
+//! quinn-udp does the socket batching (and falls back to one datagram per
+//! call where the kernel lacks an offload).
+
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use std::net::UdpSocket;
+use std::os::fd::AsFd;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use tun_rs::{GROTable, IDEAL_BATCH_SIZE, SyncDevice, VIRTIO_NET_HDR_LEN};
+
+use crate::tunnel::{Peer, SCRATCH, TICK};
+
+/// How many packets one read of the device may give.
+const BATCH: usize = IDEAL_BATCH_SIZE;
+/// The largest datagram or IP packet handled.
+const MAX_PACKET: usize = 65_535;
+/// The most one GSO send may carry: the payload of one UDP datagram.
+const GSO_BYTES: usize = 65_507;
+/// Room per datagram in a coalesced receive: what a 1500-byte link
+/// carries, and more (a datagram larger than this arrives alone).
+const GRO_DATAGRAM: usize = 2048;
+/// The socket buffers asked for, each way.
+const SOCKET_BUFFER: usize = 4 << 20;
+/// A data message's size over its packet's, at most: header and tag (32)
+/// and padding to 16 bytes (15).
+const SEAL: usize = 32 + 15;
+
+/// Runs the tunnel on threads of its own until an IO error on the
+/// device or the socket, which it returns.
+pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer) -> io::Result<()> {
+    // quinn-udp keeps the socket non-blocking (a blocking recvmmsg would
+    // wait for a whole batch): the threads wait in poll() instead.
+    let state = UdpSocketState::new((&socket).into())?;
+    device.set_nonblocking(false)?;
+    // Room for the bursts that batching makes (the kernel caps these at
+    // net.core.{r,w}mem_max): a full receive buffer drops datagrams.
+    for (what, result) in [
+        (
+            "receive",
+            state.set_recv_buffer_size((&socket).into(), SOCKET_BUFFER),
+        ),
+        (
+            "send",
+            state.set_send_buffer_size((&socket).into(), SOCKET_BUFFER),
+        ),
+    ] {
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "cannot enlarge the socket's {what} buffer");
+        }
+    }
+    let device = Arc::new(device);
+    let udp = Arc::new(Udp { socket, state });
+    let peer = Arc::new(Mutex::new(peer));
+    let (failed, failure) = std::sync::mpsc::channel();
+    let spawn = |name: &str, work: Box<dyn FnOnce() -> io::Result<()> + Send>| {
+        let failed = failed.clone();
+        thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                let _ = failed.send(work());
+            })
+            .map(drop)
+    };
+    // Each direction is a pipeline of two threads, so that the protocol
+    // work on one batch overlaps the system calls of the one before.
+    let (encrypt, send) = Pipe::new(|| (Outgoing::new(), None))?.split();
+    let (decrypt, write) = Pipe::new(Delivered::new)?.split();
+    {
+        let (device, peer) = (device.clone(), peer.clone());
+        spawn(
+            "tun-read",
+            Box::new(move || read_device(&device, &peer, encrypt)),
+        )?;
+    }
+    {
+        let udp = udp.clone();
+        spawn("udp-send", Box::new(move || send_network(&udp, send)))?;
+    }
+    {
+        let (udp, peer) = (udp.clone(), peer.clone());
+        spawn(
+            "udp-recv",
+            Box::new(move || read_network(&udp, &peer, decrypt)),
+        )?;
+    }
+    spawn("tun-write", Box::new(move || write_device(&device, write)))?;
+    spawn("timers", Box::new(move || timers(&udp, &peer)))?;
+    drop(failed);
+    failure
+        .recv()
+        .unwrap_or_else(|_| Err(io::Error::other("the tunnel's threads ended")))
+}
+
+/// The socket, with quinn-udp's view of what the kernel offers.
+struct Udp {
+    socket: UdpSocket,
+    state: UdpSocketState,
+}
+
+impl Udp {
+    /// Sends `contents` to `to`, cut into datagrams of `segment` bytes
+    /// (the last may be shorter). A network that cannot take it now (no
+    /// route, refused) loses it, as a link would: that never stops the
+    /// tunnel.
+    fn send(&self, to: SocketAddr, contents: &[u8], segment: usize) {
+        let transmit = Transmit {
+            destination: to,
+            ecn: None,
+            contents,
+            segment_size: (contents.len() > segment).then_some(segment),
+            src_ip: None,
+        };
+        loop {
+            match self.state.try_send((&self.socket).into(), &transmit) {
+                Ok(()) => return,
+                // Wait for room in the socket's buffer.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Err(e) = self.wait(PollFlags::POLLOUT) {
+                        tracing::debug!(error = %e, "waiting to send");
+                        return;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, %to, "send");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Receives a batch, waiting for the first datagram.
+    fn recv(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [RecvMeta]) -> io::Result<usize> {
+        loop {
+            match self.state.recv((&self.socket).into(), bufs, meta) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(PollFlags::POLLIN)?,
+                other => return other,
+            }
+        }
+    }
+
+    /// Blocks until the socket is ready for `what`.
+    fn wait(&self, what: PollFlags) -> io::Result<()> {
+        let mut fds = [PollFd::new(self.socket.as_fd(), what)];
+        loop {
+            match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => return Ok(()),
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+fn lock(peer: &Mutex<Peer>) -> std::sync::MutexGuard<'_, Peer> {
+    // A panic elsewhere must not stop the tunnel: the state is still
+    // boringtun's, consistent between calls.
+    peer.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Datagrams laid end to end in one buffer, sent as runs of equal sizes.
+struct Outgoing {
+    buf: Vec<u8>,
+    /// Where each datagram ends in `buf`.
+    ends: Vec<usize>,
+}
+
+impl Outgoing {
+    fn new() -> Self {
+        Self {
+            // Grows to what the largest batch needs, once.
+            buf: Vec::with_capacity(BATCH * (GRO_DATAGRAM + SEAL)),
+            ends: Vec::with_capacity(BATCH * 2),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.ends.clear();
+    }
+
+    fn push(&mut self, datagram: &[u8]) {
+        self.buf.extend_from_slice(datagram);
+        self.ends.push(self.buf.len());
+    }
+
+    /// Sends everything: each run of datagrams of one size (and a shorter
+    /// last one) in one call, up to what GSO takes at once.
+    fn flush(&mut self, udp: &Udp, to: SocketAddr) {
+        let max_segments = udp.state.max_gso_segments().max(1);
+        let (mut start, mut i) = (0, 0);
+        while i < self.ends.len() {
+            let (end, count) = run_from(&self.ends, start, i, max_segments);
+            let size = self.ends[i] - start;
+            udp.send(to, &self.buf[start..end], size);
+            start = end;
+            i += count;
+        }
+        self.clear();
+    }
+}
+
+/// The run of datagrams that starts with datagram `i` (at `start`) in a
+/// buffer whose datagrams end at `ends`: its end and its count. A run is
+/// datagrams of the first one's size, at most `max` of them, and may end
+/// with one smaller datagram (GSO's rule), and holds at most
+/// [`GSO_BYTES`] (a UDP send is one IP packet before the kernel cuts it).
+fn run_from(ends: &[usize], start: usize, i: usize, max: usize) -> (usize, usize) {
+    let size = ends[i] - start;
+    let (mut end, mut count) = (ends[i], 1);
+    while i + count < ends.len() && count < max {
+        let next = ends[i + count] - end;
+        if next > size || end + next - start > GSO_BYTES {
+            break;
+        }
+        end = ends[i + count];
+        count += 1;
+        if next < size {
+            break;
+        }
+    }
+    (end, count)
+}
+
+/// How many batches may be in flight between a pipeline's two threads.
+const IN_FLIGHT: usize = 3;
+
+/// A pool of buffers passed between two threads: the producer takes an
+/// empty one, fills it and passes it on; the consumer uses it and gives
+/// it back. Nothing is allocated once the pool exists.
+struct Pipe<T> {
+    empty: (SyncSender<T>, Receiver<T>),
+    full: (SyncSender<T>, Receiver<T>),
+}
+
+/// One end of a [`Pipe`]: where buffers come from and where they go.
+type End<T> = (Receiver<T>, SyncSender<T>);
+
+impl<T> Pipe<T> {
+    fn new(make: impl Fn() -> T) -> io::Result<Self> {
+        let empty = sync_channel(IN_FLIGHT);
+        let full = sync_channel(IN_FLIGHT);
+        for _ in 0..IN_FLIGHT {
+            empty.0.send(make()).map_err(|_| ended())?;
+        }
+        Ok(Self { empty, full })
+    }
+
+    /// The producer's end (empty in, full out) and the consumer's (full
+    /// in, empty out).
+    fn split(self) -> (End<T>, End<T>) {
+        ((self.empty.1, self.full.0), (self.full.1, self.empty.0))
+    }
+}
+
+fn ended() -> io::Error {
+    io::Error::other("the other side of the tunnel's pipeline ended")
+}
+
+/// Encrypted datagrams and where they go.
+type Sealed = (Outgoing, Option<SocketAddr>);
+
+/// Reads the device and encrypts: the first half of device → network.
+fn read_device(
+    device: &SyncDevice,
+    peer: &Mutex<Peer>,
+    (empty, full): End<Sealed>,
+) -> io::Result<()> {
+    let mut original = vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET];
+    let mut packets = vec![vec![0u8; MAX_PACKET]; BATCH];
+    let mut sizes = vec![0usize; BATCH];
+    let mut scratch = vec![0u8; SCRATCH];
+    loop {
+        let n = match device.recv_multiple(&mut original, &mut packets, &mut sizes, 0) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (mut out, _) = empty.recv().map_err(|_| ended())?;
+        out.clear();
+        let to = {
+            let mut peer = lock(peer);
+            for (packet, size) in packets.iter().zip(&sizes).take(n) {
+                peer.outgoing(&packet[..*size], &mut scratch, |d| out.push(d));
+            }
+            peer.endpoint()
+        };
+        full.send((out, to)).map_err(|_| ended())?;
+    }
+}
+
+/// Sends what [`read_device`] encrypted: the second half.
+fn send_network(udp: &Udp, (full, empty): End<Sealed>) -> io::Result<()> {
+    loop {
+        let (mut out, to) = full.recv().map_err(|_| ended())?;
+        match to {
+            Some(to) => out.flush(udp, to),
+            None => out.clear(),
+        }
+        empty.send((out, None)).map_err(|_| ended())?;
+    }
+}
+
+/// Decrypted packets, each behind room for the virtio header the device's
+/// writes take. Slots are added as a batch needs them, and kept.
+struct Delivered {
+    packets: Vec<Vec<u8>>,
+    used: usize,
+}
+
+impl Delivered {
+    fn new() -> Self {
+        Self {
+            packets: Vec::new(),
+            used: 0,
+        }
+    }
+
+    fn push(&mut self, packet: &[u8]) {
+        if self.used == self.packets.len() {
+            self.packets
+                .push(Vec::with_capacity(VIRTIO_NET_HDR_LEN + GRO_DATAGRAM));
+        }
+        let slot = &mut self.packets[self.used];
+        slot.clear();
+        slot.resize(VIRTIO_NET_HDR_LEN, 0);
+        slot.extend_from_slice(packet);
+        self.used += 1;
+    }
+}
+
+/// Receives and decrypts: the first half of network → device.
+fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) -> io::Result<()> {
+    let slots = quinn_udp::BATCH_SIZE;
+    // With GRO one receive brings up to gro_segments() datagrams laid end
+    // to end: a buffer too small for them truncates the lot.
+    let slot_size = (udp.state.gro_segments() * GRO_DATAGRAM).max(MAX_PACKET);
+    let mut buffers = vec![vec![0u8; slot_size]; slots];
+    let mut meta = vec![RecvMeta::default(); slots];
+    let mut scratch = vec![0u8; SCRATCH];
+    let mut replies = Outgoing::new();
+    loop {
+        let received = {
+            let mut iovs: Vec<IoSliceMut<'_>> =
+                buffers.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+            udp.recv(&mut iovs, &mut meta)
+        };
+        let count = match received {
+            Ok(count) => count,
+            // What ICMP reports about earlier sends (refused, unreachable)
+            // surfaces here on Linux: not this socket's failure.
+            Err(e) if transient(&e) => {
+                tracing::debug!(error = %e, "receive");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut delivered = empty.recv().map_err(|_| ended())?;
+        delivered.used = 0;
+        let to = {
+            let mut peer = lock(peer);
+            for (m, buf) in meta.iter().zip(&buffers).take(count) {
+                // An empty datagram is a datagram too (and carries nothing).
+                let stride = if m.stride == 0 { m.len } else { m.stride }.max(1);
+                for datagram in buf[..m.len].chunks(stride) {
+                    let result = peer.incoming(
+                        m.addr,
+                        datagram,
+                        &mut scratch,
+                        |r| replies.push(r),
+                        |p| delivered.push(p),
+                    );
+                    if let Err(why) = result {
+                        tracing::debug!(from = %m.addr, %why, "datagram dropped");
+                    }
+                }
+            }
+            peer.endpoint()
+        };
+        // Handshake replies, and what waited for the handshake: rare, and
+        // sent from here.
+        match to {
+            Some(to) => replies.flush(udp, to),
+            None => replies.clear(),
+        }
+        full.send(delivered).map_err(|_| ended())?;
+    }
+}
+
+/// Writes what [`read_network`] decrypted to the device: the second half.
+fn write_device(device: &SyncDevice, (full, empty): End<Delivered>) -> io::Result<()> {
+    let mut gro = GROTable::default();
+    loop {
+        let mut delivered = full.recv().map_err(|_| ended())?;
+        let used = delivered.used;
+        // In batches of what tun-rs coalesces at once.
+        for batch in delivered.packets[..used].chunks_mut(BATCH) {
+            device.send_multiple(&mut gro, batch, VIRTIO_NET_HDR_LEN)?;
+        }
+        empty.send(delivered).map_err(|_| ended())?;
+    }
+}
+
+/// Errors of a UDP socket that say something about the network, not about
+/// the socket.
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::HostUnreachable
+            | io::ErrorKind::NetworkUnreachable
+            | io::ErrorKind::Interrupted
+    )
+}
+
+fn timers(udp: &Udp, peer: &Mutex<Peer>) -> io::Result<()> {
+    let mut scratch = vec![0u8; SCRATCH];
+    let mut due = Outgoing::new();
+    let mut handshaken = false;
+    loop {
+        thread::sleep(TICK);
+        let (to, stats) = {
+            let mut peer = lock(peer);
+            peer.tick(&mut scratch, |d| due.push(d));
+            (peer.endpoint(), peer.stats())
+        };
+        // A session is good for three minutes after its handshake.
+        let up = stats
+            .since_last_handshake
+            .is_some_and(|t| t < std::time::Duration::from_secs(180));
+        if up != handshaken {
+            handshaken = up;
+            tracing::info!(up, ?stats, "tunnel");
+        }
+        match to {
+            Some(to) => due.flush(udp, to),
+            None => due.clear(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runs of datagrams of `sizes`: (segment size, count).
+    fn runs(sizes: &[usize], max: usize) -> Vec<(usize, usize)> {
+        let ends: Vec<usize> = sizes
+            .iter()
+            .scan(0, |end, s| {
+                *end += s;
+                Some(*end)
+            })
+            .collect();
+        let mut out = Vec::new();
+        let (mut start, mut i) = (0, 0);
+        while i < ends.len() {
+            let (end, count) = run_from(&ends, start, i, max);
+            out.push((ends[i] - start, count));
+            start = end;
+            i += count;
+        }
+        out
+    }
+
+    #[test]
+    fn runs_are_equal_sizes_closed_by_a_smaller_one() {
+        assert_eq!(runs(&[100, 100, 100, 60, 100], 64), [(100, 4), (100, 1)]);
+        assert_eq!(runs(&[100, 148, 100], 64), [(100, 1), (148, 2)]);
+        assert_eq!(runs(&[100; 5], 2), [(100, 2), (100, 2), (100, 1)]);
+        assert_eq!(runs(&[], 64), []);
+        // No more than one UDP datagram's worth in one send.
+        assert_eq!(runs(&[1452; 64], 64), [(1452, 45), (1452, 19)]);
+    }
+}
