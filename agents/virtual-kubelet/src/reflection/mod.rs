@@ -221,10 +221,18 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
         }
         tokio::select! {
             Some((key, print, result)) = running.next(), if !running.is_empty() => {
-                if in_flight.remove(&key) == Some(true) {
-                    scan_soon(&mut scan_at);
+                let skipped = in_flight.remove(&key) == Some(true);
+                record::<K>(&mut again, &mut done, key.clone(), print, result);
+                // A scan passed it by while it ran: that key alone is
+                // looked at again (a whole new scan here would, for a kind
+                // without fingerprints, queue every key again, forever).
+                let backing_off = again
+                    .get(&key)
+                    .is_some_and(|(_, backoff, _)| !backoff.is_zero());
+                if skipped && !backing_off && !queue.iter().any(|(k, _)| *k == key) {
+                    let print = kind.fingerprint(&key);
+                    queue.push_back((key, print));
                 }
-                record::<K>(&mut again, &mut done, key, print, result);
             }
             () = wake.notified() => scan_soon(&mut scan_at),
             () = tokio::time::sleep(next) => {
