@@ -138,7 +138,13 @@ async fn peer_one(
         &format!("waiting for the virtual node {node_name}"),
     )
     .await?;
-    if let Waited::TimedOut = waited {
+    // The node is Ready as soon as the agent registers it; the agent's
+    // pod passes its readiness probe a moment later, and `info` shows
+    // that: both are waited for.
+    let vk = peering::virtual_kubelet(&plan.provider_id.cluster_id);
+    let ready = matches!(waited, Waited::Done(_))
+        && crate::commands::install::wait_ready(consumer, &vk, wait::left(deadline)).await?;
+    if !ready {
         step.fail("timed out");
         return Err(UserError::Timeout(format!(
             "the virtual node {node_name} is not ready after {}s; see `kubectl -n {ns} logs deploy/{vk}` \
@@ -146,7 +152,6 @@ async fn peer_one(
             args.timeout,
             consumer.name,
             ns = names::NAMESPACE,
-            vk = peering::virtual_kubelet(&plan.provider_id.cluster_id),
         ))
         .into());
     }
