@@ -187,6 +187,32 @@ pub fn install(cluster: &liqo_testbed::Cluster, id: &str, pod_cidr: &str, extra:
     liqoctl(Some(cluster.kubeconfig_path()), &args)
 }
 
+/// Installs liqo-rs on `consumer` (ID `consumer-1`, pods 10.201.0.0/16)
+/// and `provider` (`provider-1`, 10.202.0.0/16), and peers them with
+/// `liqoctl peer --remote-kubeconfig` run on the consumer, which returns
+/// once the virtual node and its agent are ready.
+pub fn install_and_peer(
+    consumer: &liqo_testbed::Cluster,
+    provider: &liqo_testbed::Cluster,
+) -> anyhow::Result<()> {
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        install(cluster, id, cidr, &[]).success();
+    }
+    let remote = provider
+        .kubeconfig_path()
+        .to_str()
+        .ok_or_else(|| anyhow::anyhow!("the provider's kubeconfig path is not UTF-8"))?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    Ok(())
+}
+
 /// Two clusters for a peering: `consumer` (one kwok node) and `provider`
 /// (two), each with a host-process node running this build's agents.
 pub async fn consumer_and_provider() -> anyhow::Result<liqo_testbed::Testbed> {

@@ -105,18 +105,7 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
     let testbed = liqo_e2e::consumer_and_provider().await?;
     let consumer = testbed.cluster("consumer");
     let provider = testbed.cluster("provider");
-    for (cluster, id, cidr) in [
-        (consumer, "consumer-1", "10.201.0.0/16"),
-        (provider, "provider-1", "10.202.0.0/16"),
-    ] {
-        liqo_e2e::install(cluster, id, cidr, &[]).success();
-    }
-    let remote = provider.kubeconfig_path().to_str().context("path")?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--remote-kubeconfig", remote],
-    )
-    .success();
+    liqo_e2e::install_and_peer(consumer, provider)?;
     let local = consumer.client().await?;
     let prov = provider.client().await?;
     let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
