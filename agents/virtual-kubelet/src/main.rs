@@ -257,7 +257,7 @@ async fn reflect(wiring: Wiring) {
         watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
         "local pods",
         Options {
-            trim: Some(reflection::pod::trim_local_pod),
+            trim: Some(reflection::pod::digest_local_pod),
             index_label: None,
         },
     );

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::ObjectMeta;
 use liqo_api::names::labels;
 
@@ -100,6 +101,50 @@ pub fn local_event(remote: &Event, local_pod: &Pod, node_name: &str) -> Option<E
     })
 }
 
+/// A Warning Event of the virtual kubelet's own about a local pod, once,
+/// at `now`. `name` is the Event's name when it must be written at most
+/// once (a create of it again gets 409), `None` for a generated one.
+pub fn warning(
+    pod: &Pod,
+    name: Option<String>,
+    reason: &str,
+    message: &str,
+    component: &str,
+    node_name: &str,
+    now: Time,
+) -> Event {
+    let generate_name = name
+        .is_none()
+        .then(|| format!("{}.", pod.metadata.name.clone().unwrap_or_default()));
+    Event {
+        metadata: ObjectMeta {
+            name,
+            generate_name,
+            namespace: pod.metadata.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            uid: pod.metadata.uid.clone(),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.to_owned()),
+        message: Some(message.to_owned()),
+        type_: Some("Warning".to_owned()),
+        source: Some(EventSource {
+            component: Some(component.to_owned()),
+            host: Some(node_name.to_owned()),
+        }),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        ..Event::default()
+    }
+}
+
 /// Whether the local Event `have` already says what `want` says.
 pub fn shows(have: &Event, want: &Event) -> bool {
     have.count == want.count
@@ -112,8 +157,37 @@ pub fn shows(have: &Event, want: &Event) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warnings_are_about_the_pod_and_named_once_when_asked() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "web-1", "namespace": "shop", "uid": "u-1" },
+        }))
+        .expect("pod");
+        let now = Time(Timestamp::now());
+        for (name, want_name, want_generate) in [
+            (
+                Some("web-1.u-1.failedmount".to_owned()),
+                Some("web-1.u-1.failedmount"),
+                None,
+            ),
+            (None, None, Some("web-1.")),
+        ] {
+            let e = warning(&pod, name, "R", "m", "vk", "node", now.clone());
+            assert_eq!(e.metadata.name.as_deref(), want_name);
+            assert_eq!(e.metadata.generate_name.as_deref(), want_generate);
+            assert_eq!(e.metadata.namespace.as_deref(), Some("shop"));
+            assert_eq!(e.involved_object.uid.as_deref(), Some("u-1"));
+            assert_eq!(e.involved_object.name.as_deref(), Some("web-1"));
+            assert_eq!(
+                (e.reason.as_deref(), e.type_.as_deref()),
+                (Some("R"), Some("Warning"))
+            );
+            assert_eq!(e.source.and_then(|s| s.host).as_deref(), Some("node"));
+        }
+    }
     use k8s_openapi::api::core::v1::EventSeries;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use k8s_openapi::jiff::Timestamp;
 
     fn t(s: &str) -> Timestamp {

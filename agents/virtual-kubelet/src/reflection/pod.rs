@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Event, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
@@ -184,7 +184,7 @@ const STATUS_DIGEST: &str = "liqo.io/in-memory-status-digest";
 /// (`/pods`, logs, exec) read their spec, labels and status. What is
 /// added is the digest of the status, so that whether it shows the
 /// remote one is a comparison of two strings.
-pub fn trim_local_pod(pod: &mut Pod) {
+pub fn digest_local_pod(pod: &mut Pod) {
     if let Some(digest) = pod.status.as_ref().map(forge_pod::status_digest) {
         pod.metadata
             .annotations
@@ -312,33 +312,15 @@ impl Pods {
 
     async fn refuse(&self, pod: &Pod, why: &str) -> Result<Next, Error> {
         let ns = pod.namespace().unwrap_or_default();
-        let now = Time(Timestamp::now());
-        let event = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{}.", pod.name_any())),
-                namespace: Some(ns.clone()),
-                ..ObjectMeta::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("Pod".to_owned()),
-                name: Some(pod.name_any()),
-                namespace: Some(ns.clone()),
-                uid: pod.uid(),
-                ..ObjectReference::default()
-            },
-            reason: Some(forge_pod::REFUSED_REASON.to_owned()),
-            message: Some(why.to_owned()),
-            type_: Some("Warning".to_owned()),
-            source: Some(EventSource {
-                component: Some(FIELD_MANAGER.to_owned()),
-                host: Some(self.peering.node_name.clone()),
-            }),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            count: Some(1),
-            ..Event::default()
-        };
+        let event = crate::forge::event::warning(
+            pod,
+            None,
+            forge_pod::REFUSED_REASON,
+            why,
+            FIELD_MANAGER,
+            &self.peering.node_name,
+            Time(Timestamp::now()),
+        );
         let events: Api<Event> = Api::namespaced(self.peering.local.clone(), &ns);
         events
             .create(&PostParams::default(), &event)
@@ -704,7 +686,7 @@ mod tests {
     fn stored_objects_keep_what_is_read() {
         let full = pod();
         let mut local = full.clone();
-        trim_local_pod(&mut local);
+        digest_local_pod(&mut local);
         let mut remote = full.clone();
         trim_remote_pod(&mut remote);
         type Check = (&'static str, fn(&Pod, &Pod) -> bool);

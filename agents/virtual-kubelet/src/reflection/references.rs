@@ -7,12 +7,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Event, EventSource, ObjectReference, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::core::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
@@ -89,33 +88,15 @@ impl References {
     async fn failed_mount(&self, pod: &Pod, message: &str) -> Result<(), Error> {
         let ns = pod.namespace().unwrap_or_default();
         let uid = pod.uid().unwrap_or_default();
-        let now = Time(Timestamp::now());
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{}.{}.failedmount", pod.name_any(), uid)),
-                namespace: Some(ns.clone()),
-                ..ObjectMeta::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("Pod".to_owned()),
-                name: Some(pod.name_any()),
-                namespace: Some(ns.clone()),
-                uid: pod.uid(),
-                ..ObjectReference::default()
-            },
-            reason: Some(forge_refs::FAILED_MOUNT.to_owned()),
-            message: Some(message.to_owned()),
-            type_: Some("Warning".to_owned()),
-            source: Some(EventSource {
-                component: Some(FIELD_MANAGER.to_owned()),
-                host: Some(self.node_name.clone()),
-            }),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            count: Some(1),
-            ..Event::default()
-        };
+        let event = crate::forge::event::warning(
+            pod,
+            Some(format!("{}.{}.failedmount", pod.name_any(), uid)),
+            forge_refs::FAILED_MOUNT,
+            message,
+            FIELD_MANAGER,
+            &self.node_name,
+            Time(Timestamp::now()),
+        );
         let events: Api<Event> = Api::namespaced(self.local.clone(), &ns);
         match events.create(&PostParams::default(), &event).await {
             Ok(_) => Ok(()),
