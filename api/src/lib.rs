@@ -16,6 +16,7 @@ pub mod names;
 pub mod networking;
 pub mod offloading;
 pub mod sharing;
+pub mod token;
 pub mod validation;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

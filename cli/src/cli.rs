@@ -103,6 +103,12 @@ pub enum Command {
         capacity of each resource). Run these commands on the provider."
     )]
     SharingPolicy(SharingPolicyCommand),
+    /// Make what is handed to other clusters' administrators: peering tokens.
+    #[command(subcommand)]
+    Generate(GenerateCommand),
+    /// Take back what was handed over: peering tokens not yet used.
+    #[command(subcommand)]
+    Revoke(RevokeCommand),
     /// Print the client version and, when installed, the cluster's.
     Version(VersionArgs),
     /// Print a shell completion script.
@@ -182,6 +188,14 @@ pub struct RemoteArgs {
 pub struct PeerArgs {
     #[command(flatten)]
     pub remote: RemoteArgs,
+    /// A peering token from the provider's administrator (`liqoctl generate
+    /// peering-token` there): peer with the local kubeconfig only. Prefer
+    /// --token-file: a command line is seen by every user of the machine.
+    #[arg(long, value_name = "TOKEN", conflicts_with_all = ["remote_kubeconfig", "token_file", "bidirectional"])]
+    pub token: Option<String>,
+    /// A file holding the peering token (`-` reads standard input).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["remote_kubeconfig", "bidirectional"])]
+    pub token_file: Option<PathBuf>,
     /// CPU to ask for (e.g. 2, 500m); by default what the provider's policy offers.
     #[arg(long, value_name = "QUANTITY")]
     pub cpu: Option<String>,
@@ -212,6 +226,90 @@ pub struct PeerArgs {
     pub timeout: u64,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GenerateCommand {
+    /// Make a peering token: a consumer peers with it using its own kubeconfig only.
+    #[command(
+        long_about = "Make a peering token: a consumer peers with it using its own \
+        kubeconfig only (`liqoctl peer --token-file FILE` there).\n\n\
+        Run on the provider. Creates, for each use, the consumer's tenant (namespace, RBAC, \
+        quota for the grant) and an account that may act as that tenant only; and a bootstrap \
+        credential that may only claim one of these tenants, once each, until the token expires \
+        or is revoked. Prints the token on standard output; hand it over out of band, as a \
+        password. The grant follows the sharing policy (of --for's cluster, else default)."
+    )]
+    PeeringToken(GeneratePeeringTokenArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GeneratePeeringTokenArgs {
+    /// How long the token can be used: 10m to 7d (e.g. 30m, 1h, 2d).
+    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_expiry)]
+    pub expires: std::time::Duration,
+    /// How many consumers may peer with it, each once (1 to 20).
+    #[arg(long, default_value_t = 1, value_name = "COUNT", value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub uses: u32,
+    /// Only the cluster with this cluster ID may use it; its tenant is named after it.
+    #[arg(long = "for", value_name = "CLUSTER_ID", conflicts_with = "uses")]
+    pub for_cluster: Option<String>,
+    /// CPU to grant (e.g. 2, 500m); by default what the sharing policy offers.
+    #[arg(long, value_name = "QUANTITY")]
+    pub cpu: Option<String>,
+    /// Memory to grant (e.g. 4Gi); by default what the sharing policy offers.
+    #[arg(long, value_name = "QUANTITY")]
+    pub memory: Option<String>,
+    /// Pods to grant; by default what the sharing policy offers.
+    #[arg(long, value_name = "COUNT")]
+    pub pods: Option<String>,
+    /// Refuse when the policy offers less than asked, instead of granting what it offers.
+    #[arg(long)]
+    pub require_request: bool,
+    /// The API server address consumers reach this cluster at; by default the
+    /// kubeconfig's.
+    #[arg(long, value_name = "URL")]
+    pub api_server: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RevokeCommand {
+    /// Revoke peering tokens: they stop working at once; their unclaimed tenants are removed.
+    #[command(
+        long_about = "Revoke peering tokens: they stop working at once, and their \
+        tenants that no consumer claimed are removed. Peerings already made with them stay; \
+        end those with `liqoctl unpeer --tenant`. Run on the provider."
+    )]
+    PeeringToken(RevokePeeringTokenArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RevokePeeringTokenArgs {
+    /// The IDs of the tokens (as `generate peering-token` and `info` print them).
+    #[arg(value_name = "ID", required_unless_present_any = ["expired", "all"])]
+    pub ids: Vec<String>,
+    /// Remove every token that has expired, with its unclaimed tenants.
+    #[arg(long, conflicts_with = "all")]
+    pub expired: bool,
+    /// Revoke every token.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// A token's life: a duration from 10 minutes (the API server's shortest
+/// service account token) to 7 days.
+fn parse_expiry(text: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|e| format!("{e} (e.g. 30m, 1h, 2d)"))?;
+    let (min, max) = (
+        std::time::Duration::from_secs(600),
+        std::time::Duration::from_secs(7 * 24 * 3600),
+    );
+    if d < min || d > max {
+        return Err("must be between 10m and 7d".to_owned());
+    }
+    Ok(d)
 }
 
 #[derive(Args, Debug)]

@@ -78,6 +78,10 @@ impl ClusterClient {
                 Err(e) => return Err(config_error(&e, context, "the kubeconfig").into()),
             },
         };
+        Self::from_config(config, name)
+    }
+
+    fn from_config(config: kube::Config, name: Option<String>) -> anyhow::Result<Self> {
         let server = config.cluster_url.to_string();
         let ca_der = config
             .root_cert
@@ -91,6 +95,21 @@ impl ClusterClient {
             server,
             ca_der,
         })
+    }
+
+    /// A client from a kubeconfig held in memory (a peering's credential),
+    /// called `name` in messages.
+    pub async fn from_kubeconfig_yaml(name: &str, yaml: &str) -> anyhow::Result<Self> {
+        let kc = Kubeconfig::from_yaml(yaml).map_err(|e| {
+            UserError::Config(format!(
+                "a kubeconfig for {name}: {}",
+                kubeconfig_reason(&e)
+            ))
+        })?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| config_error(&e, None, name))?;
+        Self::from_config(config, Some(name.to_owned()))
     }
 
     /// Explains a failed API call: unreachable, forbidden and the like are

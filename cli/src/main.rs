@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, GenerateCommand, RevokeCommand};
 use crate::printer::Printer;
 
 fn main() -> ExitCode {
@@ -49,6 +49,12 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
         }
         Command::SharingPolicy(command) => {
             commands::sharing_policy::run(command, &cli.global, printer).await
+        }
+        Command::Generate(GenerateCommand::PeeringToken(args)) => {
+            commands::token::generate(args, &cli.global, printer).await
+        }
+        Command::Revoke(RevokeCommand::PeeringToken(args)) => {
+            commands::token::revoke(args, &cli.global, printer).await
         }
         Command::Version(args) => commands::version::run(args, &cli.global, printer).await,
         Command::Completion(args) => {

@@ -166,6 +166,7 @@ async fn main() -> anyhow::Result<()> {
         peers: peers.clone(),
         fc_ref: fc_ref.clone(),
         kubelet,
+        kubeconfig: args.provider_kubeconfig.clone(),
     });
     tokio::select! {
         () = keep_tls => {}
@@ -208,6 +209,8 @@ struct Wiring {
     provider: watch::Receiver<provider::ProviderClient>,
     peers: liqo_agent_runtime::follow::Followed<ForeignCluster>,
     fc_ref: ObjectRef<ForeignCluster>,
+    /// The provider kubeconfig: names the tenant when it impersonates one.
+    kubeconfig: PathBuf,
     /// The kubelet API's listener and TLS configuration, when served.
     kubelet: Option<(
         tokio::net::TcpListener,
@@ -228,9 +231,17 @@ async fn reflect(wiring: Wiring) {
         peers,
         fc_ref,
         kubelet,
+        kubeconfig,
     } = wiring;
     let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
-    let consumer = local_identity(&client).await;
+    let mut consumer = local_identity(&client).await;
+    // A peering made with a token knows this cluster as the tenant the
+    // token's credential acts as (docs/tokens.md); the twin namespaces and
+    // bindings on the provider are that tenant's.
+    if let Some(tenant) = provider::tenant_of(&kubeconfig).await {
+        tracing::info!(%tenant, "the provider knows this cluster as its tenant");
+        consumer.cluster_id = tenant;
+    }
     let provider_id = match liqo_api::ClusterId::new(foreign_cluster) {
         Ok(id) => id,
         Err(error) => {

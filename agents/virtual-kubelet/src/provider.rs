@@ -76,6 +76,19 @@ pub type ProviderClient = Result<kube::Client, String>;
 /// rebuilding it when the file's content changes. A file that cannot be
 /// used keeps the previous client: the renewal may be half-written, and
 /// the old credentials may well still work.
+/// The tenant a provider kubeconfig acts as, when it impersonates a peer
+/// user (a peering made with a token); `None` for a certificate, whose
+/// user is this cluster's own ID, or when the file cannot be read yet.
+pub async fn tenant_of(path: &std::path::Path) -> Option<liqo_api::ClusterId> {
+    let content = tokio::fs::read(path).await.ok()?;
+    let config = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&content).ok()?).ok()?;
+    config
+        .auth_infos
+        .iter()
+        .filter_map(|a| a.auth_info.as_ref()?.impersonate.as_deref())
+        .find_map(liqo_api::authentication::peer_of)
+}
+
 pub async fn keep_client(path: PathBuf, tx: watch::Sender<ProviderClient>) {
     let mut last: Option<Vec<u8>> = None;
     let mut logged_error: Option<String> = None;

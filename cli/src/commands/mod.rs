@@ -6,6 +6,7 @@ pub mod install;
 pub mod offload;
 pub mod peer;
 pub mod sharing_policy;
+pub mod token;
 pub mod uninstall;
 pub mod unpeer;
 pub mod version;

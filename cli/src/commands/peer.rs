@@ -35,23 +35,28 @@ use crate::printer::Printer;
 /// What `peer` reports (`-o json|yaml`).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Report {
-    consumer: String,
-    provider: String,
-    provider_cluster_id: String,
-    grant: Resources,
+pub(crate) struct Report {
+    pub consumer: String,
+    pub provider: String,
+    pub provider_cluster_id: String,
+    pub grant: Resources,
     #[serde(skip_serializing_if = "Option::is_none")]
-    cost: Option<sharing::Cost>,
-    certificate_expiry: String,
-    tenant_namespace: String,
-    virtual_node: String,
+    pub cost: Option<sharing::Cost>,
+    pub certificate_expiry: String,
+    pub tenant_namespace: String,
+    pub virtual_node: String,
 }
 
 pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
-    let request = parse_request(args)?;
+    if args.token.is_some() || args.token_file.is_some() {
+        return crate::commands::token::peer(args, global, printer).await;
+    }
+    let request = parse_request(&args.cpu, &args.memory, &args.pods)?;
     let Some(remote) = args.remote.remote_kubeconfig.as_deref() else {
         return Err(UserError::Usage(
-            "pass the provider's kubeconfig with --remote-kubeconfig".to_owned(),
+            "pass the provider's kubeconfig with --remote-kubeconfig, or a peering token from its \
+             administrator with --token-file"
+                .to_owned(),
         )
         .into());
     };
@@ -65,13 +70,22 @@ pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyh
     if args.bidirectional {
         reports.push(peer_one(&remote, &local, request.as_ref(), args, &printer, deadline).await?);
     }
+    print_reports(&reports, args, &printer)
+}
+
+/// What `peer` prints: the reports as asked, else a line each.
+pub(crate) fn print_reports(
+    reports: &[Report],
+    args: &PeerArgs,
+    printer: &Printer,
+) -> anyhow::Result<()> {
     if let Some(format) = args.output.output {
-        return match &reports[..] {
+        return match reports {
             [one] => printer.structured(one, format),
             all => printer.structured(&all, format),
         };
     }
-    for report in &reports {
+    for report in reports {
         printer.result(format!(
             "cluster {} now peers with {} ({}): virtual node {} offers {}",
             report.consumer,
@@ -126,7 +140,37 @@ async fn peer_one(
 
     // Past this point everything is in place: a slow node is waited for,
     // not rolled back; the same command picks up from here.
-    let node_name = peering::virtual_node(&plan.provider_id.cluster_id);
+    let node_name = wait_for_virtual_node(
+        consumer,
+        &plan.provider_id.cluster_id,
+        deadline,
+        args.timeout,
+        printer,
+    )
+    .await?;
+
+    Ok(Report {
+        consumer: consumer.name.clone(),
+        provider: provider.name.clone(),
+        provider_cluster_id: plan.provider_id.cluster_id.to_string(),
+        grant: plan.grant.clone(),
+        cost: plan.policy.cost.clone(),
+        certificate_expiry: expiry,
+        tenant_namespace: peering::tenant_namespace(&plan.consumer_id.cluster_id),
+        virtual_node: node_name,
+    })
+}
+
+/// Waits until the virtual node of `provider` is Ready and its agent's pod
+/// passes its readiness probe; returns the node's name.
+pub(crate) async fn wait_for_virtual_node(
+    consumer: &ClusterClient,
+    provider: &liqo_api::ClusterId,
+    deadline: tokio::time::Instant,
+    timeout: u64,
+    printer: &Printer,
+) -> anyhow::Result<String> {
+    let node_name = peering::virtual_node(provider);
     let step = printer.step(format!("Waiting for the virtual node {node_name}"));
     let nodes: Api<Node> = Api::all(consumer.client.clone());
     let waited = wait::until(
@@ -141,36 +185,30 @@ async fn peer_one(
     // The node is Ready as soon as the agent registers it; the agent's
     // pod passes its readiness probe a moment later, and `info` shows
     // that: both are waited for.
-    let vk = peering::virtual_kubelet(&plan.provider_id.cluster_id);
+    let vk = peering::virtual_kubelet(provider);
     let ready = matches!(waited, Waited::Done(_))
         && crate::commands::install::wait_ready(consumer, &vk, wait::left(deadline)).await?;
     if !ready {
         step.fail("timed out");
         return Err(UserError::Timeout(format!(
-            "the virtual node {node_name} is not ready after {}s; see `kubectl -n {ns} logs deploy/{vk}` \
+            "the virtual node {node_name} is not ready after {timeout}s; see `kubectl -n {ns} logs deploy/{vk}` \
              on cluster {}, then run peer again",
-            args.timeout,
             consumer.name,
             ns = names::NAMESPACE,
         ))
         .into());
     }
     step.done("");
-
-    Ok(Report {
-        consumer: consumer.name.clone(),
-        provider: provider.name.clone(),
-        provider_cluster_id: plan.provider_id.cluster_id.to_string(),
-        grant: plan.grant.clone(),
-        cost: plan.policy.cost.clone(),
-        certificate_expiry: expiry,
-        tenant_namespace: peering::tenant_namespace(&plan.consumer_id.cluster_id),
-        virtual_node: node_name,
-    })
+    Ok(node_name)
 }
 
-fn parse_request(args: &PeerArgs) -> Result<Option<Amounts>, UserError> {
-    if args.cpu.is_none() && args.memory.is_none() && args.pods.is_none() {
+/// The amounts asked for with `--cpu`, `--memory` and `--pods`, if any.
+pub(crate) fn parse_request(
+    cpu: &Option<String>,
+    memory: &Option<String>,
+    pods: &Option<String>,
+) -> Result<Option<Amounts>, UserError> {
+    if cpu.is_none() && memory.is_none() && pods.is_none() {
         return Ok(None);
     }
     let quantity = |flag: &str, v: &Option<String>, parse: fn(&str) -> Option<u64>| {
@@ -186,13 +224,13 @@ fn parse_request(args: &PeerArgs) -> Result<Option<Amounts>, UserError> {
             .map(Option::unwrap_or_default)
     };
     Ok(Some(Amounts {
-        cpu_millis: quantity("--cpu", &args.cpu, sharing::parse_cpu_millis)?,
-        memory_bytes: quantity("--memory", &args.memory, sharing::parse_bytes)?,
-        pods: quantity("--pods", &args.pods, |s| s.parse().ok())?,
+        cpu_millis: quantity("--cpu", cpu, sharing::parse_cpu_millis)?,
+        memory_bytes: quantity("--memory", memory, sharing::parse_bytes)?,
+        pods: quantity("--pods", pods, |s| s.parse().ok())?,
     }))
 }
 
-fn show(r: &Resources) -> String {
+pub(crate) fn show(r: &Resources) -> String {
     let q = |q: &Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
         q.as_ref().map_or("0".to_owned(), |q| q.0.clone())
     };
@@ -251,19 +289,7 @@ impl Plan {
             }
         }
 
-        let policies: Api<SharingPolicy> = Api::all(provider.client.clone());
-        let mut policy = None;
-        for name in [consumer_id.cluster_id.as_str(), "default"] {
-            match policies.get_opt(name).await {
-                Ok(Some(p)) => {
-                    policy = Some(p.spec);
-                    break;
-                }
-                Ok(None) => {}
-                Err(e) => return Err(provider.explain(e, "reading the provider's sharing policy")),
-            }
-        }
-        let policy = policy.unwrap_or_else(sharing::default_policy);
+        let policy = policy_for(provider, Some(&consumer_id.cluster_id)).await?;
         let tenants: Api<Tenant> = Api::all(provider.client.clone());
         let known = tenants
             .get_opt(consumer_id.cluster_id.as_str())
@@ -277,25 +303,7 @@ impl Plan {
             ))
             .into());
         }
-        let free = capacity::free(provider).await?;
-        let offer = sharing::offered(&policy, free).map_err(|e| {
-            UserError::Refused(format!(
-                "the sharing policy of cluster {} is not valid: {e}",
-                provider.name
-            ))
-        })?;
-        let above = if args.require_request {
-            AboveOffer::Refuse
-        } else {
-            AboveOffer::Clamp
-        };
-        let grant = sharing::grant(request.copied(), offer, above).map_err(|e| match e {
-            SharingError::AboveOffer { .. } => UserError::Refused(format!(
-                "cluster {} cannot grant the request: {e}; ask for less, or drop --require-request to take what it offers",
-                provider.name
-            )),
-            other => UserError::Refused(other.to_string()),
-        })?;
+        let grant = grant_for(provider, &policy, request, args.require_request).await?;
         Ok(Self {
             renew: args.renew,
             certificate_lifetime: args.certificate_lifetime,
@@ -303,7 +311,7 @@ impl Plan {
             provider_id,
             policy,
             request: request.map(|r| r.to_resources()),
-            grant: grant.to_resources(),
+            grant,
         })
     }
 
@@ -340,18 +348,20 @@ impl Plan {
             "Starting the virtual kubelet on cluster {}",
             consumer.name
         ));
-        let uid = self.record(consumer, journal, &expiry).await?;
-        let placement = installed_pod_placement(consumer).await?;
-        let objects = virtual_kubelet::manifests(
-            &self.provider_id.cluster_id,
-            Some(&uid),
-            &placement.node_selector,
-            &placement.tolerations,
-        );
-        refuse_foreign(consumer, &objects).await?;
-        for m in objects {
-            journal.apply(Side::Consumer, consumer, m).await?;
-        }
+        let uid = record(
+            consumer,
+            journal,
+            &Recorded {
+                provider: &self.provider_id,
+                request: self.request.as_ref(),
+                grant: &self.grant,
+                cost: self.policy.cost.as_ref(),
+                expiry: &expiry,
+                tenant_namespace: peering::tenant_namespace(&self.consumer_id.cluster_id),
+            },
+        )
+        .await?;
+        start_virtual_kubelet(consumer, journal, &self.provider_id.cluster_id, &uid).await?;
         step.done("");
         Ok(expiry)
     }
@@ -524,73 +534,152 @@ impl Plan {
             .into()),
         }
     }
-
-    /// The ForeignCluster of the provider on the consumer, with the grant
-    /// in its status; returns its UID, which the virtual kubelet's objects
-    /// name as their owner.
-    async fn record(
-        &self,
-        consumer: &ClusterClient,
-        journal: &mut Journal,
-        expiry: &str,
-    ) -> anyhow::Result<String> {
-        let p = &self.provider_id;
-        let mut fc_labels = common_labels("peering");
-        fc_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), p.cluster_id.to_string());
-        let fc = ForeignCluster {
-            metadata: kube::core::ObjectMeta {
-                name: Some(p.cluster_id.to_string()),
-                labels: Some(fc_labels),
-                ..Default::default()
-            },
-            spec: ForeignClusterSpec {
-                cluster_id: p.cluster_id.clone(),
-                cluster_name: p.cluster_name.clone(),
-                api_server_url: None,
-                outgoing: true,
-                incoming: false,
-                cluster_labels: p.labels.clone(),
-                request: self.request.clone(),
-            },
-            status: None,
-        };
-        refuse_foreign(consumer, &[Manifest::ForeignCluster(Box::new(fc.clone()))]).await?;
-        journal
-            .apply(
-                Side::Consumer,
-                consumer,
-                Manifest::ForeignCluster(Box::new(fc)),
-            )
-            .await?;
-        let api: Api<ForeignCluster> = Api::all(consumer.client.clone());
-        let name = p.cluster_id.as_str();
-        let now = Time(Timestamp::now());
-        let condition = Condition {
-            type_: "Granted".to_owned(),
-            status: "True".to_owned(),
-            reason: "PolicyGranted".to_owned(),
-            message: format!("cluster {} granted {}", p.cluster_name, show(&self.grant)),
-            last_transition_time: now,
-            observed_generation: None,
-        };
-        let status = json!({ "status": {
-            "grant": self.grant,
-            "cost": self.policy.cost,
-            "certificateExpiry": expiry,
-            "tenantNamespace": peering::tenant_namespace(&self.consumer_id.cluster_id),
-            "conditions": [condition],
-        }});
-        let fc = api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .map_err(|e| {
-                consumer.explain(e, &format!("recording the grant in ForeignCluster {name}"))
-            })?;
-        Ok(fc.uid().unwrap_or_default())
-    }
 }
 
-async fn installed(cluster: &ClusterClient) -> anyhow::Result<ClusterIdentity> {
+/// What the consumer records of a peering in its ForeignCluster.
+pub(crate) struct Recorded<'a> {
+    pub provider: &'a ClusterIdentity,
+    pub request: Option<&'a Resources>,
+    pub grant: &'a Resources,
+    pub cost: Option<&'a sharing::Cost>,
+    /// When the consumer's credential expires.
+    pub expiry: &'a str,
+    pub tenant_namespace: String,
+}
+
+/// The ForeignCluster of the provider on the consumer, with the grant in
+/// its status; returns its UID, which the virtual kubelet's objects name
+/// as their owner.
+pub(crate) async fn record(
+    consumer: &ClusterClient,
+    journal: &mut Journal,
+    r: &Recorded<'_>,
+) -> anyhow::Result<String> {
+    let p = r.provider;
+    let mut fc_labels = common_labels("peering");
+    fc_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), p.cluster_id.to_string());
+    let fc = ForeignCluster {
+        metadata: kube::core::ObjectMeta {
+            name: Some(p.cluster_id.to_string()),
+            labels: Some(fc_labels),
+            ..Default::default()
+        },
+        spec: ForeignClusterSpec {
+            cluster_id: p.cluster_id.clone(),
+            cluster_name: p.cluster_name.clone(),
+            api_server_url: None,
+            outgoing: true,
+            incoming: false,
+            cluster_labels: p.labels.clone(),
+            request: r.request.cloned(),
+        },
+        status: None,
+    };
+    refuse_foreign(consumer, &[Manifest::ForeignCluster(Box::new(fc.clone()))]).await?;
+    journal
+        .apply(
+            Side::Consumer,
+            consumer,
+            Manifest::ForeignCluster(Box::new(fc)),
+        )
+        .await?;
+    let api: Api<ForeignCluster> = Api::all(consumer.client.clone());
+    let name = p.cluster_id.as_str();
+    let now = Time(Timestamp::now());
+    let condition = Condition {
+        type_: "Granted".to_owned(),
+        status: "True".to_owned(),
+        reason: "PolicyGranted".to_owned(),
+        message: format!("cluster {} granted {}", p.cluster_name, show(r.grant)),
+        last_transition_time: now,
+        observed_generation: None,
+    };
+    let status = json!({ "status": {
+        "grant": r.grant,
+        "cost": r.cost,
+        "certificateExpiry": r.expiry,
+        "tenantNamespace": r.tenant_namespace,
+        "conditions": [condition],
+    }});
+    let fc = api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .map_err(|e| {
+            consumer.explain(e, &format!("recording the grant in ForeignCluster {name}"))
+        })?;
+    Ok(fc.uid().unwrap_or_default())
+}
+
+/// The virtual kubelet of `provider` on the consumer, owned by its
+/// ForeignCluster (`uid`).
+pub(crate) async fn start_virtual_kubelet(
+    consumer: &ClusterClient,
+    journal: &mut Journal,
+    provider: &liqo_api::ClusterId,
+    uid: &str,
+) -> anyhow::Result<()> {
+    let placement = installed_pod_placement(consumer).await?;
+    let objects = virtual_kubelet::manifests(
+        provider,
+        Some(uid),
+        &placement.node_selector,
+        &placement.tolerations,
+    );
+    refuse_foreign(consumer, &objects).await?;
+    for m in objects {
+        journal.apply(Side::Consumer, consumer, m).await?;
+    }
+    Ok(())
+}
+
+/// The sharing policy of `provider` that applies to `consumer`: its own,
+/// else `default`, else the built-in one.
+pub(crate) async fn policy_for(
+    provider: &ClusterClient,
+    consumer: Option<&liqo_api::ClusterId>,
+) -> anyhow::Result<SharingPolicySpec> {
+    let policies: Api<SharingPolicy> = Api::all(provider.client.clone());
+    for name in consumer.map(|c| c.as_str()).into_iter().chain(["default"]) {
+        match policies.get_opt(name).await {
+            Ok(Some(p)) => return Ok(p.spec),
+            Ok(None) => {}
+            Err(e) => return Err(provider.explain(e, "reading the provider's sharing policy")),
+        }
+    }
+    Ok(sharing::default_policy())
+}
+
+/// What `provider` grants under `policy` for `request`, from its free
+/// capacity now.
+pub(crate) async fn grant_for(
+    provider: &ClusterClient,
+    policy: &SharingPolicySpec,
+    request: Option<&Amounts>,
+    require_request: bool,
+) -> anyhow::Result<Resources> {
+    let free = capacity::free(provider).await?;
+    let offer = sharing::offered(policy, free).map_err(|e| {
+        UserError::Refused(format!(
+            "the sharing policy of cluster {} is not valid: {e}",
+            provider.name
+        ))
+    })?;
+    let above = if require_request {
+        AboveOffer::Refuse
+    } else {
+        AboveOffer::Clamp
+    };
+    let grant = sharing::grant(request.copied(), offer, above).map_err(|e| match e {
+        SharingError::AboveOffer { .. } => UserError::Refused(format!(
+            "cluster {} cannot grant the request: {e}; ask for less, or drop --require-request to take what it offers",
+            provider.name
+        )),
+        other => UserError::Refused(other.to_string()),
+    })?;
+    Ok(grant.to_resources())
+}
+
+pub(crate) async fn installed(cluster: &ClusterClient) -> anyhow::Result<ClusterIdentity> {
     read_identity(cluster).await?.ok_or_else(|| {
         UserError::NotFound(format!(
             "liqo-rs is not installed on cluster {}; run `liqoctl install` there first",
@@ -602,7 +691,10 @@ async fn installed(cluster: &ClusterClient) -> anyhow::Result<ClusterIdentity> {
 
 /// Refuses, naming them, objects of the names the peering uses that
 /// liqoctl did not make.
-async fn refuse_foreign(cluster: &ClusterClient, objects: &[Manifest]) -> anyhow::Result<()> {
+pub(crate) async fn refuse_foreign(
+    cluster: &ClusterClient,
+    objects: &[Manifest],
+) -> anyhow::Result<()> {
     let foreign = ownership::foreign(cluster, objects).await?;
     if foreign.is_empty() {
         return Ok(());
@@ -635,7 +727,7 @@ fn still_good(secret: &Secret, user: &str, ca_der: Option<&[u8]>) -> Option<Stri
 }
 
 /// Same major and minor version (a 0.x minor is a major).
-fn compatible(version: &str) -> bool {
+pub(crate) fn compatible(version: &str) -> bool {
     let key = |v: &str| -> Option<(u64, u64)> {
         let mut parts = v.split('.');
         Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))

@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::wait::conditions;
 use liqo_api::ClusterId;
 use liqo_api::core::ForeignCluster;
-use liqo_api::names::{labels, peering};
+use liqo_api::names::{self, labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
 
 use crate::cli::{GlobalArgs, UnpeerArgs};
@@ -29,6 +29,17 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
         return end_tenancy(consumer, args, global, printer).await;
     }
     let consumer = ClusterClient::local(global).await?;
+    // A peering made with a token ends with its own credential.
+    if args.remote.remote_kubeconfig.is_none()
+        && let Some(id) = &args.cluster_id
+    {
+        let provider = ClusterId::new(id.clone())
+            .map_err(|e| UserError::Usage(format!("--cluster-id: {e}")))?;
+        if let Some((tenant, kubeconfig)) = token_identity(&consumer, &provider).await? {
+            return end_token_peering(&consumer, &provider, &tenant, &kubeconfig, args, printer)
+                .await;
+        }
+    }
     let provider = match &args.remote.remote_kubeconfig {
         Some(path) => {
             Some(ClusterClient::connect(Some(path), args.remote.remote_context.as_deref()).await?)
@@ -36,8 +47,9 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
         None if args.force => None,
         None => {
             return Err(UserError::Usage(
-                "pass the provider's kubeconfig with --remote-kubeconfig, or --force --cluster-id ID \
-                 to clean this side alone when the provider is gone for good"
+                "pass the provider's kubeconfig with --remote-kubeconfig (a peering made with a token \
+                 needs only --cluster-id), or --force --cluster-id ID to clean this side alone when \
+                 the provider is gone for good"
                     .to_owned(),
             )
             .into());
@@ -126,6 +138,120 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
         }
     ));
     Ok(())
+}
+
+/// The tenant and kubeconfig of a peering with `provider` made with a
+/// token (docs/tokens.md), if that is what the local identity is.
+async fn token_identity(
+    consumer: &ClusterClient,
+    provider: &ClusterId,
+) -> anyhow::Result<Option<(ClusterId, String)>> {
+    let name = peering::identity_secret(provider);
+    let secrets: Api<Secret> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
+    let secret = secrets
+        .get_opt(&name)
+        .await
+        .map_err(|e| consumer.explain(e, &format!("reading Secret {name}")))?
+        .filter(|s| crate::k8s::ownership::is_ours(&s.metadata));
+    Ok(secret.and_then(|s| {
+        let tenant = s
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(crate::peering::token::TENANT_ANNOTATION)?;
+        let tenant = ClusterId::new(tenant.clone()).ok()?;
+        let kubeconfig = String::from_utf8(s.data?.get("kubeconfig")?.0.clone()).ok()?;
+        Some((tenant, kubeconfig))
+    }))
+}
+
+/// Ends a peering made with a token from the consumer alone: as the
+/// tenant, deletes its twin namespaces and its Tenant record on the
+/// provider (the provider's garbage collector removes everything the
+/// record owns: namespace, RBAC, quota, account, claim), then the
+/// consumer's side.
+async fn end_token_peering(
+    consumer: &ClusterClient,
+    provider_id: &ClusterId,
+    tenant: &ClusterId,
+    kubeconfig: &str,
+    args: &UnpeerArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
+    let step = printer.step("Checking the peering");
+    let offloaded = offloaded_to(consumer, provider_id).await?;
+    if !offloaded.is_empty() && !args.force {
+        step.fail("in use");
+        return Err(UserError::Refused(format!(
+            "namespaces {} are offloaded to cluster {provider_id}; unoffload them first, or pass --force",
+            offloaded.join(", ")
+        ))
+        .into());
+    }
+    let twins = twins_on(consumer, provider_id).await?;
+    step.done("");
+    let step = printer.step(format!(
+        "Removing the peering from cluster {} and, as tenant {tenant}, from cluster {provider_id}",
+        consumer.name
+    ));
+    let provider = ClusterClient::from_kubeconfig_yaml(provider_id.as_str(), kubeconfig).await?;
+    let mut notes = Vec::new();
+    let namespaces: Api<Namespace> = Api::all(provider.client.clone());
+    for twin in &twins {
+        match namespaces.delete(twin, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => notes.push(format!(
+                "twin namespace {twin} on cluster {provider_id}: {e}"
+            )),
+        }
+    }
+    let tenants: Api<liqo_api::authentication::Tenant> = Api::all(provider.client.clone());
+    match tenants
+        .delete(tenant.as_str(), &DeleteParams::background())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        // The provider ended the tenancy already: nothing left to delete.
+        Err(kube::Error::Api(s)) if s.code == 401 => notes.push(format!(
+            "cluster {provider_id} no longer accepts this peering's credential: its administrator \
+             ended the tenancy already"
+        )),
+        Err(e) => {
+            step.fail("");
+            return Err(provider.explain(e, &format!("ending the tenancy {tenant}")));
+        }
+    }
+    let left = remove_consumer_side(consumer, provider_id, deadline, args.timeout).await?;
+    step.done("");
+    for note in notes.iter().chain(&left) {
+        printer.info(format!("  {note}"));
+    }
+    printer.result(format!(
+        "cluster {} no longer peers with {provider_id}; the provider removes the tenant {tenant}",
+        consumer.name
+    ));
+    Ok(())
+}
+
+/// The twin namespaces on `provider` the local offloadings report.
+async fn twins_on(consumer: &ClusterClient, provider: &ClusterId) -> anyhow::Result<Vec<String>> {
+    let api: Api<NamespaceOffloading> = Api::all(consumer.client.clone());
+    let list = match api.list(&Default::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Vec::new()),
+        Err(e) => return Err(consumer.explain(e, "listing offloaded namespaces")),
+    };
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|o| o.status)
+        .flat_map(|s| s.clusters)
+        .filter(|c| &c.cluster_id == provider)
+        .map(|c| c.remote_namespace)
+        .collect())
 }
 
 /// On the consumer: the virtual kubelet, the identity, the ForeignCluster

@@ -117,6 +117,39 @@ pub fn check(
 }
 
 /// A kubeconfig that reaches the provider at `server` as the identity.
+/// Checks that `der` is a CA certificate valid now; returns its SHA-256
+/// fingerprint (`sha256:<hex>`), for people to compare out of band.
+pub fn check_ca(der: &[u8]) -> Result<String, String> {
+    let (_, ca) =
+        X509Certificate::from_der(der).map_err(|e| format!("it is not a certificate: {e}"))?;
+    let is_ca = ca
+        .basic_constraints()
+        .ok()
+        .flatten()
+        .is_some_and(|b| b.value.ca);
+    if !is_ca {
+        return Err(format!("{} is not a certificate authority", ca.subject()));
+    }
+    let validity = ca.validity();
+    if !validity.is_valid() {
+        return Err(format!(
+            "{} is valid from {} to {} only",
+            ca.subject(),
+            validity.not_before,
+            validity.not_after
+        ));
+    }
+    Ok(fingerprint(der))
+}
+
+/// `sha256:<hex>` of `der`.
+pub fn fingerprint(der: &[u8]) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(der);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
 pub fn kubeconfig(
     provider: &str,
     server: &str,
@@ -124,6 +157,40 @@ pub fn kubeconfig(
     user: &str,
     cert_pem: &str,
     key_pem: &str,
+) -> anyhow::Result<String> {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let auth = AuthInfo {
+        client_certificate_data: Some(b64(cert_pem)),
+        client_key_data: Some(b64(key_pem).into()),
+        ..Default::default()
+    };
+    kubeconfig_with(provider, server, ca_pem, user, auth)
+}
+
+/// A kubeconfig that reaches `server` with bearer `token` and acts as
+/// `user` by impersonation (a peering made with a token: the token is the
+/// tenant account's, which may impersonate the tenant's user only).
+pub fn token_kubeconfig(
+    provider: &str,
+    server: &str,
+    ca_pem: &str,
+    user: &str,
+    token: &str,
+) -> anyhow::Result<String> {
+    let auth = AuthInfo {
+        token: Some(token.to_owned().into()),
+        impersonate: Some(user.to_owned()),
+        ..Default::default()
+    };
+    kubeconfig_with(provider, server, Some(ca_pem), user, auth)
+}
+
+pub fn kubeconfig_with(
+    provider: &str,
+    server: &str,
+    ca_pem: Option<&str>,
+    user: &str,
+    auth: AuthInfo,
 ) -> anyhow::Result<String> {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let config = Kubeconfig {
@@ -140,11 +207,7 @@ pub fn kubeconfig(
         }],
         auth_infos: vec![NamedAuthInfo {
             name: user.to_owned(),
-            auth_info: Some(AuthInfo {
-                client_certificate_data: Some(b64(cert_pem)),
-                client_key_data: Some(b64(key_pem).into()),
-                ..Default::default()
-            }),
+            auth_info: Some(auth),
             ..Default::default()
         }],
         contexts: vec![NamedContext {

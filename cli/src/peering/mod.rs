@@ -8,6 +8,7 @@
 pub mod capacity;
 pub mod identity;
 pub mod tenant;
+pub mod token;
 pub mod virtual_kubelet;
 
 use crate::factory::ClusterClient;

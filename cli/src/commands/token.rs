@@ -1,0 +1,902 @@
+//! Peering with a token (docs/tokens.md): `liqoctl generate peering-token`
+//! and `revoke peering-token` on the provider, `liqoctl peer --token` on
+//! the consumer. The provider's administrator makes everything the
+//! consumer will have when the token is generated; the consumer, with the
+//! token's bootstrap credential, can only claim it. Nothing of ours runs
+//! on the provider for this: RBAC, the admission policy
+//! `liqo-peering-tokens`, bound service account tokens and the garbage
+//! collector do the provider's part.
+
+use std::io::Read as _;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{
+    BoundObjectReference, SelfSubjectReview, TokenRequest, TokenRequestSpec,
+};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource as _;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use liqo_api::authentication::{Tenant, peer_user};
+use liqo_api::names::{self, labels, peering};
+use liqo_api::sharing::{Resources, SharingPolicySpec};
+use liqo_api::token::{self as tokens, PeeringToken, TokenTenant, objects};
+use liqo_api::{ClusterId, ClusterIdentity};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::cli::{GeneratePeeringTokenArgs, GlobalArgs, PeerArgs, RevokePeeringTokenArgs};
+use crate::commands::peer;
+use crate::error::UserError;
+use crate::factory::ClusterClient;
+use crate::k8s::apply::{self, Deletion};
+use crate::k8s::ownership;
+use crate::manifests::{Manifest, common_labels, from_json};
+use crate::peering::{Journal, Side, identity, tenant, token};
+use crate::printer::Printer;
+
+/// How long a tenant's credential lives when `peer --certificate-lifetime`
+/// does not say: a year, as a kubeadm signer's certificates.
+const CREDENTIAL_LIFETIME: u64 = 365 * 24 * 3600;
+
+/// What `generate peering-token -o json|yaml` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Generated {
+    id: String,
+    token: String,
+    expires: String,
+    tenants: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    for_cluster: Option<String>,
+    grant: Resources,
+    api_server: String,
+    ca_fingerprint: String,
+}
+
+pub async fn generate(
+    args: &GeneratePeeringTokenArgs,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let consumer = args
+        .for_cluster
+        .as_deref()
+        .map(|c| ClusterId::new(c.to_owned()))
+        .transpose()
+        .map_err(|e| UserError::Usage(format!("--for: {e}")))?;
+    let request = peer::parse_request(&args.cpu, &args.memory, &args.pods)?;
+    if let Some(url) = &args.api_server
+        && !url.starts_with("https://")
+    {
+        return Err(UserError::Usage(format!(
+            "--api-server {url}: not an https:// URL such as https://203.0.113.10:6443"
+        ))
+        .into());
+    }
+    let provider = ClusterClient::local(global).await?;
+    let step = printer.step(format!("Checking cluster {}", provider.name));
+    let checked = async {
+        let identity = peer::installed(&provider).await?;
+        if consumer.as_ref() == Some(&identity.cluster_id) {
+            return Err(UserError::Refused(format!(
+                "--for {}: that is cluster {} itself; a cluster cannot peer with itself",
+                identity.cluster_id, provider.name
+            ))
+            .into());
+        }
+        let ca = provider.ca_der.clone().ok_or_else(|| {
+            UserError::Config(format!(
+                "the kubeconfig of cluster {} names no certificate authority, and a token pins the \
+                 provider's CA; use a kubeconfig with certificate-authority-data",
+                provider.name
+            ))
+        })?;
+        let fingerprint = identity::check_ca(&ca).map_err(|e| {
+            UserError::Refused(format!(
+                "the CA in the kubeconfig of cluster {} cannot be pinned: {e}",
+                provider.name
+            ))
+        })?;
+        let policy = peer::policy_for(&provider, consumer.as_ref()).await?;
+        let grant =
+            peer::grant_for(&provider, &policy, request.as_ref(), args.require_request).await?;
+        anyhow::Ok((identity, ca, fingerprint, policy, grant))
+    }
+    .await;
+    let (identity, ca, fingerprint, policy, grant) = match checked {
+        Ok(checked) => checked,
+        Err(e) => {
+            step.fail("");
+            return Err(e);
+        }
+    };
+    let id = new_id();
+    let ids = tokens::tenants(&id, args.uses, consumer.as_ref());
+    let tenants: Api<Tenant> = Api::all(provider.client.clone());
+    for t in &ids {
+        let existing = tenants
+            .get_opt(t.as_str())
+            .await
+            .map_err(|e| provider.explain(e, "reading the tenants"))?;
+        if existing.is_some() {
+            step.fail("");
+            return Err(UserError::Refused(format!(
+                "cluster {} already has the tenant {t}; end it with `liqoctl unpeer --tenant {t}` first",
+                provider.name
+            ))
+            .into());
+        }
+    }
+    step.done(format!("grant {}", peer::show(&grant)));
+
+    let plan = Issue {
+        id: &id,
+        ids: &ids,
+        identity: &identity,
+        policy: &policy,
+        request: request.map(|r| r.to_resources()),
+        grant: &grant,
+        lifetime: args.expires,
+    };
+    let mut journal = Journal::default();
+    let (claimable, bootstrap, expires) =
+        match plan.carry_out(&provider, &mut journal, &printer).await {
+            Ok(made) => made,
+            Err(e) => {
+                let step = printer.step("Rolling back what this run created");
+                let left = journal.roll_back(&provider, &provider).await;
+                if left.is_empty() {
+                    step.done("");
+                } else {
+                    step.fail(format!("could not remove {}", left.join(", ")));
+                }
+                return Err(e);
+            }
+        };
+    use base64::Engine as _;
+    let token = PeeringToken {
+        id: id.clone(),
+        provider_cluster_id: identity.cluster_id.clone(),
+        provider_cluster_name: identity.cluster_name.clone(),
+        api_server: args
+            .api_server
+            .clone()
+            .unwrap_or_else(|| provider.server.clone()),
+        ca: base64::engine::general_purpose::STANDARD.encode(&ca),
+        tenants: claimable,
+        consumer: consumer.clone(),
+        expires: expires.as_second(),
+        grant: grant.clone(),
+        cost: policy.cost.clone(),
+        bootstrap,
+    };
+    let text = token.encode();
+    if let Some(format) = args.output.output {
+        return printer.structured(
+            &Generated {
+                id,
+                token: text,
+                expires: expires.to_string(),
+                tenants: ids.iter().map(ToString::to_string).collect(),
+                for_cluster: consumer.map(String::from),
+                grant,
+                api_server: token.api_server,
+                ca_fingerprint: fingerprint,
+            },
+            format,
+        );
+    }
+    printer.info(format!(
+        "Peering token {id} of cluster {} ({}): {} use{}{}, until {expires}.\n\
+         It pins the CA {fingerprint}. Hand it over as you would a password; the consumer runs\n\
+         \x20 liqoctl peer --token-file FILE\n\
+         Revoke it with `liqoctl revoke peering-token {id}`.",
+        identity.cluster_name,
+        identity.cluster_id,
+        ids.len(),
+        if ids.len() == 1 { "" } else { "s" },
+        consumer
+            .as_ref()
+            .map(|c| format!(", by cluster {c} only"))
+            .unwrap_or_default(),
+    ));
+    printer.result(text);
+    Ok(())
+}
+
+/// A token random enough to name its objects: not a secret.
+fn new_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .take(tokens::ID_LEN)
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// What `generate` writes on the provider.
+struct Issue<'a> {
+    id: &'a str,
+    ids: &'a [ClusterId],
+    identity: &'a ClusterIdentity,
+    policy: &'a SharingPolicySpec,
+    request: Option<Resources>,
+    grant: &'a Resources,
+    lifetime: Duration,
+}
+
+impl Issue<'_> {
+    /// The tenants (each owning its objects, so that deleting its record
+    /// removes it whole), then the bootstrap credential, bound to the
+    /// token's anchor Secret. Returns the tenants, the credential and its
+    /// expiry.
+    async fn carry_out(
+        &self,
+        provider: &ClusterClient,
+        journal: &mut Journal,
+        printer: &Printer,
+    ) -> anyhow::Result<(Vec<TokenTenant>, String, Timestamp)> {
+        let step = printer.step(format!(
+            "Creating {} tenant{} on cluster {}",
+            self.ids.len(),
+            if self.ids.len() == 1 { "" } else { "s" },
+            provider.name
+        ));
+        let records: Api<Tenant> = Api::all(provider.client.clone());
+        let mut claimable = Vec::new();
+        for t in self.ids {
+            let mut objects = tenant::manifests(
+                &token::unclaimed(t, self.id, self.identity),
+                self.request.as_ref(),
+                self.grant,
+                self.policy.cost.as_ref(),
+            );
+            objects.extend(token::tenant_account(t, self.id));
+            peer::refuse_foreign(provider, &objects).await?;
+            // The record first: everything else is its dependent.
+            let Some(pos) = objects
+                .iter()
+                .position(|m| matches!(m, Manifest::Tenant(_)))
+            else {
+                anyhow::bail!("invariant: a tenant has a record");
+            };
+            let mut record = objects.remove(pos);
+            if let Manifest::Tenant(r) = &mut record {
+                r.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert(token::TOKEN_LABEL.to_owned(), self.id.to_owned());
+            }
+            journal.apply(Side::Provider, provider, record).await?;
+            let uid = records
+                .get(t.as_str())
+                .await
+                .map_err(|e| provider.explain(e, &format!("reading Tenant {t}")))?
+                .metadata
+                .uid
+                .unwrap_or_default();
+            let owner = token::owner("Tenant", &Tenant::api_version(&()), t.as_str(), &uid);
+            for m in objects {
+                journal
+                    .apply(Side::Provider, provider, m.owned_by(owner.clone()))
+                    .await?;
+            }
+            claimable.push(TokenTenant { id: t.clone(), uid });
+        }
+        step.done("");
+
+        let step = printer.step("Issuing the bootstrap credential");
+        let expires = Timestamp::from_second(
+            Timestamp::now().as_second() + i64::try_from(self.lifetime.as_secs())?,
+        )?;
+        let anchor = objects::bootstrap(self.id);
+        journal
+            .apply(
+                Side::Provider,
+                provider,
+                token::anchor(self.id, self.ids, &expires.to_string()),
+            )
+            .await?;
+        let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), names::NAMESPACE);
+        let anchor_uid = secrets
+            .get(&anchor)
+            .await
+            .map_err(|e| provider.explain(e, &format!("reading Secret {anchor}")))?
+            .metadata
+            .uid
+            .unwrap_or_default();
+        let owner = token::owner("Secret", "v1", &anchor, &anchor_uid);
+        for m in token::bootstrap(self.id, self.ids) {
+            journal
+                .apply(Side::Provider, provider, m.owned_by(owner.clone()))
+                .await?;
+        }
+        let (credential, expires) = mint(
+            provider,
+            &anchor,
+            &anchor,
+            &anchor_uid,
+            self.lifetime.as_secs(),
+        )
+        .await
+        .map_err(|e| provider.explain(e, "issuing the bootstrap credential"))?;
+        step.done(format!("until {expires}"));
+        Ok((claimable, credential, expires))
+    }
+}
+
+/// A credential of ServiceAccount `account` (in `liqo`), bound to Secret
+/// `bound` (`uid`): it stops working when that Secret is deleted. Returns
+/// the credential and when it expires.
+async fn mint(
+    cluster: &ClusterClient,
+    account: &str,
+    bound: &str,
+    uid: &str,
+    seconds: u64,
+) -> Result<(String, Timestamp), kube::Error> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: i64::try_from(seconds).ok(),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Secret".to_owned()),
+                name: Some(bound.to_owned()),
+                uid: Some(uid.to_owned()),
+            }),
+        },
+        ..Default::default()
+    };
+    let issued = accounts
+        .create_token_request(account, &PostParams::default(), &request)
+        .await?;
+    match issued.status {
+        Some(status) => Ok((status.token, status.expiration_timestamp.0)),
+        None => Err(kube::Error::Api(
+            kube::core::Status::failure("the API server returned no token", "NoToken")
+                .with_code(500)
+                .boxed(),
+        )),
+    }
+}
+
+/// One token as its anchor on the provider says.
+#[derive(Debug)]
+struct Held {
+    id: String,
+    expires: Option<Timestamp>,
+    tenants: Vec<ClusterId>,
+}
+
+/// The tokens of a provider, from their anchors.
+async fn held(provider: &ClusterClient) -> anyhow::Result<Vec<Held>> {
+    let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), names::NAMESPACE);
+    let anchors = secrets
+        .list(&ListParams::default().labels(token::TOKEN_LABEL))
+        .await
+        .map_err(|e| provider.explain(e, "listing the peering tokens"))?;
+    Ok(anchors
+        .items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some(tokens::TOKEN_SECRET_TYPE))
+        .filter(|s| ownership::is_ours(&s.metadata))
+        .filter_map(|s| {
+            let id = s.metadata.labels.as_ref()?.get(token::TOKEN_LABEL)?.clone();
+            let annotations = s.metadata.annotations.unwrap_or_default();
+            Some(Held {
+                id,
+                expires: annotations
+                    .get(token::EXPIRES_ANNOTATION)
+                    .and_then(|e| e.parse().ok()),
+                tenants: annotations
+                    .get(token::TENANTS_ANNOTATION)
+                    .map(|t| {
+                        t.split(',')
+                            .filter_map(|t| ClusterId::new(t.to_owned()).ok())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            })
+        })
+        .collect())
+}
+
+pub async fn revoke(
+    args: &RevokePeeringTokenArgs,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let provider = ClusterClient::local(global).await?;
+    let all = held(&provider).await?;
+    let now = Timestamp::now();
+    let chosen: Vec<&Held> = if args.all {
+        all.iter().collect()
+    } else if args.expired {
+        all.iter()
+            .filter(|t| t.expires.is_none_or(|e| e <= now))
+            .collect()
+    } else {
+        let mut chosen = Vec::new();
+        for id in &args.ids {
+            let Some(t) = all.iter().find(|t| &t.id == id) else {
+                let known: Vec<&str> = all.iter().map(|t| t.id.as_str()).collect();
+                return Err(UserError::NotFound(format!(
+                    "cluster {} has no peering token {id}; its tokens: {}",
+                    provider.name,
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ))
+                .into());
+            };
+            chosen.push(t);
+        }
+        chosen
+    };
+    let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), names::NAMESPACE);
+    for t in chosen {
+        let step = printer.step(format!("Revoking peering token {}", t.id));
+        let mut removed = Vec::new();
+        let mut kept = Vec::new();
+        for tenant in &t.tenants {
+            let claimed = secrets
+                .get_opt(&objects::claim(&t.id, tenant))
+                .await
+                .map_err(|e| provider.explain(e, "reading the token's claims"))?
+                .is_some();
+            if claimed {
+                kept.push(tenant.to_string());
+                continue;
+            }
+            // Its objects are the record's dependents: the garbage
+            // collector removes them.
+            let record = tenant::names_of(tenant)
+                .into_iter()
+                .find(|m| matches!(m, Manifest::Tenant(_)));
+            if let Some(record) = record
+                && matches!(
+                    apply::delete(&provider, &record).await?,
+                    Deletion::Deleted { .. }
+                )
+            {
+                removed.push(tenant.to_string());
+            }
+        }
+        let anchor = token::anchor(&t.id, &t.tenants, "");
+        apply::delete(&provider, &anchor).await?;
+        step.done(match (removed.len(), kept.is_empty()) {
+            (0, true) => String::new(),
+            (n, true) => format!("{n} unclaimed tenant(s) removed"),
+            (n, false) => format!(
+                "{n} unclaimed tenant(s) removed; peerings made with it stay: tenant(s) {} \
+                 (end them with `liqoctl unpeer --tenant`)",
+                kept.join(", ")
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `liqoctl peer --token`: the consumer claims a tenant with the token,
+/// mints that tenant's credential, and starts its virtual kubelet, with
+/// its own kubeconfig only.
+pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
+    let text = read_token(args)?;
+    let token = PeeringToken::decode(&text)
+        .map_err(|e| UserError::Usage(format!("the peering token cannot be read: {e}")))?;
+    let now = Timestamp::now();
+    if token.expires <= now.as_second() {
+        return Err(UserError::Refused(format!(
+            "the peering token {} expired at {}; ask the administrator of cluster {} for a new one",
+            token.id,
+            Timestamp::from_second(token.expires).unwrap_or(now),
+            token.provider_cluster_name
+        ))
+        .into());
+    }
+    let ca_der = token
+        .ca_der()
+        .map_err(|e| UserError::Usage(format!("the peering token cannot be read: {e}")))?;
+    let fingerprint = identity::check_ca(&ca_der).map_err(|e| {
+        UserError::Refused(format!("the CA the peering token pins cannot be used: {e}"))
+    })?;
+    let ca_pem = identity::pem(&ca_der);
+    let consumer = ClusterClient::local(global).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
+    let consumer_id = peer::installed(&consumer).await?;
+    if token.provider_cluster_id == consumer_id.cluster_id {
+        return Err(UserError::Refused(format!(
+            "the peering token is cluster {}'s own; a cluster cannot peer with itself",
+            consumer.name
+        ))
+        .into());
+    }
+    if let Some(bound) = &token.consumer
+        && bound != &consumer_id.cluster_id
+    {
+        return Err(UserError::Refused(format!(
+            "the peering token {} is for cluster {bound}, and cluster {} is {}",
+            token.id, consumer.name, consumer_id.cluster_id
+        ))
+        .into());
+    }
+
+    let (tenant, kubeconfig, expiry) =
+        match resumable(&consumer, &token.provider_cluster_id).await? {
+            Some(found) => found,
+            None => {
+                claim_and_mint(
+                    &consumer,
+                    &consumer_id,
+                    &token,
+                    &ca_pem,
+                    &fingerprint,
+                    args,
+                    &printer,
+                )
+                .await?
+            }
+        };
+
+    // From here on, everything on the provider is done as the tenant.
+    let step = printer.step(format!(
+        "Checking cluster {} as tenant {tenant}",
+        token.provider_cluster_name
+    ));
+    let provider =
+        ClusterClient::from_kubeconfig_yaml(&token.provider_cluster_name, &kubeconfig).await?;
+    let provider_id = match check_tenant(&provider, &tenant, &token).await {
+        Ok(id) => id,
+        Err(e) => {
+            step.fail("");
+            return Err(e);
+        }
+    };
+    step.done("");
+
+    let step = printer.step(format!(
+        "Starting the virtual kubelet on cluster {}",
+        consumer.name
+    ));
+    let mut journal = Journal::default();
+    let tenant_namespace = peering::tenant_namespace(&tenant);
+    let started = async {
+        let uid = peer::record(
+            &consumer,
+            &mut journal,
+            &peer::Recorded {
+                provider: &provider_id,
+                request: None,
+                grant: &token.grant,
+                cost: token.cost.as_ref(),
+                expiry: &expiry,
+                tenant_namespace: tenant_namespace.clone(),
+            },
+        )
+        .await?;
+        peer::start_virtual_kubelet(&consumer, &mut journal, &provider_id.cluster_id, &uid).await
+    }
+    .await;
+    if let Err(e) = started {
+        step.fail("");
+        // The identity stays: the same command resumes from it.
+        let left = journal.roll_back(&consumer, &provider).await;
+        for object in left {
+            printer.info(format!("  could not remove {object}"));
+        }
+        return Err(e);
+    }
+    step.done("");
+    let virtual_node = peer::wait_for_virtual_node(
+        &consumer,
+        &provider_id.cluster_id,
+        deadline,
+        args.timeout,
+        &printer,
+    )
+    .await?;
+    let report = peer::Report {
+        consumer: consumer.name.clone(),
+        provider: provider_id.cluster_name.clone(),
+        provider_cluster_id: provider_id.cluster_id.to_string(),
+        grant: token.grant.clone(),
+        cost: token.cost.clone(),
+        certificate_expiry: expiry,
+        tenant_namespace,
+        virtual_node,
+    };
+    peer::print_reports(&[report], args, &printer)
+}
+
+/// The token's text, from `--token` or `--token-file` (`-`: standard input).
+fn read_token(args: &PeerArgs) -> anyhow::Result<String> {
+    if let Some(text) = &args.token {
+        return Ok(text.clone());
+    }
+    let Some(path) = &args.token_file else {
+        return Err(UserError::Usage("pass --token or --token-file".to_owned()).into());
+    };
+    let mut text = String::new();
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text).map(|_| ())
+    } else {
+        std::fs::read_to_string(path).map(|t| text = t)
+    };
+    read.map_err(|e| {
+        UserError::Usage(format!(
+            "--token-file {}: cannot read it: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(text)
+}
+
+/// The identity of an earlier run of a token peering with `provider`,
+/// when there is one of ours: its tenant, kubeconfig and expiry.
+async fn resumable(
+    consumer: &ClusterClient,
+    provider: &ClusterId,
+) -> anyhow::Result<Option<(ClusterId, String, String)>> {
+    let name = peering::identity_secret(provider);
+    let secrets: Api<Secret> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
+    let Some(secret) = secrets
+        .get_opt(&name)
+        .await
+        .map_err(|e| consumer.explain(e, &format!("reading Secret {name}")))?
+        .filter(|s| ownership::is_ours(&s.metadata))
+    else {
+        return Ok(None);
+    };
+    let annotations = secret.metadata.annotations.unwrap_or_default();
+    let Some(tenant) = annotations
+        .get(token::TENANT_ANNOTATION)
+        .and_then(|t| ClusterId::new(t.clone()).ok())
+    else {
+        return Err(UserError::Refused(format!(
+            "cluster {} already peers with {provider} through a certificate; unpeer first to peer \
+             again with a token",
+            consumer.name
+        ))
+        .into());
+    };
+    let expiry = annotations
+        .get(token::EXPIRES_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    let kubeconfig = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kubeconfig"))
+        .and_then(|k| String::from_utf8(k.0.clone()).ok());
+    Ok(kubeconfig.map(|k| (tenant, k, expiry)))
+}
+
+/// With the token's bootstrap credential: checks the provider is the one
+/// the token names, claims the first tenant still free, and mints that
+/// tenant's credential, bound to the claim. The identity Secret is written
+/// at once: it is where a re-run resumes (the claim cannot be made twice).
+async fn claim_and_mint(
+    consumer: &ClusterClient,
+    consumer_id: &ClusterIdentity,
+    token: &PeeringToken,
+    ca_pem: &str,
+    fingerprint: &str,
+    args: &PeerArgs,
+    printer: &Printer,
+) -> anyhow::Result<(ClusterId, String, String)> {
+    let step = printer.step(format!(
+        "Claiming a tenant on cluster {} with token {}",
+        token.provider_cluster_name, token.id
+    ));
+    let outcome = async {
+        let bootstrap_config = identity::kubeconfig_with(
+            token.provider_cluster_id.as_str(),
+            &token.api_server,
+            Some(ca_pem),
+            &objects::bootstrap(&token.id),
+            kube::config::AuthInfo {
+                token: Some(token.bootstrap.clone().into()),
+                ..Default::default()
+            },
+        )?;
+        let bootstrap =
+            ClusterClient::from_kubeconfig_yaml(&token.provider_cluster_name, &bootstrap_config)
+                .await?;
+        let provider_id = peer::installed(&bootstrap)
+            .await
+            .map_err(|e| spent_or(e, token))?;
+        check_provider(&provider_id, token)?;
+        let (tenant, claim_uid) = claim(&bootstrap, token, consumer_id).await?;
+        let lifetime = args.certificate_lifetime.unwrap_or(CREDENTIAL_LIFETIME);
+        let (credential, expires) = mint(
+            &bootstrap,
+            &objects::tenant_account(&tenant.id),
+            &objects::claim(&token.id, &tenant.id),
+            &claim_uid,
+            lifetime,
+        )
+        .await
+        .map_err(|e| bootstrap.explain(e, "minting the tenant's credential"))?;
+        // The last tenant taken: the token has no use left; revoke it now
+        // rather than at its expiry.
+        if token.tenants.last().map(|t| &t.id) == Some(&tenant.id) {
+            let secrets: Api<Secret> = Api::namespaced(bootstrap.client.clone(), names::NAMESPACE);
+            if let Err(error) = secrets
+                .delete(&objects::bootstrap(&token.id), &DeleteParams::background())
+                .await
+            {
+                tracing::debug!(%error, "the spent token could not revoke itself");
+            }
+        }
+        let kubeconfig = identity::token_kubeconfig(
+            token.provider_cluster_id.as_str(),
+            &token.api_server,
+            ca_pem,
+            &peer_user(&tenant.id),
+            &credential,
+        )?;
+        let expiry = expires.to_string();
+        store_identity(consumer, token, &tenant.id, &kubeconfig, &expiry).await?;
+        anyhow::Ok((tenant.id, kubeconfig, expiry))
+    }
+    .await;
+    match outcome {
+        Ok(claimed) => {
+            step.done(format!("tenant {}, CA {fingerprint}", claimed.0));
+            Ok(claimed)
+        }
+        Err(e) => {
+            step.fail("");
+            Err(e)
+        }
+    }
+}
+
+/// A 401 with the bootstrap credential means the token was revoked or has
+/// expired (its anchor deleted when its last tenant was taken, too).
+fn spent_or(e: anyhow::Error, token: &PeeringToken) -> anyhow::Error {
+    let unauthorized = e
+        .downcast_ref::<UserError>()
+        .is_some_and(|u| matches!(u, UserError::Config(m) if m.contains("does not accept")));
+    if unauthorized {
+        return UserError::Refused(format!(
+            "cluster {} does not accept the peering token {}: it was revoked, used up or has \
+             expired; ask its administrator for a new one",
+            token.provider_cluster_name, token.id
+        ))
+        .into();
+    }
+    e
+}
+
+fn check_provider(provider: &ClusterIdentity, token: &PeeringToken) -> anyhow::Result<()> {
+    if provider.cluster_id != token.provider_cluster_id {
+        return Err(UserError::Refused(format!(
+            "the API server at {} is cluster {}, not cluster {} that the peering token names",
+            token.api_server, provider.cluster_id, token.provider_cluster_id
+        ))
+        .into());
+    }
+    if !peer::compatible(&provider.version) {
+        return Err(UserError::Refused(format!(
+            "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
+            token.provider_cluster_name,
+            provider.version,
+            liqo_api::VERSION
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// Creates the claim of the first tenant of the token not yet claimed;
+/// returns it and the claim's UID.
+async fn claim(
+    bootstrap: &ClusterClient,
+    token: &PeeringToken,
+    consumer: &ClusterIdentity,
+) -> anyhow::Result<(TokenTenant, String)> {
+    let secrets: Api<Secret> = Api::namespaced(bootstrap.client.clone(), names::NAMESPACE);
+    for t in &token.tenants {
+        let owner = token::owner("Tenant", &Tenant::api_version(&()), t.id.as_str(), &t.uid);
+        let Manifest::Secret(claim) = token::claim(&token.id, &t.id, consumer).owned_by(owner)
+        else {
+            anyhow::bail!("invariant: a claim is a Secret");
+        };
+        match secrets.create(&PostParams::default(), &claim).await {
+            Ok(created) => return Ok((t.clone(), created.metadata.uid.unwrap_or_default())),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => {
+                return Err(spent_or(bootstrap.explain(e, "claiming a tenant"), token));
+            }
+        }
+    }
+    Err(UserError::Refused(format!(
+        "the peering token {} is used up: {} of {} tenant(s) claimed; ask the administrator of \
+         cluster {} for a new one",
+        token.id,
+        token.tenants.len(),
+        token.tenants.len(),
+        token.provider_cluster_name
+    ))
+    .into())
+}
+
+/// The identity Secret of a token peering on the consumer: the kubeconfig,
+/// and which tenant and token it came from.
+async fn store_identity(
+    consumer: &ClusterClient,
+    token: &PeeringToken,
+    tenant: &ClusterId,
+    kubeconfig: &str,
+    expiry: &str,
+) -> anyhow::Result<()> {
+    let mut secret_labels = common_labels("identity");
+    secret_labels.insert(
+        labels::PEER_CLUSTER_ID.to_owned(),
+        token.provider_cluster_id.to_string(),
+    );
+    let secret: Secret = from_json(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": peering::identity_secret(&token.provider_cluster_id),
+            "namespace": names::NAMESPACE,
+            "labels": secret_labels,
+            "annotations": {
+                token::TENANT_ANNOTATION: tenant.as_str(),
+                token::TOKEN_LABEL: token.id,
+                token::EXPIRES_ANNOTATION: expiry,
+            },
+        },
+        "type": "liqo.io/peer-identity",
+        "stringData": { "kubeconfig": kubeconfig },
+    }));
+    let objects = [Manifest::Secret(secret)];
+    peer::refuse_foreign(consumer, &objects).await?;
+    apply::apply(consumer, &objects[0]).await?;
+    Ok(())
+}
+
+/// The provider's identity, read as the tenant, after checking the
+/// credential acts as that tenant.
+async fn check_tenant(
+    provider: &ClusterClient,
+    tenant: &ClusterId,
+    token: &PeeringToken,
+) -> anyhow::Result<ClusterIdentity> {
+    let reviews: Api<SelfSubjectReview> = Api::all(provider.client.clone());
+    let review = reviews
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(s) if s.code == 401 => UserError::Refused(format!(
+                "cluster {} no longer accepts this peering's credential (its tenant {tenant} was \
+                 ended there); remove it with `liqoctl unpeer --force --cluster-id {}`",
+                provider.name, token.provider_cluster_id
+            ))
+            .into(),
+            other => provider.explain(other, "checking the tenant's credential"),
+        })?;
+    let user = review
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .unwrap_or_default();
+    if user != peer_user(tenant) {
+        return Err(UserError::Refused(format!(
+            "cluster {} knows this peering's credential as {user:?}, not as tenant {tenant}",
+            provider.name
+        ))
+        .into());
+    }
+    let id = peer::installed(provider).await?;
+    check_provider(&id, token)?;
+    Ok(id)
+}
