@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Measures liqoctl peer (until the virtual node is Ready: peer waits for
 # it) and unpeer (until both clusters are clean: unpeer waits for it)
-# between two testbed clusters, beside references on the same clusters in
-# the same run:
+# between two testbed clusters, and the same with a peering token
+# (docs/tokens.md: generate on the provider, then peer --token and unpeer
+# --cluster-id with the consumer's kubeconfig only; the token's unpeer
+# does not wait for the provider's garbage collector), beside references
+# on the same clusters in the same run:
 #   - for peer: a namespace, a ServiceAccount, its RoleBinding and
 #     ClusterRoleBinding and a Deployment of the gateway's image on the
 #     host-process node, applied with `kubectl apply --server-side` and
@@ -54,6 +57,27 @@ peer() {
 }
 unpeer() {
   "$liqoctl" --kubeconfig "$consumer" unpeer --remote-kubeconfig "$provider" --timeout 120
+}
+
+token_generate() {
+  "$liqoctl" --kubeconfig "$provider" generate peering-token --cpu 2 --memory 1Gi --pods 10 \
+    >"$dir/token" 2>/dev/null
+}
+token_peer() {
+  "$liqoctl" --kubeconfig "$consumer" peer --token-file "$dir/token" --timeout 120
+}
+token_unpeer() {
+  "$liqoctl" --kubeconfig "$consumer" unpeer --cluster-id provider --timeout 120
+}
+# The provider's garbage collector removing a token tenant, untimed: the
+# next run starts from a clean provider.
+tenants_gone() {
+  for _ in $(seq 120); do
+    [ -z "$("$kubectl" --kubeconfig "$provider" get tenants -o name)" ] && return 0
+    sleep 1
+  done
+  echo "the token tenant is still on the provider" >&2
+  return 1
 }
 
 # The reference agent: the gateway's image under its own account, in its
@@ -117,16 +141,23 @@ empty_namespace_delete() {
   awk "BEGIN { printf \"%.2f\", $end - $start }" > "$dir/empty.time"
 }
 
-printf '%-4s | %-10s %-10s | %-22s %-22s\n' run peer unpeer "ref: apply+wait agent" "ref: delete empty ns"
+printf '%-4s | %-10s %-10s | %-10s %-13s %-13s | %-22s %-22s\n' run peer unpeer \
+  "generate" "peer --token" "unpeer (tok)" "ref: apply+wait agent" "ref: delete empty ns"
 for i in $(seq "$runs"); do
   peer_time=$(seconds peer)
   # Untimed: the virtual node peer waited for is Ready indeed.
   "$kubectl" --kubeconfig "$consumer" wait node/liqo-provider --for condition=Ready --timeout 0s >/dev/null
   unpeer_time=$(seconds unpeer)
+  generate_time=$(seconds token_generate)
+  token_peer_time=$(seconds token_peer)
+  "$kubectl" --kubeconfig "$consumer" wait node/liqo-provider --for condition=Ready --timeout 0s >/dev/null
+  token_unpeer_time=$(seconds token_unpeer)
+  tenants_gone
   ref_start=$(seconds reference_start)
   seconds reference_remove >/dev/null
   # Only the delete is timed, not the create before it.
   seconds empty_namespace_delete >/dev/null
   ref_delete="$(cat "$dir/empty.time")s"
-  printf '%-4s | %-10s %-10s | %-22s %-22s\n' "$i" "$peer_time" "$unpeer_time" "$ref_start" "$ref_delete"
+  printf '%-4s | %-10s %-10s | %-10s %-13s %-13s | %-22s %-22s\n' "$i" "$peer_time" "$unpeer_time" \
+    "$generate_time" "$token_peer_time" "$token_unpeer_time" "$ref_start" "$ref_delete"
 done

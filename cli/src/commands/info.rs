@@ -31,6 +31,8 @@ struct Info {
     agents: Vec<Agent>,
     peerings: Vec<Peering>,
     offloaded_namespaces: Vec<Offloaded>,
+    /// The peering tokens this cluster issued that are not revoked.
+    peering_tokens: Vec<crate::commands::token::TokenView>,
 }
 
 #[derive(Serialize, Debug)]
@@ -141,6 +143,7 @@ pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyh
         agents: agents(&cluster).await?,
         peerings: peerings(&cluster).await?,
         offloaded_namespaces: offloaded(&cluster).await?,
+        peering_tokens: crate::commands::token::tokens_of(&cluster).await?,
     };
     if let Some(format) = args.output.output {
         return printer.structured(&info, format);
@@ -439,6 +442,28 @@ fn render(info: &Info) -> String {
         }
         out.push_str(&format!("\n{offloaded}"));
     }
+    if !info.peering_tokens.is_empty() {
+        let mut tokens = table(&["Peering token", "Expires", "Tenant", "Claimed by"]);
+        for t in &info.peering_tokens {
+            for (i, tenant) in t.tenants.iter().enumerate() {
+                let head = if i == 0 {
+                    let expires = if t.expired {
+                        format!("{} (expired)", t.expires)
+                    } else {
+                        t.expires.clone()
+                    };
+                    vec![t.id.clone(), expires]
+                } else {
+                    vec![String::new(), String::new()]
+                };
+                let mut row = head;
+                row.push(tenant.tenant.clone());
+                row.push(tenant.claimed_by.clone().unwrap_or_else(|| "-".into()));
+                tokens.add_row(row);
+            }
+        }
+        out.push_str(&format!("\n\n{tokens}"));
+    }
     out
 }
 
@@ -584,6 +609,7 @@ mod tests {
             },
             agents: Vec::new(),
             peerings: Vec::new(),
+            peering_tokens: Vec::new(),
             offloaded_namespaces: vec![Offloaded {
                 namespace: "shop".into(),
                 pod_offloading_strategy: "Remote".into(),

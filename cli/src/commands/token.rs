@@ -364,6 +364,66 @@ async fn mint(
     }
 }
 
+/// A peering token of this cluster, as `liqoctl info` shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TokenView {
+    pub id: String,
+    pub expires: String,
+    pub expired: bool,
+    /// Each tenant of the token and the consumer that claimed it, if any.
+    pub tenants: Vec<TenantView>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TenantView {
+    pub tenant: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claimed_by: Option<String>,
+}
+
+/// The peering tokens of `provider` not revoked yet, with who claimed what.
+pub(crate) async fn tokens_of(provider: &ClusterClient) -> anyhow::Result<Vec<TokenView>> {
+    let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), names::NAMESPACE);
+    let claims = secrets
+        .list(&ListParams::default().labels(token::TOKEN_LABEL))
+        .await
+        .map_err(|e| provider.explain(e, "listing the peering tokens' claims"))?
+        .items;
+    let claimed_by = |id: &str, tenant: &ClusterId| {
+        let name = objects::claim(id, tenant);
+        claims
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+            .and_then(|c| {
+                c.metadata
+                    .labels
+                    .as_ref()?
+                    .get(labels::PEER_CLUSTER_ID)
+                    .cloned()
+            })
+    };
+    let now = Timestamp::now();
+    Ok(held(provider)
+        .await?
+        .into_iter()
+        .map(|t| TokenView {
+            expires: t.expires.map(|e| e.to_string()).unwrap_or_default(),
+            expired: t.expires.is_none_or(|e| e <= now),
+            tenants: t
+                .tenants
+                .iter()
+                .map(|tenant| TenantView {
+                    tenant: tenant.to_string(),
+                    claimed_by: claimed_by(&t.id, tenant),
+                })
+                .collect(),
+            id: t.id,
+        })
+        .collect())
+}
+
 /// One token as its anchor on the provider says.
 #[derive(Debug)]
 struct Held {

@@ -165,6 +165,61 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
     let allowed = liqo_e2e::least_privilege_probe(&peer, &tenant_ns).await?;
     assert!(allowed >= 5);
 
+    // Offloading works through the token peering as through a
+    // certificate: the twin namespace is the tenant's, the pod runs there.
+    Api::<Namespace>::all(consumer_client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": "shop" } }))?,
+        )
+        .await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "offload",
+            "namespace",
+            "shop",
+            "--pod-offloading-strategy=Remote",
+            "--wait",
+            "--timeout=60",
+        ],
+    )
+    .success();
+    let tenant = tenant_ns
+        .strip_prefix("liqo-tenant-")
+        .context("tenant")?
+        .to_owned();
+    let twin = Api::<Namespace>::all(provider_client.clone())
+        .get("shop-consumer")
+        .await?;
+    assert_eq!(
+        twin.metadata.labels.unwrap_or_default()[names::labels::TENANT],
+        tenant
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "web", "namespace": "shop" },
+        "spec": { "containers": [{ "name": "web", "image": "nginx" }] },
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(consumer_client.clone(), "shop");
+    pods.create(&PostParams::default(), &pod).await?;
+    wait_for("the offloaded pod Running", Duration::from_secs(60), || {
+        let pods = pods.clone();
+        async move {
+            Ok(pods
+                .get("web")
+                .await?
+                .status
+                .and_then(|s| s.phase)
+                .as_deref()
+                == Some("Running"))
+        }
+    })
+    .await?;
+    let remote = Api::<Pod>::namespaced(provider_client.clone(), "shop-consumer")
+        .list(&ListParams::default())
+        .await?;
+    assert_eq!(remote.items.len(), 1, "one remote pod");
+
     // A second run resumes: nothing changes, nothing is claimed again.
     liqoctl(
         Some(consumer.kubeconfig_path()),
@@ -192,12 +247,22 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
     let out = liqoctl(Some(provider.kubeconfig_path()), &["info", "-o", "json"]).success();
     assert!(out.stdout.contains(&tenant_ns), "{}", out.stdout);
 
-    // Unpeer with the consumer's kubeconfig only.
-    liqoctl(
+    // Unpeer with the consumer's kubeconfig only: refused while a
+    // namespace is offloaded, then forced (its twin goes too).
+    let out = liqoctl(
         Some(consumer.kubeconfig_path()),
         &["unpeer", "--cluster-id", "provider-1"],
     )
+    .user_error(6);
+    assert!(out.error_line().contains("shop"), "{}", out.stderr);
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--cluster-id", "provider-1", "--force"],
+    )
     .success();
+    Api::<Namespace>::all(consumer_client.clone())
+        .delete("shop", &Default::default())
+        .await?;
     let stable = |s: BTreeSet<String>| -> BTreeSet<String> {
         // Service account token Secrets and the like come and go with
         // the clusters' controllers, not with us.
