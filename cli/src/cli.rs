@@ -64,7 +64,11 @@ pub enum Command {
         With --remote-kubeconfig, liqoctl does the provider's side itself with those credentials: \
         a tenant namespace, least-privilege RBAC and a ResourceQuota for the consumer's x509 \
         identity (its key never leaves the consumer), and a Tenant record. The grant follows the \
-        provider's sharing policy. Each step can be re-run; a failed run removes what it created."
+        provider's sharing policy. Each step can be re-run; a failed run removes what it created.\n\n\
+        With --token-file, the consumer peers with its own kubeconfig only (see `liqoctl generate \
+        peering-token`). Where neither is possible at once, `peer request`, `peer accept` and \
+        `peer complete` exchange files instead.",
+        args_conflicts_with_subcommands = true
     )]
     Peer(PeerArgs),
     /// End a peering: remove the virtual node and everything the peering made on both clusters.
@@ -186,6 +190,8 @@ pub struct RemoteArgs {
 
 #[derive(Args, Debug)]
 pub struct PeerArgs {
+    #[command(subcommand)]
+    pub exchange: Option<PeerExchange>,
     #[command(flatten)]
     pub remote: RemoteArgs,
     /// A peering token from the provider's administrator (`liqoctl generate
@@ -221,6 +227,68 @@ pub struct PeerArgs {
     /// resources, with the same request.
     #[arg(long)]
     pub bidirectional: bool,
+    /// How long to wait for the virtual node to be ready, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Peering through files, for administrators who cannot act at once
+/// (docs/tokens.md, "Peering through files").
+#[derive(Subcommand, Debug)]
+pub enum PeerExchange {
+    /// On the consumer: write a peering request (a certificate request for
+    /// this cluster's identity; its key stays here) to hand to the provider.
+    Request(PeerRequestArgs),
+    /// On the provider: accept a request file: create the tenant, sign the
+    /// consumer's certificate, and write the response to hand back.
+    Accept(PeerAcceptArgs),
+    /// On the consumer: complete the peering with the provider's response.
+    Complete(PeerCompleteArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PeerRequestArgs {
+    /// Where to write the request (`-`: standard output).
+    #[arg(long, short = 'f', value_name = "FILE", default_value = "-")]
+    pub file: PathBuf,
+    /// CPU to ask for (e.g. 2, 500m); by default what the provider's policy offers.
+    #[arg(long, value_name = "QUANTITY")]
+    pub cpu: Option<String>,
+    /// Memory to ask for (e.g. 4Gi).
+    #[arg(long, value_name = "QUANTITY")]
+    pub memory: Option<String>,
+    /// Pods to ask for.
+    #[arg(long, value_name = "COUNT")]
+    pub pods: Option<String>,
+    /// Ask the provider to refuse rather than grant less than asked.
+    #[arg(long)]
+    pub require_request: bool,
+    /// Ask for a certificate valid this many seconds (at least 600).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(600..))]
+    pub certificate_lifetime: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct PeerAcceptArgs {
+    /// The consumer's request file (`-`: standard input).
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub file: PathBuf,
+    /// Where to write the response (`-`: standard output).
+    #[arg(long, value_name = "FILE", default_value = "-")]
+    pub response_file: PathBuf,
+    /// The API server address the consumer reaches this cluster at; by
+    /// default the kubeconfig's.
+    #[arg(long, value_name = "URL")]
+    pub api_server: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct PeerCompleteArgs {
+    /// The provider's response file (`-`: standard input).
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub file: PathBuf,
     /// How long to wait for the virtual node to be ready, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,

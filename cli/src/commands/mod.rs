@@ -1,6 +1,7 @@
 //! One module per verb, each with one async entry point.
 
 pub mod completion;
+pub mod exchange;
 pub mod info;
 pub mod install;
 pub mod offload;

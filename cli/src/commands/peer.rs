@@ -48,6 +48,9 @@ pub(crate) struct Report {
 }
 
 pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
+    if let Some(exchange) = &args.exchange {
+        return crate::commands::exchange::run(exchange, global, printer).await;
+    }
     if args.token.is_some() || args.token_file.is_some() {
         return crate::commands::token::peer(args, global, printer).await;
     }
@@ -70,16 +73,16 @@ pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyh
     if args.bidirectional {
         reports.push(peer_one(&remote, &local, request.as_ref(), args, &printer, deadline).await?);
     }
-    print_reports(&reports, args, &printer)
+    print_reports(&reports, args.output.output, &printer)
 }
 
 /// What `peer` prints: the reports as asked, else a line each.
 pub(crate) fn print_reports(
     reports: &[Report],
-    args: &PeerArgs,
+    output: Option<crate::cli::OutputFormat>,
     printer: &Printer,
 ) -> anyhow::Result<()> {
-    if let Some(format) = args.output.output {
+    if let Some(format) = output {
         return match reports {
             [one] => printer.structured(one, format),
             all => printer.structured(&all, format),
@@ -250,15 +253,15 @@ fn node_ready(node: &Node) -> bool {
 }
 
 /// Everything decided before anything is written.
-struct Plan {
+pub(crate) struct Plan {
     /// Issue a new certificate whatever the current one's state.
     renew: bool,
     certificate_lifetime: Option<u64>,
     consumer_id: ClusterIdentity,
-    provider_id: ClusterIdentity,
-    policy: SharingPolicySpec,
+    pub provider_id: ClusterIdentity,
+    pub policy: SharingPolicySpec,
     request: Option<Resources>,
-    grant: Resources,
+    pub grant: Resources,
 }
 
 impl Plan {
@@ -269,24 +272,56 @@ impl Plan {
         args: &PeerArgs,
     ) -> anyhow::Result<Self> {
         let consumer_id = installed(consumer).await?;
+        if !compatible(&consumer_id.version) {
+            return Err(UserError::Refused(format!(
+                "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
+                consumer.name,
+                consumer_id.version,
+                liqo_api::VERSION
+            ))
+            .into());
+        }
+        Self::for_consumer(
+            consumer_id,
+            &consumer.name,
+            provider,
+            request,
+            args.require_request,
+            args.certificate_lifetime,
+        )
+        .await
+        .map(|plan| Self {
+            renew: args.renew,
+            ..plan
+        })
+    }
+
+    /// What `provider` grants the consumer `consumer_id` (called
+    /// `consumer_name` in messages), checked as `make` checks it.
+    pub(crate) async fn for_consumer(
+        consumer_id: ClusterIdentity,
+        consumer_name: &str,
+        provider: &ClusterClient,
+        request: Option<&Amounts>,
+        require_request: bool,
+        certificate_lifetime: Option<u64>,
+    ) -> anyhow::Result<Self> {
         let provider_id = installed(provider).await?;
         if consumer_id.cluster_id == provider_id.cluster_id {
             return Err(UserError::Refused(format!(
                 "cluster {} and cluster {} are the same cluster ({}); a cluster cannot peer with itself",
-                consumer.name, provider.name, consumer_id.cluster_id
+                consumer_name, provider.name, consumer_id.cluster_id
             ))
             .into());
         }
-        for (cluster, id) in [(consumer, &consumer_id), (provider, &provider_id)] {
-            if !compatible(&id.version) {
-                return Err(UserError::Refused(format!(
-                    "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
-                    cluster.name,
-                    id.version,
-                    liqo_api::VERSION
-                ))
-                .into());
-            }
+        if !compatible(&provider_id.version) {
+            return Err(UserError::Refused(format!(
+                "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
+                provider.name,
+                provider_id.version,
+                liqo_api::VERSION
+            ))
+            .into());
         }
 
         let policy = policy_for(provider, Some(&consumer_id.cluster_id)).await?;
@@ -303,10 +338,10 @@ impl Plan {
             ))
             .into());
         }
-        let grant = grant_for(provider, &policy, request, args.require_request).await?;
+        let grant = grant_for(provider, &policy, request, require_request).await?;
         Ok(Self {
-            renew: args.renew,
-            certificate_lifetime: args.certificate_lifetime,
+            renew: false,
+            certificate_lifetime,
             consumer_id,
             provider_id,
             policy,
@@ -323,19 +358,7 @@ impl Plan {
         journal: &mut Journal,
         printer: &Printer,
     ) -> anyhow::Result<String> {
-        let step = printer.step(format!("Creating the tenant on cluster {}", provider.name));
-        let objects = tenant::manifests(
-            &self.consumer_id,
-            self.request.as_ref(),
-            &self.grant,
-            self.policy.cost.as_ref(),
-        );
-        refuse_foreign(provider, &objects).await?;
-        for m in objects {
-            journal.apply(Side::Provider, provider, m).await?;
-        }
-        self.tenant_status(provider).await?;
-        step.done(peering::tenant_namespace(&self.consumer_id.cluster_id));
+        self.provide(provider, journal, printer).await?;
 
         let step = printer.step(format!(
             "Issuing the identity of cluster {} on cluster {}",
@@ -364,6 +387,29 @@ impl Plan {
         start_virtual_kubelet(consumer, journal, &self.provider_id.cluster_id, &uid).await?;
         step.done("");
         Ok(expiry)
+    }
+
+    /// The provider's side: the tenant, and its record of the grant.
+    pub(crate) async fn provide(
+        &self,
+        provider: &ClusterClient,
+        journal: &mut Journal,
+        printer: &Printer,
+    ) -> anyhow::Result<()> {
+        let step = printer.step(format!("Creating the tenant on cluster {}", provider.name));
+        let objects = tenant::manifests(
+            &self.consumer_id,
+            self.request.as_ref(),
+            &self.grant,
+            self.policy.cost.as_ref(),
+        );
+        refuse_foreign(provider, &objects).await?;
+        for m in objects {
+            journal.apply(Side::Provider, provider, m).await?;
+        }
+        self.tenant_status(provider).await?;
+        step.done(peering::tenant_namespace(&self.consumer_id.cluster_id));
+        Ok(())
     }
 
     /// The provider's record says what was granted, and when.
@@ -417,35 +463,7 @@ impl Plan {
         }
 
         let request = identity::request(&user)?;
-        let csr_name = format!("liqo-peer-{}", self.consumer_id.cluster_id);
-        let csrs: Api<CertificateSigningRequest> = Api::all(provider.client.clone());
-        let explain = |e| provider.explain(e, &format!("requesting a certificate ({csr_name})"));
-        // A CSR of an earlier, interrupted run: its key is gone, start over.
-        if csrs.get_opt(&csr_name).await.map_err(explain)?.is_some() {
-            csrs.delete(&csr_name, &DeleteParams::default())
-                .await
-                .map_err(explain)?;
-        }
-        use base64::Engine as _;
-        let csr: CertificateSigningRequest = from_json(json!({
-            "apiVersion": "certificates.k8s.io/v1",
-            "kind": "CertificateSigningRequest",
-            "metadata": { "name": csr_name, "labels": common_labels("identity") },
-            "spec": {
-                "request": base64::engine::general_purpose::STANDARD.encode(&request.csr_pem),
-                "signerName": "kubernetes.io/kube-apiserver-client",
-                "usages": ["digital signature", "client auth"],
-                "expirationSeconds": self.certificate_lifetime,
-            },
-        }));
-        csrs.create(&PostParams::default(), &csr)
-            .await
-            .map_err(explain)?;
-        let outcome = self.approve_and_fetch(provider, &csrs, &csr_name).await;
-        // The CSR has served its purpose either way; the certificate is
-        // kept on the consumer only.
-        let _ = csrs.delete(&csr_name, &DeleteParams::default()).await;
-        let cert_pem = outcome?;
+        let cert_pem = self.sign(provider, &request.csr_pem).await?;
         let checked = identity::check(cert_pem.as_bytes(), &user, provider.ca_der.as_deref(), &request.key_pem)
             .map_err(|e| {
                 UserError::Refused(format!(
@@ -478,6 +496,45 @@ impl Plan {
             .apply(Side::Consumer, consumer, Manifest::Secret(secret))
             .await?;
         Ok(checked.not_after)
+    }
+
+    /// Has `provider` sign `csr_pem` for the consumer's user: creates the
+    /// CSR, approves it with the provider's credentials, fetches the
+    /// certificate, and deletes the CSR. The caller checks the result.
+    pub(crate) async fn sign(
+        &self,
+        provider: &ClusterClient,
+        csr_pem: &str,
+    ) -> anyhow::Result<String> {
+        let csr_name = format!("liqo-peer-{}", self.consumer_id.cluster_id);
+        let csrs: Api<CertificateSigningRequest> = Api::all(provider.client.clone());
+        let explain = |e| provider.explain(e, &format!("requesting a certificate ({csr_name})"));
+        // A CSR of an earlier, interrupted run: its key is gone, start over.
+        if csrs.get_opt(&csr_name).await.map_err(explain)?.is_some() {
+            csrs.delete(&csr_name, &DeleteParams::default())
+                .await
+                .map_err(explain)?;
+        }
+        use base64::Engine as _;
+        let csr: CertificateSigningRequest = from_json(json!({
+            "apiVersion": "certificates.k8s.io/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": { "name": csr_name, "labels": common_labels("identity") },
+            "spec": {
+                "request": base64::engine::general_purpose::STANDARD.encode(csr_pem),
+                "signerName": "kubernetes.io/kube-apiserver-client",
+                "usages": ["digital signature", "client auth"],
+                "expirationSeconds": self.certificate_lifetime,
+            },
+        }));
+        csrs.create(&PostParams::default(), &csr)
+            .await
+            .map_err(explain)?;
+        let outcome = self.approve_and_fetch(provider, &csrs, &csr_name).await;
+        // The CSR has served its purpose either way; the certificate is
+        // kept on the consumer only.
+        let _ = csrs.delete(&csr_name, &DeleteParams::default()).await;
+        outcome
     }
 
     async fn approve_and_fetch(

@@ -206,7 +206,7 @@ pub async fn generate(
 }
 
 /// A token random enough to name its objects: not a secret.
-fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     uuid::Uuid::new_v4()
         .as_bytes()
@@ -671,7 +671,7 @@ pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> any
         tenant_namespace,
         virtual_node,
     };
-    peer::print_reports(&[report], args, &printer)
+    peer::print_reports(&[report], args.output.output, &printer)
 }
 
 /// The token's text, from `--token` or `--token-file` (`-`: standard input).

@@ -27,6 +27,34 @@ pub fn request(user: &str) -> anyhow::Result<Request> {
     })
 }
 
+/// Checks a CSR that came from elsewhere (a request file) before anyone
+/// approves it: a PEM request whose self-signature verifies, whose
+/// subject is exactly `CN=<user>` (no Organization: no group), and that
+/// asks for no extension (no names, no usages of its own).
+pub fn check_request(csr_pem: &str, user: &str) -> Result<(), String> {
+    let (_, pem) = parse_x509_pem(csr_pem.as_bytes())
+        .map_err(|_| "it is not a PEM certificate request".to_owned())?;
+    let (_, csr) = X509CertificationRequest::from_der(&pem.contents)
+        .map_err(|e| format!("it is not a certificate request: {e}"))?;
+    csr.verify_signature()
+        .map_err(|_| "its signature does not verify".to_owned())?;
+    let subject = &csr.certification_request_info.subject;
+    let cns: Vec<&str> = subject
+        .iter_common_name()
+        .filter_map(|a| a.as_str().ok())
+        .collect();
+    if cns != [user] || subject.iter_attributes().count() != 1 {
+        return Err(format!("its subject is {subject}, not CN={user}"));
+    }
+    if csr
+        .requested_extensions()
+        .is_some_and(|mut e| e.next().is_some())
+    {
+        return Err("it asks for extensions".to_owned());
+    }
+    Ok(())
+}
+
 /// Why an issued certificate is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum CertificateError {
@@ -268,6 +296,31 @@ mod tests {
         let issuer = rcgen::Issuer::new(ca_params, &ca_key);
         let cert = params.signed_by(key, &issuer).expect("cert");
         (ca.der().to_vec(), cert.pem())
+    }
+
+    #[test]
+    fn requests_are_checked_before_approval() {
+        let good = request("liqo.io:peer:home").expect("request");
+        assert_eq!(check_request(&good.csr_pem, "liqo.io:peer:home"), Ok(()));
+        let other = check_request(&good.csr_pem, "liqo.io:peer:elsewhere");
+        assert!(other.is_err_and(|e| e.contains("subject")));
+        // A group smuggled in as an Organization.
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "liqo.io:peer:home");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:masters");
+        let csr = params
+            .serialize_request(&key)
+            .expect("csr")
+            .pem()
+            .expect("pem");
+        assert!(check_request(&csr, "liqo.io:peer:home").is_err());
+        assert!(check_request("not a csr", "liqo.io:peer:home").is_err());
     }
 
     #[test]

@@ -631,6 +631,122 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_through_request_and_response_files() -> Result<()> {
+    let testbed = liqo_e2e::consumer_and_provider().await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    install_both(consumer, provider);
+    let provider_client = provider.client().await?;
+    let dir = tempfile::tempdir()?;
+    let path = |name: &str| -> Result<String> {
+        Ok(dir.path().join(name).to_str().context("path")?.to_owned())
+    };
+    let (request, response) = (path("request.json")?, path("response.json")?);
+
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "request", "--file", &request, "--cpu=1", "--pods=5"],
+    )
+    .success();
+    let text = std::fs::read_to_string(&request)?;
+    assert!(!text.contains("PRIVATE KEY"), "the key left the consumer");
+    let provider_before = snapshot(&provider_client).await?;
+
+    // A request altered on the way (another cluster's name in it) is
+    // refused before anything is written on the provider.
+    let mut altered: serde_json::Value = serde_json::from_str(&text)?;
+    altered["consumer"]["clusterId"] = json!("someone-else");
+    let altered_path = path("altered.json")?;
+    std::fs::write(&altered_path, altered.to_string())?;
+    let out = liqoctl(
+        Some(provider.kubeconfig_path()),
+        &[
+            "peer",
+            "accept",
+            "--file",
+            &altered_path,
+            "--response-file",
+            &response,
+        ],
+    )
+    .user_error(6);
+    assert!(out.error_line().contains("subject"), "{}", out.stderr);
+    assert_eq!(snapshot(&provider_client).await?, provider_before);
+
+    liqoctl(
+        Some(provider.kubeconfig_path()),
+        &[
+            "peer",
+            "accept",
+            "--file",
+            &request,
+            "--response-file",
+            &response,
+        ],
+    )
+    .success();
+    let answer: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&response)?)?;
+    assert_eq!(answer["kind"], "PeeringResponse");
+    assert_eq!(answer["grant"]["cpu"], "1");
+    assert!(!answer.to_string().contains("PRIVATE KEY"));
+
+    // A second request replaces the first: its response no longer fits.
+    let newer = path("newer.json")?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "request", "--file", &newer],
+    )
+    .success();
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "complete", "--file", &response],
+    )
+    .user_error(6);
+    assert!(
+        out.error_line().contains("pending request"),
+        "{}",
+        out.stderr
+    );
+    // Accepting the newer one (the tenant exists: accept is idempotent)
+    // and completing with it peers.
+    liqoctl(
+        Some(provider.kubeconfig_path()),
+        &[
+            "peer",
+            "accept",
+            "--file",
+            &newer,
+            "--response-file",
+            &response,
+        ],
+    )
+    .success();
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "complete", "--file", &response, "-o", "json"],
+    )
+    .success();
+    let report: serde_json::Value = serde_json::from_str(&out.stdout)?;
+    assert_eq!(report["virtualNode"], "liqo-provider-1");
+    assert_eq!(report["tenantNamespace"], "liqo-tenant-consumer-1");
+    // The pending key is gone: it lives in the identity Secret only.
+    let pending = Api::<Secret>::namespaced(consumer.client().await?, names::NAMESPACE)
+        .get_opt("liqo-peering-request")
+        .await?;
+    assert!(pending.is_none());
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "unpeer",
+            "--remote-kubeconfig",
+            provider.kubeconfig_path().to_str().context("path")?,
+        ],
+    )
+    .success();
+    Ok(())
+}
+
 /// A CSR for another tenant's user: what a token holder would like to
 /// have signed (the API server itself refuses `system:masters` for this
 /// signer, even to an administrator).
