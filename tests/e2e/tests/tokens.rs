@@ -611,12 +611,45 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
         &["revoke", "peering-token", "nosuch00"],
     )
     .user_error(7);
+    // The provider takes the credential back alone: it stops working.
+    let identity = Api::<Secret>::namespaced(consumer.client().await?, names::NAMESPACE)
+        .get(&peering::identity_secret(&liqo_api::ClusterId::new(
+            "provider-1",
+        )?))
+        .await?;
+    let kubeconfig = identity
+        .data
+        .and_then(|d| d.get("kubeconfig").cloned())
+        .context("kubeconfig")?;
+    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&kubeconfig.0)?)?;
+    let peer = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?,
+    )?;
+    liqoctl(
+        Some(provider.kubeconfig_path()),
+        &["unpeer", "--tenant", first.as_str(), "--yes"],
+    )
+    .success();
+    wait_for(
+        "the tenant's credential to stop working",
+        Duration::from_secs(30),
+        || {
+            let peer = peer.clone();
+            async move {
+                let maps: Api<ConfigMap> = Api::namespaced(peer, names::NAMESPACE);
+                Ok(code(&maps.get(names::IDENTITY_CONFIGMAP).await) == Some(401))
+            }
+        },
+    )
+    .await?;
+    // The consumer then cleans its side alone, told why.
     let out = liqoctl(
         Some(consumer.kubeconfig_path()),
         &["unpeer", "--cluster-id", "provider-1"],
     )
     .success();
     assert!(out.stdout.contains("no longer peers"), "{}", out.stdout);
+    assert!(out.stderr.contains("ended the tenancy"), "{}", out.stderr);
     let path = save(&dir, "again", &text)?;
     let out = liqoctl(
         Some(consumer.kubeconfig_path()),
