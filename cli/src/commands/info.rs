@@ -231,8 +231,61 @@ async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<Peering>> {
         .into_iter()
         .map(|fc| outgoing(fc, &nodes))
         .collect();
-    out.extend(tenants.into_iter().map(incoming));
+    let claims = token_claims(cluster).await;
+    out.extend(tenants.into_iter().map(|t| {
+        let token = t
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::peering::token::TOKEN_LABEL))
+            .cloned();
+        let mut p = incoming(t);
+        if let Some(token) = token {
+            // A tenant made for a token: its consumer is whoever claimed it.
+            match claims.get(&p.cluster_id) {
+                Some(name) => p.name = name.clone(),
+                None => {
+                    p.name = "(unclaimed)".to_owned();
+                    p.conditions.push(ConditionView {
+                        type_: "Claimed".to_owned(),
+                        status: "False".to_owned(),
+                        reason: "WaitingForConsumer".to_owned(),
+                        message: format!("no consumer has used peering token {token} yet"),
+                    });
+                }
+            }
+        }
+        p
+    }));
     Ok(out)
+}
+
+/// The tenants claimed with peering tokens, and the name of the cluster
+/// that claimed each (from the claim Secrets; none when they cannot be
+/// read with these credentials).
+async fn token_claims(cluster: &ClusterClient) -> std::collections::BTreeMap<String, String> {
+    use k8s_openapi::api::core::v1::Secret;
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    let Ok(list) = secrets
+        .list(&ListParams::default().labels(crate::peering::token::TOKEN_LABEL))
+        .await
+    else {
+        return Default::default();
+    };
+    list.items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some(liqo_api::token::CLAIM_SECRET_TYPE))
+        .filter_map(|s| {
+            let tenant = s
+                .metadata
+                .labels
+                .as_ref()?
+                .get(crate::peering::token::TENANT_ANNOTATION)?
+                .clone();
+            let name = s.data.as_ref()?.get("clusterName")?;
+            Some((tenant, String::from_utf8_lossy(&name.0).into_owned()))
+        })
+        .collect()
 }
 
 fn outgoing(fc: ForeignCluster, nodes: &[Node]) -> Peering {

@@ -499,6 +499,14 @@ pub async fn revoke(
         }
         chosen
     };
+    if chosen.is_empty() {
+        printer.info(format!(
+            "Cluster {} has no {}peering tokens.",
+            provider.name,
+            if args.expired { "expired " } else { "" }
+        ));
+        return Ok(());
+    }
     let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), names::NAMESPACE);
     for t in chosen {
         let step = printer.step(format!("Revoking peering token {}", t.id));
