@@ -50,6 +50,12 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
         Command::SharingPolicy(command) => {
             commands::sharing_policy::run(command, &cli.global, printer).await
         }
+        Command::Discover(args) => commands::discover::run(args, printer).await,
+        Command::Generate(command) => match command {
+            cli::Generate::DnsRecords(args) => {
+                commands::generate_dns::run(args, &cli.global, printer).await
+            }
+        },
         Command::Version(args) => commands::version::run(args, &cli.global, printer).await,
         Command::Completion(args) => {
             commands::completion::run(args);
