@@ -249,13 +249,13 @@ impl ClusterRecord {
                 );
             }
         }
-        let mut take = |key: &'static str| fields.remove(key).ok_or(DiscoveryError::MissingKey(key));
-        let cluster_id = ClusterId::new(take(txt_keys::ID)?).map_err(|source| {
-            DiscoveryError::BadValue {
+        let mut take =
+            |key: &'static str| fields.remove(key).ok_or(DiscoveryError::MissingKey(key));
+        let cluster_id =
+            ClusterId::new(take(txt_keys::ID)?).map_err(|source| DiscoveryError::BadValue {
                 key: txt_keys::ID.to_owned(),
                 source,
-            }
-        })?;
+            })?;
         let record = Self {
             cluster_id,
             cluster_name: take(txt_keys::NAME)?,
@@ -326,7 +326,10 @@ pub fn zone_records(
     let (target, address) = match record.api.ip() {
         Some(IpAddr::V4(ip)) => (instance.clone(), Some(format!("A\t{ip}"))),
         Some(IpAddr::V6(ip)) => (instance.clone(), Some(format!("AAAA\t{ip}"))),
-        None => (format!("{}.", record.api.host().trim_end_matches('.')), None),
+        None => (
+            format!("{}.", record.api.host().trim_end_matches('.')),
+            None,
+        ),
     };
     let mut out = format!(
         "; DNS-SD records of the liqo-rs cluster {name} (ID {id}), made by liqoctl {version}.\n\
@@ -391,7 +394,11 @@ mod tests {
         );
         assert!(txt.contains(&("label.region".to_owned(), "eu-west".to_owned())));
         assert_eq!(ClusterRecord::from_txt(txt).expect("back"), record);
-        let strings = ["id=a1b2-c3", "name=home", "api=https://api.home.example:6443"];
+        let strings = [
+            "id=a1b2-c3",
+            "name=home",
+            "api=https://api.home.example:6443",
+        ];
         let back = ClusterRecord::from_txt_strings(strings).expect("no version nor labels");
         assert_eq!(back.version, "");
         assert!(back.labels.is_empty());
@@ -426,7 +433,10 @@ mod tests {
             (&["id=x1", "name=n", "api=http://h"], "https://"),
             (&["id=x1", "name=n", "api=https://h:99999"], "port"),
             (&["id=x1", "name=n", "api=https://u:p@h"], "user"),
-            (&["id=x1", "name=n", "api=https://h", "label.k=bad value"], "label"),
+            (
+                &["id=x1", "name=n", "api=https://h", "label.k=bad value"],
+                "label",
+            ),
             (
                 &["id=x1", "name=n", "api=https://h", "label.liqo.io/x=y"],
                 "label",

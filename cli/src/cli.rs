@@ -104,13 +104,15 @@ pub enum Command {
     )]
     SharingPolicy(SharingPolicyCommand),
     /// List the clusters that can be found on the LAN (mDNS) or in DNS.
-    #[command(long_about = "List the clusters that can be found on the LAN (mDNS) or in DNS.\n\n\
+    #[command(
+        long_about = "List the clusters that can be found on the LAN (mDNS) or in DNS.\n\n\
         --lan browses for `_liqo._tcp.local.` announcements (clusters installed with \
         `liqoctl install --announce`) for --timeout; --domain reads the DNS-SD records \
         (`liqoctl generate dns-records`) of a domain. With neither, --lan. A cluster found by \
         several means is listed once.\n\n\
         Discovery does not authenticate: anyone can announce anything. To peer with a cluster \
-        found here, get a peering token from its administrator.")]
+        found here, get a peering token from its administrator."
+    )]
     Discover(DiscoverArgs),
     /// Print material to publish or hand over: DNS records.
     #[command(subcommand)]
@@ -450,10 +452,12 @@ pub struct DiscoverArgs {
 pub enum Generate {
     /// Print the DNS-SD records that let others find this cluster with
     /// `liqoctl discover --domain`.
-    #[command(long_about = "Print the DNS-SD records that let others find this cluster with \
+    #[command(
+        long_about = "Print the DNS-SD records that let others find this cluster with \
         `liqoctl discover --domain`.\n\n\
         Zone-file lines (PTR, SRV, TXT) for the administrator of DOMAIN to publish; nothing \
-        secret. They say who the cluster is and where its API server is.")]
+        secret. They say who the cluster is and where its API server is."
+    )]
     DnsRecords(DnsRecordsArgs),
 }
 

@@ -879,17 +879,22 @@ mod tests {
         assert!(announcing_of(gateway).announce);
         let pod = gateway.spec.as_ref().and_then(|s| s.template.spec.as_ref());
         assert_eq!(pod.and_then(|p| p.host_network), Some(true));
-        let Some(Manifest::Namespace(ns)) = loud.iter().find(|m| matches!(m, Manifest::Namespace(_)))
+        let Some(Manifest::Namespace(ns)) =
+            loud.iter().find(|m| matches!(m, Manifest::Namespace(_)))
         else {
             panic!("no namespace");
         };
         let labels = ns.metadata.labels.clone().unwrap_or_default();
         assert_eq!(
-            labels.get("pod-security.kubernetes.io/enforce").map(String::as_str),
+            labels
+                .get("pod-security.kubernetes.io/enforce")
+                .map(String::as_str),
             Some("privileged")
         );
         assert_eq!(
-            labels.get("pod-security.kubernetes.io/warn").map(String::as_str),
+            labels
+                .get("pod-security.kubernetes.io/warn")
+                .map(String::as_str),
             Some("restricted")
         );
     }

@@ -265,7 +265,15 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
             None => std::future::pending().await,
         }
     };
-    let result = run_until_stopped(listener, readiness, follow_identity, follow_peers, state, announcer_failed).await;
+    let result = run_until_stopped(
+        listener,
+        readiness,
+        follow_identity,
+        follow_peers,
+        state,
+        announcer_failed,
+    )
+    .await;
     let _ = stop.send(());
     if let Some(task) = announcing
         && !task.is_finished()
@@ -328,7 +336,11 @@ impl State {
                 tracing::info!(peers = ?known.peers, "peers");
                 if let Some((api, records)) = &self.announcement {
                     // A damaged or deleted identity is no longer announced.
-                    let record = known.identity.as_ref().ok().map(|id| ClusterRecord::of(id, api.clone()));
+                    let record = known
+                        .identity
+                        .as_ref()
+                        .ok()
+                        .map(|id| ClusterRecord::of(id, api.clone()));
                     records.send_replace(record);
                 }
             }
@@ -380,8 +392,9 @@ mod tests {
     fn the_agent_announces_only_with_announce() {
         let cli = Cli::try_parse_from(["liqo-gateway"]).expect("no flags");
         assert_eq!(cli.agent.announcement().expect("valid"), None);
-        let cli = Cli::try_parse_from(["liqo-gateway", "--advertise-address=https://10.0.0.1:6443"])
-            .expect("an address alone");
+        let cli =
+            Cli::try_parse_from(["liqo-gateway", "--advertise-address=https://10.0.0.1:6443"])
+                .expect("an address alone");
         assert_eq!(cli.agent.announcement().expect("valid"), None);
         let cli = Cli::try_parse_from([
             "liqo-gateway",

@@ -59,7 +59,8 @@ struct Plan {
 impl Plan {
     fn parse(args: &DiscoverArgs) -> Result<Self, UserError> {
         let usage = UserError::Usage;
-        let timeout = parse_duration(&args.timeout).map_err(|e| usage(format!("--timeout: {e}")))?;
+        let timeout =
+            parse_duration(&args.timeout).map_err(|e| usage(format!("--timeout: {e}")))?;
         let domains = args
             .domains
             .iter()
@@ -103,7 +104,12 @@ pub async fn run(args: &DiscoverArgs, printer: Printer) -> anyhow::Result<()> {
     let clusters = found.into_list();
     let short = plan.expect.filter(|n| clusters.len() < *n);
     match args.output.output {
-        Some(format) => printer.structured(&Report { clusters: clusters.clone() }, format)?,
+        Some(format) => printer.structured(
+            &Report {
+                clusters: clusters.clone(),
+            },
+            format,
+        )?,
         None if clusters.is_empty() => {}
         None => {
             printer.result(render(&clusters).to_string());
@@ -119,7 +125,10 @@ pub async fn run(args: &DiscoverArgs, printer: Printer) -> anyhow::Result<()> {
         .into());
     }
     if clusters.is_empty() {
-        printer.info(format!("No clusters found ({})", where_looked(&plan, &args.timeout)));
+        printer.info(format!(
+            "No clusters found ({})",
+            where_looked(&plan, &args.timeout)
+        ));
     }
     Ok(())
 }
@@ -254,7 +263,9 @@ fn resolver(server: Option<SocketAddr>, timeout: Duration) -> anyhow::Result<Tok
     let mut builder = match server {
         Some(addr) => {
             let mut config = ResolverConfig::new();
+            // TCP for answers too long for a datagram.
             config.add_name_server(NameServerConfig::new(addr, Protocol::Udp));
+            config.add_name_server(NameServerConfig::new(addr, Protocol::Tcp));
             TokioResolver::builder_with_config(config, TokioConnectionProvider::default())
         }
         None => TokioResolver::builder_tokio().map_err(|e| {
@@ -266,6 +277,7 @@ fn resolver(server: Option<SocketAddr>, timeout: Duration) -> anyhow::Result<Tok
     let options = builder.options_mut();
     options.timeout = timeout;
     options.attempts = 1;
+    options.edns0 = true;
     Ok(builder.build())
 }
 
@@ -417,7 +429,10 @@ mod tests {
 
     #[test]
     fn dns_servers() {
-        assert_eq!(parse_server("127.0.0.1:5353"), Ok(([127, 0, 0, 1], 5353).into()));
+        assert_eq!(
+            parse_server("127.0.0.1:5353"),
+            Ok(([127, 0, 0, 1], 5353).into())
+        );
         assert_eq!(parse_server("10.0.0.1"), Ok(([10, 0, 0, 1], 53).into()));
         assert_eq!(
             parse_server("[::1]:54").map(|s| s.port()),
@@ -432,8 +447,16 @@ mod tests {
     fn clusters_found_twice_are_listed_once_with_both_sources() {
         let printer = Printer::new(true);
         let mut found = Clusters::default();
-        found.add(record("c2", "b", "https://10.0.0.2"), "lan".into(), &printer);
-        found.add(record("c1", "a", "https://10.0.0.1"), "lan".into(), &printer);
+        found.add(
+            record("c2", "b", "https://10.0.0.2"),
+            "lan".into(),
+            &printer,
+        );
+        found.add(
+            record("c1", "a", "https://10.0.0.1"),
+            "lan".into(),
+            &printer,
+        );
         found.add(
             record("c1", "a", "https://10.0.0.1"),
             "dns:example.org".into(),

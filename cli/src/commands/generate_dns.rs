@@ -10,7 +10,11 @@ use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::printer::Printer;
 
-pub async fn run(args: &DnsRecordsArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
+pub async fn run(
+    args: &DnsRecordsArgs,
+    global: &GlobalArgs,
+    printer: Printer,
+) -> anyhow::Result<()> {
     let usage = UserError::Usage;
     let domain =
         discovery::parse_domain(&args.domain).map_err(|e| usage(format!("--domain: {e}")))?;
@@ -46,8 +50,9 @@ pub async fn run(args: &DnsRecordsArgs, global: &GlobalArgs, printer: Printer) -
         }
     };
     let record = ClusterRecord::of(&identity, api);
-    let zone = discovery::zone_records(&record, &domain, args.ttl)
-        .map_err(|e| UserError::Refused(format!("cannot describe cluster {}: {e}", cluster.name)))?;
+    let zone = discovery::zone_records(&record, &domain, args.ttl).map_err(|e| {
+        UserError::Refused(format!("cannot describe cluster {}: {e}", cluster.name))
+    })?;
     printer.result(zone.trim_end());
     Ok(())
 }

@@ -163,7 +163,10 @@ fn advertise_address(
     let kept = installed
         .advertise_address
         .and_then(|a| ApiAddress::parse(&a).ok());
-    match kept.map(Ok).unwrap_or_else(|| ApiAddress::parse(&cluster.server)) {
+    match kept
+        .map(Ok)
+        .unwrap_or_else(|| ApiAddress::parse(&cluster.server))
+    {
         Ok(address) => Ok(Some(address)),
         Err(_) if !announce => Ok(None),
         Err(e) => Err(UserError::Usage(format!(
@@ -174,7 +177,9 @@ fn advertise_address(
 
 /// How the installed gateway announces, so that a run without
 /// --announce or --advertise-address keeps it, as it keeps placement.
-pub async fn installed_announcing(cluster: &ClusterClient) -> anyhow::Result<manifests::Announcing> {
+pub async fn installed_announcing(
+    cluster: &ClusterClient,
+) -> anyhow::Result<manifests::Announcing> {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let gateway = deployments
         .get_opt(names::GATEWAY)
@@ -245,7 +250,9 @@ impl Flags {
             advertise_address: args
                 .advertise_address
                 .as_deref()
-                .map(|a| ApiAddress::parse(a).map_err(|e| usage(format!("--advertise-address: {e}"))))
+                .map(|a| {
+                    ApiAddress::parse(a).map_err(|e| usage(format!("--advertise-address: {e}")))
+                })
                 .transpose()?,
         })
     }
