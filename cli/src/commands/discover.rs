@@ -203,7 +203,8 @@ async fn browse_lan(plan: &Plan, found: &mut Clusters, printer: &Printer) -> any
     let events = daemon
         .browse(MDNS_SERVICE_TYPE)
         .map_err(|e| UserError::Refused(format!("cannot browse the LAN with mDNS: {e}")))?;
-    let deadline = tokio::time::Instant::now() + plan.timeout;
+    let started = tokio::time::Instant::now();
+    let deadline = started + plan.timeout;
     // By mDNS instance name: what a goodbye names.
     let mut on_lan = BTreeMap::<String, ClusterRecord>::new();
     let mut warned = std::collections::BTreeSet::new();
@@ -222,6 +223,7 @@ async fn browse_lan(plan: &Plan, found: &mut Clusters, printer: &Printer) -> any
             Ok(Ok(event)) => event,
             Ok(Err(_)) | Err(_) => break,
         };
+        tracing::trace!(after_ms = started.elapsed().as_millis(), ?event, "mDNS");
         match event {
             ServiceEvent::ServiceResolved(service) => {
                 let txt = service
@@ -230,7 +232,12 @@ async fn browse_lan(plan: &Plan, found: &mut Clusters, printer: &Printer) -> any
                     .map(|p| (p.key().to_owned(), p.val_str().to_owned()));
                 match ClusterRecord::from_txt(txt) {
                     Ok(record) => {
-                        tracing::debug!(fullname = %service.fullname, id = %record.cluster_id, "found on the LAN");
+                        tracing::debug!(
+                            fullname = %service.fullname,
+                            id = %record.cluster_id,
+                            after_ms = started.elapsed().as_millis(),
+                            "found on the LAN"
+                        );
                         on_lan.insert(service.fullname.clone(), record);
                     }
                     Err(e) => {

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -267,15 +267,8 @@ async fn dns_server(origin: &str, records: &str) -> Result<SocketAddr> {
 
 /// `liqoctl`, blocking this runtime thread only (the DNS server runs on
 /// the other).
-async fn liqoctl_async(kubeconfig: Option<PathBuf>, args: Vec<String>) -> Result<Run> {
-    Ok(tokio::task::block_in_place(|| {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        liqoctl(kubeconfig.as_deref(), &args)
-    }))
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| (*s).to_owned()).collect()
+fn liqoctl_here(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
+    tokio::task::block_in_place(|| liqoctl(kubeconfig, args))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,14 +278,13 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
     spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
     let testbed = Testbed::start(vec![spec]).await?;
     let cluster = testbed.cluster("dns");
-    let kubeconfig = cluster.kubeconfig_path().to_owned();
+    let kubeconfig = cluster.kubeconfig_path();
 
     // Not installed yet: nothing to describe.
-    liqoctl_async(
-        Some(kubeconfig.clone()),
-        strings(&["generate", "dns-records", "--domain", "example.test"]),
+    liqoctl_here(
+        Some(kubeconfig),
+        &["generate", "dns-records", "--domain", "example.test"],
     )
-    .await?
     .user_error(7);
 
     tokio::task::block_in_place(|| {
@@ -305,18 +297,17 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
     })
     .success();
 
-    let generated = liqoctl_async(
-        Some(kubeconfig.clone()),
-        strings(&[
+    let generated = liqoctl_here(
+        Some(kubeconfig),
+        &[
             "generate",
             "dns-records",
             "--domain",
             "example.test",
             "--ttl",
             "60",
-        ]),
+        ],
     )
-    .await?
     .success();
     let zone = generated.stdout;
     assert!(
@@ -326,9 +317,9 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
     assert!(zone.contains("\"id=dns-cluster-1\""), "{zone}");
 
     let server = dns_server("example.test", &zone).await?;
-    let found = liqoctl_async(
+    let found = liqoctl_here(
         None,
-        strings(&[
+        &[
             "discover",
             "--domain",
             "example.test",
@@ -336,9 +327,8 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
             &server.to_string(),
             "-o",
             "json",
-        ]),
+        ],
     )
-    .await?
     .success();
     let found = clusters(&found)?;
     assert_eq!(found.len(), 1, "{found:?}");
@@ -356,17 +346,16 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
     assert_eq!(c["authenticated"], false);
 
     // A domain without records: nothing found, exit 0.
-    let empty = liqoctl_async(
+    let empty = liqoctl_here(
         None,
-        strings(&[
+        &[
             "discover",
             "--domain",
             "other.example.test",
             "--dns-server",
             &server.to_string(),
-        ]),
+        ],
     )
-    .await?
     .success();
     assert!(
         empty.stderr.contains("No clusters found"),
@@ -377,9 +366,9 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
     // Nobody answers on that port: one line, exit 4 (unreachable).
     let silent = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let silent_addr = silent.local_addr()?.to_string();
-    let run = liqoctl_async(
+    let run = liqoctl_here(
         None,
-        strings(&[
+        &[
             "discover",
             "--domain",
             "example.test",
@@ -387,9 +376,8 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
             &silent_addr,
             "--timeout",
             "1s",
-        ]),
+        ],
     )
-    .await?
     .user_error(4);
     assert!(run.error_line().contains(&silent_addr), "{}", run.stderr);
     drop(silent);
@@ -407,30 +395,28 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
         ],
         &["discover", "--expect", "0"],
     ] {
-        liqoctl_async(None, strings(args)).await?.user_error(2);
+        liqoctl_here(None, args).user_error(2);
     }
-    liqoctl_async(
-        Some(kubeconfig.clone()),
-        strings(&[
+    liqoctl_here(
+        Some(kubeconfig),
+        &[
             "generate",
             "dns-records",
             "--domain",
             "example.test",
             "--api-address",
             "http://x",
-        ]),
+        ],
     )
-    .await?
     .user_error(2);
 
     // Install --announce is only planned here (announcing for real would
     // multicast on this machine's networks): the gateway would get the
     // flag, the node's network, and the kubeconfig's server to announce.
-    let planned = liqoctl_async(
-        Some(kubeconfig.clone()),
-        strings(&["install", "--announce", "--dry-run", "-o", "json"]),
+    let planned = liqoctl_here(
+        Some(kubeconfig),
+        &["install", "--announce", "--dry-run", "-o", "json"],
     )
-    .await?
     .success();
     let plan: Value = serde_json::from_str(&planned.stdout)?;
     let gateway = plan["items"]
@@ -443,12 +429,7 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
     assert!(args.contains("--announce"), "{args}");
     assert!(args.contains("--advertise-address=https://"), "{args}");
     // Without the flag, the installation's setting (off) is kept.
-    let planned = liqoctl_async(
-        Some(kubeconfig),
-        strings(&["install", "--dry-run", "-o", "json"]),
-    )
-    .await?
-    .success();
+    let planned = liqoctl_here(Some(kubeconfig), &["install", "--dry-run", "-o", "json"]).success();
     assert!(
         !planned.stdout.contains("\"--announce\""),
         "{}",
