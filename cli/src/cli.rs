@@ -114,7 +114,7 @@ pub enum Command {
         found here, get a peering token from its administrator."
     )]
     Discover(DiscoverArgs),
-    /// Print material to publish or hand over: DNS records.
+    /// Print what others need to find this cluster or to peer with it.
     #[command(subcommand)]
     Generate(Generate),
     /// Print the client version and, when installed, the cluster's.
