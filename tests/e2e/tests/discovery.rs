@@ -7,6 +7,9 @@
 //! list both clusters (the figure in docs/discovery.md). After the
 //! announcers stop (goodbye packets), a new browse finds nothing.
 //!
+//! The agent: the gateway agent with `--announce`, in a namespace, against
+//! a real test cluster: announces the identity, and follows its changes.
+//!
 //! DNS: `liqoctl generate dns-records` against a real test cluster, those
 //! very lines served by a DNS server on loopback (hickory's, in the test),
 //! and `liqoctl discover --domain` against it. Also the bad inputs and an
@@ -448,5 +451,116 @@ async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<
         "{}",
         planned.stdout
     );
+    Ok(())
+}
+
+/// Relays the TCP connections made to `listen` inside `ns` to `to`, out
+/// here: the API server of a testbed cluster listens on this namespace's
+/// loopback, which a namespace of its own cannot reach. A socket stays in
+/// the namespace it was made in, so the listener is made in `ns` and
+/// served from here.
+fn relay(ns: &NetNs, listen: SocketAddr, to: SocketAddr) -> Result<()> {
+    use std::net::{TcpListener, TcpStream};
+    let listener = ns
+        .within(move || Ok(TcpListener::bind(listen)?))
+        .join()
+        .map_err(|_| anyhow::anyhow!("the relay's listener panicked"))??;
+    std::thread::spawn(move || {
+        for inside in listener.incoming() {
+            let (Ok(inside), Ok(outside)) = (inside, TcpStream::connect(to)) else {
+                continue;
+            };
+            for (mut from, mut into) in [
+                (inside.try_clone(), outside.try_clone()),
+                (Ok(outside), Ok(inside)),
+            ]
+            .into_iter()
+            .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
+            {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut into);
+                    let _ = into.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The gateway agent with `--announce`, as `liqoctl install --announce`
+/// runs it, but in a network namespace of the test's: it announces the
+/// cluster's identity and re-announces it when the identity changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_agent_announces_the_identity_and_follows_it() -> Result<()> {
+    let mut spec = ClusterSpec::new("lan", 2);
+    spec.nodes = 1;
+    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let testbed = Testbed::start(vec![spec]).await?;
+    let cluster = testbed.cluster("lan");
+    let install = |labels: &str| {
+        tokio::task::block_in_place(|| {
+            liqo_e2e::install(cluster, "lan-cluster-1", "10.202.0.0/16", &[labels])
+        })
+        .success();
+    };
+    install("--cluster-labels=region=eu-west");
+
+    let a = NetNs::new("agt")?;
+    let b = NetNs::new("brw")?;
+    let (a_end, b_end) = link(&a, "192.168.80.1/24", &b, "192.168.80.2/24")?;
+    a.ip(&["route", "add", "224.0.0.0/4", "dev", &a_end])?;
+    b.ip(&["route", "add", "224.0.0.0/4", "dev", &b_end])?;
+    let server: SocketAddr = cluster
+        .server()
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .parse()
+        .context("the testbed's API server is an IP address and port")?;
+    relay(&a, server, server)?;
+
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = cluster.kubeconfig_path().display().to_string();
+    let agent = a.spawn_with_env(
+        &liqo_e2e::bin_dir().join("liqo-gateway"),
+        &[
+            "--announce",
+            "--advertise-address=https://192.168.80.1:6443",
+            "--health-addr=127.0.0.1:0",
+        ],
+        &[("KUBECONFIG", &kubeconfig), ("RUST_LOG", "info")],
+        &dir.path().join("agent.log"),
+    )?;
+
+    let liqoctl = liqo_e2e::bin_dir().join("liqoctl");
+    // Until the cluster is listed with `labels`, or 30 s.
+    let listed_with = |labels: Value| -> Result<Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let run = b.output(
+                &liqoctl,
+                &["discover", "--expect", "1", "--timeout", "3s", "-o", "json"],
+            )?;
+            if run.code == 0
+                && let Some(c) = clusters(&run)?.remove("lan-cluster-1")
+                && c["labels"] == labels
+            {
+                return Ok(c);
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "not listed with {labels} within 30 s: {run:?}\nagent:\n{}",
+                agent.log()
+            );
+        }
+    };
+    let c = listed_with(serde_json::json!({ "region": "eu-west" }))?;
+    assert_eq!(c["name"], "lan");
+    assert_eq!(c["apiAddress"], "https://192.168.80.1:6443");
+
+    // New labels: the agent withdraws the old announcement and makes one
+    // with them.
+    install("--cluster-labels=region=us-east,tier=gold");
+    listed_with(serde_json::json!({ "region": "us-east", "tier": "gold" }))?;
+    assert!(agent.log().contains("withdrawing"), "{}", agent.log());
     Ok(())
 }
