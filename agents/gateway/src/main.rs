@@ -201,17 +201,19 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
 }
 
 async fn run_announce(args: AnnounceArgs) -> anyhow::Result<()> {
+    use liqo_api::discovery::txt_keys;
+    // Checked as a browser would check it: what is announced can be read.
     let mut txt = vec![
-        ("id".to_owned(), args.cluster_id),
-        ("name".to_owned(), args.cluster_name),
-        ("api".to_owned(), args.api_address),
-        ("version".to_owned(), liqo_api::VERSION.to_owned()),
+        (txt_keys::ID.to_owned(), args.cluster_id),
+        (txt_keys::NAME.to_owned(), args.cluster_name),
+        (txt_keys::API.to_owned(), args.api_address),
+        (txt_keys::VERSION.to_owned(), liqo_api::VERSION.to_owned()),
     ];
     for label in &args.labels {
         let (key, value) = label
             .split_once('=')
             .ok_or_else(|| anyhow::anyhow!("--label {label:?} is not KEY=VALUE"))?;
-        txt.push((format!("label.{key}"), value.to_owned()));
+        txt.push((format!("{}{key}", txt_keys::LABEL_PREFIX), value.to_owned()));
     }
     let record = ClusterRecord::from_txt(txt)?;
     let (_keep, records) = watch::channel(Some(record));
