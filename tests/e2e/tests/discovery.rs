@@ -45,6 +45,18 @@ fn clusters(run: &Run) -> Result<BTreeMap<String, Value>> {
         .collect())
 }
 
+/// A LAN of two namespaces joined by a veth pair, `<net>.1` and `<net>.2`:
+/// the announcers' (and the name of its end), and the browser's.
+fn lan(net: &str) -> Result<(NetNs, String, NetNs)> {
+    let a = NetNs::new("ann")?;
+    let b = NetNs::new("brw")?;
+    let (a_end, b_end) = link(&a, &format!("{net}.1/24"), &b, &format!("{net}.2/24"))?;
+    // Namespaces have no default route: multicast goes out the veth.
+    a.ip(&["route", "add", "224.0.0.0/4", "dev", &a_end])?;
+    b.ip(&["route", "add", "224.0.0.0/4", "dev", &b_end])?;
+    Ok((a, a_end, b))
+}
+
 fn announcer(ns: &NetNs, args: &[&str], log: PathBuf) -> Result<Process> {
     let bin = liqo_e2e::bin_dir().join("liqo-gateway");
     let mut all = vec!["announce"];
@@ -56,12 +68,7 @@ fn announcer(ns: &NetNs, args: &[&str], log: PathBuf) -> Result<Process> {
 fn lan_discovery_finds_announced_clusters_and_forgets_withdrawn_ones() -> Result<()> {
     let liqoctl = liqo_e2e::bin_dir().join("liqoctl");
     let dir = tempfile::tempdir()?;
-    let a = NetNs::new("ann")?;
-    let b = NetNs::new("brw")?;
-    let (a_end, b_end) = link(&a, "192.168.79.1/24", &b, "192.168.79.2/24")?;
-    // Namespaces have no default route: multicast goes out the veth.
-    a.ip(&["route", "add", "224.0.0.0/4", "dev", &a_end])?;
-    b.ip(&["route", "add", "224.0.0.0/4", "dev", &b_end])?;
+    let (a, a_end, b) = lan("192.168.79")?;
 
     let mut one = announcer(
         &a,
@@ -276,6 +283,14 @@ async fn dns_server(origin: &str, records: &str) -> Result<SocketAddr> {
     Ok(addr)
 }
 
+/// A testbed cluster of one node, running this build's agents.
+async fn one_cluster(name: &str, index: u8) -> Result<Testbed> {
+    let mut spec = ClusterSpec::new(name, index);
+    spec.nodes = 1;
+    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    Ok(Testbed::start(vec![spec]).await?)
+}
+
 /// `liqoctl`, blocking this runtime thread only (the DNS server runs on
 /// the other).
 fn liqoctl_here(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
@@ -284,10 +299,7 @@ fn liqoctl_here(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<()> {
-    let mut spec = ClusterSpec::new("dns", 1);
-    spec.nodes = 1;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![spec]).await?;
+    let testbed = one_cluster("dns", 1).await?;
     let cluster = testbed.cluster("dns");
     let kubeconfig = cluster.kubeconfig_path();
 
@@ -492,10 +504,7 @@ fn relay(ns: &NetNs, listen: SocketAddr, to: SocketAddr) -> Result<()> {
 /// cluster's identity and re-announces it when the identity changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_agent_announces_the_identity_and_follows_it() -> Result<()> {
-    let mut spec = ClusterSpec::new("lan", 2);
-    spec.nodes = 1;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![spec]).await?;
+    let testbed = one_cluster("lan", 2).await?;
     let cluster = testbed.cluster("lan");
     let install = |labels: &str| {
         tokio::task::block_in_place(|| {
@@ -505,11 +514,7 @@ async fn the_gateway_agent_announces_the_identity_and_follows_it() -> Result<()>
     };
     install("--cluster-labels=region=eu-west");
 
-    let a = NetNs::new("agt")?;
-    let b = NetNs::new("brw")?;
-    let (a_end, b_end) = link(&a, "192.168.80.1/24", &b, "192.168.80.2/24")?;
-    a.ip(&["route", "add", "224.0.0.0/4", "dev", &a_end])?;
-    b.ip(&["route", "add", "224.0.0.0/4", "dev", &b_end])?;
+    let (a, _, b) = lan("192.168.80")?;
     let server: SocketAddr = cluster
         .server()
         .trim_start_matches("https://")
