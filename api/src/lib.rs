@@ -3,6 +3,7 @@
 //! No IO lives here.
 //!
 //! - [`core`]: the cluster's identity and its peers (ForeignCluster);
+//! - [`discovery`]: how a cluster is announced and found (DNS-SD records);
 //! - [`authentication`]: how a peer is known to a provider;
 //! - [`offloading`]: which namespaces run on which peers;
 //! - [`sharing`]: what a provider shares, at what cost, and its policy;
@@ -12,6 +13,7 @@
 
 pub mod authentication;
 pub mod core;
+pub mod discovery;
 pub mod names;
 pub mod networking;
 pub mod offloading;

@@ -107,7 +107,18 @@ pub enum Command {
         capacity of each resource). Run these commands on the provider."
     )]
     SharingPolicy(SharingPolicyCommand),
-    /// Make what is handed to other clusters' administrators: peering tokens.
+    /// List the clusters that can be found on the LAN (mDNS) or in DNS.
+    #[command(
+        long_about = "List the clusters that can be found on the LAN (mDNS) or in DNS.\n\n\
+        --lan browses for `_liqo._tcp.local.` announcements (clusters installed with \
+        `liqoctl install --announce`) for --timeout; --domain reads the DNS-SD records \
+        (`liqoctl generate dns-records`) of a domain. With neither, --lan. A cluster found by \
+        several means is listed once.\n\n\
+        Discovery does not authenticate: anyone can announce anything. To peer with a cluster \
+        found here, get a peering token from its administrator."
+    )]
+    Discover(DiscoverArgs),
+    /// Make what is handed to others: peering tokens, DNS records.
     #[command(subcommand)]
     Generate(GenerateCommand),
     /// Take back what was handed over: peering tokens not yet used.
@@ -157,6 +168,22 @@ pub struct InstallArgs {
     /// not given, cleared by an empty value.
     #[arg(long = "toleration", value_name = "KEY[=VALUE][:EFFECT]")]
     pub tolerations: Vec<String>,
+    /// Announce the cluster on the nodes' LAN with mDNS, from the gateway
+    /// (docs/discovery.md); kept from the installation when not given,
+    /// stopped by --announce=false.
+    #[arg(
+        long,
+        value_name = "true|false",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub announce: Option<bool>,
+    /// The URL of the API server that peers should use, announced with
+    /// --announce; kept from the installation when not given, else the
+    /// kubeconfig's server URL.
+    #[arg(long, value_name = "URL")]
+    pub advertise_address: Option<String>,
     /// How long to wait for the agents to be ready, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
@@ -309,6 +336,15 @@ pub enum GenerateCommand {
         password. The grant follows the sharing policy (of --for's cluster, else default)."
     )]
     PeeringToken(GeneratePeeringTokenArgs),
+    /// Print the DNS-SD records that let others find this cluster with
+    /// `liqoctl discover --domain`.
+    #[command(
+        long_about = "Print the DNS-SD records that let others find this cluster with \
+        `liqoctl discover --domain`.\n\n\
+        Zone-file lines (PTR, SRV, TXT) for the administrator of DOMAIN to publish; nothing \
+        secret. They say who the cluster is and where its API server is."
+    )]
+    DnsRecords(DnsRecordsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -560,6 +596,42 @@ pub struct SharingPolicyShowArgs {
     pub peer: SharingPolicyPeerArg,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DiscoverArgs {
+    /// Browse the LAN with mDNS (the default without --domain).
+    #[arg(long)]
+    pub lan: bool,
+    /// Read the DNS-SD records of this domain (repeatable).
+    #[arg(long = "domain", value_name = "DOMAIN")]
+    pub domains: Vec<String>,
+    /// The DNS server to ask for --domain (default: the system's resolvers).
+    #[arg(long, value_name = "ADDR[:PORT]")]
+    pub dns_server: Option<String>,
+    /// How long to browse the LAN, and to wait for each DNS answer: 3s, 500ms, 1m.
+    #[arg(long, default_value = "3s", value_name = "DURATION")]
+    pub timeout: String,
+    /// Stop browsing the LAN as soon as this many clusters are found; fewer
+    /// found within --timeout is a failure (exit 8).
+    #[arg(long, value_name = "N")]
+    pub expect: Option<usize>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DnsRecordsArgs {
+    /// The domain the records go in.
+    #[arg(long, value_name = "DOMAIN")]
+    pub domain: String,
+    /// The URL of the API server that peers should use (default: the
+    /// installation's --advertise-address, else the kubeconfig's server URL).
+    #[arg(long, value_name = "URL")]
+    pub api_address: Option<String>,
+    /// The records' time to live, in seconds.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub ttl: u32,
 }
 
 #[derive(Args, Debug)]

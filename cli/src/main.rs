@@ -50,8 +50,12 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
         Command::SharingPolicy(command) => {
             commands::sharing_policy::run(command, &cli.global, printer).await
         }
+        Command::Discover(args) => commands::discover::run(args, printer).await,
         Command::Generate(GenerateCommand::PeeringToken(args)) => {
             commands::token::generate(args, &cli.global, printer).await
+        }
+        Command::Generate(GenerateCommand::DnsRecords(args)) => {
+            commands::generate_dns::run(args, &cli.global, printer).await
         }
         Command::Revoke(RevokeCommand::PeeringToken(args)) => {
             commands::token::revoke(args, &cli.global, printer).await

@@ -22,6 +22,7 @@ use kube::core::ObjectMeta;
 use liqo_api::ClusterIdentity;
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
+use liqo_api::discovery::ApiAddress;
 use liqo_api::names::{self, labels};
 use liqo_api::sharing::SharingPolicy;
 use serde::Serialize;
@@ -163,6 +164,41 @@ pub struct Options {
     /// The cluster does not serve MutatingAdmissionPolicy
     /// (admissionregistration.k8s.io/v1beta1): placement is left out.
     pub without_placement_policy: bool,
+    /// The API server URL peers should use, given to the gateway (which
+    /// announces it with `announce`); absent when rendering `manifests/`.
+    pub advertise_address: Option<ApiAddress>,
+    /// The gateway announces the cluster on the nodes' LAN with mDNS
+    /// (docs/discovery.md).
+    pub announce: bool,
+}
+
+/// The gateway's flags for announcing; install reads them back from the
+/// installed Deployment to keep them (see [`announcing_of`]).
+pub const ANNOUNCE_FLAG: &str = "--announce";
+pub const ADVERTISE_ADDRESS_FLAG: &str = "--advertise-address=";
+
+/// How the installed gateway announces, read from its Deployment's args.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Announcing {
+    pub announce: bool,
+    pub advertise_address: Option<String>,
+}
+
+pub fn announcing_of(deployment: &Deployment) -> Announcing {
+    let args = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.iter().find(|c| c.name == "gateway"))
+        .and_then(|c| c.args.clone())
+        .unwrap_or_default();
+    Announcing {
+        announce: args.iter().any(|a| a == ANNOUNCE_FLAG),
+        advertise_address: args
+            .iter()
+            .find_map(|a| a.strip_prefix(ADVERTISE_ADDRESS_FLAG))
+            .map(str::to_owned),
+    }
 }
 
 /// Every object of an installation, in the order they must be applied.
@@ -175,7 +211,7 @@ pub fn render(options: &Options) -> Vec<Manifest> {
         })
         .collect();
     let mut namespace_labels = common_labels("namespace");
-    namespace_labels.extend(pod_security_labels());
+    namespace_labels.extend(pod_security_labels(options.announce));
     out.push(Manifest::Namespace(from_json(json!({
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -644,6 +680,32 @@ fn gateway(options: &Options) -> Vec<Manifest> {
         json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
     let mut pod_labels = selector_labels(component);
     pod_labels.extend(common_labels(component));
+    let mut args = vec![format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)];
+    if let Some(address) = &options.advertise_address {
+        args.push(format!("{ADVERTISE_ADDRESS_FLAG}{address}"));
+    }
+    let mut pod_spec = json!({
+        "serviceAccountName": name,
+        "nodeSelector": options.node_selector,
+        "tolerations": options.tolerations,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": pod_security_context(),
+    });
+    if options.announce {
+        args.push(ANNOUNCE_FLAG.to_owned());
+        // mDNS must reach the node's LAN, not only the pod network.
+        pod_spec["hostNetwork"] = json!(true);
+        pod_spec["dnsPolicy"] = json!("ClusterFirstWithHostNet");
+    }
+    pod_spec["containers"] = json!([agent_container(json!({
+        "name": "gateway",
+        "image": format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION),
+        "args": args,
+        "env": [
+            { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+            { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+        ],
+    }))]);
     vec![
         Manifest::ServiceAccount(from_json(json!({
             "apiVersion": "v1",
@@ -697,22 +759,7 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                 "selector": { "matchLabels": selector_labels(component) },
                 "template": {
                     "metadata": { "labels": pod_labels },
-                    "spec": {
-                        "serviceAccountName": name,
-                        "nodeSelector": options.node_selector,
-                        "tolerations": options.tolerations,
-                        "terminationGracePeriodSeconds": 10,
-                        "securityContext": pod_security_context(),
-                        "containers": [agent_container(json!({
-                            "name": "gateway",
-                            "image": format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION),
-                            "args": [format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)],
-                            "env": [
-                                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
-                                { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
-                            ],
-                        }))],
-                    },
+                    "spec": pod_spec,
                 },
             },
         })))),
@@ -722,14 +769,22 @@ fn gateway(options: &Options) -> Vec<Manifest> {
 /// The Pod Security Standard the `liqo` namespace enforces: `restricted`,
 /// which the agents meet today. The gateway's tunnel will need NET_ADMIN
 /// and a TUN device, which only `privileged` allows (docs/install.md).
-fn pod_security_labels() -> BTreeMap<String, String> {
+/// Announcing needs the node's network (`hostNetwork`), which only
+/// `privileged` allows too: then it is enforced, and `restricted` still
+/// audited and warned about.
+fn pod_security_labels(announce: bool) -> BTreeMap<String, String> {
     ["enforce", "audit", "warn"]
         .into_iter()
         .flat_map(|mode| {
+            let level = if announce && mode == "enforce" {
+                "privileged"
+            } else {
+                "restricted"
+            };
             [
                 (
                     format!("pod-security.kubernetes.io/{mode}"),
-                    "restricted".to_owned(),
+                    level.to_owned(),
                 ),
                 (
                     format!("pod-security.kubernetes.io/{mode}-version"),
@@ -880,6 +935,8 @@ mod tests {
             node_selector: BTreeMap::from([("k".into(), "v".into())]),
             tolerations: Vec::new(),
             without_placement_policy: false,
+            advertise_address: None,
+            announce: false,
         };
         for m in render(&options) {
             let value = serde_json::to_value(&m).expect("serialize");
@@ -898,6 +955,65 @@ mod tests {
                 assert_eq!(spec.node_selector, Some(options.node_selector.clone()));
             }
         }
+    }
+
+    fn gateway_of(manifests: &[Manifest]) -> &Deployment {
+        manifests
+            .iter()
+            .find_map(|m| match m {
+                Manifest::Deployment(d) if d.metadata.name.as_deref() == Some(names::GATEWAY) => {
+                    Some(&**d)
+                }
+                _ => None,
+            })
+            .expect("the gateway")
+    }
+
+    /// Without --announce the gateway gets no flag to announce and stays
+    /// off the node's network; with it, both, and the namespace allows it.
+    #[test]
+    fn the_gateway_announces_only_when_asked() {
+        let address = ApiAddress::parse("https://10.0.0.1:6443").expect("valid");
+        let mut options = Options {
+            advertise_address: Some(address),
+            ..Options::default()
+        };
+        let quiet = render(&options);
+        let gateway = gateway_of(&quiet);
+        assert_eq!(
+            announcing_of(gateway),
+            Announcing {
+                announce: false,
+                advertise_address: Some("https://10.0.0.1:6443".into()),
+            }
+        );
+        let pod = gateway.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+        assert_eq!(pod.and_then(|p| p.host_network), None);
+
+        options.announce = true;
+        let loud = render(&options);
+        let gateway = gateway_of(&loud);
+        assert!(announcing_of(gateway).announce);
+        let pod = gateway.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+        assert_eq!(pod.and_then(|p| p.host_network), Some(true));
+        let Some(Manifest::Namespace(ns)) =
+            loud.iter().find(|m| matches!(m, Manifest::Namespace(_)))
+        else {
+            panic!("no namespace");
+        };
+        let labels = ns.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("pod-security.kubernetes.io/enforce")
+                .map(String::as_str),
+            Some("privileged")
+        );
+        assert_eq!(
+            labels
+                .get("pod-security.kubernetes.io/warn")
+                .map(String::as_str),
+            Some("restricted")
+        );
     }
 
     #[test]

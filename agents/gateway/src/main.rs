@@ -13,12 +13,19 @@
 //! `liqo-gateway tunnel`, configured by flags like `wg` and `ip` would
 //! configure a WireGuard interface: that is how the tests and the
 //! benchmark run it against standard WireGuard.
+//!
+//! With `--announce` (`liqoctl install --announce`), the agent also
+//! announces the cluster on the node's LAN with mDNS ([`announce`]),
+//! following the identity; `liqo-gateway announce` runs the same
+//! announcer from flags, without a cluster (docs/discovery.md).
 
+mod announce;
 mod io;
 mod tunnel;
 
 use std::net::SocketAddr;
 
+use anyhow::Context as _;
 use clap::Parser;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -28,7 +35,9 @@ use liqo_agent_runtime::Readiness;
 use liqo_agent_runtime::follow::{Followed, follow};
 use liqo_api::ClusterIdentity;
 use liqo_api::core::ForeignCluster;
+use liqo_api::discovery::{ApiAddress, ClusterRecord};
 use liqo_api::names;
+use tokio::sync::watch;
 
 #[derive(Parser, Debug)]
 #[command(version = liqo_api::VERSION, about = "The liqo-rs network gateway")]
@@ -43,6 +52,28 @@ struct Cli {
 enum Command {
     /// Runs one WireGuard tunnel configured by flags, without a cluster.
     Tunnel(TunnelArgs),
+    /// Announces one cluster on the LAN with mDNS, configured by flags,
+    /// without a cluster; until stopped, then says goodbye.
+    Announce(AnnounceArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct AnnounceArgs {
+    /// The cluster ID to announce.
+    #[arg(long)]
+    cluster_id: String,
+    /// The cluster name to announce (the mDNS instance name).
+    #[arg(long)]
+    cluster_name: String,
+    /// A cluster label to announce, KEY=VALUE (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    labels: Vec<String>,
+    /// The URL of the cluster's API server, as peers should reach it.
+    #[arg(long, value_name = "URL")]
+    api_address: String,
+    /// Announce on this interface only (default: every interface).
+    #[arg(long, value_name = "IFACE")]
+    interface: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -88,6 +119,26 @@ struct Args {
     /// The namespace of liqo-rs's objects (the pod's own).
     #[arg(long, env = "POD_NAMESPACE", default_value = names::NAMESPACE)]
     namespace: String,
+    /// Announce the cluster on the LAN with mDNS (off unless given:
+    /// announcing multicasts on the node's networks).
+    #[arg(long, requires = "advertise_address")]
+    announce: bool,
+    /// The URL of the API server that peers should use, announced with
+    /// --announce.
+    #[arg(long, value_name = "URL")]
+    advertise_address: Option<String>,
+}
+
+impl Args {
+    /// Where the API server is said to be when the agent announces; `None`
+    /// when it does not.
+    fn announcement(&self) -> anyhow::Result<Option<ApiAddress>> {
+        if !self.announce {
+            return Ok(None);
+        }
+        let url = self.advertise_address.as_deref().unwrap_or_default();
+        Ok(Some(ApiAddress::parse(url)?))
+    }
 }
 
 #[tokio::main]
@@ -96,12 +147,12 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Tunnel(args)) => run_tunnel(args).await,
+        Some(Command::Announce(args)) => run_announce(args).await,
         None => run_agent(cli.agent).await,
     }
 }
 
 async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
-    use anyhow::Context as _;
     let private_key: tunnel::Key = std::fs::read_to_string(&args.private_key_file)
         .with_context(|| format!("reading {}", args.private_key_file.display()))?
         .parse()
@@ -149,7 +200,33 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn run_announce(args: AnnounceArgs) -> anyhow::Result<()> {
+    use liqo_api::discovery::txt_keys;
+    // Checked as a browser would check it: what is announced can be read.
+    let mut txt = vec![
+        (txt_keys::ID.to_owned(), args.cluster_id),
+        (txt_keys::NAME.to_owned(), args.cluster_name),
+        (txt_keys::API.to_owned(), args.api_address),
+        (txt_keys::VERSION.to_owned(), liqo_api::VERSION.to_owned()),
+    ];
+    for label in &args.labels {
+        let (key, value) = label
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--label {label:?} is not KEY=VALUE"))?;
+        txt.push((format!("{}{key}", txt_keys::LABEL_PREFIX), value.to_owned()));
+    }
+    let record = ClusterRecord::from_txt(txt)?;
+    let (_keep, records) = watch::channel(Some(record));
+    announce::announce(
+        args.interface.as_deref(),
+        records,
+        liqo_agent_runtime::shutdown_signal(),
+    )
+    .await
+}
+
 async fn run_agent(args: Args) -> anyhow::Result<()> {
+    let announcement = args.announcement()?;
     let readiness = Readiness::default();
     let listener = liqo_agent_runtime::bind_health(args.health_addr).await?;
     tracing::info!(version = liqo_api::VERSION, health = %args.health_addr, "gateway starting");
@@ -168,13 +245,57 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         watcher::Config::default(),
         "peers",
     );
+    let (records, announced) = watch::channel(None);
     let state = State {
         identity,
         identity_ref: ObjectRef::new(names::IDENTITY_CONFIGMAP).within(&args.namespace),
         peers,
+        announcement: announcement.clone().map(|api| (api, records)),
     };
+    // Without --announce nothing is sent on the LAN: no responder starts.
+    // With it, the announcer is told to stop when the agent stops, so
+    // that it says goodbye.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut announcing = announcement.is_some().then(|| {
+        tokio::spawn(announce::announce(None, announced, async {
+            let _ = stopped.await;
+        }))
+    });
+    let announcer_failed = async {
+        match announcing.as_mut() {
+            Some(task) => task.await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = run_until_stopped(
+        listener,
+        readiness,
+        follow_identity,
+        follow_peers,
+        state,
+        announcer_failed,
+    )
+    .await;
+    let _ = stop.send(());
+    if let Some(task) = announcing
+        && !task.is_finished()
+    {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(3), task).await;
+    }
+    result
+}
+
+async fn run_until_stopped(
+    listener: tokio::net::TcpListener,
+    readiness: Readiness,
+    follow_identity: impl Future<Output = ()>,
+    follow_peers: impl Future<Output = ()>,
+    state: State,
+    announcer: impl Future<Output = Result<anyhow::Result<()>, tokio::task::JoinError>>,
+) -> anyhow::Result<()> {
     tokio::select! {
         result = liqo_agent_runtime::serve_health(listener, readiness.clone()) => result?,
+        result = announcer => result.map_err(anyhow::Error::from).and_then(|r| r).context("announcing on the LAN")?,
         () = follow_identity => {}
         () = follow_peers => {}
         () = state.keep_readiness(&readiness) => {}
@@ -188,6 +309,9 @@ struct State {
     identity: Followed<ConfigMap>,
     identity_ref: ObjectRef<ConfigMap>,
     peers: Followed<ForeignCluster>,
+    /// With --announce: the API address, and where to send the record to
+    /// announce whenever the identity changes.
+    announcement: Option<(ApiAddress, watch::Sender<Option<ClusterRecord>>)>,
 }
 
 /// What the gateway knows, as it logs it when it changes.
@@ -212,6 +336,15 @@ impl State {
                     Err(why) => tracing::warn!(%why, "no usable identity"),
                 }
                 tracing::info!(peers = ?known.peers, "peers");
+                if let Some((api, records)) = &self.announcement {
+                    // A damaged or deleted identity is no longer announced.
+                    let record = known
+                        .identity
+                        .as_ref()
+                        .ok()
+                        .map(|id| ClusterRecord::of(id, api.clone()));
+                    records.send_replace(record);
+                }
             }
             readiness.set(
                 self.identity.is_current() && self.peers.is_current() && known.identity.is_ok(),
@@ -248,5 +381,31 @@ impl State {
             .collect();
         peers.sort();
         Known { identity, peers }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Announcing is off by default: the agent starts no mDNS responder
+    /// unless `liqoctl install --announce` gave it the flag.
+    #[test]
+    fn the_agent_announces_only_with_announce() {
+        let cli = Cli::try_parse_from(["liqo-gateway"]).expect("no flags");
+        assert_eq!(cli.agent.announcement().expect("valid"), None);
+        let cli =
+            Cli::try_parse_from(["liqo-gateway", "--advertise-address=https://10.0.0.1:6443"])
+                .expect("an address alone");
+        assert_eq!(cli.agent.announcement().expect("valid"), None);
+        let cli = Cli::try_parse_from([
+            "liqo-gateway",
+            "--announce",
+            "--advertise-address=https://10.0.0.1:6443",
+        ])
+        .expect("both");
+        let api = cli.agent.announcement().expect("valid").expect("announces");
+        assert_eq!(api.port(), 6443);
+        assert!(Cli::try_parse_from(["liqo-gateway", "--announce"]).is_err());
     }
 }

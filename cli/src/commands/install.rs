@@ -15,6 +15,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::conditions;
 use liqo_api::core::identity;
+use liqo_api::discovery::ApiAddress;
 use liqo_api::names::{self, labels};
 use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
@@ -74,11 +75,16 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
              must tolerate the virtual nodes' taint themselves (docs/offloading.md)",
         );
     }
+    let announcing = installed_announcing(&cluster).await?;
+    let announce = flags.announce.unwrap_or(announcing.announce);
+    let advertise_address = advertise_address(&cluster, &flags, announcing, announce)?;
     let manifests = manifests::render(&Options {
         identity: Some(identity.clone()),
         node_selector: flags.node_selector.unwrap_or(installed.node_selector),
         tolerations: flags.tolerations.unwrap_or(installed.tolerations),
         without_placement_policy: !placement,
+        advertise_address: advertise_address.clone(),
+        announce,
     });
     if args.dry_run {
         return print_manifests(
@@ -135,7 +141,53 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     printer.result(format!("  cluster name: {}", identity.cluster_name));
     printer.result(format!("  pod CIDR:     {}", identity.pod_cidr));
     printer.result(format!("  service CIDR: {}", identity.service_cidr));
+    printer.result(match (&advertise_address, announce) {
+        (Some(address), true) => format!("  announced:    on the LAN (mDNS), API at {address}"),
+        _ => "  announced:    no (see --announce)".to_owned(),
+    });
     Ok(())
+}
+
+/// The API server URL given to the gateway: the flag, else the installed
+/// one, else the kubeconfig's server. Only announcing needs one: without
+/// --announce, a kubeconfig server that is no HTTPS URL is left out.
+fn advertise_address(
+    cluster: &ClusterClient,
+    flags: &Flags,
+    installed: manifests::Announcing,
+    announce: bool,
+) -> Result<Option<ApiAddress>, UserError> {
+    if let Some(address) = &flags.advertise_address {
+        return Ok(Some(address.clone()));
+    }
+    let kept = installed
+        .advertise_address
+        .and_then(|a| ApiAddress::parse(&a).ok());
+    match kept
+        .map(Ok)
+        .unwrap_or_else(|| ApiAddress::parse(&cluster.server))
+    {
+        Ok(address) => Ok(Some(address)),
+        Err(_) if !announce => Ok(None),
+        Err(e) => Err(UserError::Usage(format!(
+            "cannot announce the kubeconfig's server address: {e}; pass --advertise-address"
+        ))),
+    }
+}
+
+/// How the installed gateway announces, so that a run without
+/// --announce or --advertise-address keeps it, as it keeps placement.
+pub async fn installed_announcing(
+    cluster: &ClusterClient,
+) -> anyhow::Result<manifests::Announcing> {
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    let gateway = deployments
+        .get_opt(names::GATEWAY)
+        .await
+        .map_err(|e| cluster.explain(e, "reading the installed gateway"))?;
+    Ok(gateway
+        .map(|d| manifests::announcing_of(&d))
+        .unwrap_or_default())
 }
 
 /// The flags, checked before the cluster is contacted.
@@ -150,6 +202,9 @@ struct Flags {
     node_selector: Option<BTreeMap<String, String>>,
     /// Likewise for `--toleration`.
     tolerations: Option<Vec<Toleration>>,
+    /// `None` keeps the installed gateway's setting.
+    announce: Option<bool>,
+    advertise_address: Option<ApiAddress>,
 }
 
 impl Flags {
@@ -190,6 +245,14 @@ impl Flags {
                 .transpose()?,
             tolerations: (!args.tolerations.is_empty())
                 .then(|| parse_tolerations(&args.tolerations))
+                .transpose()?,
+            announce: args.announce,
+            advertise_address: args
+                .advertise_address
+                .as_deref()
+                .map(|a| {
+                    ApiAddress::parse(a).map_err(|e| usage(format!("--advertise-address: {e}")))
+                })
                 .transpose()?,
         })
     }

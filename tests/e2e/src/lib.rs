@@ -29,7 +29,7 @@ pub struct Run {
 }
 
 impl Run {
-    fn from(output: Output) -> Self {
+    pub(crate) fn from(output: Output) -> Self {
         Self {
             code: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -96,6 +96,11 @@ pub fn liqoctl(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
         cmd.output()
             .expect("invariant: bin_dir() has just built liqoctl"),
     )
+}
+
+/// The [`Run`] of a finished process's output.
+pub fn run_output(output: Output) -> Run {
+    Run::from(output)
 }
 
 /// Runs any command, capturing its output.

@@ -67,6 +67,22 @@ impl NetNs {
         run("ip", &all)
     }
 
+    /// Runs a command inside with a clean environment (only `PATH`, and
+    /// `HOME` pointing nowhere), capturing its output.
+    pub fn output(&self, program: &Path, args: &[&str]) -> Result<crate::Run> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .arg(program)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", "/nonexistent")
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {}", program.display()))?;
+        Ok(crate::Run::from(out))
+    }
+
     /// Starts a command inside; killed when the [`Process`] is dropped.
     /// Its output goes to `log`.
     pub fn spawn(&self, program: &Path, args: &[&str], log: &Path) -> Result<Process> {
@@ -124,8 +140,9 @@ impl Drop for NetNs {
     }
 }
 
-/// A veth pair between two namespaces, each end with an address.
-pub fn link(a: &NetNs, a_addr: &str, b: &NetNs, b_addr: &str) -> Result<()> {
+/// A veth pair between two namespaces, each end with an address; returns
+/// the names of a's end and b's end.
+pub fn link(a: &NetNs, a_addr: &str, b: &NetNs, b_addr: &str) -> Result<(String, String)> {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let (ea, eb) = (format!("va{n}"), format!("vb{n}"));
     ip(&[
@@ -135,7 +152,7 @@ pub fn link(a: &NetNs, a_addr: &str, b: &NetNs, b_addr: &str) -> Result<()> {
         ns.ip(&["addr", "add", addr, "dev", dev])?;
         ns.ip(&["link", "set", dev, "up"])?;
     }
-    Ok(())
+    Ok((ea, eb))
 }
 
 /// A process in a namespace, killed when dropped.
@@ -154,6 +171,28 @@ impl Process {
     /// What it printed so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Asks it to stop (SIGTERM) and waits up to `timeout` for it to
+    /// exit; kills it if it does not. Returns whether it stopped by itself.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        // `ip netns exec` execs the program: the child is the program.
+        let Ok(pid) = i32::try_from(self.child.id()) else {
+            self.kill();
+            return false;
+        };
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if !self.running() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
     }
 
     pub fn kill(&mut self) {
