@@ -370,78 +370,50 @@ async fn complete(
     }
     step.done(format!("CA {fingerprint}"));
 
-    let step = printer.step(format!(
-        "Starting the virtual kubelet on cluster {}",
-        consumer.name
-    ));
     let mut journal = Journal::default();
-    let started = async {
-        let mut secret_labels = common_labels("identity");
-        secret_labels.insert(
-            labels::PEER_CLUSTER_ID.to_owned(),
-            provider_id.cluster_id.to_string(),
-        );
-        let secret = Manifest::Secret(from_json(json!({
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": peering::identity_secret(&provider_id.cluster_id),
-                "namespace": names::NAMESPACE,
-                "labels": secret_labels,
-            },
-            "type": "liqo.io/peer-identity",
-            "stringData": { "kubeconfig": kubeconfig },
-        })));
-        peer::refuse_foreign(&consumer, std::slice::from_ref(&secret)).await?;
-        journal.apply(Side::Consumer, &consumer, secret).await?;
-        let uid = peer::record(
-            &consumer,
-            &mut journal,
-            &peer::Recorded {
-                provider: provider_id,
-                request: None,
-                grant: &file.grant,
-                cost: file.cost.as_ref(),
-                expiry: &checked.not_after,
-                tenant_namespace: file.tenant_namespace.clone(),
-            },
-        )
-        .await?;
-        peer::start_virtual_kubelet(&consumer, &mut journal, &provider_id.cluster_id, &uid).await
-    }
-    .await;
-    if let Err(e) = started {
-        step.fail("");
-        // The pending request stays: the same response completes it later.
-        for object in journal.roll_back(&consumer, &provider).await {
-            printer.info(format!("  could not remove {object}"));
-        }
-        return Err(e);
-    }
-    step.done("");
+    let mut secret_labels = common_labels("identity");
+    secret_labels.insert(
+        labels::PEER_CLUSTER_ID.to_owned(),
+        provider_id.cluster_id.to_string(),
+    );
+    let secret = Manifest::Secret(from_json(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": peering::identity_secret(&provider_id.cluster_id),
+            "namespace": names::NAMESPACE,
+            "labels": secret_labels,
+        },
+        "type": "liqo.io/peer-identity",
+        "stringData": { "kubeconfig": kubeconfig },
+    })));
+    peer::refuse_foreign(&consumer, std::slice::from_ref(&secret)).await?;
+    journal.apply(Side::Consumer, &consumer, secret).await?;
+    // On failure the identity goes with the rest, and the pending
+    // request stays: the same response completes it later.
+    peer::finish_on_consumer(
+        &consumer,
+        &provider,
+        journal,
+        peer::Recorded {
+            provider: provider_id,
+            request: None,
+            grant: &file.grant,
+            cost: file.cost.as_ref(),
+            expiry: &checked.not_after,
+            tenant_namespace: file.tenant_namespace.clone(),
+        },
+        deadline,
+        args.timeout,
+        args.output.output,
+        &printer,
+    )
+    .await?;
     // The key now lives in the identity Secret only.
     let _ = secrets
         .delete(REQUEST_SECRET, &DeleteParams::default())
         .await;
-    let virtual_node = peer::wait_for_virtual_node(
-        &consumer,
-        &provider_id.cluster_id,
-        deadline,
-        args.timeout,
-        &printer,
-    )
-    .await?;
-    let report = peer::Report {
-        consumer: consumer.name.clone(),
-        provider: provider_id.cluster_name.clone(),
-        provider_cluster_id: provider_id.cluster_id.to_string(),
-        grant: file.grant.clone(),
-        cost: file.cost.clone(),
-        certificate_expiry: checked.not_after,
-        tenant_namespace: file.tenant_namespace.clone(),
-        virtual_node,
-    };
-    peer::print_reports(&[report], args.output.output, &printer)
+    Ok(())
 }
 
 /// Reads a request or response file (`-`: standard input).

@@ -667,6 +667,59 @@ pub(crate) async fn record(
     Ok(fc.uid().unwrap_or_default())
 }
 
+/// The consumer's side of a peering once its identity is in place (a
+/// token's or a response file's): the ForeignCluster, the virtual kubelet
+/// (rolled back with whatever `journal` already holds if they fail), the
+/// wait for the virtual node, and the report.
+#[allow(clippy::too_many_arguments)] // One call site each in token and exchange.
+pub(crate) async fn finish_on_consumer(
+    consumer: &ClusterClient,
+    provider: &ClusterClient,
+    mut journal: Journal,
+    recorded: Recorded<'_>,
+    deadline: tokio::time::Instant,
+    timeout: u64,
+    output: Option<crate::cli::OutputFormat>,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let step = printer.step(format!(
+        "Starting the virtual kubelet on cluster {}",
+        consumer.name
+    ));
+    let started = async {
+        let uid = record(consumer, &mut journal, &recorded).await?;
+        start_virtual_kubelet(consumer, &mut journal, &recorded.provider.cluster_id, &uid).await
+    }
+    .await;
+    if let Err(e) = started {
+        step.fail("");
+        for object in journal.roll_back(consumer, provider).await {
+            printer.info(format!("  could not remove {object}"));
+        }
+        return Err(e);
+    }
+    step.done("");
+    let virtual_node = wait_for_virtual_node(
+        consumer,
+        &recorded.provider.cluster_id,
+        deadline,
+        timeout,
+        printer,
+    )
+    .await?;
+    let report = Report {
+        consumer: consumer.name.clone(),
+        provider: recorded.provider.cluster_name.clone(),
+        provider_cluster_id: recorded.provider.cluster_id.to_string(),
+        grant: recorded.grant.clone(),
+        cost: recorded.cost.cloned(),
+        certificate_expiry: recorded.expiry.to_owned(),
+        tenant_namespace: recorded.tenant_namespace.clone(),
+        virtual_node,
+    };
+    print_reports(&[report], output, printer)
+}
+
 /// The virtual kubelet of `provider` on the consumer, owned by its
 /// ForeignCluster (`uid`).
 pub(crate) async fn start_virtual_kubelet(

@@ -628,58 +628,26 @@ pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> any
     };
     step.done("");
 
-    let step = printer.step(format!(
-        "Starting the virtual kubelet on cluster {}",
-        consumer.name
-    ));
-    let mut journal = Journal::default();
-    let tenant_namespace = peering::tenant_namespace(&tenant);
-    let started = async {
-        let uid = peer::record(
-            &consumer,
-            &mut journal,
-            &peer::Recorded {
-                provider: &provider_id,
-                request: None,
-                grant: &token.grant,
-                cost: token.cost.as_ref(),
-                expiry: &expiry,
-                tenant_namespace: tenant_namespace.clone(),
-            },
-        )
-        .await?;
-        peer::start_virtual_kubelet(&consumer, &mut journal, &provider_id.cluster_id, &uid).await
-    }
-    .await;
-    if let Err(e) = started {
-        step.fail("");
-        // The identity stays: the same command resumes from it.
-        let left = journal.roll_back(&consumer, &provider).await;
-        for object in left {
-            printer.info(format!("  could not remove {object}"));
-        }
-        return Err(e);
-    }
-    step.done("");
-    let virtual_node = peer::wait_for_virtual_node(
+    peer::finish_on_consumer(
         &consumer,
-        &provider_id.cluster_id,
+        &provider,
+        // The identity is not in it: it stays, and the same command
+        // resumes from it.
+        Journal::default(),
+        peer::Recorded {
+            provider: &provider_id,
+            request: None,
+            grant: &token.grant,
+            cost: token.cost.as_ref(),
+            expiry: &expiry,
+            tenant_namespace: peering::tenant_namespace(&tenant),
+        },
         deadline,
         args.timeout,
+        args.output.output,
         &printer,
     )
-    .await?;
-    let report = peer::Report {
-        consumer: consumer.name.clone(),
-        provider: provider_id.cluster_name.clone(),
-        provider_cluster_id: provider_id.cluster_id.to_string(),
-        grant: token.grant.clone(),
-        cost: token.cost.clone(),
-        certificate_expiry: expiry,
-        tenant_namespace,
-        virtual_node,
-    };
-    peer::print_reports(&[report], args.output.output, &printer)
+    .await
 }
 
 /// The token's text, from `--token` or `--token-file` (`-`: standard input).

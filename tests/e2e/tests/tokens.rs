@@ -60,6 +60,19 @@ fn bootstrap_client(token: &PeeringToken, impersonate: Option<&str>) -> Result<k
     Ok(kube::Client::try_from(config)?)
 }
 
+/// Waits until `client` gets 401 for what every peer may read: its
+/// credential no longer authenticates.
+async fn until_unauthorized(what: &str, client: impl Fn() -> Result<kube::Client>) -> Result<()> {
+    wait_for(what, Duration::from_secs(30), || {
+        let client = client();
+        async move {
+            let maps: Api<ConfigMap> = Api::namespaced(client?, names::NAMESPACE);
+            Ok(code(&maps.get(names::IDENTITY_CONFIGMAP).await) == Some(401))
+        }
+    })
+    .await
+}
+
 fn code<T>(r: &Result<T, kube::Error>) -> Option<u16> {
     match r {
         Ok(_) => None,
@@ -228,17 +241,9 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
     .success();
     // The token had one use: it revoked itself when used.
     let spent: PeeringToken = PeeringToken::decode(&text)?;
-    wait_for(
-        "the spent token to stop working",
-        Duration::from_secs(30),
-        || {
-            let client = bootstrap_client(&spent, None);
-            async move {
-                let maps: Api<ConfigMap> = Api::namespaced(client?, names::NAMESPACE);
-                Ok(code(&maps.get(names::IDENTITY_CONFIGMAP).await) == Some(401))
-            }
-        },
-    )
+    until_unauthorized("the spent token to stop working", || {
+        bootstrap_client(&spent, None)
+    })
     .await?;
 
     // info on both sides, as with two kubeconfigs.
@@ -299,17 +304,9 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
         );
     }
     // The tenant's credential is dead with its tenancy.
-    wait_for(
-        "the tenant's credential to stop working",
-        Duration::from_secs(30),
-        || {
-            let peer = peer.clone();
-            async move {
-                let maps: Api<ConfigMap> = Api::namespaced(peer, names::NAMESPACE);
-                Ok(code(&maps.get(names::IDENTITY_CONFIGMAP).await) == Some(401))
-            }
-        },
-    )
+    until_unauthorized("the tenant's credential to stop working", || {
+        Ok(peer.clone())
+    })
     .await?;
     Ok(())
 }
@@ -575,17 +572,9 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
         &["revoke", "peering-token", &held.id],
     )
     .success();
-    wait_for(
-        "the revoked token to stop working",
-        Duration::from_secs(30),
-        || {
-            let client = bootstrap_client(&held, None);
-            async move {
-                let maps: Api<ConfigMap> = Api::namespaced(client?, names::NAMESPACE);
-                Ok(code(&maps.get(names::IDENTITY_CONFIGMAP).await) == Some(401))
-            }
-        },
-    )
+    until_unauthorized("the revoked token to stop working", || {
+        bootstrap_client(&held, None)
+    })
     .await?;
     let tenants: Api<Tenant> = Api::all(provider_client.clone());
     wait_for(
@@ -630,17 +619,9 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
         &["unpeer", "--tenant", first.as_str(), "--yes"],
     )
     .success();
-    wait_for(
-        "the tenant's credential to stop working",
-        Duration::from_secs(30),
-        || {
-            let peer = peer.clone();
-            async move {
-                let maps: Api<ConfigMap> = Api::namespaced(peer, names::NAMESPACE);
-                Ok(code(&maps.get(names::IDENTITY_CONFIGMAP).await) == Some(401))
-            }
-        },
-    )
+    until_unauthorized("the tenant's credential to stop working", || {
+        Ok(peer.clone())
+    })
     .await?;
     // The consumer then cleans its side alone, told why.
     let out = liqoctl(
