@@ -9,10 +9,11 @@
 //! the API.
 //!
 //! The data plane ([`tunnel`]: the sans-IO WireGuard peer on boringtun;
-//! [`io`]: the TUN device and UDP socket around it) also runs alone, as
-//! `liqo-gateway tunnel`, configured by flags like `wg` and `ip` would
-//! configure a WireGuard interface: that is how the tests and the
-//! benchmark run it against standard WireGuard.
+//! [`io`]: the TUN device and UDP socket around it; [`nat`]: the route
+//! of the peer's pods and the nftables table that remaps an overlapping
+//! pod CIDR) also runs alone, as `liqo-gateway tunnel`, configured by
+//! flags like `wg` and `ip` would configure a WireGuard interface: that is
+//! how the tests and the benchmark run it against standard WireGuard.
 
 mod io;
 mod nat;
@@ -166,8 +167,8 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         None => None,
         Some(peering) => {
             let routed = peering.routed();
-            let installed = nat::Installed::install(peering.clone())
-                .context("installing the NAT table")?;
+            let installed =
+                nat::Installed::install(peering.clone()).context("installing the NAT table")?;
             nat::route(routed, &args.interface).context("routing the peer's pods")?;
             tracing::info!(
                 peer_cidr = %peering.peer,
@@ -213,7 +214,11 @@ fn peering(args: &TunnelArgs) -> anyhow::Result<Option<nat::Peering>> {
                 "--peer-remapped-cidr {remapped} must be of the family and length of \
                  --peer-cidr {peer}: the host part is kept"
             );
-            if let Some(clash) = local.iter().chain(&args.avoid).find(|n| overlap(n, &remapped)) {
+            if let Some(clash) = local
+                .iter()
+                .chain(&args.avoid)
+                .find(|n| overlap(n, &remapped))
+            {
                 anyhow::bail!(
                     "--peer-remapped-cidr {remapped} overlaps {clash}, which this cluster uses: \
                      choose another"
@@ -330,5 +335,83 @@ impl State {
             .collect();
         peers.sort();
         Known { identity, peers }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `liqo-gateway tunnel` with these flags routes, and under what.
+    fn peering_of(extra: &[&str]) -> anyhow::Result<Option<nat::Peering>> {
+        let base = [
+            "liqo-gateway",
+            "tunnel",
+            "--address",
+            "10.99.0.1/24",
+            "--private-key-file",
+            "k",
+            "--peer-public-key",
+            "29QfL/gCYN3ASZ39Gf7A/UOqE+SFK1jbHwKLwaTgVhs=",
+        ];
+        let cli = Cli::try_parse_from(base.iter().chain(extra))?;
+        let Some(Command::Tunnel(args)) = cli.command else {
+            anyhow::bail!("not the tunnel command");
+        };
+        peering(&args)
+    }
+
+    fn net(s: &str) -> ipnet::IpNet {
+        s.parse().expect("cidr")
+    }
+
+    #[test]
+    fn the_peer_is_remapped_only_when_it_overlaps_something_of_ours() -> anyhow::Result<()> {
+        assert_eq!(peering_of(&[])?, None);
+        let p = |extra: &[&str]| -> anyhow::Result<(ipnet::IpNet, Option<ipnet::IpNet>)> {
+            let p = peering_of(extra)?.expect("a peering");
+            assert_eq!(p.device, "liqo0");
+            Ok((p.peer, p.seen_as))
+        };
+        let local = ["--local-cidr", "10.200.0.0/16"];
+        // Disjoint, or nothing known of ours: seen as it is.
+        assert_eq!(
+            p(&["--peer-cidr", "10.201.0.0/16", local[0], local[1]])?,
+            (net("10.201.0.0/16"), None)
+        );
+        assert_eq!(
+            p(&["--peer-cidr", "10.200.0.0/16"])?,
+            (net("10.200.0.0/16"), None)
+        );
+        // Identical: the default pool's first /16; the service CIDR too.
+        assert_eq!(
+            p(&["--peer-cidr", "10.200.0.0/16", local[0], local[1]])?,
+            (net("10.200.0.0/16"), Some(net("100.64.0.0/16")))
+        );
+        assert_eq!(
+            p(&[
+                "--peer-cidr",
+                "10.96.0.0/16",
+                local[0],
+                local[1],
+                "--avoid",
+                "10.96.0.0/12,100.64.0.0/16"
+            ])?,
+            (net("10.96.0.0/16"), Some(net("100.65.0.0/16")))
+        );
+        // Given: taken as it is, even without overlap.
+        assert_eq!(
+            p(&[
+                "--peer-cidr",
+                "10.201.0.0/16",
+                "--peer-remapped-cidr",
+                "10.202.9.9/16"
+            ])?,
+            (net("10.201.0.0/16"), Some(net("10.202.0.0/16")))
+        );
+        // Flags that mean nothing alone.
+        assert!(peering_of(&local).is_err());
+        assert!(peering_of(&["--peer-remapped-cidr", "10.202.0.0/16"]).is_err());
+        Ok(())
     }
 }

@@ -115,7 +115,9 @@ pub fn nft(input: &str) -> Result<(), Error> {
         .expect("invariant: stdin is piped")
         .write_all(input.as_bytes())
         .map_err(|e| Error::Spawn("nft", e))?;
-    let out = child.wait_with_output().map_err(|e| Error::Spawn("nft", e))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::Spawn("nft", e))?;
     if !out.status.success() {
         return Err(Error::Refused {
             what: "nft",
@@ -240,7 +242,9 @@ mod tests {
             "{rules}"
         );
         assert!(
-            rules.contains("ip6 daddr fd01::/64 ip6 daddr set ip6 daddr & ::ffff:ffff:ffff:ffff | fd00::"),
+            rules.contains(
+                "ip6 daddr fd01::/64 ip6 daddr set ip6 daddr & ::ffff:ffff:ffff:ffff | fd00::"
+            ),
             "{rules}"
         );
     }

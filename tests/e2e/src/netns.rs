@@ -174,7 +174,10 @@ impl Process {
             if let Some(status) = self.child.try_wait()? {
                 return Ok(status.success());
             }
-            ensure!(Instant::now() < deadline, "still running {timeout:?} after SIGTERM");
+            ensure!(
+                Instant::now() < deadline,
+                "still running {timeout:?} after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

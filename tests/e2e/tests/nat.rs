@@ -82,7 +82,12 @@ impl Cluster {
                 octets[3] = "1";
                 octets.join(".")
             };
-            link(&pod, &format!("{pod_addr}/24"), &node, &format!("{gateway}/24"))?;
+            link(
+                &pod,
+                &format!("{pod_addr}/24"),
+                &node,
+                &format!("{gateway}/24"),
+            )?;
             pod.ip(&["route", "add", "default", "via", &gateway])?;
             made.push(pod);
         }
@@ -106,8 +111,7 @@ impl<'a> Gateway<'a> {
         // Up once its route is: the table (if any) comes before it.
         let ns = self.ns;
         wait("the gateway's route", || {
-            output(ns, "ip", &["route", "show", "dev", "wg0"])
-                .is_ok_and(|r| r.lines().count() > 1)
+            output(ns, "ip", &["route", "show", "dev", "wg0"]).is_ok_and(|r| r.lines().count() > 1)
         })
         .with_context(|| format!("the gateway did not start: {}", self.log()))
     }
@@ -144,30 +148,31 @@ fn gateways<'a>(
     link(&a.node, "192.168.77.1/24", &b.node, "192.168.77.2/24")?;
     let (ka, pa) = key(dir, "a")?;
     let (kb, pb) = key(dir, "b")?;
-    let gateway = |ns: &'a NetNs, name: &str, address: &str, key: &Path, peer: &str, extra: &[&str]| {
-        let mut args: Vec<String> = [
-            "tunnel",
-            "--interface",
-            "wg0",
-            "--address",
-            address,
-            "--listen",
-            "0.0.0.0:51820",
-            "--private-key-file",
-            &key.display().to_string(),
-            "--peer-public-key",
-            peer,
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        Gateway {
-            ns,
-            args,
-            log: dir.join(format!("{name}.log")),
-            process: None,
-        }
-    };
+    let gateway =
+        |ns: &'a NetNs, name: &str, address: &str, key: &Path, peer: &str, extra: &[&str]| {
+            let mut args: Vec<String> = [
+                "tunnel",
+                "--interface",
+                "wg0",
+                "--address",
+                address,
+                "--listen",
+                "0.0.0.0:51820",
+                "--private-key-file",
+                &key.display().to_string(),
+                "--peer-public-key",
+                peer,
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            args.extend(extra.iter().map(|s| (*s).to_owned()));
+            Gateway {
+                ns,
+                args,
+                log: dir.join(format!("{name}.log")),
+                process: None,
+            }
+        };
     let mut ga = gateway(&a.node, "a", "10.99.0.1/24", &ka, &pb, extra_a);
     ga.args.extend(
         [
@@ -184,7 +189,10 @@ fn gateways<'a>(
 
 /// A private key file (from `wg genkey`) and its public key.
 fn key(dir: &Path, name: &str) -> Result<(PathBuf, String)> {
-    let private = Command::new("wg").arg("genkey").output().context("running wg")?;
+    let private = Command::new("wg")
+        .arg("genkey")
+        .output()
+        .context("running wg")?;
     ensure!(private.status.success(), "wg genkey");
     let path = dir.join(format!("{name}.key"));
     std::fs::write(&path, &private.stdout)?;
@@ -285,7 +293,10 @@ fn identical_pod_cidrs_are_remapped_both_ways_keeping_the_host_part() -> Result<
         // A crash leaves the table; the restart replaces it: one table,
         // the same rules, and traffic again.
         gb.crash();
-        ensure!(table(&b.node)?.as_ref() == Some(&table_b), "the table after a crash");
+        ensure!(
+            table(&b.node)?.as_ref() == Some(&table_b),
+            "the table after a crash"
+        );
         gb.start()?;
         ensure!(
             table(&b.node)?.as_ref() == Some(&table_b),
@@ -296,9 +307,16 @@ fn identical_pod_cidrs_are_remapped_both_ways_keeping_the_host_part() -> Result<
 
         // Stopping removes the table (and the device takes the route).
         ga.stop()?;
-        ensure!(table(&a.node)?.is_none(), "a's table after stopping: {}", tables(&a.node)?);
+        ensure!(
+            table(&a.node)?.is_none(),
+            "a's table after stopping: {}",
+            tables(&a.node)?
+        );
         let route_a = output(&a.node, "ip", &["route", "show", "10.201.0.0/16"])?;
-        ensure!(route_a.trim().is_empty(), "a's route after stopping: {route_a}");
+        ensure!(
+            route_a.trim().is_empty(),
+            "a's route after stopping: {route_a}"
+        );
         ensure!(table(&b.node)?.is_some(), "b's table went with a");
         gb.stop()?;
         ensure!(table(&b.node)?.is_none(), "b's table after stopping");
@@ -316,15 +334,29 @@ fn disjoint_pod_cidrs_are_routed_without_nat() -> Result<()> {
         dir.path(),
         &a,
         &b,
-        &["--local-cidr", "10.200.0.0/16", "--peer-cidr", "10.210.0.0/16"],
-        &["--local-cidr", "10.210.0.0/16", "--peer-cidr", "10.200.0.0/16"],
+        &[
+            "--local-cidr",
+            "10.200.0.0/16",
+            "--peer-cidr",
+            "10.210.0.0/16",
+        ],
+        &[
+            "--local-cidr",
+            "10.210.0.0/16",
+            "--peer-cidr",
+            "10.200.0.0/16",
+        ],
     )?;
     ga.start()?;
     gb.start()?;
     let checked = (|| -> Result<()> {
         let (a1, b1) = (&a.pods[0], &b.pods[0]);
         for node in [&a.node, &b.node] {
-            ensure!(table(node)?.is_none(), "a table without overlap: {}", tables(node)?);
+            ensure!(
+                table(node)?.is_none(),
+                "a table without overlap: {}",
+                tables(node)?
+            );
         }
         let route = output(&a.node, "ip", &["route", "show", "10.210.0.0/16"])?;
         ensure!(route.contains("dev wg0"), "a's route: {route}");
@@ -363,7 +395,12 @@ fn remapping_flags_that_cannot_work_are_refused_with_what_to_do() -> Result<()> 
             "no prefix of the remapping pool (100.64.0.0/10) is as large as it: add a pool of at least /8",
         ),
         (
-            &["--peer-cidr", "10.200.0.0/16", "--peer-remapped-cidr", "10.201.0.0/24"],
+            &[
+                "--peer-cidr",
+                "10.200.0.0/16",
+                "--peer-remapped-cidr",
+                "10.201.0.0/24",
+            ],
             "must be of the family and length of --peer-cidr 10.200.0.0/16",
         ),
         (
