@@ -1,6 +1,9 @@
 //! Networks: the CIDRs clusters bring to a peering, and the arithmetic on
-//! them that routing and NAT rely on. The gateway's own resources will live
-//! here.
+//! them that routing and NAT rely on: whether a peer's pod CIDR must be
+//! remapped, into what ([`remap`]), and an address's image under a remap
+//! ([`translate`]). The gateway's own resources will live here.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
@@ -39,6 +42,153 @@ pub fn reserved_overlap(net: &IpNet) -> Option<&'static str> {
     })
 }
 
+/// Where remapped pod CIDRs are taken from unless configured otherwise:
+/// RFC 6598's shared address space, 100.64.0.0/10 (64 prefixes of /16).
+/// It is reserved for carrier-grade NAT between a provider and its
+/// customers, so no Kubernetes default sits in it (kubeadm, kind and
+/// flannel's pods 10.244.0.0/16 and services 10.96.0.0/12, k3s's
+/// 10.42.0.0/16 and 10.43.0.0/16, Calico's 192.168.0.0/16, OpenShift's
+/// 10.128.0.0/14 and 172.30.0.0/16, Docker's 172.17.0.0/16), whereas any
+/// part of 10.0.0.0/8 is some distribution's default (10.224.0.0/11 holds
+/// 10.244.0.0/16). What uses it anyway (EKS custom networking's secondary
+/// CIDRs, Tailscale) is a reason to configure another pool; a pool that
+/// overlaps the cluster's own CIDRs is still safe, since [`remap`] skips
+/// what is taken.
+pub const DEFAULT_REMAP_POOL: &str = "100.64.0.0/10";
+
+/// [`DEFAULT_REMAP_POOL`], parsed.
+pub fn default_remap_pool() -> IpNet {
+    DEFAULT_REMAP_POOL
+        .parse()
+        .expect("invariant: the default pool is a CIDR")
+}
+
+/// Why no remapped CIDR could be chosen; each says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RemapError {
+    #[error(
+        "the peer's pod CIDR {peer} overlaps this cluster's networks, and no prefix of the \
+         remapping pool ({pool}) is as large as it: add a pool of at least /{prefix}",
+        pool = list(pool),
+        prefix = peer.prefix_len()
+    )]
+    PoolTooSmall { peer: IpNet, pool: Vec<IpNet> },
+    #[error(
+        "the peer's pod CIDR {peer} overlaps this cluster's networks, and every /{prefix} of the \
+         remapping pool ({pool}) is taken: widen the pool or add one",
+        pool = list(pool),
+        prefix = peer.prefix_len()
+    )]
+    PoolExhausted { peer: IpNet, pool: Vec<IpNet> },
+}
+
+fn list(nets: &[IpNet]) -> String {
+    if nets.is_empty() {
+        return "empty".to_owned();
+    }
+    nets.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The CIDR under which this cluster will see a peer's pods, if it cannot
+/// see them under their own: `None` when `peer` overlaps neither `local`
+/// (this cluster's pod CIDR) nor anything `taken` (its service CIDR, the
+/// CIDRs other peers are seen under). Otherwise the first prefix of the
+/// peer's length, in the order of `pool`, that overlaps none of `local`,
+/// `peer` and `taken`. Deterministic: the same inputs give the same
+/// answer, so a decision can be recomputed rather than stored.
+pub fn remap(
+    local: IpNet,
+    peer: IpNet,
+    pool: &[IpNet],
+    taken: &[IpNet],
+) -> Result<Option<IpNet>, RemapError> {
+    let (local, peer) = (local.trunc(), peer.trunc());
+    if !overlap(&peer, &local) && !taken.iter().any(|t| overlap(&peer, t)) {
+        return Ok(None);
+    }
+    let avoid: Vec<IpNet> = [local, peer]
+        .into_iter()
+        .chain(taken.iter().map(IpNet::trunc))
+        .collect();
+    let fitting: Vec<IpNet> = pool
+        .iter()
+        .map(IpNet::trunc)
+        .filter(|p| same_family(p, &peer) && p.prefix_len() <= peer.prefix_len())
+        .collect();
+    if fitting.is_empty() {
+        return Err(RemapError::PoolTooSmall {
+            peer,
+            pool: pool.to_vec(),
+        });
+    }
+    let size_bits = u32::from(peer.max_prefix_len() - peer.prefix_len());
+    for range in fitting {
+        let end = to_u128(range.broadcast());
+        let mut start = to_u128(range.network());
+        // Each step either answers or jumps past one CIDR to avoid: as
+        // both are aligned prefixes and one contains the other, the end of
+        // the larger is aligned to the peer's size. No walk through every
+        // prefix of a large (IPv6) pool.
+        loop {
+            let candidate = net_at(&peer, start);
+            match avoid.iter().find(|a| overlap(a, &candidate)) {
+                None => return Ok(Some(candidate)),
+                Some(a) => {
+                    let past = to_u128(candidate.broadcast()).max(to_u128(a.broadcast()));
+                    match past.checked_add(1) {
+                        Some(next) if next <= end && next >> size_bits << size_bits == next => {
+                            start = next;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+    }
+    Err(RemapError::PoolExhausted {
+        peer,
+        pool: pool.to_vec(),
+    })
+}
+
+/// `addr`'s image when `from` is seen as `to`: the same host part in the
+/// other network. `None` unless `addr` is in `from` and both networks are
+/// of one family and one length.
+pub fn translate(addr: IpAddr, from: IpNet, to: IpNet) -> Option<IpAddr> {
+    if !from.contains(&addr) || !same_family(&from, &to) || from.prefix_len() != to.prefix_len() {
+        return None;
+    }
+    let host = to_u128(addr) & to_u128(from.hostmask());
+    Some(net_at(&to, to_u128(to.network()) | host).addr())
+}
+
+fn same_family(a: &IpNet, b: &IpNet) -> bool {
+    matches!(
+        (a, b),
+        (IpNet::V4(_), IpNet::V4(_)) | (IpNet::V6(_), IpNet::V6(_))
+    )
+}
+
+fn to_u128(addr: IpAddr) -> u128 {
+    match addr {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+/// The address `value` of `like`'s family, with `like`'s prefix length.
+fn net_at(like: &IpNet, value: u128) -> IpNet {
+    let addr = match like {
+        // Truncation is what is wanted: an IPv4 value fits in 32 bits.
+        IpNet::V4(_) => IpAddr::V4(Ipv4Addr::from(value as u32)),
+        IpNet::V6(_) => IpAddr::V6(Ipv6Addr::from(value)),
+    };
+    IpNet::new(addr, like.prefix_len()).expect("invariant: the prefix length is the network's")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +215,204 @@ mod tests {
         assert!(reserved_overlap(&net("0.0.0.0/0")).is_some());
         assert!(reserved_overlap(&net("127.1.0.0/16")).is_some());
         assert!(reserved_overlap(&net("fe80::/64")).is_some());
+    }
+
+    #[test]
+    fn remap_by_table() {
+        let pool = [net("10.224.0.0/14"), net("100.64.0.0/10")];
+        // (local, peer, taken, expected)
+        let cases: [(&str, &str, &[&str], Option<&str>); 11] = [
+            // Disjoint: seen as they are.
+            ("10.200.0.0/16", "10.201.0.0/16", &["10.96.0.0/12"], None),
+            // Identical: the first /16 of the pool.
+            ("10.200.0.0/16", "10.200.0.0/16", &[], Some("10.224.0.0/16")),
+            // The peer's inside ours, or ours inside the peer's.
+            ("10.0.0.0/8", "10.200.0.0/16", &[], Some("100.64.0.0/16")),
+            ("10.200.1.0/24", "10.200.0.0/16", &[], Some("10.224.0.0/16")),
+            // Overlapping our service CIDR only.
+            (
+                "10.200.0.0/16",
+                "10.96.0.0/16",
+                &["10.96.0.0/12"],
+                Some("10.224.0.0/16"),
+            ),
+            // What other peers are seen under is skipped, large or small.
+            (
+                "10.200.0.0/16",
+                "10.200.0.0/16",
+                &["10.224.0.0/16", "10.225.0.0/16"],
+                Some("10.226.0.0/16"),
+            ),
+            (
+                "10.200.0.0/16",
+                "10.200.0.0/16",
+                &["10.224.0.0/15"],
+                Some("10.226.0.0/16"),
+            ),
+            (
+                "10.200.0.0/16",
+                "10.200.0.0/16",
+                &["10.224.3.0/24"],
+                Some("10.225.0.0/16"),
+            ),
+            // The first pool full: the next one.
+            (
+                "10.200.0.0/16",
+                "10.200.0.0/16",
+                &["10.224.0.0/14"],
+                Some("100.64.0.0/16"),
+            ),
+            // A pool overlapping our own CIDR: that part is skipped.
+            ("10.224.0.0/16", "10.224.0.0/16", &[], Some("10.225.0.0/16")),
+            // Host bits in the input are ignored.
+            ("10.200.0.5/16", "10.200.7.7/16", &[], Some("10.224.0.0/16")),
+        ];
+        for (local, peer, taken, expected) in cases {
+            let taken: Vec<IpNet> = taken.iter().map(|t| net(t)).collect();
+            assert_eq!(
+                remap(net(local), net(peer), &pool, &taken),
+                Ok(expected.map(net)),
+                "local {local}, peer {peer}, taken {taken:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn remap_ipv6_jumps_instead_of_walking() {
+        // 2^64 candidates: only works if taken prefixes are jumped over.
+        let pool = [net("fd00::/48")];
+        let got = remap(
+            net("fd00::/112"),
+            net("fd00::/112"),
+            &pool,
+            &[net("fd00::/49")],
+        );
+        assert_eq!(got, Ok(Some(net("fd00:0:0:8000::/112"))));
+        // Families do not mix: an IPv4 pool cannot hold an IPv6 peer.
+        let got = remap(
+            net("fd00::/64"),
+            net("fd00::/64"),
+            &[net("100.64.0.0/10")],
+            &[],
+        );
+        assert!(
+            matches!(got, Err(RemapError::PoolTooSmall { .. })),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn remap_errors_say_what_to_do() {
+        let too_small = remap(
+            net("10.0.0.0/8"),
+            net("10.0.0.0/8"),
+            &[net("100.64.0.0/10")],
+            &[],
+        )
+        .expect_err("a /8 does not fit in a /10");
+        assert_eq!(
+            too_small.to_string(),
+            "the peer's pod CIDR 10.0.0.0/8 overlaps this cluster's networks, and no prefix of \
+             the remapping pool (100.64.0.0/10) is as large as it: add a pool of at least /8"
+        );
+        let exhausted = remap(
+            net("10.200.0.0/16"),
+            net("10.200.0.0/16"),
+            &[net("10.224.0.0/15")],
+            &[net("10.224.0.0/16"), net("10.225.0.0/16")],
+        )
+        .expect_err("both /16 taken");
+        assert_eq!(
+            exhausted.to_string(),
+            "the peer's pod CIDR 10.200.0.0/16 overlaps this cluster's networks, and every /16 \
+             of the remapping pool (10.224.0.0/15) is taken: widen the pool or add one"
+        );
+        // Exhausted at the very end of the address space: no overflow.
+        let last = remap(
+            net("255.255.255.0/24"),
+            net("255.255.255.0/24"),
+            &[net("255.255.254.0/23")],
+            &[],
+        );
+        assert_eq!(last, Ok(Some(net("255.255.254.0/24"))));
+        let none_left = remap(
+            net("255.255.254.0/24"),
+            net("255.255.254.0/24"),
+            &[net("255.255.254.0/23")],
+            &[net("255.255.255.0/24")],
+        );
+        assert!(
+            matches!(none_left, Err(RemapError::PoolExhausted { .. })),
+            "{none_left:?}"
+        );
+        assert_eq!(
+            remap(net("10.0.0.0/16"), net("10.0.0.0/16"), &[], &[]),
+            Err(RemapError::PoolTooSmall {
+                peer: net("10.0.0.0/16"),
+                pool: vec![]
+            })
+        );
+    }
+
+    #[test]
+    fn the_default_pool_avoids_common_defaults() {
+        let pool = default_remap_pool();
+        for common in [
+            "10.244.0.0/16",
+            "10.96.0.0/12",
+            "10.42.0.0/16",
+            "10.43.0.0/16",
+            "192.168.0.0/16",
+            "10.128.0.0/14",
+            "172.30.0.0/16",
+            "172.17.0.0/16",
+            "10.0.0.0/8",
+        ] {
+            assert!(!overlap(&pool, &net(common)), "{common}");
+        }
+    }
+
+    #[test]
+    fn translate_by_table() {
+        // (addr, from, to, expected)
+        let cases: [(&str, &str, &str, Option<&str>); 8] = [
+            (
+                "10.200.3.4",
+                "10.200.0.0/16",
+                "10.201.0.0/16",
+                Some("10.201.3.4"),
+            ),
+            (
+                "10.201.3.4",
+                "10.201.0.0/16",
+                "10.200.0.0/16",
+                Some("10.200.3.4"),
+            ),
+            (
+                "10.200.255.255",
+                "10.200.0.0/16",
+                "100.64.0.0/16",
+                Some("100.64.255.255"),
+            ),
+            ("10.1.2.3", "10.0.0.0/8", "100.0.0.0/8", Some("100.1.2.3")),
+            (
+                "fd00::1:2",
+                "fd00::/64",
+                "fd01:0:0:7::/64",
+                Some("fd01:0:0:7::1:2"),
+            ),
+            // Outside `from`, lengths or families that differ: no image.
+            ("10.9.3.4", "10.200.0.0/16", "10.201.0.0/16", None),
+            ("10.200.3.4", "10.200.0.0/16", "10.201.0.0/24", None),
+            ("10.200.3.4", "10.200.0.0/16", "fd00::/16", None),
+        ];
+        for (addr, from, to, expected) in cases {
+            let addr: IpAddr = addr.parse().expect("address");
+            assert_eq!(
+                translate(addr, net(from), net(to)),
+                expected.map(|e| e.parse().expect("address")),
+                "{addr} from {from} to {to}"
+            );
+        }
     }
 }

@@ -9,10 +9,11 @@
 //! the API.
 //!
 //! The data plane ([`tunnel`]: the sans-IO WireGuard peer on boringtun;
-//! [`io`]: the TUN device and UDP socket around it) also runs alone, as
-//! `liqo-gateway tunnel`, configured by flags like `wg` and `ip` would
-//! configure a WireGuard interface: that is how the tests and the
-//! benchmark run it against standard WireGuard.
+//! [`io`]: the TUN device and UDP socket around it; [`nat`]: the route
+//! of the peer's pods and the nftables table that remaps an overlapping
+//! pod CIDR) also runs alone, as `liqo-gateway tunnel`, configured by
+//! flags like `wg` and `ip` would configure a WireGuard interface: that is
+//! how the tests and the benchmark run it against standard WireGuard.
 //!
 //! With `--announce` (`liqoctl install --announce`), the agent also
 //! announces the cluster on the node's LAN with mDNS ([`announce`]),
@@ -21,6 +22,7 @@
 
 mod announce;
 mod io;
+mod nat;
 mod tunnel;
 
 use std::net::SocketAddr;
@@ -100,9 +102,30 @@ struct TunnelArgs {
     /// Where the peer listens; without it, wait to be contacted.
     #[arg(long)]
     peer_endpoint: Option<SocketAddr>,
-    /// Addresses the peer may send from and that are sent to it.
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// Addresses the peer may send from and that are sent to it (the
+    /// peer's pod CIDR, given with --peer-cidr, is added).
+    #[arg(long, value_delimiter = ',')]
     allowed_ips: Vec<ipnet::IpNet>,
+    /// The peer's pod CIDR, as the peer knows it: routed into the tunnel
+    /// (or its remapped CIDR is), and allowed from and to the peer.
+    #[arg(long)]
+    peer_cidr: Option<ipnet::IpNet>,
+    /// This cluster's pod CIDR: when the peer's overlaps it, the peer's
+    /// pods are seen under a remapped CIDR taken from --remap-pool.
+    #[arg(long, requires = "peer_cidr")]
+    local_cidr: Option<ipnet::IpNet>,
+    /// Other networks of this cluster that the peer's pod CIDR must not
+    /// overlap either, and that a remapped CIDR must avoid (the service
+    /// CIDR, other peers' CIDRs as seen here).
+    #[arg(long, value_delimiter = ',', requires = "local_cidr")]
+    avoid: Vec<ipnet::IpNet>,
+    /// Where this cluster sees the peer's pods, instead of choosing from
+    /// --remap-pool: the gateway translates with nftables (host part kept).
+    #[arg(long, requires = "peer_cidr")]
+    peer_remapped_cidr: Option<ipnet::IpNet>,
+    /// Where remapped CIDRs are taken from.
+    #[arg(long, value_delimiter = ',', default_value = liqo_api::networking::DEFAULT_REMAP_POOL)]
+    remap_pool: Vec<ipnet::IpNet>,
     /// Seconds between keepalives (none by default).
     #[arg(long)]
     persistent_keepalive: Option<u16>,
@@ -157,11 +180,19 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", args.private_key_file.display()))?
         .parse()
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.private_key_file.display()))?;
+    let peering = peering(&args)?;
+    let mut allowed_ips = args.allowed_ips.clone();
+    // Real addresses cross the tunnel: the peer's own pod CIDR.
+    allowed_ips.extend(peering.as_ref().map(|p| p.peer));
+    anyhow::ensure!(
+        !allowed_ips.is_empty(),
+        "give --allowed-ips, --peer-cidr or both: the peer would be allowed nothing"
+    );
     let config = tunnel::PeerConfig {
         private_key,
         peer_public_key: args.peer_public_key,
         endpoint: args.peer_endpoint,
-        allowed_ips: args.allowed_ips,
+        allowed_ips,
         persistent_keepalive: args.persistent_keepalive,
     };
     let device = tun_rs::DeviceBuilder::new()
@@ -181,6 +212,24 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         offload = !args.no_offload,
         "tunnel up"
     );
+    // Before traffic flows: the table (or the removal of one an earlier
+    // run left), then the route. The route goes with the device.
+    let _nat = match peering {
+        None => None,
+        Some(peering) => {
+            let routed = peering.routed();
+            let installed =
+                nat::Installed::install(peering.clone()).context("installing the NAT table")?;
+            nat::route(routed, &args.interface).context("routing the peer's pods")?;
+            tracing::info!(
+                peer_cidr = %peering.peer,
+                seen_as = %routed,
+                table = %peering.seen_as.map(|_| peering.table()).unwrap_or_else(|| "none".into()),
+                "routed into the tunnel"
+            );
+            Some(installed)
+        }
+    };
     let peer = tunnel::Peer::new(&config, 0);
     // The data plane runs on threads of its own; this one waits for a
     // signal or for them to fail.
@@ -223,6 +272,44 @@ async fn run_announce(args: AnnounceArgs) -> anyhow::Result<()> {
         liqo_agent_runtime::shutdown_signal(),
     )
     .await
+}
+
+/// What the flags say about the peer's pods: where they are, and where
+/// this cluster sees them.
+fn peering(args: &TunnelArgs) -> anyhow::Result<Option<nat::Peering>> {
+    use liqo_api::networking::{overlap, remap};
+    let Some(peer) = args.peer_cidr.map(|c| c.trunc()) else {
+        return Ok(None);
+    };
+    let seen_as = match (args.peer_remapped_cidr, args.local_cidr) {
+        (Some(remapped), local) => {
+            let remapped = remapped.trunc();
+            anyhow::ensure!(
+                remapped.prefix_len() == peer.prefix_len()
+                    && remapped.max_prefix_len() == peer.max_prefix_len(),
+                "--peer-remapped-cidr {remapped} must be of the family and length of \
+                 --peer-cidr {peer}: the host part is kept"
+            );
+            if let Some(clash) = local
+                .iter()
+                .chain(&args.avoid)
+                .find(|n| overlap(n, &remapped))
+            {
+                anyhow::bail!(
+                    "--peer-remapped-cidr {remapped} overlaps {clash}, which this cluster uses: \
+                     choose another"
+                );
+            }
+            Some(remapped)
+        }
+        (None, Some(local)) => remap(local, peer, &args.remap_pool, &args.avoid)?,
+        (None, None) => None,
+    };
+    Ok(Some(nat::Peering {
+        device: args.interface.clone(),
+        peer,
+        seen_as,
+    }))
 }
 
 async fn run_agent(args: Args) -> anyhow::Result<()> {
@@ -407,5 +494,78 @@ mod tests {
         let api = cli.agent.announcement().expect("valid").expect("announces");
         assert_eq!(api.port(), 6443);
         assert!(Cli::try_parse_from(["liqo-gateway", "--announce"]).is_err());
+    }
+
+    /// What `liqo-gateway tunnel` with these flags routes, and under what.
+    fn peering_of(extra: &[&str]) -> anyhow::Result<Option<nat::Peering>> {
+        let base = [
+            "liqo-gateway",
+            "tunnel",
+            "--address",
+            "10.99.0.1/24",
+            "--private-key-file",
+            "k",
+            "--peer-public-key",
+            "29QfL/gCYN3ASZ39Gf7A/UOqE+SFK1jbHwKLwaTgVhs=",
+        ];
+        let cli = Cli::try_parse_from(base.iter().chain(extra))?;
+        let Some(Command::Tunnel(args)) = cli.command else {
+            anyhow::bail!("not the tunnel command");
+        };
+        peering(&args)
+    }
+
+    fn net(s: &str) -> ipnet::IpNet {
+        s.parse().expect("cidr")
+    }
+
+    #[test]
+    fn the_peer_is_remapped_only_when_it_overlaps_something_of_ours() -> anyhow::Result<()> {
+        assert_eq!(peering_of(&[])?, None);
+        let p = |extra: &[&str]| -> anyhow::Result<(ipnet::IpNet, Option<ipnet::IpNet>)> {
+            let p = peering_of(extra)?.expect("a peering");
+            assert_eq!(p.device, "liqo0");
+            Ok((p.peer, p.seen_as))
+        };
+        let local = ["--local-cidr", "10.200.0.0/16"];
+        // Disjoint, or nothing known of ours: seen as it is.
+        assert_eq!(
+            p(&["--peer-cidr", "10.201.0.0/16", local[0], local[1]])?,
+            (net("10.201.0.0/16"), None)
+        );
+        assert_eq!(
+            p(&["--peer-cidr", "10.200.0.0/16"])?,
+            (net("10.200.0.0/16"), None)
+        );
+        // Identical: the default pool's first /16; the service CIDR too.
+        assert_eq!(
+            p(&["--peer-cidr", "10.200.0.0/16", local[0], local[1]])?,
+            (net("10.200.0.0/16"), Some(net("100.64.0.0/16")))
+        );
+        assert_eq!(
+            p(&[
+                "--peer-cidr",
+                "10.96.0.0/16",
+                local[0],
+                local[1],
+                "--avoid",
+                "10.96.0.0/12,100.64.0.0/16"
+            ])?,
+            (net("10.96.0.0/16"), Some(net("100.65.0.0/16")))
+        );
+        // Given: taken as it is, even without overlap.
+        assert_eq!(
+            p(&[
+                "--peer-cidr",
+                "10.201.0.0/16",
+                "--peer-remapped-cidr",
+                "10.202.9.9/16"
+            ])?,
+            (net("10.201.0.0/16"), Some(net("10.202.0.0/16")))
+        );
+        // Flags that mean nothing alone.
+        assert!(peering_of(&local).is_err());
+        assert!(peering_of(&["--peer-remapped-cidr", "10.202.0.0/16"]).is_err());
+        Ok(())
     }
 }

@@ -199,6 +199,41 @@ impl Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Asks it to stop (SIGTERM) and waits up to `timeout` for it to
+    /// exit; whether it exited successfully.
+    pub fn terminate(&mut self, timeout: Duration) -> Result<bool> {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let pid = i32::try_from(self.child.id()).context("a pid")?;
+        // `ip netns exec` execs the program: the child is the program.
+        kill(Pid::from_raw(pid), Signal::SIGTERM).context("sending SIGTERM")?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status.success());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "still running {timeout:?} after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Pings `to` from `ns` until one answer (the first packets may wait for
+/// a handshake) within 20 s, then `count` more that must all come back.
+pub fn ping(ns: &NetNs, to: &str, count: u32) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ns.run("ping", &["-c", "1", "-W", "1", to]).is_err() {
+        ensure!(Instant::now() < deadline, "no answer from {to} within 20 s");
+    }
+    ns.run(
+        "ping",
+        &["-c", &count.to_string(), "-i", "0.2", "-W", "2", to],
+    )
+    .with_context(|| format!("pinging {to}"))
 }
 
 impl Drop for Process {
@@ -224,16 +259,30 @@ pub fn transfer(
     len: u64,
     timeout: Duration,
 ) -> Result<Duration> {
+    transfer_seen(from, at, to, to, len, timeout).map(|(took, _)| took)
+}
+
+/// [`transfer`] to a listener bound at `bind` in `at` that the sender
+/// reaches at `to` (they differ across NAT), also returning the address
+/// the receiver saw the sender connect from.
+pub fn transfer_seen(
+    from: &NetNs,
+    at: &NetNs,
+    bind: SocketAddr,
+    to: SocketAddr,
+    len: u64,
+    timeout: Duration,
+) -> Result<(Duration, SocketAddr)> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let receiver = at.within(move || {
-        let listener = TcpListener::bind(to).with_context(|| format!("listening on {to}"))?;
+        let listener = TcpListener::bind(bind).with_context(|| format!("listening on {bind}"))?;
         let _ = ready_tx.send(());
         // Bounded: a sender that never connects must not hang the test.
         listener.set_nonblocking(true)?;
         let deadline = Instant::now() + timeout;
-        let mut stream = loop {
+        let (mut stream, seen) = loop {
             match listener.accept() {
-                Ok((stream, _)) => break stream,
+                Ok(accepted) => break accepted,
                 Err(e)
                     if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
                 {
@@ -257,7 +306,7 @@ pub fn transfer(
             }
             got += n as u64;
         }
-        Ok(got)
+        Ok((got, seen))
     });
     ready_rx
         .recv_timeout(Duration::from_secs(5))
@@ -283,9 +332,9 @@ pub fn transfer(
     let started = sender
         .join()
         .map_err(|_| anyhow::anyhow!("the sender panicked"))??;
-    let got = receiver
+    let (got, seen) = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("the receiver panicked"))??;
     ensure!(got == len, "received {got} of {len} bytes");
-    Ok(started.elapsed())
+    Ok((started.elapsed(), seen))
 }

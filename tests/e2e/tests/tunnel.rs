@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use liqo_e2e::netns::{NetNs, Process, link, run, transfer};
+use liqo_e2e::netns::{NetNs, Process, link, ping, run, transfer};
 
 const PORT: &str = "51820";
 /// Every wait and transfer here is bounded by this.
@@ -129,20 +129,6 @@ fn wait(what: &str, mut ok: impl FnMut() -> bool) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
-}
-
-/// Pings `to` from `ns` until one answer (the first packets wait for the
-/// handshake), then `count` more that must all come back.
-fn ping(ns: &NetNs, to: &str, count: u32) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while ns.run("ping", &["-c", "1", "-W", "1", to]).is_err() {
-        ensure!(Instant::now() < deadline, "no answer from {to}");
-    }
-    ns.run(
-        "ping",
-        &["-c", &count.to_string(), "-i", "0.2", "-W", "2", to],
-    )
-    .with_context(|| format!("pinging {to}"))
 }
 
 fn addr(s: &str) -> SocketAddr {
