@@ -173,28 +173,6 @@ impl Process {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Asks it to stop (SIGTERM) and waits up to `timeout` for it to
-    /// exit; kills it if it does not. Returns whether it stopped by itself.
-    pub fn terminate(&mut self, timeout: Duration) -> bool {
-        use nix::sys::signal::{Signal, kill};
-        use nix::unistd::Pid;
-        // `ip netns exec` execs the program: the child is the program.
-        let Ok(pid) = i32::try_from(self.child.id()) else {
-            self.kill();
-            return false;
-        };
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if !self.running() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill();
-        false
-    }
-
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -216,12 +216,12 @@ fn lan_discovery_finds_announced_clusters_and_forgets_withdrawn_ones() -> Result
         .spawn()?;
     std::thread::sleep(Duration::from_millis(1500));
     assert!(
-        one.terminate(Duration::from_secs(5)),
+        one.terminate(Duration::from_secs(5))?,
         "{}",
         logs(&one, &two)
     );
     assert!(
-        two.terminate(Duration::from_secs(5)),
+        two.terminate(Duration::from_secs(5))?,
         "{}",
         logs(&one, &two)
     );
