@@ -777,7 +777,10 @@ async fn claim_and_mint(
             &peer_user(&tenant.id),
             &credential,
         )?;
-        let expiry = expires.to_string();
+        // As a certificate's expiry is shown (RFC 2822), for `info`.
+        let expiry = k8s_openapi::jiff::fmt::rfc2822::DateTimePrinter::new()
+            .timestamp_to_string(&expires)
+            .unwrap_or_else(|_| expires.to_string());
         store_identity(consumer, token, &tenant.id, &kubeconfig, &expiry).await?;
         anyhow::Ok((tenant.id, kubeconfig, expiry))
     }
