@@ -441,7 +441,10 @@ async fn issue_kubeconfig(
     });
     csrs.patch_approval(csr_name, &PatchParams::default(), &Patch::Merge(&approval))
         .await?;
-    wait_for("the signed certificate", Duration::from_secs(30), || {
+    // Right after the provider's API was stopped and started again, its
+    // controller-manager may still be taking its leader lease back (it
+    // gives it up when the API is gone): the signer can take that long.
+    wait_for("the signed certificate", Duration::from_secs(120), || {
         let csrs = csrs.clone();
         async move {
             let csr = csrs.get(csr_name).await?;
