@@ -229,19 +229,8 @@ pub struct PeerArgs {
     /// A file holding the peering token (`-` reads standard input).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["remote_kubeconfig", "bidirectional"])]
     pub token_file: Option<PathBuf>,
-    /// CPU to ask for (e.g. 2, 500m); by default what the provider's policy offers.
-    #[arg(long, value_name = "QUANTITY")]
-    pub cpu: Option<String>,
-    /// Memory to ask for (e.g. 4Gi); by default what the provider's policy offers.
-    #[arg(long, value_name = "QUANTITY")]
-    pub memory: Option<String>,
-    /// Pods to ask for; by default what the provider's policy offers.
-    #[arg(long, value_name = "COUNT")]
-    pub pods: Option<String>,
-    /// Refuse the peering when the policy offers less than asked, instead of
-    /// taking what it offers.
-    #[arg(long)]
-    pub require_request: bool,
+    #[command(flatten)]
+    pub request: RequestArgs,
     /// Issue a new certificate even if the current one is good for more than a
     /// third of its life (which is when `peer` renews it by itself).
     #[arg(long)]
@@ -280,18 +269,8 @@ pub struct PeerRequestArgs {
     /// Where to write the request (`-`: standard output).
     #[arg(long, short = 'f', value_name = "FILE", default_value = "-")]
     pub file: PathBuf,
-    /// CPU to ask for (e.g. 2, 500m); by default what the provider's policy offers.
-    #[arg(long, value_name = "QUANTITY")]
-    pub cpu: Option<String>,
-    /// Memory to ask for (e.g. 4Gi).
-    #[arg(long, value_name = "QUANTITY")]
-    pub memory: Option<String>,
-    /// Pods to ask for.
-    #[arg(long, value_name = "COUNT")]
-    pub pods: Option<String>,
-    /// Ask the provider to refuse rather than grant less than asked.
-    #[arg(long)]
-    pub require_request: bool,
+    #[command(flatten)]
+    pub request: RequestArgs,
     /// Ask for a certificate valid this many seconds (at least 600).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(600..))]
     pub certificate_lifetime: Option<u64>,
@@ -358,18 +337,8 @@ pub struct GeneratePeeringTokenArgs {
     /// Only the cluster with this cluster ID may use it; its tenant is named after it.
     #[arg(long = "for", value_name = "CLUSTER_ID", conflicts_with = "uses")]
     pub for_cluster: Option<String>,
-    /// CPU to grant (e.g. 2, 500m); by default what the sharing policy offers.
-    #[arg(long, value_name = "QUANTITY")]
-    pub cpu: Option<String>,
-    /// Memory to grant (e.g. 4Gi); by default what the sharing policy offers.
-    #[arg(long, value_name = "QUANTITY")]
-    pub memory: Option<String>,
-    /// Pods to grant; by default what the sharing policy offers.
-    #[arg(long, value_name = "COUNT")]
-    pub pods: Option<String>,
-    /// Refuse when the policy offers less than asked, instead of granting what it offers.
-    #[arg(long)]
-    pub require_request: bool,
+    #[command(flatten)]
+    pub request: RequestArgs,
     /// The API server address consumers reach this cluster at; by default the
     /// kubeconfig's.
     #[arg(long, value_name = "URL")]
@@ -414,6 +383,31 @@ fn parse_expiry(text: &str) -> Result<std::time::Duration, String> {
         return Err("must be between 10m and 7d".to_owned());
     }
     Ok(d)
+}
+
+/// What a consumer asks of a provider (peer, peer request) or a provider
+/// grants with a token: each by default what the sharing policy offers.
+/// A peering request file carries them as given (`peer request`).
+#[derive(Args, Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestArgs {
+    /// CPU (e.g. 2, 500m); by default what the provider's sharing policy offers.
+    #[arg(long, value_name = "QUANTITY")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    /// Memory (e.g. 4Gi); by default what the provider's sharing policy offers.
+    #[arg(long, value_name = "QUANTITY")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// Pods; by default what the provider's sharing policy offers.
+    #[arg(long, value_name = "COUNT")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<String>,
+    /// Refuse when the policy offers less than asked, instead of taking what
+    /// it offers.
+    #[arg(long)]
+    #[serde(default)]
+    pub require_request: bool,
 }
 
 #[derive(Args, Debug)]

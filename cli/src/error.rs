@@ -12,6 +12,10 @@ pub enum UserError {
     /// The kubeconfig cannot be read, or lacks what was asked of it.
     #[error("{0}")]
     Config(String),
+    /// The cluster did not accept the credentials (401); exits as a
+    /// kubeconfig problem does.
+    #[error("{0}")]
+    Unauthenticated(String),
     /// The cluster did not answer.
     #[error("{0}")]
     Unreachable(String),
@@ -46,7 +50,7 @@ impl UserError {
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
             Self::Usage(_) => exit::USAGE,
-            Self::Config(_) => exit::CONFIG,
+            Self::Config(_) | Self::Unauthenticated(_) => exit::CONFIG,
             Self::Unreachable(_) => exit::UNREACHABLE,
             Self::Forbidden(_) => exit::FORBIDDEN,
             Self::Refused(_) => exit::REFUSED,

@@ -130,7 +130,7 @@ impl ClusterClient {
                 self.name, status.message
             ))
             .into(),
-            kube::Error::Api(status) if status.code == 401 => UserError::Config(format!(
+            kube::Error::Api(status) if status.code == 401 => UserError::Unauthenticated(format!(
                 "{doing} on cluster {}: the cluster does not accept the kubeconfig's credentials",
                 self.name
             ))

@@ -7,7 +7,7 @@
 //! the consumer checks the certificate against its key and the provider's
 //! CA, then starts the virtual kubelet. Neither file holds a secret.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,7 +20,9 @@ use liqo_api::sharing::{Cost, Resources};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::cli::{GlobalArgs, PeerAcceptArgs, PeerCompleteArgs, PeerExchange, PeerRequestArgs};
+use crate::cli::{
+    GlobalArgs, PeerAcceptArgs, PeerCompleteArgs, PeerExchange, PeerRequestArgs, RequestArgs,
+};
 use crate::commands::{peer, token};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
@@ -40,14 +42,8 @@ const REQUEST_ID_ANNOTATION: &str = "liqo.io/request-id";
 struct RequestFile {
     id: String,
     consumer: ClusterIdentity,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    cpu: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    memory: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pods: Option<String>,
-    #[serde(default)]
-    require_request: bool,
+    #[serde(flatten)]
+    request: RequestArgs,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     certificate_lifetime: Option<u64>,
     /// The certificate request, PEM.
@@ -90,7 +86,7 @@ async fn request(
     printer: Printer,
 ) -> anyhow::Result<()> {
     // Checked here already, so that a typo does not travel.
-    peer::parse_request(&args.cpu, &args.memory, &args.pods)?;
+    peer::parse_request(&args.request)?;
     let consumer = ClusterClient::local(global).await?;
     let consumer_id = peer::installed(&consumer).await?;
     let made = identity::request(&peer_user(&consumer_id.cluster_id))?;
@@ -117,10 +113,7 @@ async fn request(
     let file = RequestFile {
         id: id.clone(),
         consumer: consumer_id,
-        cpu: args.cpu.clone(),
-        memory: args.memory.clone(),
-        pods: args.pods.clone(),
-        require_request: args.require_request,
+        request: args.request.clone(),
         certificate_lifetime: args.certificate_lifetime,
         csr: made.csr_pem,
     };
@@ -167,7 +160,7 @@ async fn accept(
         ))
         .into());
     }
-    let request = peer::parse_request(&file.cpu, &file.memory, &file.pods)?;
+    let request = peer::parse_request(&file.request)?;
     let provider = ClusterClient::local(global).await?;
     let ca_der = provider.ca_der.clone().ok_or_else(|| {
         UserError::Config(format!(
@@ -185,7 +178,7 @@ async fn accept(
         &file.consumer.cluster_name,
         &provider,
         request.as_ref(),
-        file.require_request,
+        file.request.require_request,
         file.certificate_lifetime,
     )
     .await
@@ -418,13 +411,8 @@ async fn complete(
 
 /// Reads a request or response file (`-`: standard input).
 fn read<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
-    let mut text = String::new();
-    let read = if path.as_os_str() == "-" {
-        std::io::stdin().read_to_string(&mut text).map(|_| ())
-    } else {
-        std::fs::read_to_string(path).map(|t| text = t)
-    };
-    read.map_err(|e| UserError::Usage(format!("--file {}: cannot read it: {e}", path.display())))?;
+    let text = super::read_input(path)
+        .map_err(|e| UserError::Usage(format!("--file {}: cannot read it: {e}", path.display())))?;
     serde_json::from_str(&text).map_err(|e| {
         UserError::Usage(format!(
             "--file {}: not a {what} written by liqoctl: {e}",
@@ -472,17 +460,19 @@ mod tests {
         let request = RequestFile {
             id: "ab12cd34".into(),
             consumer,
-            cpu: Some("2".into()),
-            memory: None,
-            pods: None,
-            require_request: false,
+            request: RequestArgs {
+                cpu: Some("2".into()),
+                memory: None,
+                pods: None,
+                require_request: false,
+            },
             certificate_lifetime: None,
             csr: "-----BEGIN CERTIFICATE REQUEST-----".into(),
         };
         let text = serde_json::to_string(&request).expect("json");
         assert!(text.contains(r#""kind":"PeeringRequest""#), "{text}");
         let back: RequestFile = serde_json::from_str(&text).expect("round trip");
-        assert_eq!(back.cpu.as_deref(), Some("2"));
+        assert_eq!(back.request.cpu.as_deref(), Some("2"));
         assert!(serde_json::from_str::<ResponseFile>(&text).is_err());
     }
 }

@@ -13,3 +13,13 @@ pub mod token;
 pub mod uninstall;
 pub mod unpeer;
 pub mod version;
+
+/// The text of a file named on the command line; `-` is standard input.
+pub(crate) fn read_input(path: &std::path::Path) -> std::io::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path)
+}

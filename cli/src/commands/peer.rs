@@ -54,7 +54,7 @@ pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyh
     if args.token.is_some() || args.token_file.is_some() {
         return crate::commands::token::peer(args, global, printer).await;
     }
-    let request = parse_request(&args.cpu, &args.memory, &args.pods)?;
+    let request = parse_request(&args.request)?;
     let Some(remote) = args.remote.remote_kubeconfig.as_deref() else {
         return Err(UserError::Usage(
             "pass the provider's kubeconfig with --remote-kubeconfig, or a peering token from its \
@@ -206,11 +206,10 @@ pub(crate) async fn wait_for_virtual_node(
 }
 
 /// The amounts asked for with `--cpu`, `--memory` and `--pods`, if any.
-pub(crate) fn parse_request(
-    cpu: &Option<String>,
-    memory: &Option<String>,
-    pods: &Option<String>,
-) -> Result<Option<Amounts>, UserError> {
+pub(crate) fn parse_request(args: &crate::cli::RequestArgs) -> Result<Option<Amounts>, UserError> {
+    let crate::cli::RequestArgs {
+        cpu, memory, pods, ..
+    } = args;
     if cpu.is_none() && memory.is_none() && pods.is_none() {
         return Ok(None);
     }
@@ -286,7 +285,7 @@ impl Plan {
             &consumer.name,
             provider,
             request,
-            args.require_request,
+            args.request.require_request,
             args.certificate_lifetime,
         )
         .await

@@ -7,7 +7,6 @@
 //! `liqo-peering-tokens`, bound service account tokens and the garbage
 //! collector do the provider's part.
 
-use std::io::Read as _;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{
@@ -65,7 +64,7 @@ pub async fn generate(
         .map(|c| ClusterId::new(c.to_owned()))
         .transpose()
         .map_err(|e| UserError::Usage(format!("--for: {e}")))?;
-    let request = peer::parse_request(&args.cpu, &args.memory, &args.pods)?;
+    let request = peer::parse_request(&args.request)?;
     if let Some(url) = &args.api_server
         && !url.starts_with("https://")
     {
@@ -99,8 +98,13 @@ pub async fn generate(
             ))
         })?;
         let policy = peer::policy_for(&provider, consumer.as_ref()).await?;
-        let grant =
-            peer::grant_for(&provider, &policy, request.as_ref(), args.require_request).await?;
+        let grant = peer::grant_for(
+            &provider,
+            &policy,
+            request.as_ref(),
+            args.request.require_request,
+        )
+        .await?;
         anyhow::Ok((identity, ca, fingerprint, policy, grant))
     }
     .await;
@@ -385,28 +389,16 @@ pub(crate) struct TenantView {
 
 /// The peering tokens of `provider` not revoked yet, with who claimed what.
 pub(crate) async fn tokens_of(provider: &ClusterClient) -> anyhow::Result<Vec<TokenView>> {
-    let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), names::NAMESPACE);
-    let claims = secrets
-        .list(&ListParams::default().labels(token::TOKEN_LABEL))
-        .await
-        .map_err(|e| provider.explain(e, "listing the peering tokens' claims"))?
-        .items;
+    let secrets = token_secrets(provider).await?;
     let claimed_by = |id: &str, tenant: &ClusterId| {
-        let name = objects::claim(id, tenant);
-        claims
-            .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(name.as_str()))
-            .and_then(|c| {
-                c.metadata
-                    .labels
-                    .as_ref()?
-                    .get(labels::PEER_CLUSTER_ID)
-                    .cloned()
-            })
+        claimed(&secrets, id, tenant)?
+            .metadata
+            .labels?
+            .get(labels::PEER_CLUSTER_ID)
+            .cloned()
     };
     let now = Timestamp::now();
-    Ok(held(provider)
-        .await?
+    Ok(held(&secrets)
         .into_iter()
         .map(|t| TokenView {
             expires: t.expires.map(|e| e.to_string()).unwrap_or_default(),
@@ -432,21 +424,35 @@ struct Held {
     tenants: Vec<ClusterId>,
 }
 
-/// The tokens of a provider, from their anchors.
-async fn held(provider: &ClusterClient) -> anyhow::Result<Vec<Held>> {
+/// Every Secret of the peering tokens of `provider`: their anchors and
+/// their claims.
+async fn token_secrets(provider: &ClusterClient) -> anyhow::Result<Vec<Secret>> {
     let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), names::NAMESPACE);
-    let anchors = secrets
+    Ok(secrets
         .list(&ListParams::default().labels(token::TOKEN_LABEL))
         .await
-        .map_err(|e| provider.explain(e, "listing the peering tokens"))?;
-    Ok(anchors
-        .items
-        .into_iter()
+        .map_err(|e| provider.explain(e, "listing the peering tokens"))?
+        .items)
+}
+
+/// Whether `secrets` hold the claim of `tenant` of token `id`.
+fn claimed(secrets: &[Secret], id: &str, tenant: &ClusterId) -> Option<Secret> {
+    let name = objects::claim(id, tenant);
+    secrets
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+        .cloned()
+}
+
+/// The tokens among `secrets`, from their anchors.
+fn held(secrets: &[Secret]) -> Vec<Held> {
+    secrets
+        .iter()
         .filter(|s| s.type_.as_deref() == Some(tokens::TOKEN_SECRET_TYPE))
         .filter(|s| ownership::is_ours(&s.metadata))
         .filter_map(|s| {
             let id = s.metadata.labels.as_ref()?.get(token::TOKEN_LABEL)?.clone();
-            let annotations = s.metadata.annotations.unwrap_or_default();
+            let annotations = s.metadata.annotations.clone().unwrap_or_default();
             Some(Held {
                 id,
                 expires: annotations
@@ -462,7 +468,7 @@ async fn held(provider: &ClusterClient) -> anyhow::Result<Vec<Held>> {
                     .unwrap_or_default(),
             })
         })
-        .collect())
+        .collect()
 }
 
 pub async fn revoke(
@@ -471,7 +477,8 @@ pub async fn revoke(
     printer: Printer,
 ) -> anyhow::Result<()> {
     let provider = ClusterClient::local(global).await?;
-    let all = held(&provider).await?;
+    let secrets = token_secrets(&provider).await?;
+    let all = held(&secrets);
     let now = Timestamp::now();
     let chosen: Vec<&Held> = if args.all {
         all.iter().collect()
@@ -507,18 +514,12 @@ pub async fn revoke(
         ));
         return Ok(());
     }
-    let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), names::NAMESPACE);
     for t in chosen {
         let step = printer.step(format!("Revoking peering token {}", t.id));
         let mut removed = Vec::new();
         let mut kept = Vec::new();
         for tenant in &t.tenants {
-            let claimed = secrets
-                .get_opt(&objects::claim(&t.id, tenant))
-                .await
-                .map_err(|e| provider.explain(e, "reading the token's claims"))?
-                .is_some();
-            if claimed {
+            if claimed(&secrets, &t.id, tenant).is_some() {
                 kept.push(tenant.to_string());
                 continue;
             }
@@ -595,10 +596,23 @@ pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> any
         .into());
     }
 
+    // An earlier run's identity is where this one resumes.
     let (tenant, kubeconfig, expiry) =
-        match resumable(&consumer, &token.provider_cluster_id).await? {
-            Some(found) => found,
-            None => {
+        match identity_of(&consumer, &token.provider_cluster_id).await? {
+            Identity::Token {
+                tenant,
+                kubeconfig,
+                expiry,
+            } => (tenant, kubeconfig, expiry),
+            Identity::Certificate => {
+                return Err(UserError::Refused(format!(
+                    "cluster {} already peers with {} through a certificate; unpeer first to \
+                     peer again with a token",
+                    consumer.name, token.provider_cluster_id
+                ))
+                .into());
+            }
+            Identity::Absent => {
                 claim_and_mint(
                     &consumer,
                     &consumer_id,
@@ -658,27 +672,33 @@ fn read_token(args: &PeerArgs) -> anyhow::Result<String> {
     let Some(path) = &args.token_file else {
         return Err(UserError::Usage("pass --token or --token-file".to_owned()).into());
     };
-    let mut text = String::new();
-    let read = if path.as_os_str() == "-" {
-        std::io::stdin().read_to_string(&mut text).map(|_| ())
-    } else {
-        std::fs::read_to_string(path).map(|t| text = t)
-    };
-    read.map_err(|e| {
+    Ok(super::read_input(path).map_err(|e| {
         UserError::Usage(format!(
             "--token-file {}: cannot read it: {e}",
             path.display()
         ))
-    })?;
-    Ok(text)
+    })?)
 }
 
-/// The identity of an earlier run of a token peering with `provider`,
-/// when there is one of ours: its tenant, kubeconfig and expiry.
-async fn resumable(
+/// What identity the consumer holds for its peering with a provider.
+#[derive(Debug)]
+pub(crate) enum Identity {
+    Absent,
+    /// A certificate (`peer --remote-kubeconfig`, `peer complete`).
+    Certificate,
+    /// A token peering's credential, as its Secret says.
+    Token {
+        tenant: ClusterId,
+        kubeconfig: String,
+        expiry: String,
+    },
+}
+
+/// The identity Secret of ours for the peering with `provider`, read.
+pub(crate) async fn identity_of(
     consumer: &ClusterClient,
     provider: &ClusterId,
-) -> anyhow::Result<Option<(ClusterId, String, String)>> {
+) -> anyhow::Result<Identity> {
     let name = peering::identity_secret(provider);
     let secrets: Api<Secret> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
     let Some(secret) = secrets
@@ -687,30 +707,30 @@ async fn resumable(
         .map_err(|e| consumer.explain(e, &format!("reading Secret {name}")))?
         .filter(|s| ownership::is_ours(&s.metadata))
     else {
-        return Ok(None);
+        return Ok(Identity::Absent);
     };
     let annotations = secret.metadata.annotations.unwrap_or_default();
-    let Some(tenant) = annotations
+    let tenant = annotations
         .get(token::TENANT_ANNOTATION)
-        .and_then(|t| ClusterId::new(t.clone()).ok())
-    else {
-        return Err(UserError::Refused(format!(
-            "cluster {} already peers with {provider} through a certificate; unpeer first to peer \
-             again with a token",
-            consumer.name
-        ))
-        .into());
-    };
-    let expiry = annotations
-        .get(token::EXPIRES_ANNOTATION)
-        .cloned()
-        .unwrap_or_default();
+        .and_then(|t| ClusterId::new(t.clone()).ok());
     let kubeconfig = secret
         .data
         .as_ref()
         .and_then(|d| d.get("kubeconfig"))
         .and_then(|k| String::from_utf8(k.0.clone()).ok());
-    Ok(kubeconfig.map(|k| (tenant, k, expiry)))
+    Ok(match (tenant, kubeconfig) {
+        (Some(tenant), Some(kubeconfig)) => Identity::Token {
+            tenant,
+            kubeconfig,
+            expiry: annotations
+                .get(token::EXPIRES_ANNOTATION)
+                .cloned()
+                .unwrap_or_default(),
+        },
+        // A token identity without its kubeconfig: made anew.
+        (Some(_), None) => Identity::Absent,
+        (None, _) => Identity::Certificate,
+    })
 }
 
 /// With the token's bootstrap credential: checks the provider is the one
@@ -802,7 +822,7 @@ async fn claim_and_mint(
 fn spent_or(e: anyhow::Error, token: &PeeringToken) -> anyhow::Error {
     let unauthorized = e
         .downcast_ref::<UserError>()
-        .is_some_and(|u| matches!(u, UserError::Config(m) if m.contains("does not accept")));
+        .is_some_and(|u| matches!(u, UserError::Unauthenticated(_)));
     if unauthorized {
         return UserError::Refused(format!(
             "cluster {} does not accept the peering token {}: it was revoked, used up or has \

@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::wait::conditions;
 use liqo_api::ClusterId;
 use liqo_api::core::ForeignCluster;
-use liqo_api::names::{self, labels, peering};
+use liqo_api::names::{labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
 
 use crate::cli::{GlobalArgs, UnpeerArgs};
@@ -35,7 +35,10 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
     {
         let provider = ClusterId::new(id.clone())
             .map_err(|e| UserError::Usage(format!("--cluster-id: {e}")))?;
-        if let Some((tenant, kubeconfig)) = token_identity(&consumer, &provider).await? {
+        if let crate::commands::token::Identity::Token {
+            tenant, kubeconfig, ..
+        } = crate::commands::token::identity_of(&consumer, &provider).await?
+        {
             return end_token_peering(&consumer, &provider, &tenant, &kubeconfig, args, printer)
                 .await;
         }
@@ -138,31 +141,6 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
         }
     ));
     Ok(())
-}
-
-/// The tenant and kubeconfig of a peering with `provider` made with a
-/// token (docs/tokens.md), if that is what the local identity is.
-async fn token_identity(
-    consumer: &ClusterClient,
-    provider: &ClusterId,
-) -> anyhow::Result<Option<(ClusterId, String)>> {
-    let name = peering::identity_secret(provider);
-    let secrets: Api<Secret> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
-    let secret = secrets
-        .get_opt(&name)
-        .await
-        .map_err(|e| consumer.explain(e, &format!("reading Secret {name}")))?
-        .filter(|s| crate::k8s::ownership::is_ours(&s.metadata));
-    Ok(secret.and_then(|s| {
-        let tenant = s
-            .metadata
-            .annotations
-            .as_ref()?
-            .get(crate::peering::token::TENANT_ANNOTATION)?;
-        let tenant = ClusterId::new(tenant.clone()).ok()?;
-        let kubeconfig = String::from_utf8(s.data?.get("kubeconfig")?.0.clone()).ok()?;
-        Some((tenant, kubeconfig))
-    }))
 }
 
 /// Ends a peering made with a token from the consumer alone: as the

@@ -22,6 +22,12 @@ pub fn ip(args: &[&str]) -> Result<()> {
 
 /// Runs a command to completion; an error carries its stderr.
 pub fn run(program: &str, args: &[&str]) -> Result<()> {
+    stdout(program, args).map(drop)
+}
+
+/// Runs a command to completion and returns what it printed; an error
+/// carries its stderr.
+pub fn stdout(program: &str, args: &[&str]) -> Result<String> {
     let out = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
@@ -33,7 +39,7 @@ pub fn run(program: &str, args: &[&str]) -> Result<()> {
         args.join(" "),
         String::from_utf8_lossy(&out.stderr).trim()
     );
-    Ok(())
+    Ok(String::from_utf8(out.stdout)?)
 }
 
 /// A network namespace, deleted (with its devices) when dropped.
@@ -62,9 +68,14 @@ impl NetNs {
 
     /// Runs a command inside to completion.
     pub fn run(&self, program: &str, args: &[&str]) -> Result<()> {
+        self.stdout(program, args).map(drop)
+    }
+
+    /// Runs a command inside and returns what it printed.
+    pub fn stdout(&self, program: &str, args: &[&str]) -> Result<String> {
         let mut all = vec!["netns", "exec", &self.name, program];
         all.extend_from_slice(args);
-        run("ip", &all)
+        stdout("ip", &all)
     }
 
     /// Runs a command inside with a clean environment (only `PATH`, and

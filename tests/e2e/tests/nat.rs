@@ -27,31 +27,15 @@ fn addr(s: &str) -> SocketAddr {
     s.parse().expect("address")
 }
 
-/// What a command prints, run inside `ns`.
-fn output(ns: &NetNs, program: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns.name, program])
-        .args(args)
-        .output()
-        .with_context(|| format!("running {program}"))?;
-    ensure!(
-        out.status.success(),
-        "{program} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(String::from_utf8(out.stdout)?)
-}
-
 fn tables(node: &NetNs) -> Result<String> {
-    output(node, "nft", &["list", "tables"])
+    node.stdout("nft", &["list", "tables"])
 }
 
 /// Our table's rules as nft prints them, or None without the table.
 fn table(node: &NetNs) -> Result<Option<String>> {
     tables(node)?
         .contains(TABLE)
-        .then(|| output(node, "nft", &["list", "table", "inet", TABLE]))
+        .then(|| node.stdout("nft", &["list", "table", "inet", TABLE]))
         .transpose()
 }
 
@@ -111,7 +95,8 @@ impl<'a> Gateway<'a> {
         // Up once its route is: the table (if any) comes before it.
         let ns = self.ns;
         wait("the gateway's route", || {
-            output(ns, "ip", &["route", "show", "dev", "wg0"]).is_ok_and(|r| r.lines().count() > 1)
+            ns.stdout("ip", &["route", "show", "dev", "wg0"])
+                .is_ok_and(|r| r.lines().count() > 1)
         })
         .with_context(|| format!("the gateway did not start: {}", self.log()))
     }
@@ -279,9 +264,9 @@ fn identical_pod_cidrs_are_remapped_both_ways_keeping_the_host_part() -> Result<
         ensure!(seen.to_string() == "10.202.2.3", "b0 saw a2 as {seen}");
 
         // The routes and the tables each side installed.
-        let route_a = output(&a.node, "ip", &["route", "show", "10.201.0.0/16"])?;
+        let route_a = a.node.stdout("ip", &["route", "show", "10.201.0.0/16"])?;
         ensure!(route_a.contains("dev wg0"), "a's route: {route_a}");
-        let route_b = output(&b.node, "ip", &["route", "show", "10.202.0.0/16"])?;
+        let route_b = b.node.stdout("ip", &["route", "show", "10.202.0.0/16"])?;
         ensure!(route_b.contains("dev wg0"), "b's route: {route_b}");
         let table_b = table(&b.node)?.context("b has no table")?;
         ensure!(
@@ -312,7 +297,7 @@ fn identical_pod_cidrs_are_remapped_both_ways_keeping_the_host_part() -> Result<
             "a's table after stopping: {}",
             tables(&a.node)?
         );
-        let route_a = output(&a.node, "ip", &["route", "show", "10.201.0.0/16"])?;
+        let route_a = a.node.stdout("ip", &["route", "show", "10.201.0.0/16"])?;
         ensure!(
             route_a.trim().is_empty(),
             "a's route after stopping: {route_a}"
@@ -358,7 +343,7 @@ fn disjoint_pod_cidrs_are_routed_without_nat() -> Result<()> {
                 tables(node)?
             );
         }
-        let route = output(&a.node, "ip", &["route", "show", "10.210.0.0/16"])?;
+        let route = a.node.stdout("ip", &["route", "show", "10.210.0.0/16"])?;
         ensure!(route.contains("dev wg0"), "a's route: {route}");
         ping(a1, "10.210.4.5", 3)?;
         ping(b1, "10.200.1.2", 3)?;
