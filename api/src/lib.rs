@@ -39,6 +39,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         offloading::NamespaceOffloading::crd(),
         authentication::Tenant::crd(),
         sharing::SharingPolicy::crd(),
+        networking::Connection::crd(),
     ]
 }
 

@@ -55,6 +55,22 @@ pub const NAMESPACE_OFFLOADING: &str = "offloading";
 /// The gateway's Deployment and ServiceAccount, in [`NAMESPACE`].
 pub const GATEWAY: &str = "liqo-gateway";
 
+/// The Secret in [`NAMESPACE`] that holds the gateway's WireGuard private
+/// key: made by the gateway itself on its first start, so that the key
+/// never leaves the cluster.
+pub const GATEWAY_KEY_SECRET: &str = "liqo-gateway-key";
+/// Its type.
+pub const GATEWAY_KEY_SECRET_TYPE: &str = "liqo.io/wireguard-key";
+/// The key of [`GATEWAY_KEY_SECRET`] that holds the private key.
+pub const GATEWAY_PRIVATE_KEY: &str = "private-key";
+/// The ConfigMap in [`NAMESPACE`] where the gateway publishes its public
+/// key (key [`GATEWAY_PUBLIC_KEY`]), for `liqoctl` to hand to peers.
+pub const GATEWAY_CONFIGMAP: &str = "liqo-gateway";
+pub const GATEWAY_PUBLIC_KEY: &str = "public-key";
+
+/// The port the gateway serves Prometheus metrics on, besides health.
+pub const GATEWAY_METRICS_PATH: &str = "/metrics";
+
 /// Image repositories of the agents; the tag is [`crate::VERSION`].
 pub const GATEWAY_IMAGE: &str = "ghcr.io/liqo-rs/liqo-gateway";
 pub const VIRTUAL_KUBELET_IMAGE: &str = "ghcr.io/liqo-rs/liqo-virtual-kubelet";

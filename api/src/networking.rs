@@ -1,11 +1,130 @@
 //! Networks: the CIDRs clusters bring to a peering, and the arithmetic on
 //! them that routing and NAT rely on: whether a peer's pod CIDR must be
 //! remapped, into what ([`remap`]), and an address's image under a remap
-//! ([`translate`]). The gateway's own resources will live here.
+//! ([`translate`]); and the gateway's own resource, [`Connection`]: one
+//! tunnel to one peer.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::ClusterId;
+
+/// One WireGuard tunnel to one peer cluster, as the local gateway must run
+/// it. Written by `liqoctl` (`peer`, `network connect`) from what both
+/// sides published; the gateway runs a tunnel for each and reports on it
+/// in the status. Nothing secret is in it: each side's private key stays
+/// in a Secret of its own cluster.
+///
+/// Where it lives says which side it is:
+/// - on a consumer, in the `liqo` namespace, named after the provider: the
+///   consumer's gateway dials the provider's endpoint;
+/// - on a provider, in the consumer's tenant namespace, named after the
+///   consumer: the provider's gateway listens on a port of its own for it
+///   and publishes where in the status. The consumer's identity may write
+///   it there, and the provider's gateway decides everything that matters
+///   to the provider itself (port, remapping), whatever the spec says.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "liqo.io",
+    version = "v1alpha1",
+    kind = "Connection",
+    plural = "connections",
+    namespaced,
+    status = "ConnectionStatus",
+    printcolumn = r#"{"name":"Peer","type":"string","jsonPath":".spec.clusterName"}"#,
+    printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".spec.endpoint"}"#,
+    printcolumn = r#"{"name":"Established","type":"string","jsonPath":".status.conditions[?(@.type==\"Established\")].status"}"#,
+    printcolumn = r#"{"name":"Seen As","type":"string","jsonPath":".status.peerSeenAs"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionSpec {
+    /// The peer's cluster ID.
+    pub cluster_id: ClusterId,
+    /// The peer's human name.
+    pub cluster_name: String,
+    /// The peer gateway's WireGuard public key (base64 of 32 bytes).
+    pub public_key: String,
+    /// Where the peer's gateway listens, `HOST:PORT`; absent on the side
+    /// that listens and waits to be contacted (the provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The peer's pod CIDR, as the peer knows it.
+    pub pod_cidr: String,
+}
+
+/// What the gateway decided and observed for one connection.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionStatus {
+    /// `Established`: a handshake within the last three minutes (a
+    /// WireGuard session's lifetime); `Configured`: the tunnel runs as the
+    /// spec says, or why not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// This side's WireGuard public key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+    /// Where this side listens for the peer, `HOST:PORT` (on a provider:
+    /// what the consumer must dial).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// This side's pod CIDR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_cidr: Option<String>,
+    /// Where this cluster sees the peer's pods: a CIDR of the remap pool
+    /// when the peer's pod CIDR overlaps one of ours, else the peer's own.
+    /// Kept once chosen, while it stays free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_seen_as: Option<String>,
+    /// The tunnel's network device on the gateway's node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// When the last handshake completed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handshake: Option<String>,
+    /// Bytes sent to and received from the peer since the tunnel started.
+    #[serde(default)]
+    pub tx_bytes: u64,
+    #[serde(default)]
+    pub rx_bytes: u64,
+    /// The round-trip time of the last probe through the tunnel, in
+    /// milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_ms: Option<f64>,
+}
+
+/// The condition types of a [`ConnectionStatus`].
+pub mod conditions {
+    pub const ESTABLISHED: &str = "Established";
+    pub const CONFIGURED: &str = "Configured";
+}
+
+impl Connection {
+    /// Whether the gateway last reported a live session.
+    pub fn is_established(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == conditions::ESTABLISHED && c.status == "True")
+        })
+    }
+}
+
+/// The tunnel device of the connection to `peer`: `liqo-` and ten
+/// characters of a hash of the cluster ID (an interface name has at most
+/// 15), so stable across restarts and distinct per peer.
+pub fn device_name(peer: &ClusterId) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(peer.as_str().as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("liqo-{}", &hex[..10])
+}
 
 /// Parses an IPv4 or IPv6 CIDR such as `10.200.0.0/16`, normalised to its
 /// network address; `what` names it in the error.

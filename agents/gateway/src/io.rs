@@ -51,9 +51,13 @@ const SOCKET_BUFFER: usize = 4 << 20;
 /// and padding to 16 bytes (15).
 const SEAL: usize = 32 + 15;
 
+/// What the timers thread tells every [`TICK`]: the peer's counters.
+pub type Report = Box<dyn FnMut(&crate::tunnel::Stats) + Send>;
+
 /// Runs the tunnel on threads of its own until an IO error on the
-/// device or the socket, which it returns.
-pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer) -> io::Result<()> {
+/// device or the socket, which it returns. `report` is given the peer's
+/// counters every tick.
+pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer, report: Report) -> io::Result<()> {
     // quinn-udp keeps the socket non-blocking (a blocking recvmmsg would
     // wait for a whole batch): the threads wait in poll() instead.
     let state = UdpSocketState::new((&socket).into())?;
@@ -110,7 +114,7 @@ pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer) -> io::Result<()> 
         )?;
     }
     spawn("tun-write", Box::new(move || write_device(&device, write)))?;
-    spawn("timers", Box::new(move || timers(&udp, &peer)))?;
+    spawn("timers", Box::new(move || timers(&udp, &peer, report)))?;
     drop(failed);
     failure
         .recv()
@@ -439,7 +443,7 @@ fn transient(e: &io::Error) -> bool {
     )
 }
 
-fn timers(udp: &Udp, peer: &Mutex<Peer>) -> io::Result<()> {
+fn timers(udp: &Udp, peer: &Mutex<Peer>, mut report: Report) -> io::Result<()> {
     let mut scratch = vec![0u8; SCRATCH];
     let mut due = Outgoing::new();
     let mut handshaken = false;
@@ -458,6 +462,7 @@ fn timers(udp: &Udp, peer: &Mutex<Peer>) -> io::Result<()> {
             handshaken = up;
             tracing::info!(up, ?stats, "tunnel");
         }
+        report(&stats);
         match to {
             Some(to) => due.flush(udp, to),
             None => due.clear(),

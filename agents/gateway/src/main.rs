@@ -21,7 +21,9 @@
 //! announcer from flags, without a cluster (docs/discovery.md).
 
 mod announce;
+mod control;
 mod io;
+mod metrics;
 mod nat;
 mod tunnel;
 
@@ -39,6 +41,7 @@ use liqo_api::ClusterIdentity;
 use liqo_api::core::ForeignCluster;
 use liqo_api::discovery::{ApiAddress, ClusterRecord};
 use liqo_api::names;
+use liqo_api::networking::Connection;
 use tokio::sync::watch;
 
 #[derive(Parser, Debug)]
@@ -84,16 +87,18 @@ struct TunnelArgs {
     #[arg(long, default_value = "liqo0")]
     interface: String,
     /// The device's address and prefix (the prefix's route goes through
-    /// the tunnel).
+    /// the tunnel); none by default: the peer's pods are routed by
+    /// --peer-cidr.
     #[arg(long)]
-    address: ipnet::Ipv4Net,
+    address: Option<ipnet::Ipv4Net>,
     /// The device's MTU: the link's less WireGuard's overhead.
     #[arg(long, default_value_t = 1500 - tunnel::OVERHEAD_V6)]
     mtu: u16,
     /// The UDP address to listen on.
     #[arg(long, default_value = "0.0.0.0:51820")]
     listen: SocketAddr,
-    /// A file holding this side's private key (as `wg genkey` writes it).
+    /// A file holding this side's private key (as `wg genkey` writes it);
+    /// `-` reads it from standard input.
     #[arg(long)]
     private_key_file: std::path::PathBuf,
     /// The peer's public key.
@@ -132,6 +137,10 @@ struct TunnelArgs {
     /// Do not ask the kernel for TUN offloads (GSO/GRO).
     #[arg(long)]
     no_offload: bool,
+    /// Print the tunnel's counters on standard output every second, one
+    /// JSON object a line (how the agent follows the tunnels it runs).
+    #[arg(long)]
+    report: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -150,6 +159,37 @@ struct Args {
     /// --announce.
     #[arg(long, value_name = "URL")]
     advertise_address: Option<String>,
+    /// The host (address or DNS name) peers dial to reach this gateway's
+    /// tunnels; without it, a listening connection publishes no endpoint.
+    #[arg(long, value_name = "HOST")]
+    endpoint_address: Option<String>,
+    /// The UDP ports the tunnels of incoming peerings listen on, one each.
+    #[arg(long, value_name = "FIRST-LAST", default_value = "51820-51899", value_parser = parse_ports)]
+    tunnel_ports: std::ops::RangeInclusive<u16>,
+    /// Where the CIDRs that overlapping peers are seen under are taken from.
+    #[arg(long, value_delimiter = ',', default_value = liqo_api::networking::DEFAULT_REMAP_POOL)]
+    remap_pool: Vec<ipnet::IpNet>,
+    /// The tunnel devices' MTU: the node network's less WireGuard's overhead.
+    #[arg(long, default_value_t = 1500 - tunnel::OVERHEAD_V6)]
+    mtu: u16,
+}
+
+fn parse_ports(value: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
+    let (first, last) = value.split_once('-').unwrap_or((value, value));
+    let port = |p: &str| {
+        p.trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("{p:?} is not a port (1-65535)"))
+    };
+    let (first, last) = (port(first)?, port(last)?);
+    if first > last {
+        return Err(format!(
+            "{first}-{last} is empty: give FIRST-LAST, FIRST <= LAST"
+        ));
+    }
+    Ok(first..=last)
 }
 
 impl Args {
@@ -176,7 +216,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
-    let private_key: tunnel::Key = std::fs::read_to_string(&args.private_key_file)
+    let private_key: tunnel::Key = read_key(&args.private_key_file)
         .with_context(|| format!("reading {}", args.private_key_file.display()))?
         .parse()
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.private_key_file.display()))?;
@@ -195,9 +235,11 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         allowed_ips,
         persistent_keepalive: args.persistent_keepalive,
     };
-    let device = tun_rs::DeviceBuilder::new()
-        .name(&args.interface)
-        .ipv4(args.address.addr(), args.address.prefix_len(), None)
+    let mut device = tun_rs::DeviceBuilder::new().name(&args.interface);
+    if let Some(address) = args.address {
+        device = device.ipv4(address.addr(), address.prefix_len(), None);
+    }
+    let device = device
         .mtu(args.mtu)
         .offload(!args.no_offload)
         .build_sync()
@@ -206,7 +248,7 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         .with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!(
         interface = %args.interface,
-        address = %args.address,
+        address = ?args.address,
         listen = %socket.local_addr()?,
         public_key = %config.private_key.public_of_private(),
         offload = !args.no_offload,
@@ -231,6 +273,11 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         }
     };
     let peer = tunnel::Peer::new(&config, 0);
+    let report: io::Report = if args.report {
+        Box::new(control::Report::printer())
+    } else {
+        Box::new(|_: &tunnel::Stats| {})
+    };
     // The data plane runs on threads of its own; this one waits for a
     // signal or for them to fail.
     // (Not the runtime's blocking pool: the runtime would wait for them
@@ -239,7 +286,7 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name("tunnel".into())
         .spawn(move || {
-            let _ = done.send(io::run(device, socket, peer));
+            let _ = done.send(io::run(device, socket, peer, report));
         })
         .context("starting the tunnel's threads")?;
     tokio::select! {
@@ -247,6 +294,15 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         () = liqo_agent_runtime::shutdown_signal() => {}
     }
     Ok(())
+}
+
+/// The key file's text, or standard input's for `-`.
+fn read_key(path: &std::path::Path) -> std::io::Result<String> {
+    if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
 }
 
 async fn run_announce(args: AnnounceArgs) -> anyhow::Result<()> {
@@ -328,15 +384,59 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         "identity",
     );
     let (peers, follow_peers) = follow(
-        Api::<ForeignCluster>::all(client),
+        Api::<ForeignCluster>::all(client.clone()),
         watcher::Config::default(),
         "peers",
     );
+    let (connections, follow_connections) = follow(
+        Api::<Connection>::all(client.clone()),
+        watcher::Config::default(),
+        "connections",
+    );
+    let key = control::ensure_key(&client, &args.namespace)
+        .await
+        .context("the gateway's key")?;
+    tracing::info!(public_key = %key.public_of_private(), "key pair ready");
+    let tunnels = control::Tunnels::new(
+        client,
+        control::Settings {
+            endpoint_host: args.endpoint_address.clone(),
+            ports: args.tunnel_ports.clone(),
+            remap_pool: args.remap_pool.clone(),
+            mtu: args.mtu,
+        },
+        key,
+    );
+    let observed = tunnels.observed.clone();
+    let metrics = liqo_agent_runtime::axum::Router::new().route(
+        "/metrics",
+        liqo_agent_runtime::axum::routing::get(move || {
+            let text = metrics::render(&observed);
+            async move {
+                (
+                    [(
+                        "content-type",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    text,
+                )
+            }
+        }),
+    );
     let (records, announced) = watch::channel(None);
+    let (stop_tunnels, tunnels_stop) = watch::channel(false);
+    let run_tunnels = tokio::spawn(run_tunnels(
+        tunnels,
+        identity.clone(),
+        ObjectRef::new(names::IDENTITY_CONFIGMAP).within(&args.namespace),
+        connections.clone(),
+        tunnels_stop,
+    ));
     let state = State {
         identity,
         identity_ref: ObjectRef::new(names::IDENTITY_CONFIGMAP).within(&args.namespace),
         peers,
+        connections,
         announcement: announcement.clone().map(|api| (api, records)),
     };
     // Without --announce nothing is sent on the LAN: no responder starts.
@@ -356,14 +456,19 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
     };
     let result = run_until_stopped(
         listener,
+        metrics,
         readiness,
-        follow_identity,
-        follow_peers,
+        async move {
+            tokio::join!(follow_identity, follow_peers, follow_connections);
+        },
         state,
         announcer_failed,
     )
     .await;
     let _ = stop.send(());
+    // The tunnels' processes remove their routes and tables.
+    stop_tunnels.send_replace(true);
+    let _ = run_tunnels.await;
     if let Some(task) = announcing
         && !task.is_finished()
     {
@@ -374,21 +479,55 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
 
 async fn run_until_stopped(
     listener: tokio::net::TcpListener,
+    more_routes: liqo_agent_runtime::axum::Router,
     readiness: Readiness,
-    follow_identity: impl Future<Output = ()>,
-    follow_peers: impl Future<Output = ()>,
+    following: impl Future<Output = ()>,
     state: State,
     announcer: impl Future<Output = Result<anyhow::Result<()>, tokio::task::JoinError>>,
 ) -> anyhow::Result<()> {
     tokio::select! {
-        result = liqo_agent_runtime::serve_health(listener, readiness.clone()) => result?,
+        result = liqo_agent_runtime::serve_health_with(listener, readiness.clone(), more_routes) => result?,
         result = announcer => result.map_err(anyhow::Error::from).and_then(|r| r).context("announcing on the LAN")?,
-        () = follow_identity => {}
-        () = follow_peers => {}
+        () = following => {}
         () = state.keep_readiness(&readiness) => {}
         () = liqo_agent_runtime::shutdown_signal() => {}
     }
     Ok(())
+}
+
+/// Keeps one tunnel running for each Connection, from the identity and
+/// the Connections, until `stop` says so; then stops them all.
+async fn run_tunnels(
+    mut tunnels: control::Tunnels,
+    identity: Followed<ConfigMap>,
+    identity_ref: ObjectRef<ConfigMap>,
+    mut connections: Followed<Connection>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut identity_state = identity.state.clone();
+    loop {
+        // Only from a complete list: a tunnel is never stopped because
+        // the store has not seen its Connection yet.
+        if connections.is_current() {
+            let local = identity
+                .store
+                .get(&identity_ref)
+                .and_then(|map| {
+                    ClusterIdentity::from_data(&map.data.clone().unwrap_or_default()).ok()
+                })
+                .map(|id| control::Local::of(&id, control::node_networks()))
+                .unwrap_or_default();
+            tunnels.converge(&local, &connections.store.state()).await;
+        }
+        // Counters and exited processes are looked at every second too.
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = connections.state.changed() => {}
+            _ = identity_state.changed() => {}
+            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
+    tunnels.stop_all().await;
 }
 
 /// What the gateway follows.
@@ -396,6 +535,7 @@ struct State {
     identity: Followed<ConfigMap>,
     identity_ref: ObjectRef<ConfigMap>,
     peers: Followed<ForeignCluster>,
+    connections: Followed<Connection>,
     /// With --announce: the API address, and where to send the record to
     /// announce whenever the identity changes.
     announcement: Option<(ApiAddress, watch::Sender<Option<ClusterRecord>>)>,
@@ -434,12 +574,16 @@ impl State {
                 }
             }
             readiness.set(
-                self.identity.is_current() && self.peers.is_current() && known.identity.is_ok(),
+                self.identity.is_current()
+                    && self.peers.is_current()
+                    && self.connections.is_current()
+                    && known.identity.is_ok(),
             );
             last = Some(known);
             tokio::select! {
                 changed = self.identity.state.changed() => if changed.is_err() { return },
                 changed = self.peers.state.changed() => if changed.is_err() { return },
+                changed = self.connections.state.changed() => if changed.is_err() { return },
             }
         }
     }

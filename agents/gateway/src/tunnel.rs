@@ -54,6 +54,18 @@ impl std::str::FromStr for Key {
 }
 
 impl Key {
+    /// A new private key from the system's random source.
+    pub fn generate() -> Self {
+        Self(StaticSecret::random_from_rng(rand_core::OsRng).to_bytes())
+    }
+
+    /// The key in WireGuard's text form. Not `Display`, so that a private
+    /// key never reaches a log by a stray `{}`: only where it must go
+    /// (its Secret, a tunnel process's standard input).
+    pub fn expose(&self) -> String {
+        BASE64.encode(self.0)
+    }
+
     /// The public key of this private key, in WireGuard's text form.
     pub fn public_of_private(&self) -> String {
         let secret = StaticSecret::from(self.0);
@@ -85,6 +97,8 @@ pub struct Stats {
     /// packet from outside the allowed addresses.
     pub dropped: u64,
     pub endpoint: Option<SocketAddr>,
+    /// The last handshake's round trip, as its initiator measured it.
+    pub handshake_rtt: Option<Duration>,
 }
 
 /// Why an incoming datagram was dropped.
@@ -244,9 +258,10 @@ impl Peer {
     }
 
     pub fn stats(&self) -> Stats {
-        let (since_last_handshake, ..) = self.tunn.stats();
+        let (since_last_handshake, _, _, _, rtt_ms) = self.tunn.stats();
         Stats {
             since_last_handshake,
+            handshake_rtt: rtt_ms.map(|ms| Duration::from_millis(ms.into())),
             tx_bytes: self.tx_bytes,
             rx_bytes: self.rx_bytes,
             dropped: self.dropped,

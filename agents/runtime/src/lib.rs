@@ -5,6 +5,8 @@
 
 pub mod follow;
 
+pub use axum;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,21 +56,29 @@ pub async fn serve_health(
     listener: tokio::net::TcpListener,
     readiness: Readiness,
 ) -> std::io::Result<()> {
-    let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let ready = readiness.get();
-                async move {
-                    if ready {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
-                    }
+    serve_health_with(listener, readiness, Router::new()).await
+}
+
+/// [`serve_health`], and the routes of `more` (an agent's metrics) on the
+/// same port.
+pub async fn serve_health_with(
+    listener: tokio::net::TcpListener,
+    readiness: Readiness,
+    more: Router,
+) -> std::io::Result<()> {
+    let app = more.route("/healthz", get(|| async { "ok" })).route(
+        "/readyz",
+        get(move || {
+            let ready = readiness.get();
+            async move {
+                if ready {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready")
                 }
-            }),
-        );
+            }
+        }),
+    );
     axum::serve(listener, app).await
 }
 
