@@ -116,12 +116,19 @@ impl Connection {
     }
 }
 
-/// The tunnel device of the connection to `peer`: `liqo-` and ten
-/// characters of a hash of the cluster ID (an interface name has at most
-/// 15), so stable across restarts and distinct per peer.
-pub fn device_name(peer: &ClusterId) -> String {
+/// The tunnel device of a connection: `liqo-` and ten characters of a
+/// hash (an interface name has at most 15), stable across restarts.
+/// A consumer's connections (in `liqo`) get one per provider; a
+/// provider's get one per tenant namespace, whatever cluster ID the
+/// tenant wrote in it, so that a tenant can only ever clash with itself.
+pub fn device_name(namespace: &str, peer: &ClusterId) -> String {
     use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(peer.as_str().as_bytes());
+    let of = if namespace == crate::names::NAMESPACE {
+        format!("peer/{peer}")
+    } else {
+        format!("namespace/{namespace}")
+    };
+    let digest = sha2::Sha256::digest(of.as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("liqo-{}", &hex[..10])
 }

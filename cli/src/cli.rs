@@ -73,6 +73,14 @@ pub enum Command {
     Peer(PeerArgs),
     /// End a peering: remove the virtual node and everything the peering made on both clusters.
     Unpeer(UnpeerArgs),
+    /// Link or unlink the pod networks of an existing outgoing peering.
+    #[command(
+        subcommand,
+        long_about = "Link or unlink the pod networks of an existing outgoing peering         (docs/network.md).
+
+        Run on the consumer. The provider is reached with the peering's own identity, so only         the local kubeconfig is needed, however the peering was made. `connect` writes both ends         of the tunnel (Connections) and waits for the gateways' handshake; `disconnect` removes         them, and the gateways tear the tunnel down."
+    )]
+    Network(NetworkCommand),
     /// Show the cluster's liqo identity, agents, peerings and offloaded namespaces.
     #[command(
         long_about = "Show the cluster's liqo identity, agents, peerings and offloaded \
@@ -184,6 +192,21 @@ pub struct InstallArgs {
     /// kubeconfig's server URL.
     #[arg(long, value_name = "URL")]
     pub advertise_address: Option<String>,
+    /// The host (address or DNS name) peers' gateways dial to reach this
+    /// cluster's tunnels; kept from the installation when not given, else
+    /// the address of the gateway's node.
+    #[arg(long, value_name = "HOST")]
+    pub gateway_address: Option<String>,
+    /// The UDP ports of the tunnels of incoming peerings, one each:
+    /// FIRST-LAST; kept from the installation when not given (default
+    /// 51820-51899).
+    #[arg(long, value_name = "FIRST-LAST")]
+    pub tunnel_ports: Option<String>,
+    /// Where the CIDRs of peers whose pod CIDR overlaps one of this
+    /// cluster's networks are taken from: CIDR[,CIDR...]; kept from the
+    /// installation when not given (default 100.64.0.0/10).
+    #[arg(long, value_name = "CIDR[,CIDR...]")]
+    pub remap_pool: Option<String>,
     /// How long to wait for the agents to be ready, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
@@ -243,6 +266,10 @@ pub struct PeerArgs {
     /// resources, with the same request.
     #[arg(long)]
     pub bidirectional: bool,
+    /// Peer without linking the pod networks (no tunnel between the
+    /// gateways); `liqoctl network connect` links them later.
+    #[arg(long)]
+    pub no_network: bool,
     /// How long to wait for the virtual node to be ready, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
@@ -295,6 +322,10 @@ pub struct PeerCompleteArgs {
     /// The provider's response file (`-`: standard input).
     #[arg(long, short = 'f', value_name = "FILE")]
     pub file: PathBuf,
+    /// Peer without linking the pod networks (no tunnel between the
+    /// gateways); `liqoctl network connect` links them later.
+    #[arg(long)]
+    pub no_network: bool,
     /// How long to wait for the virtual node to be ready, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
@@ -430,6 +461,26 @@ pub struct UnpeerArgs {
     /// How long to wait for everything to be gone, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NetworkCommand {
+    /// Link the pod networks: a tunnel between the two clusters' gateways.
+    Connect(NetworkArgs),
+    /// Unlink them: remove both ends of the tunnel.
+    Disconnect(NetworkArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct NetworkArgs {
+    /// The provider's cluster ID (`liqoctl info` lists the peerings).
+    #[arg(long, value_name = "ID")]
+    pub cluster_id: String,
+    /// How long to wait for the tunnel, in seconds.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Subcommand, Debug)]

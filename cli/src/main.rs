@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::cli::{Cli, Command, GenerateCommand, RevokeCommand};
+use crate::cli::{Cli, Command, GenerateCommand, NetworkCommand, RevokeCommand};
 use crate::printer::Printer;
 
 fn main() -> ExitCode {
@@ -40,6 +40,12 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
         Command::Uninstall(args) => commands::uninstall::run(args, &cli.global, printer).await,
         Command::Peer(args) => commands::peer::run(args, &cli.global, printer).await,
         Command::Unpeer(args) => commands::unpeer::run(args, &cli.global, printer).await,
+        Command::Network(NetworkCommand::Connect(args)) => {
+            commands::network::connect(args, &cli.global, printer).await
+        }
+        Command::Network(NetworkCommand::Disconnect(args)) => {
+            commands::network::disconnect(args, &cli.global, printer).await
+        }
         Command::Info(args) => commands::info::run(args, &cli.global, printer).await,
         Command::Offload(command) => {
             commands::offload::offload(command, &cli.global, printer).await

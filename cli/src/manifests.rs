@@ -24,6 +24,7 @@ use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::discovery::ApiAddress;
 use liqo_api::names::{self, labels};
+use liqo_api::networking::Connection;
 use liqo_api::sharing::SharingPolicy;
 use serde::Serialize;
 use serde_json::json;
@@ -47,6 +48,7 @@ pub enum Manifest {
     Tenant(Box<Tenant>),
     ForeignCluster(Box<ForeignCluster>),
     SharingPolicy(Box<SharingPolicy>),
+    Connection(Box<Connection>),
     ValidatingAdmissionPolicy(Box<ValidatingAdmissionPolicy>),
     ValidatingAdmissionPolicyBinding(Box<ValidatingAdmissionPolicyBinding>),
     MutatingAdmissionPolicy(Box<MutatingAdmissionPolicy>),
@@ -70,6 +72,7 @@ impl Manifest {
             Self::Tenant(o) => ("Tenant", &o.metadata),
             Self::ForeignCluster(o) => ("ForeignCluster", &o.metadata),
             Self::SharingPolicy(o) => ("SharingPolicy", &o.metadata),
+            Self::Connection(o) => ("Connection", &o.metadata),
             Self::ValidatingAdmissionPolicy(o) => ("ValidatingAdmissionPolicy", &o.metadata),
             Self::ValidatingAdmissionPolicyBinding(o) => {
                 ("ValidatingAdmissionPolicyBinding", &o.metadata)
@@ -97,6 +100,7 @@ impl Manifest {
             Self::Tenant(o) => &mut o.metadata,
             Self::ForeignCluster(o) => &mut o.metadata,
             Self::SharingPolicy(o) => &mut o.metadata,
+            Self::Connection(o) => &mut o.metadata,
             Self::ValidatingAdmissionPolicy(o) => &mut o.metadata,
             Self::ValidatingAdmissionPolicyBinding(o) => &mut o.metadata,
             Self::MutatingAdmissionPolicy(o) => &mut o.metadata,
@@ -139,6 +143,7 @@ impl Manifest {
             Self::Tenant(_) => ApiResource::erase::<Tenant>(&()),
             Self::ForeignCluster(_) => ApiResource::erase::<ForeignCluster>(&()),
             Self::SharingPolicy(_) => ApiResource::erase::<SharingPolicy>(&()),
+            Self::Connection(_) => ApiResource::erase::<Connection>(&()),
             Self::ValidatingAdmissionPolicy(_) => {
                 ApiResource::erase::<ValidatingAdmissionPolicy>(&())
             }
@@ -170,21 +175,43 @@ pub struct Options {
     /// The gateway announces the cluster on the nodes' LAN with mDNS
     /// (docs/discovery.md).
     pub announce: bool,
+    /// The gateway's tunnel settings (docs/network.md).
+    pub tunnels: TunnelSettings,
 }
 
-/// The gateway's flags for announcing; install reads them back from the
-/// installed Deployment to keep them (see [`announcing_of`]).
+/// How the gateway's tunnels are reached and address their peers; each
+/// `None` leaves the gateway's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TunnelSettings {
+    /// The host peers dial; by default the gateway node's address.
+    pub endpoint_address: Option<String>,
+    /// `FIRST-LAST`: the UDP ports of incoming peerings' tunnels.
+    pub ports: Option<String>,
+    /// `CIDR[,CIDR...]`: where overlapping peers' CIDRs are remapped to.
+    pub remap_pool: Option<String>,
+}
+
+/// The gateway's flags that install sets; install reads them back from
+/// the installed Deployment to keep them (see [`gateway_args_of`]).
 pub const ANNOUNCE_FLAG: &str = "--announce";
 pub const ADVERTISE_ADDRESS_FLAG: &str = "--advertise-address=";
+pub const ENDPOINT_ADDRESS_FLAG: &str = "--endpoint-address=";
+pub const TUNNEL_PORTS_FLAG: &str = "--tunnel-ports=";
+pub const REMAP_POOL_FLAG: &str = "--remap-pool=";
+/// What `--endpoint-address` is when install was not given one: the
+/// node's address, from the downward API.
+const NODE_ADDRESS: &str = "$(HOST_IP)";
 
-/// How the installed gateway announces, read from its Deployment's args.
+/// How the installed gateway announces and runs tunnels, read from its
+/// Deployment's args.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Announcing {
+pub struct GatewayArgs {
     pub announce: bool,
     pub advertise_address: Option<String>,
+    pub tunnels: TunnelSettings,
 }
 
-pub fn announcing_of(deployment: &Deployment) -> Announcing {
+pub fn gateway_args_of(deployment: &Deployment) -> GatewayArgs {
     let args = deployment
         .spec
         .as_ref()
@@ -192,12 +219,19 @@ pub fn announcing_of(deployment: &Deployment) -> Announcing {
         .and_then(|p| p.containers.iter().find(|c| c.name == "gateway"))
         .and_then(|c| c.args.clone())
         .unwrap_or_default();
-    Announcing {
+    let flag = |prefix: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(prefix))
+            .map(str::to_owned)
+    };
+    GatewayArgs {
         announce: args.iter().any(|a| a == ANNOUNCE_FLAG),
-        advertise_address: args
-            .iter()
-            .find_map(|a| a.strip_prefix(ADVERTISE_ADDRESS_FLAG))
-            .map(str::to_owned),
+        advertise_address: flag(ADVERTISE_ADDRESS_FLAG),
+        tunnels: TunnelSettings {
+            endpoint_address: flag(ENDPOINT_ADDRESS_FLAG).filter(|a| a != NODE_ADDRESS),
+            ports: flag(TUNNEL_PORTS_FLAG),
+            remap_pool: flag(REMAP_POOL_FLAG),
+        },
     }
 }
 
@@ -211,7 +245,7 @@ pub fn render(options: &Options) -> Vec<Manifest> {
         })
         .collect();
     let mut namespace_labels = common_labels("namespace");
-    namespace_labels.extend(pod_security_labels(options.announce));
+    namespace_labels.extend(pod_security_labels());
     out.push(Manifest::Namespace(from_json(json!({
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -680,32 +714,68 @@ fn gateway(options: &Options) -> Vec<Manifest> {
         json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
     let mut pod_labels = selector_labels(component);
     pod_labels.extend(common_labels(component));
+    // With the node's network, the pod's IP is the node's.
     let mut args = vec![format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)];
     if let Some(address) = &options.advertise_address {
         args.push(format!("{ADVERTISE_ADDRESS_FLAG}{address}"));
     }
-    let mut pod_spec = json!({
+    if options.announce {
+        args.push(ANNOUNCE_FLAG.to_owned());
+    }
+    let tunnels = &options.tunnels;
+    args.push(format!(
+        "{ENDPOINT_ADDRESS_FLAG}{}",
+        tunnels.endpoint_address.as_deref().unwrap_or(NODE_ADDRESS)
+    ));
+    args.extend(
+        tunnels
+            .ports
+            .iter()
+            .map(|p| format!("{TUNNEL_PORTS_FLAG}{p}")),
+    );
+    args.extend(
+        tunnels
+            .remap_pool
+            .iter()
+            .map(|p| format!("{REMAP_POOL_FLAG}{p}")),
+    );
+    // The gateway routes the peers' pods on its node and translates there
+    // (a route and an nftables table per tunnel, docs/network.md), and
+    // mDNS must reach the node's LAN: it runs with the node's network, as
+    // root with NET_ADMIN alone, and the TUN device.
+    let pod_spec = json!({
         "serviceAccountName": name,
         "nodeSelector": options.node_selector,
         "tolerations": options.tolerations,
         "terminationGracePeriodSeconds": 10,
-        "securityContext": pod_security_context(),
+        "hostNetwork": true,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        },
+        "volumes": [{
+            "name": "tun",
+            "hostPath": { "path": "/dev/net/tun", "type": "CharDevice" },
+        }],
+        "containers": [agent_container(json!({
+            "name": "gateway",
+            "image": format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION),
+            "args": args,
+            "env": [
+                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+                { "name": "HOST_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.hostIP" } } },
+                { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+            ],
+            "volumeMounts": [{ "name": "tun", "mountPath": "/dev/net/tun" }],
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "readOnlyRootFilesystem": true,
+                "capabilities": { "drop": ["ALL"], "add": ["NET_ADMIN"] },
+            },
+        }))],
     });
-    if options.announce {
-        args.push(ANNOUNCE_FLAG.to_owned());
-        // mDNS must reach the node's LAN, not only the pod network.
-        pod_spec["hostNetwork"] = json!(true);
-        pod_spec["dnsPolicy"] = json!("ClusterFirstWithHostNet");
-    }
-    pod_spec["containers"] = json!([agent_container(json!({
-        "name": "gateway",
-        "image": format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION),
-        "args": args,
-        "env": [
-            { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
-            { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
-        ],
-    }))]);
     vec![
         Manifest::ServiceAccount(from_json(json!({
             "apiVersion": "v1",
@@ -716,12 +786,33 @@ fn gateway(options: &Options) -> Vec<Manifest> {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": meta(name, component),
-            "rules": [{
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "resourceNames": [names::IDENTITY_CONFIGMAP],
-                "verbs": ["get", "list", "watch"],
-            }],
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [names::IDENTITY_CONFIGMAP],
+                    "verbs": ["get", "list", "watch"],
+                },
+                // Its key pair, made on its first start (create cannot be
+                // limited by name; it cannot overwrite what exists).
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets", "configmaps"],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "resourceNames": [names::GATEWAY_KEY_SECRET],
+                    "verbs": ["get"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [names::GATEWAY_CONFIGMAP],
+                    "verbs": ["get", "patch"],
+                },
+            ],
         }))),
         Manifest::RoleBinding(from_json(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -734,11 +825,18 @@ fn gateway(options: &Options) -> Vec<Manifest> {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": cluster_meta(name, component),
-            "rules": [{
-                "apiGroups": [names::GROUP],
-                "resources": ["foreignclusters"],
-                "verbs": ["get", "list", "watch"],
-            }],
+            "rules": [
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["foreignclusters", "connections"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["connections/status"],
+                    "verbs": ["patch"],
+                },
+            ],
         }))),
         Manifest::ClusterRoleBinding(from_json(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -766,17 +864,15 @@ fn gateway(options: &Options) -> Vec<Manifest> {
     ]
 }
 
-/// The Pod Security Standard the `liqo` namespace enforces: `restricted`,
-/// which the agents meet today. The gateway's tunnel will need NET_ADMIN
-/// and a TUN device, which only `privileged` allows (docs/install.md).
-/// Announcing needs the node's network (`hostNetwork`), which only
-/// `privileged` allows too: then it is enforced, and `restricted` still
-/// audited and warned about.
-fn pod_security_labels(announce: bool) -> BTreeMap<String, String> {
+/// The Pod Security Standard of the `liqo` namespace: the gateway needs
+/// the node's network, NET_ADMIN and the TUN device, which only
+/// `privileged` allows, so that is enforced; `restricted`, which the
+/// virtual kubelets meet, is still audited and warned about.
+fn pod_security_labels() -> BTreeMap<String, String> {
     ["enforce", "audit", "warn"]
         .into_iter()
         .flat_map(|mode| {
-            let level = if announce && mode == "enforce" {
+            let level = if mode == "enforce" {
                 "privileged"
             } else {
                 "restricted"
@@ -937,6 +1033,7 @@ mod tests {
             without_placement_policy: false,
             advertise_address: None,
             announce: false,
+            tunnels: TunnelSettings::default(),
         };
         for m in render(&options) {
             let value = serde_json::to_value(&m).expect("serialize");
@@ -969,8 +1066,10 @@ mod tests {
             .expect("the gateway")
     }
 
-    /// Without --announce the gateway gets no flag to announce and stays
-    /// off the node's network; with it, both, and the namespace allows it.
+    /// Without --announce the gateway gets no flag to announce; with it,
+    /// it does. Either way it runs on the node's network (its tunnels
+    /// route there), with NET_ADMIN alone, and the namespace allows it.
+    /// The settings install keeps are read back as they were given.
     #[test]
     fn the_gateway_announces_only_when_asked() {
         let address = ApiAddress::parse("https://10.0.0.1:6443").expect("valid");
@@ -981,21 +1080,35 @@ mod tests {
         let quiet = render(&options);
         let gateway = gateway_of(&quiet);
         assert_eq!(
-            announcing_of(gateway),
-            Announcing {
+            gateway_args_of(gateway),
+            GatewayArgs {
                 announce: false,
                 advertise_address: Some("https://10.0.0.1:6443".into()),
+                tunnels: TunnelSettings::default(),
             }
         );
         let pod = gateway.spec.as_ref().and_then(|s| s.template.spec.as_ref());
-        assert_eq!(pod.and_then(|p| p.host_network), None);
+        assert_eq!(pod.and_then(|p| p.host_network), Some(true));
+        let container = pod.map(|p| &p.containers[0]).expect("a container");
+        let caps = container
+            .security_context
+            .as_ref()
+            .and_then(|c| c.capabilities.clone())
+            .expect("capabilities");
+        assert_eq!(caps.add, Some(vec!["NET_ADMIN".to_owned()]));
+        assert_eq!(caps.drop, Some(vec!["ALL".to_owned()]));
 
         options.announce = true;
+        options.tunnels = TunnelSettings {
+            endpoint_address: Some("gw.example.com".into()),
+            ports: Some("4000-4010".into()),
+            remap_pool: Some("100.80.0.0/12".into()),
+        };
         let loud = render(&options);
         let gateway = gateway_of(&loud);
-        assert!(announcing_of(gateway).announce);
-        let pod = gateway.spec.as_ref().and_then(|s| s.template.spec.as_ref());
-        assert_eq!(pod.and_then(|p| p.host_network), Some(true));
+        let args = gateway_args_of(gateway);
+        assert!(args.announce);
+        assert_eq!(args.tunnels, options.tunnels);
         let Some(Manifest::Namespace(ns)) =
             loud.iter().find(|m| matches!(m, Manifest::Namespace(_)))
         else {

@@ -60,6 +60,9 @@ const KEEPALIVE_SECONDS: u16 = 25;
 /// How the agent runs tunnels: from its flags.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The gateway's namespace: connections there dial their provider;
+    /// connections anywhere else (tenant namespaces) listen.
+    pub namespace: String,
     /// The host peers dial (an address or a DNS name), published with the
     /// port in the status of listening connections.
     pub endpoint_host: Option<String>,
@@ -288,13 +291,21 @@ pub fn plan(local: &Local, connections: &[Arc<Connection>], settings: &Settings)
             let object = ObjectRef::from_obj(c.as_ref());
             let peer_id = c.spec.cluster_id.to_string();
             let tunnel = (|| {
-                let device = device_name(&c.spec.cluster_id);
+                let namespace = c.namespace().unwrap_or_default();
+                let device = device_name(&namespace, &c.spec.cluster_id);
                 if !devices.insert(device.clone()) {
                     return Err(format!(
-                        "another connection to the cluster {peer_id} is older: \
+                        "an older connection in {namespace} stands for the same peer: \
                          one tunnel per peer"
                     ));
                 }
+                // Only connections our administrator wrote dial out: a
+                // tenant's connection never makes the provider send anywhere.
+                let endpoint = c
+                    .spec
+                    .endpoint
+                    .clone()
+                    .filter(|_| namespace == settings.namespace);
                 let peer_cidr =
                     liqo_api::networking::parse_cidr("the peer's pod CIDR", &c.spec.pod_cidr)?;
                 if let Some(what) = liqo_api::networking::reserved_overlap(&peer_cidr) {
@@ -326,7 +337,7 @@ pub fn plan(local: &Local, connections: &[Arc<Connection>], settings: &Settings)
                         None => return Err("the cluster's identity is not known".into()),
                     },
                 };
-                let port = match &c.spec.endpoint {
+                let port = match &endpoint {
                     Some(_) => 0,
                     None => {
                         let port = kept_port(c)
@@ -347,7 +358,7 @@ pub fn plan(local: &Local, connections: &[Arc<Connection>], settings: &Settings)
                 Ok(TunnelPlan {
                     device,
                     peer_public_key: c.spec.public_key.clone(),
-                    endpoint: c.spec.endpoint.clone(),
+                    endpoint,
                     port,
                     peer_cidr,
                     seen_as,
@@ -746,6 +757,7 @@ mod tests {
     fn settings() -> Settings {
         Settings {
             endpoint_host: Some("192.0.2.1".into()),
+            namespace: "liqo".into(),
             ports: 51820..=51821,
             remap_pool: vec!["100.64.0.0/10".parse().expect("cidr")],
             mtu: 1420,
@@ -777,7 +789,11 @@ mod tests {
                 pod_cidr: pod_cidr.into(),
             },
         );
-        c.metadata.namespace = Some("liqo-tenant-x".into());
+        // A provider's (listening) connections are in tenant namespaces.
+        c.metadata.namespace = Some(match endpoint {
+            Some(_) => "liqo".into(),
+            None => format!("liqo-tenant-{peer}"),
+        });
         c.metadata.creation_timestamp = Some(Time(
             Timestamp::from_second(1_700_000_000 + age).expect("time"),
         ));
@@ -844,6 +860,25 @@ mod tests {
             &settings(),
         );
         assert_eq!(tunnels(&planned), vec![Ok((51820, net("100.64.0.0/16")))]);
+    }
+
+    #[test]
+    fn a_tenant_cannot_make_the_provider_dial_nor_take_two_tunnels() {
+        let mut dialing = connection("a", 1, "10.1.0.0/16", Some("192.0.2.9:1"), None);
+        Arc::make_mut(&mut dialing).metadata.namespace = Some("liqo-tenant-a".into());
+        let mut second = connection("b", 2, "10.2.0.0/16", None, None);
+        Arc::make_mut(&mut second).metadata.namespace = Some("liqo-tenant-a".into());
+        let planned = plan(&local(), &[dialing, second], &settings());
+        let first = planned[0].tunnel.clone().expect("runs");
+        assert_eq!((first.endpoint, first.port), (None, 51820));
+        assert!(
+            planned[1]
+                .tunnel
+                .as_ref()
+                .is_err_and(|e| e.contains("one tunnel per peer")),
+            "{:?}",
+            planned[1].tunnel
+        );
     }
 
     #[test]

@@ -400,6 +400,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
     let tunnels = control::Tunnels::new(
         client,
         control::Settings {
+            namespace: args.namespace.clone(),
             endpoint_host: args.endpoint_address.clone(),
             ports: args.tunnel_ports.clone(),
             remap_pool: args.remap_pool.clone(),

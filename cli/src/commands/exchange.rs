@@ -396,9 +396,12 @@ async fn complete(
             expiry: &checked.not_after,
             tenant_namespace: file.tenant_namespace.clone(),
         },
-        deadline,
-        args.timeout,
-        args.output.output,
+        peer::Finish {
+            deadline,
+            timeout: args.timeout,
+            output: args.output.output,
+            network: !args.no_network,
+        },
         &printer,
     )
     .await?;

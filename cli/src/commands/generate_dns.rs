@@ -37,7 +37,7 @@ pub async fn run(
     let api = match flag_address {
         Some(address) => address,
         None => {
-            let installed = super::install::installed_announcing(&cluster)
+            let installed = super::install::installed_gateway_args(&cluster)
                 .await?
                 .advertise_address
                 .unwrap_or_else(|| cluster.server.clone());

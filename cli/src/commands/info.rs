@@ -13,6 +13,7 @@ use liqo_api::ClusterIdentity;
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, labels, peering};
+use liqo_api::networking::Connection;
 use liqo_api::offloading::{ClusterOffloadingStatus, NamespaceOffloading};
 use liqo_api::sharing::{Cost, Resources};
 use serde::Serialize;
@@ -76,6 +77,68 @@ struct Peering {
     /// The consumer's x509 user name (incoming).
     #[serde(skip_serializing_if = "Option::is_none")]
     user: Option<String>,
+    /// The tunnel between the gateways, unless peered without a network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<NetworkView>,
+}
+
+/// One end of a peering's tunnel, as this cluster's gateway reports it.
+#[derive(Serialize, Debug, Clone, Default)]
+#[serde(rename_all = "camelCase")]
+struct NetworkView {
+    established: bool,
+    /// Why not, when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    /// Where this side dials, or listens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    endpoint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interface: Option<String>,
+    /// Where this cluster sees the peer's pods.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer_pods_seen_as: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_handshake: Option<String>,
+    tx_bytes: u64,
+    rx_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rtt_ms: Option<f64>,
+}
+
+impl NetworkView {
+    fn of(c: &Connection) -> Self {
+        let status = c.status.clone().unwrap_or_default();
+        let reason = (!c.is_established()).then(|| {
+            status
+                .conditions
+                .iter()
+                .filter(|c| c.status != "True")
+                .map(|c| c.message.clone())
+                .next()
+                .unwrap_or_else(|| "the gateway has not reported on it yet".to_owned())
+        });
+        Self {
+            established: c.is_established(),
+            reason,
+            endpoint: c.spec.endpoint.clone().or(status.endpoint),
+            interface: status.interface,
+            peer_pods_seen_as: status.peer_seen_as,
+            last_handshake: status.last_handshake,
+            tx_bytes: status.tx_bytes,
+            rx_bytes: status.rx_bytes,
+            rtt_ms: status.rtt_ms,
+        }
+    }
+
+    /// In a few words, for the overview.
+    fn line(&self) -> String {
+        match (&self.reason, self.rtt_ms) {
+            (None, Some(rtt)) => format!("up, {rtt} ms"),
+            (None, None) => "up".to_owned(),
+            (Some(why), _) => format!("down: {why}"),
+        }
+    }
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -226,10 +289,32 @@ async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<Peering>> {
         Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
         Err(e) => return Err(cluster.explain(e, "listing tenants")),
     };
+    let connections: Vec<Connection> = match Api::<Connection>::all(cluster.client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        // An older installation, or credentials that cannot read them.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Vec::new(),
+        Err(e) => return Err(cluster.explain(e, "listing the tunnels")),
+    };
+    let tunnel = |namespace: &str, peer: &str| {
+        connections
+            .iter()
+            .find(|c| {
+                c.metadata.namespace.as_deref() == Some(namespace)
+                    && c.spec.cluster_id.as_str() == peer
+            })
+            .map(NetworkView::of)
+    };
     let mut out: Vec<Peering> = foreign
         .items
         .into_iter()
-        .map(|fc| outgoing(fc, &nodes))
+        .map(|fc| {
+            let mut p = outgoing(fc, &nodes);
+            p.network = tunnel(names::NAMESPACE, &p.cluster_id);
+            p
+        })
         .collect();
     let claims = token_claims(cluster).await;
     out.extend(tenants.into_iter().map(|t| {
@@ -240,6 +325,13 @@ async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<Peering>> {
             .and_then(|l| l.get(crate::peering::token::TOKEN_LABEL))
             .cloned();
         let mut p = incoming(t);
+        // Its end is in its tenant namespace, whatever ID it wrote there.
+        p.network = p.tenant_namespace.as_deref().and_then(|ns| {
+            connections
+                .iter()
+                .find(|c| c.metadata.namespace.as_deref() == Some(ns))
+                .map(NetworkView::of)
+        });
         if let Some(token) = token {
             // A tenant made for a token: its consumer is whoever claimed it.
             match claims.get(&p.cluster_id) {
@@ -336,6 +428,7 @@ fn outgoing(fc: ForeignCluster, nodes: &[Node]) -> Peering {
         certificate_expiry: status.certificate_expiry,
         tenant_namespace: status.tenant_namespace,
         user: None,
+        network: None,
     }
 }
 
@@ -359,6 +452,7 @@ fn incoming(t: Tenant) -> Peering {
         certificate_expiry: None,
         tenant_namespace: Some(t.spec.namespace),
         user: Some(t.spec.user),
+        network: None,
     }
 }
 
@@ -417,6 +511,7 @@ fn render(info: &Info) -> String {
             "Cluster ID",
             "Direction",
             "Status",
+            "Network",
             "Grant",
             "Cost",
             "Tenant namespace",
@@ -428,6 +523,7 @@ fn render(info: &Info) -> String {
                 p.cluster_id.clone(),
                 p.direction.clone(),
                 status_detail(p),
+                p.network.as_ref().map_or("-".to_owned(), NetworkView::line),
                 p.grant
                     .as_ref()
                     .map_or("-".to_owned(), |g| show_resources(g).replace(", ", "\n")),
@@ -618,6 +714,20 @@ fn render_one(p: &Peering) -> String {
     if let Some(user) = &p.user {
         row("Consumer's user", user.clone());
     }
+    match &p.network {
+        None => row("Network", "not linked (`liqoctl network connect`)".into()),
+        Some(n) => {
+            row("Network", n.line());
+            row("Tunnel endpoint", dash(n.endpoint.clone()));
+            row("Tunnel interface", dash(n.interface.clone()));
+            row("Peer's pods seen as", dash(n.peer_pods_seen_as.clone()));
+            row("Last handshake", dash(n.last_handshake.clone()));
+            row(
+                "Traffic",
+                format!("{} bytes sent, {} received", n.tx_bytes, n.rx_bytes),
+            );
+        }
+    }
     t.to_string()
 }
 
@@ -639,6 +749,7 @@ mod tests {
             certificate_expiry: None,
             tenant_namespace: None,
             user: None,
+            network: None,
         }
     }
 

@@ -75,9 +75,19 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
              must tolerate the virtual nodes' taint themselves (docs/offloading.md)",
         );
     }
-    let announcing = installed_announcing(&cluster).await?;
-    let announce = flags.announce.unwrap_or(announcing.announce);
-    let advertise_address = advertise_address(&cluster, &flags, announcing, announce)?;
+    let installed_gateway = installed_gateway_args(&cluster).await?;
+    let announce = flags.announce.unwrap_or(installed_gateway.announce);
+    let kept = installed_gateway.tunnels.clone();
+    let tunnels = manifests::TunnelSettings {
+        endpoint_address: flags
+            .tunnels
+            .endpoint_address
+            .clone()
+            .or(kept.endpoint_address),
+        ports: flags.tunnels.ports.clone().or(kept.ports),
+        remap_pool: flags.tunnels.remap_pool.clone().or(kept.remap_pool),
+    };
+    let advertise_address = advertise_address(&cluster, &flags, installed_gateway, announce)?;
     let manifests = manifests::render(&Options {
         identity: Some(identity.clone()),
         node_selector: flags.node_selector.unwrap_or(installed.node_selector),
@@ -85,6 +95,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         without_placement_policy: !placement,
         advertise_address: advertise_address.clone(),
         announce,
+        tunnels: tunnels.clone(),
     });
     if args.dry_run {
         return print_manifests(
@@ -145,6 +156,14 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         (Some(address), true) => format!("  announced:    on the LAN (mDNS), API at {address}"),
         _ => "  announced:    no (see --announce)".to_owned(),
     });
+    printer.result(format!(
+        "  tunnels:      UDP {} on {}",
+        tunnels.ports.as_deref().unwrap_or("51820-51899"),
+        tunnels
+            .endpoint_address
+            .as_deref()
+            .unwrap_or("the gateway's node address")
+    ));
     Ok(())
 }
 
@@ -154,7 +173,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
 fn advertise_address(
     cluster: &ClusterClient,
     flags: &Flags,
-    installed: manifests::Announcing,
+    installed: manifests::GatewayArgs,
     announce: bool,
 ) -> Result<Option<ApiAddress>, UserError> {
     if let Some(address) = &flags.advertise_address {
@@ -175,18 +194,18 @@ fn advertise_address(
     }
 }
 
-/// How the installed gateway announces, so that a run without
-/// --announce or --advertise-address keeps it, as it keeps placement.
-pub async fn installed_announcing(
+/// How the installed gateway announces and runs tunnels, so that a run
+/// without those flags keeps them, as it keeps placement.
+pub async fn installed_gateway_args(
     cluster: &ClusterClient,
-) -> anyhow::Result<manifests::Announcing> {
+) -> anyhow::Result<manifests::GatewayArgs> {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let gateway = deployments
         .get_opt(names::GATEWAY)
         .await
         .map_err(|e| cluster.explain(e, "reading the installed gateway"))?;
     Ok(gateway
-        .map(|d| manifests::announcing_of(&d))
+        .map(|d| manifests::gateway_args_of(&d))
         .unwrap_or_default())
 }
 
@@ -205,6 +224,8 @@ struct Flags {
     /// `None` keeps the installed gateway's setting.
     announce: Option<bool>,
     advertise_address: Option<ApiAddress>,
+    /// `None`s keep the installed gateway's.
+    tunnels: manifests::TunnelSettings,
 }
 
 impl Flags {
@@ -254,8 +275,48 @@ impl Flags {
                     ApiAddress::parse(a).map_err(|e| usage(format!("--advertise-address: {e}")))
                 })
                 .transpose()?,
+            tunnels: tunnel_settings(args)?,
         })
     }
+}
+
+/// The tunnel flags, checked as the gateway will read them, so that a
+/// mistake is told now rather than by a gateway that does not start.
+fn tunnel_settings(args: &InstallArgs) -> Result<manifests::TunnelSettings, UserError> {
+    let usage = |e: String| UserError::Usage(e);
+    if let Some(host) = &args.gateway_address {
+        let valid = host.parse::<std::net::IpAddr>().is_ok()
+            || liqo_api::validation::dns_subdomain(host).is_ok();
+        if !valid {
+            return Err(usage(format!(
+                "--gateway-address {host:?} is neither an IP address nor a DNS name"
+            )));
+        }
+    }
+    if let Some(ports) = &args.tunnel_ports {
+        let parsed = ports.split_once('-').and_then(|(a, b)| {
+            let (a, b) = (a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?);
+            (a > 0 && a <= b).then_some(())
+        });
+        if parsed.is_none() {
+            return Err(usage(format!(
+                "--tunnel-ports {ports:?} is not FIRST-LAST with 1 <= FIRST <= LAST <= 65535"
+            )));
+        }
+    }
+    if let Some(pool) = &args.remap_pool {
+        for cidr in pool.split(',') {
+            let net = liqo_api::networking::parse_cidr("--remap-pool", cidr).map_err(usage)?;
+            if let Some(what) = liqo_api::networking::reserved_overlap(&net) {
+                return Err(usage(format!("--remap-pool {net} overlaps {what}")));
+            }
+        }
+    }
+    Ok(manifests::TunnelSettings {
+        endpoint_address: args.gateway_address.clone(),
+        ports: args.tunnel_ports.as_ref().map(|p| p.replace(' ', "")),
+        remap_pool: args.remap_pool.as_ref().map(|p| p.replace(' ', "")),
+    })
 }
 
 /// Parses `key=value` pairs; keys and values checked as the API server

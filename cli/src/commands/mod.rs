@@ -6,6 +6,7 @@ pub mod exchange;
 pub mod generate_dns;
 pub mod info;
 pub mod install;
+pub mod network;
 pub mod offload;
 pub mod peer;
 pub mod sharing_policy;

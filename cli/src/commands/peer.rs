@@ -29,7 +29,7 @@ use crate::factory::ClusterClient;
 use crate::k8s::ownership;
 use crate::k8s::wait::{self, Waited};
 use crate::manifests::{Manifest, common_labels, from_json};
-use crate::peering::{Journal, Side, capacity, identity, tenant, virtual_kubelet};
+use crate::peering::{Journal, Side, capacity, identity, network, tenant, virtual_kubelet};
 use crate::printer::Printer;
 
 /// What `peer` reports (`-o json|yaml`).
@@ -45,6 +45,9 @@ pub(crate) struct Report {
     pub certificate_expiry: String,
     pub tenant_namespace: String,
     pub virtual_node: String,
+    /// The tunnel, unless peered with --no-network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<network::Linked>,
 }
 
 pub async fn run(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
@@ -97,6 +100,12 @@ pub(crate) fn print_reports(
             report.virtual_node,
             show(&report.grant)
         ));
+        if let Some(linked) = &report.network {
+            printer.result(format!(
+                "  network: tunnel to {}; its pods are seen here as {}, ours there as {}",
+                linked.endpoint, linked.provider_pods_seen_as, linked.consumer_pods_seen_as
+            ));
+        }
     }
     Ok(())
 }
@@ -125,10 +134,16 @@ async fn peer_one(
 
     let mut journal = Journal::default();
     let outcome = plan
-        .carry_out(consumer, provider, &mut journal, printer)
+        .carry_out(
+            consumer,
+            provider,
+            &mut journal,
+            printer,
+            (!args.no_network).then_some(deadline),
+        )
         .await;
-    let expiry = match outcome {
-        Ok(expiry) => expiry,
+    let (expiry, network) = match outcome {
+        Ok(done) => done,
         Err(e) => {
             let step = printer.step("Rolling back what this run created");
             let left = journal.roll_back(consumer, provider).await;
@@ -161,6 +176,7 @@ async fn peer_one(
         certificate_expiry: expiry,
         tenant_namespace: peering::tenant_namespace(&plan.consumer_id.cluster_id),
         virtual_node: node_name,
+        network,
     })
 }
 
@@ -349,14 +365,16 @@ impl Plan {
         })
     }
 
-    /// The steps that write; returns the certificate's expiry.
+    /// The steps that write; returns the certificate's expiry and, with a
+    /// deadline for it, the tunnel.
     async fn carry_out(
         &self,
         consumer: &ClusterClient,
         provider: &ClusterClient,
         journal: &mut Journal,
         printer: &Printer,
-    ) -> anyhow::Result<String> {
+        network: Option<tokio::time::Instant>,
+    ) -> anyhow::Result<(String, Option<network::Linked>)> {
         self.provide(provider, journal, printer).await?;
 
         let step = printer.step(format!(
@@ -385,7 +403,23 @@ impl Plan {
         .await?;
         start_virtual_kubelet(consumer, journal, &self.provider_id.cluster_id, &uid).await?;
         step.done("");
-        Ok(expiry)
+        let linked = match network {
+            None => None,
+            Some(deadline) => Some(
+                link(
+                    consumer,
+                    &self.consumer_id,
+                    provider,
+                    &self.provider_id,
+                    &peering::tenant_namespace(&self.consumer_id.cluster_id),
+                    journal,
+                    deadline,
+                    printer,
+                )
+                .await?,
+            ),
+        };
+        Ok((expiry, linked))
     }
 
     /// The provider's side: the tenant, and its record of the grant.
@@ -670,17 +704,20 @@ pub(crate) async fn record(
 /// token's or a response file's): the ForeignCluster, the virtual kubelet
 /// (rolled back with whatever `journal` already holds if they fail), the
 /// wait for the virtual node, and the report.
-#[allow(clippy::too_many_arguments)] // One call site each in token and exchange.
 pub(crate) async fn finish_on_consumer(
     consumer: &ClusterClient,
     provider: &ClusterClient,
     mut journal: Journal,
     recorded: Recorded<'_>,
-    deadline: tokio::time::Instant,
-    timeout: u64,
-    output: Option<crate::cli::OutputFormat>,
+    finish: Finish,
     printer: &Printer,
 ) -> anyhow::Result<()> {
+    let Finish {
+        deadline,
+        timeout,
+        output,
+        network,
+    } = finish;
     let step = printer.step(format!(
         "Starting the virtual kubelet on cluster {}",
         consumer.name
@@ -698,6 +735,35 @@ pub(crate) async fn finish_on_consumer(
         return Err(e);
     }
     step.done("");
+    let linked = match network {
+        false => None,
+        true => {
+            let linked = async {
+                let consumer_id = installed(consumer).await?;
+                link(
+                    consumer,
+                    &consumer_id,
+                    provider,
+                    recorded.provider,
+                    &recorded.tenant_namespace,
+                    &mut journal,
+                    deadline,
+                    printer,
+                )
+                .await
+            }
+            .await;
+            match linked {
+                Ok(linked) => Some(linked),
+                Err(e) => {
+                    for object in journal.roll_back(consumer, provider).await {
+                        printer.info(format!("  could not remove {object}"));
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    };
     let virtual_node = wait_for_virtual_node(
         consumer,
         &recorded.provider.cluster_id,
@@ -715,8 +781,56 @@ pub(crate) async fn finish_on_consumer(
         certificate_expiry: recorded.expiry.to_owned(),
         tenant_namespace: recorded.tenant_namespace.clone(),
         virtual_node,
+        network: linked,
     };
     print_reports(&[report], output, printer)
+}
+
+/// How [`finish_on_consumer`] ends: its deadline (`timeout`, in seconds,
+/// for messages), the output format, and whether to link the networks.
+pub(crate) struct Finish {
+    pub deadline: tokio::time::Instant,
+    pub timeout: u64,
+    pub output: Option<crate::cli::OutputFormat>,
+    pub network: bool,
+}
+
+/// The network step of a peering, as a step of the command's output.
+#[allow(clippy::too_many_arguments)] // Both clusters, each with its identity.
+pub(crate) async fn link(
+    consumer: &ClusterClient,
+    consumer_id: &ClusterIdentity,
+    provider: &ClusterClient,
+    provider_id: &ClusterIdentity,
+    tenant_namespace: &str,
+    journal: &mut Journal,
+    deadline: tokio::time::Instant,
+    printer: &Printer,
+) -> anyhow::Result<network::Linked> {
+    let step = printer.step(format!(
+        "Linking the networks of clusters {} and {}",
+        consumer.name, provider.name
+    ));
+    match network::connect(
+        consumer,
+        consumer_id,
+        provider,
+        provider_id,
+        tenant_namespace,
+        journal,
+        deadline,
+    )
+    .await
+    {
+        Ok(linked) => {
+            step.done(format!("tunnel up to {}", linked.endpoint));
+            Ok(linked)
+        }
+        Err(e) => {
+            step.fail("");
+            Err(e)
+        }
+    }
 }
 
 /// The virtual kubelet of `provider` on the consumer, owned by its

@@ -656,9 +656,12 @@ pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> any
             expiry: &expiry,
             tenant_namespace: peering::tenant_namespace(&tenant),
         },
-        deadline,
-        args.timeout,
-        args.output.output,
+        peer::Finish {
+            deadline,
+            timeout: args.timeout,
+            output: args.output.output,
+            network: !args.no_network,
+        },
         &printer,
     )
     .await

@@ -245,6 +245,8 @@ async fn remove_consumer_side(
         "apiVersion": "v1", "kind": "Secret",
         "metadata": { "name": peering::identity_secret(provider), "namespace": liqo_api::names::NAMESPACE },
     }))));
+    // The tunnel's end here; the provider's goes with the tenant namespace.
+    objects.push(crate::peering::network::consumer_end(provider));
     let left = delete_all(consumer, &objects).await?;
     release_offloadings(consumer, provider).await?;
     let fcs: Api<ForeignCluster> = Api::all(consumer.client.clone());

@@ -54,6 +54,7 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
         Manifest::Tenant(o) => apply_to(Api::all(c), o.as_ref()).await,
         Manifest::ForeignCluster(o) => apply_to(Api::all(c), o.as_ref()).await,
         Manifest::SharingPolicy(o) => apply_to(Api::all(c), o.as_ref()).await,
+        Manifest::Connection(o) => apply_to(namespaced(c, o.as_ref()), o.as_ref()).await,
         Manifest::ValidatingAdmissionPolicy(o) => apply_if_changed(Api::all(c), o.as_ref()).await,
         Manifest::ValidatingAdmissionPolicyBinding(o) => {
             apply_if_changed(Api::all(c), o.as_ref()).await

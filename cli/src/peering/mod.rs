@@ -7,6 +7,7 @@
 
 pub mod capacity;
 pub mod identity;
+pub mod network;
 pub mod tenant;
 pub mod token;
 pub mod virtual_kubelet;

@@ -93,8 +93,19 @@ pub fn manifests(
             json!({ "apiGroups": [group], "resources": resources, "verbs": verbs })
         }))
         .collect();
+    // Its end of the tunnel, in the tenant namespace only: the provider's
+    // gateway listens for it there (docs/network.md).
+    let mut tenant_rules = rules.clone();
+    tenant_rules.push(json!({
+        "apiGroups": [names::GROUP],
+        "resources": ["connections"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    }));
     let hard = {
         let mut hard = BTreeMap::new();
+        // One tunnel per tenant: a second connection would only take a
+        // port of the provider's range.
+        hard.insert("count/connections.liqo.io", "1".to_owned());
         if let Some(cpu) = &grant.cpu {
             hard.insert("requests.cpu", cpu.0.clone());
             hard.insert("limits.cpu", cpu.0.clone());
@@ -118,7 +129,7 @@ pub fn manifests(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": meta(&namespace),
-            "rules": rules,
+            "rules": tenant_rules,
         }))),
         Manifest::RoleBinding(from_json(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",

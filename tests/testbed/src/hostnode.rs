@@ -66,7 +66,7 @@
 //!   must bind its pod IP (`$(POD_IP)`) rather than `0.0.0.0` for two
 //!   clusters' agents not to clash.
 //! - Not supported, and refused rather than ignored: init containers,
-//!   lifecycle hooks, other kinds of volume (`hostPath`, PVCs, …),
+//!   lifecycle hooks, other kinds of volume (`hostPath` but of a character device, PVCs, …),
 //!   `resourceFieldRef`, mount propagation, a `workingDir` that is not a
 //!   folder of the host (the container waits in
 //!   `CreateContainerConfigError`, saying what is not supported); `grpc`

@@ -47,6 +47,9 @@ pub(super) struct Volumes {
     refreshed: Option<Instant>,
     /// The last refresh failure logged, so that it is logged once.
     failure: Option<String>,
+    /// `hostPath` volumes of character devices (such as `/dev/net/tun`):
+    /// volume name → the device, bound as it is.
+    devices: BTreeMap<String, PathBuf>,
 }
 
 impl Volumes {
@@ -56,6 +59,7 @@ impl Volumes {
             tokens: BTreeMap::new(),
             refreshed: None,
             failure: None,
+            devices: BTreeMap::new(),
         }
     }
 
@@ -81,6 +85,10 @@ impl Volumes {
         self.refreshed = Some(Instant::now());
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
         for volume in volumes.unwrap_or_default() {
+            if let Some(device) = host_device(volume)? {
+                self.devices.insert(volume.name.clone(), device);
+                continue;
+            }
             let dir = self.dir.join(checked_name(&volume.name)?);
             match self.files(client, pod, pod_ip, volume).await? {
                 Some(files) => write_volume(&dir, &files),
@@ -248,6 +256,14 @@ impl Volumes {
             {
                 return Err(StartError::Unsupported("recursiveReadOnly".to_owned()));
             }
+            if let Some(device) = self.devices.get(&m.name) {
+                mounts.push(BindMount {
+                    source: device.clone(),
+                    target,
+                    read_only: m.read_only.unwrap_or(false),
+                });
+                continue;
+            }
             let mut source = self.dir.join(checked_name(&m.name)?);
             let sub_path = match (&m.sub_path, &m.sub_path_expr) {
                 (Some(path), _) => path.clone(),
@@ -273,6 +289,30 @@ impl Volumes {
         // A folder is mounted before what is mounted inside it.
         mounts.sort_by_key(|m| m.target.components().count());
         Ok(mounts)
+    }
+}
+
+/// The device of a `hostPath` volume of `type: CharDevice` (what a
+/// gateway asks for `/dev/net/tun`), which must exist as a kubelet checks
+/// it; other `hostPath` volumes are refused as every unsupported kind is.
+fn host_device(volume: &Volume) -> Result<Option<PathBuf>, StartError> {
+    let Some(host) = &volume.host_path else {
+        return Ok(None);
+    };
+    if host.type_.as_deref() != Some("CharDevice") {
+        return Err(StartError::Unsupported(format!(
+            "volume {}: hostPath volumes other than of type CharDevice",
+            volume.name
+        )));
+    }
+    use std::os::unix::fs::FileTypeExt as _;
+    let path = PathBuf::from(&host.path);
+    match std::fs::metadata(&path) {
+        Ok(m) if m.file_type().is_char_device() => Ok(Some(path)),
+        _ => Err(StartError::Unsupported(format!(
+            "volume {}: {} is not a character device on this host",
+            volume.name, host.path
+        ))),
     }
 }
 
