@@ -66,6 +66,10 @@ pub struct Settings {
     /// The host peers dial (an address or a DNS name), published with the
     /// port in the status of listening connections.
     pub endpoint_host: Option<String>,
+    /// Where tunnels bind: the endpoint's address when it is one of the
+    /// node's (so that answers leave from the address peers dial, on a
+    /// node with several), else every address.
+    pub listen_address: std::net::IpAddr,
     /// The UDP ports listening connections take, one each.
     pub ports: std::ops::RangeInclusive<u16>,
     pub remap_pool: Vec<IpNet>,
@@ -490,7 +494,10 @@ impl Tunnels {
             .arg("tunnel")
             .arg(format!("--interface={}", plan.device))
             .arg(format!("--mtu={}", self.settings.mtu))
-            .arg(format!("--listen=0.0.0.0:{}", plan.port))
+            .arg(format!(
+                "--listen={}",
+                SocketAddr::new(self.settings.listen_address, plan.port)
+            ))
             .arg("--private-key-file=-")
             .arg(format!("--peer-public-key={}", plan.peer_public_key))
             .arg(format!("--peer-cidr={}", plan.peer_cidr))
@@ -685,6 +692,16 @@ impl Tunnels {
     }
 }
 
+/// Where tunnels bind for an endpoint host (see
+/// [`Settings::listen_address`]): the host itself when it is an address
+/// this node can bind.
+pub fn listen_address(endpoint_host: Option<&str>) -> std::net::IpAddr {
+    endpoint_host
+        .and_then(|h| h.parse::<std::net::IpAddr>().ok())
+        .filter(|ip| std::net::UdpSocket::bind((*ip, 0)).is_ok())
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into())
+}
+
 /// `host:port`, with an IPv6 address in brackets.
 pub fn join_host_port(host: &str, port: u16) -> String {
     if host.contains(':') && !host.starts_with('[') {
@@ -757,6 +774,7 @@ mod tests {
     fn settings() -> Settings {
         Settings {
             endpoint_host: Some("192.0.2.1".into()),
+            listen_address: std::net::Ipv4Addr::UNSPECIFIED.into(),
             namespace: "liqo".into(),
             ports: 51820..=51821,
             remap_pool: vec!["100.64.0.0/10".parse().expect("cidr")],

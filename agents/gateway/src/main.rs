@@ -402,6 +402,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         control::Settings {
             namespace: args.namespace.clone(),
             endpoint_host: args.endpoint_address.clone(),
+            listen_address: control::listen_address(args.endpoint_address.as_deref()),
             ports: args.tunnel_ports.clone(),
             remap_pool: args.remap_pool.clone(),
             mtu: args.mtu,

@@ -68,6 +68,8 @@ pub async fn connect(
         None,
         "tunnel-provider",
     );
+    // A tenant's namespace holds one tunnel: its gateway takes the oldest
+    // Connection there and refuses the others (they get no port).
     journal
         .apply(
             Side::Provider,

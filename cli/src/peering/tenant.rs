@@ -103,9 +103,6 @@ pub fn manifests(
     }));
     let hard = {
         let mut hard = BTreeMap::new();
-        // One tunnel per tenant: a second connection would only take a
-        // port of the provider's range.
-        hard.insert("count/connections.liqo.io", "1".to_owned());
         if let Some(cpu) = &grant.cpu {
             hard.insert("requests.cpu", cpu.0.clone());
             hard.insert("limits.cpu", cpu.0.clone());

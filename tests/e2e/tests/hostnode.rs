@@ -194,10 +194,13 @@ async fn host_node_is_registered(cluster: &Cluster) -> Result<()> {
         .context("no Ready condition")?;
     assert_eq!(ready.status, "True");
     let addresses = status.addresses.unwrap_or_default();
+    // The node's own address: `.1` of the cluster's loopback /24.
     assert!(
-        addresses
-            .iter()
-            .any(|a| a.type_ == "InternalIP" && a.address == "127.0.0.1")
+        addresses.iter().any(|a| a.type_ == "InternalIP"
+            && a.address.starts_with("127.")
+            && a.address.ends_with(".1")
+            && a.address != "127.0.0.1"),
+        "{addresses:?}"
     );
     let lease = Api::<Lease>::namespaced(client, "kube-node-lease")
         .get(name)
@@ -645,9 +648,10 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
         octets.len() == 4 && octets[0] == 127 && octets[1] != 0,
         "pod IP {ip} is not a loopback address of its own"
     );
+    let node_ip = format!("{}.{}.{}.1", octets[0], octets[1], octets[2]);
     assert_eq!(
         pod.status.as_ref().and_then(|s| s.host_ip.as_deref()),
-        Some("127.0.0.1")
+        Some(node_ip.as_str())
     );
 
     // ...and is not Ready while nothing answers its readiness probe...

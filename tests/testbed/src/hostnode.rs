@@ -169,6 +169,14 @@ pub(crate) fn loopback_subnet(api_port: u16) -> [u8; 3] {
     [127, high, low]
 }
 
+/// The host node's own address in its cluster's loopback /24: `.1`. It
+/// is the node's InternalIP, every pod's hostIP, and host-network pods'
+/// IP, so that two clusters' host-network agents (gateways) bind apart.
+pub(crate) fn node_address(subnet: [u8; 3]) -> Ipv4Addr {
+    let [a, b, c] = subnet;
+    Ipv4Addr::new(a, b, c, 1)
+}
+
 /// A running host node. Dropping it stops its loop and its processes.
 #[derive(Debug)]
 pub(crate) struct HostNode {
@@ -394,7 +402,12 @@ impl Kubelet {
 
     async fn post_node_status(&self) -> Result<(), kube::Error> {
         let name = &self.config.node_name;
-        let status = node::status(name, &self.ready_since, &Timestamp::now());
+        let status = node::status(
+            name,
+            node_address(self.config.subnet),
+            &self.ready_since,
+            &Timestamp::now(),
+        );
         Api::<Node>::all(self.client.clone())
             .patch_status(
                 name,
@@ -615,11 +628,11 @@ impl IpPool {
         }
     }
 
-    /// An address for `pod`: the host's for a host-network pod, else a
+    /// An address for `pod`: the node's for a host-network pod, else a
     /// free one of the subnet, if any is left.
     fn take(&mut self, pod: &Pod) -> Option<Ipv4Addr> {
         if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
-            return Some(Ipv4Addr::LOCALHOST);
+            return Some(node_address(self.subnet));
         }
         let span = Self::LAST - Self::FIRST + 1;
         let host = (0..span)
@@ -743,8 +756,9 @@ mod tests {
         assert_eq!(b, Ipv4Addr::new(127, 1, 2, 3));
         pool.give_back(a);
         assert_eq!(pool.take(&pod(false)), Some(Ipv4Addr::new(127, 1, 2, 4)));
-        assert_eq!(pool.take(&pod(true)), Some(Ipv4Addr::LOCALHOST));
-        pool.give_back(Ipv4Addr::LOCALHOST);
+        // A host-network pod has the node's address, which is never lent.
+        assert_eq!(pool.take(&pod(true)), Some(Ipv4Addr::new(127, 1, 2, 1)));
+        pool.give_back(Ipv4Addr::new(127, 1, 2, 1));
         for _ in 5..=254 {
             assert!(pool.take(&pod(false)).is_some());
         }

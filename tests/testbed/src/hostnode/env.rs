@@ -293,6 +293,13 @@ impl<'a> Sources<'a> {
 }
 
 /// A downward-API field of the pod.
+/// The node's address, from a pod's: `.1` of the same /24
+/// ([`super::node_address`]).
+pub(super) fn node_of(pod_ip: Ipv4Addr) -> Ipv4Addr {
+    let [a, b, c, _] = pod_ip.octets();
+    super::node_address([a, b, c])
+}
+
 pub(super) fn field_value(pod: &Pod, path: &str, pod_ip: Ipv4Addr) -> Result<String, StartError> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
@@ -307,7 +314,7 @@ pub(super) fn field_value(pod: &Pod, path: &str, pod_ip: Ipv4Addr) -> Result<Str
         "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
         "spec.serviceAccountName" => Some(service_account(pod).to_owned()),
         "status.podIP" | "status.podIPs" => Some(pod_ip.to_string()),
-        "status.hostIP" | "status.hostIPs" => Some(Ipv4Addr::LOCALHOST.to_string()),
+        "status.hostIP" | "status.hostIPs" => Some(node_of(pod_ip).to_string()),
         _ => from_map(meta.labels.as_ref(), "metadata.labels['")
             .or_else(|| from_map(meta.annotations.as_ref(), "metadata.annotations['")),
     };

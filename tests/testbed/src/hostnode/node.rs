@@ -35,7 +35,12 @@ pub(super) fn object(name: &str) -> Node {
 }
 
 /// The node's status: Ready since `since`, as of `now`.
-pub(super) fn status(name: &str, since: &Timestamp, now: &Timestamp) -> Value {
+pub(super) fn status(
+    name: &str,
+    address: std::net::Ipv4Addr,
+    since: &Timestamp,
+    now: &Timestamp,
+) -> Value {
     let capacity: serde_json::Map<String, Value> = CAPACITY
         .iter()
         .map(|(k, v)| ((*k).to_owned(), json!(v)))
@@ -60,7 +65,7 @@ pub(super) fn status(name: &str, since: &Timestamp, now: &Timestamp) -> Value {
             condition("PIDPressure", "False", "KubeletHasSufficientPID", "no PID pressure"),
         ],
         "addresses": [
-            { "type": "InternalIP", "address": "127.0.0.1" },
+            { "type": "InternalIP", "address": address.to_string() },
             { "type": "Hostname", "address": name },
         ],
         "nodeInfo": {

@@ -654,7 +654,7 @@ impl PodRuntime {
             containers_ready,
             ready_condition,
         ];
-        let host = "127.0.0.1".to_owned();
+        let host = super::env::node_of(self.ip).to_string();
         PodStatus {
             phase: Some(self.phase().to_owned()),
             conditions: Some(conditions),
