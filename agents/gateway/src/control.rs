@@ -75,6 +75,9 @@ pub struct Settings {
     pub remap_pool: Vec<IpNet>,
     /// The tunnel devices' MTU.
     pub mtu: u16,
+    /// The network namespace the tunnels (their devices, sockets, routes
+    /// and tables) live in, when not the agent's own.
+    pub netns: Option<std::path::PathBuf>,
 }
 
 /// A tunnel's counters, as its process prints them (one JSON object a
@@ -475,7 +478,12 @@ impl Tunnels {
             let running = self.children.contains_key(&p.object);
             let status = self.status_of(p, running, report.as_ref(), local_cidr.clone());
             self.write_status(&p.object, status).await;
-            observed.insert(p.object.to_string(), (p.clone(), report));
+            let key = format!(
+                "{}/{}",
+                p.object.namespace.as_deref().unwrap_or_default(),
+                p.object.name
+            );
+            observed.insert(key, (p.clone(), report));
         }
         *self.observed.write().unwrap_or_else(|e| e.into_inner()) = observed;
     }
@@ -521,7 +529,14 @@ impl Tunnels {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
-        die_with_parent(&mut command);
+        let netns = match &self.settings.netns {
+            Some(path) => Some(
+                std::fs::File::open(path)
+                    .with_context(|| format!("opening the network namespace {}", path.display()))?,
+            ),
+            None => None,
+        };
+        before_exec(&mut command, netns);
         let mut process = command.spawn().context("starting a tunnel process")?;
         let mut stdin = process
             .stdin
@@ -713,16 +728,19 @@ pub fn join_host_port(host: &str, port: u16) -> String {
 
 /// The child gets SIGTERM when the agent ends, however it ends: a tunnel
 /// never outlives the agent that decided it (and SIGTERM lets it remove
-/// its route and table).
+/// its route and table). With `netns`, it runs in that network namespace.
 #[allow(unsafe_code)]
-fn die_with_parent(command: &mut tokio::process::Command) {
+fn before_exec(command: &mut tokio::process::Command, netns: Option<std::fs::File>) {
     // SAFETY: the closure runs between fork and exec, where only
-    // async-signal-safe calls are allowed: prctl is one, and it allocates
-    // nothing.
+    // async-signal-safe calls are allowed: prctl and setns are system
+    // calls, and nothing is allocated (the file was opened before fork).
     unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
-                .map_err(std::io::Error::from)
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)?;
+            if let Some(netns) = &netns {
+                nix::sched::setns(netns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+            }
+            Ok(())
         });
     }
 }
@@ -779,6 +797,7 @@ mod tests {
             ports: 51820..=51821,
             remap_pool: vec!["100.64.0.0/10".parse().expect("cidr")],
             mtu: 1420,
+            netns: None,
         }
     }
 

@@ -172,6 +172,12 @@ struct Args {
     /// The tunnel devices' MTU: the node network's less WireGuard's overhead.
     #[arg(long, default_value_t = 1500 - tunnel::OVERHEAD_V6)]
     mtu: u16,
+    /// Run the tunnels (devices, sockets, routes, NAT tables) in this
+    /// network namespace (a path such as /run/netns/NAME) rather than the
+    /// agent's: to keep the peers' traffic in a namespace of its own, as
+    /// the tests do with one namespace per simulated node.
+    #[arg(long, value_name = "PATH")]
+    tunnel_netns: Option<std::path::PathBuf>,
 }
 
 fn parse_ports(value: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
@@ -406,6 +412,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
             ports: args.tunnel_ports.clone(),
             remap_pool: args.remap_pool.clone(),
             mtu: args.mtu,
+            netns: args.tunnel_netns.clone(),
         },
         key,
     );

@@ -327,3 +327,44 @@ pub fn transfer_seen(
     ensure!(got == len, "received {got} of {len} bytes");
     Ok((started.elapsed(), seen))
 }
+
+/// A cluster: a node namespace that forwards, with strict reverse-path
+/// filtering (a packet must come in where its source is routed), and pods.
+#[derive(Debug)]
+pub struct Cluster {
+    pub node: NetNs,
+    pub pods: Vec<NetNs>,
+}
+
+impl Cluster {
+    /// `pods`: each pod's address; its /24's first address is the node's
+    /// end of its veth and its default route.
+    pub fn new(label: &str, pods: &[&str]) -> Result<Self> {
+        let node = NetNs::new(&format!("{label}node"))?;
+        for setting in [
+            "net.ipv4.ip_forward=1",
+            "net.ipv4.conf.all.rp_filter=1",
+            "net.ipv4.conf.default.rp_filter=1",
+        ] {
+            node.run("sysctl", &["-qw", setting])?;
+        }
+        let mut made = Vec::new();
+        for (i, pod_addr) in pods.iter().enumerate() {
+            let pod = NetNs::new(&format!("{label}pod{i}"))?;
+            let gateway = {
+                let mut octets: Vec<&str> = pod_addr.split('.').collect();
+                octets[3] = "1";
+                octets.join(".")
+            };
+            link(
+                &pod,
+                &format!("{pod_addr}/24"),
+                &node,
+                &format!("{gateway}/24"),
+            )?;
+            pod.ip(&["route", "add", "default", "via", &gateway])?;
+            made.push(pod);
+        }
+        Ok(Self { node, pods: made })
+    }
+}

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use liqo_e2e::netns::{NetNs, Process, link, ping, transfer_seen};
+use liqo_e2e::netns::{Cluster, NetNs, Process, link, ping, transfer_seen};
 
 /// Every wait and transfer here is bounded by this.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -37,46 +37,6 @@ fn table(node: &NetNs) -> Result<Option<String>> {
         .contains(TABLE)
         .then(|| node.stdout("nft", &["list", "table", "inet", TABLE]))
         .transpose()
-}
-
-/// A cluster: a node namespace that forwards, with strict reverse-path
-/// filtering (a packet must come in where its source is routed), and pods.
-struct Cluster {
-    node: NetNs,
-    pods: Vec<NetNs>,
-}
-
-impl Cluster {
-    /// `pods`: each pod's address; its /24's first address is the node's
-    /// end of its veth and its default route.
-    fn new(label: &str, pods: &[&str]) -> Result<Self> {
-        let node = NetNs::new(&format!("{label}node"))?;
-        for setting in [
-            "net.ipv4.ip_forward=1",
-            "net.ipv4.conf.all.rp_filter=1",
-            "net.ipv4.conf.default.rp_filter=1",
-        ] {
-            node.run("sysctl", &["-qw", setting])?;
-        }
-        let mut made = Vec::new();
-        for (i, pod_addr) in pods.iter().enumerate() {
-            let pod = NetNs::new(&format!("{label}pod{i}"))?;
-            let gateway = {
-                let mut octets: Vec<&str> = pod_addr.split('.').collect();
-                octets[3] = "1";
-                octets.join(".")
-            };
-            link(
-                &pod,
-                &format!("{pod_addr}/24"),
-                &node,
-                &format!("{gateway}/24"),
-            )?;
-            pod.ip(&["route", "add", "default", "via", &gateway])?;
-            made.push(pod);
-        }
-        Ok(Self { node, pods: made })
-    }
 }
 
 /// `liqo-gateway tunnel` in a node, with its own key.

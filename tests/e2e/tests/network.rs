@@ -1,0 +1,315 @@
+//! The network of a peering, end to end with real packets: `liqoctl peer`
+//! links two clusters' pod networks through their gateways, and pods of
+//! each reach pods of the other, with identical pod CIDRs on both sides.
+//!
+//! The testbed's API servers and agents run on this machine's loopback, so
+//! each cluster's node is simulated by a network namespace (as in
+//! `nat.rs`): a node namespace that forwards, with a pod namespace behind
+//! it, the two nodes joined by a veth "internet". Each gateway agent runs
+//! as the testbed runs every agent, and is told to run its tunnels in its
+//! node's namespace (`--tunnel-netns`): the tunnels' devices, sockets,
+//! routes and NAT tables live there, decided by the agent from the
+//! Connections `liqoctl` wrote. Needs root, iproute2, nftables and ping.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use liqo_api::names;
+use liqo_api::networking::Connection;
+use liqo_e2e::netns::{Cluster as Site, NetNs, link, ping, transfer_seen};
+use liqo_e2e::{liqoctl, wait_for};
+
+/// Both clusters' pods.
+const POD_CIDR: &str = "10.200.0.0/16";
+/// Where each side sees the other's pods: the default pool's first /16.
+const SEEN_AS: &str = "100.64.0.0/16";
+const CONSUMER_POD: &str = "10.200.1.2";
+const PROVIDER_POD: &str = "10.200.2.3";
+/// The provider's pod as the consumer's pods reach it, and the other way.
+const PROVIDER_POD_SEEN: &str = "100.64.2.3";
+const CONSUMER_POD_SEEN: &str = "100.64.1.2";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
+    let a = Site::new("na", &[CONSUMER_POD])?;
+    let b = Site::new("nb", &[PROVIDER_POD])?;
+    link(&a.node, "192.168.78.1/24", &b.node, "192.168.78.2/24")?;
+
+    let testbed = liqo_e2e::consumer_and_provider().await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    for (cluster, id, address, node) in [
+        (consumer, "consumer-1", "192.168.78.1", &a.node),
+        (provider, "provider-1", "192.168.78.2", &b.node),
+    ] {
+        let address = format!("--gateway-address={address}");
+        liqo_e2e::install(cluster, id, POD_CIDR, &[&address]).success();
+        tunnels_in(&cluster.client().await?, node).await?;
+    }
+    let consumer_client = consumer.client().await?;
+    let provider_client = provider.client().await?;
+
+    // Peering links the networks and says how each side sees the other.
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    assert!(
+        out.stdout.contains(&format!(
+            "network: tunnel to 192.168.78.2:51820; its pods are seen here as {SEEN_AS}, ours there as {SEEN_AS}"
+        )),
+        "{}",
+        out.stdout
+    );
+    let ends = || async {
+        let here = Api::<Connection>::namespaced(consumer_client.clone(), names::NAMESPACE)
+            .get("provider-1")
+            .await?;
+        let there =
+            Api::<Connection>::namespaced(provider_client.clone(), "liqo-tenant-consumer-1")
+                .get("consumer-1")
+                .await?;
+        anyhow::Ok((here, there))
+    };
+    let (here, there) = ends().await?;
+    assert!(here.is_established() && there.is_established());
+    let status = there.status.clone().context("no status")?;
+    assert_eq!(status.endpoint.as_deref(), Some("192.168.78.2:51820"));
+    assert_eq!(status.peer_seen_as.as_deref(), Some(SEEN_AS));
+    let device = status.interface.clone().context("no interface")?;
+    assert!(
+        b.node
+            .stdout("ip", &["route", "show", "dev", &device])?
+            .contains(SEEN_AS),
+        "the provider's node routes the consumer's pods into {device}"
+    );
+
+    // Pods reach pods both ways, each seeing the other at its remapped
+    // address, host part kept.
+    reach(&a, &b).await?;
+
+    // The tunnel's health: in the statuses, in info, in the metrics.
+    wait_for("traffic counted in the status", TIMEOUT, || async {
+        let (here, _) = ends().await?;
+        Ok(here
+            .status
+            .is_some_and(|s| s.rx_bytes > 0 && s.tx_bytes > 0 && s.last_handshake.is_some()))
+    })
+    .await?;
+    let info = liqoctl(Some(consumer.kubeconfig_path()), &["info", "-o", "json"]).success();
+    let info: serde_json::Value = serde_json::from_str(&info.stdout)?;
+    let network = &info["peerings"][0]["network"];
+    assert_eq!(network["established"], true, "{info:#}");
+    assert_eq!(network["peerPodsSeenAs"], SEEN_AS);
+    assert_eq!(network["endpoint"], "192.168.78.2:51820");
+    let gateway_ip = gateway_pod_ip(&consumer_client).await?;
+    let metrics = reqwest::Client::builder()
+        .no_proxy()
+        .build()?
+        .get(format!(
+            "http://{gateway_ip}:{}/metrics",
+            names::HEALTH_PORT
+        ))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        metrics.contains(
+            "liqo_gateway_tunnel_established{connection=\"liqo/provider-1\",peer=\"provider-1\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("liqo_gateway_tunnel_transmit_bytes_total{"),
+        "{metrics}"
+    );
+
+    // A gateway that restarts takes back the same decisions (port,
+    // remapped CIDR) from the API, and traffic flows again.
+    let pods: Api<Pod> = Api::namespaced(provider_client.clone(), names::NAMESPACE);
+    let gateway = gateway_pod(&provider_client).await?;
+    pods.delete(
+        gateway.metadata.name.as_deref().context("nameless")?,
+        &Default::default(),
+    )
+    .await?;
+    wait_for(
+        "the restarted provider gateway's handshake",
+        TIMEOUT,
+        || async {
+            let (_, there) = ends().await?;
+            let new_pod = gateway_pod(&provider_client).await.ok();
+            Ok(there.is_established()
+                && new_pod.is_some_and(|p| p.metadata.uid != gateway.metadata.uid))
+        },
+    )
+    .await?;
+    let (_, there) = ends().await?;
+    let again = there.status.context("no status")?;
+    assert_eq!(again.endpoint, status.endpoint);
+    assert_eq!(again.peer_seen_as, status.peer_seen_as);
+    reach(&a, &b).await?;
+
+    // Disconnect removes both ends and what the gateways installed;
+    // connect brings them back.
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["network", "disconnect", "--cluster-id", "provider-1"],
+    )
+    .success();
+    for (node, name) in [(&a.node, "consumer"), (&b.node, "provider")] {
+        wait_for(
+            &format!("the {name}'s tunnel device gone"),
+            TIMEOUT,
+            || async { Ok(!node.stdout("ip", &["link", "show"])?.contains("liqo-")) },
+        )
+        .await?;
+        ensure!(
+            !node
+                .stdout("nft", &["list", "tables"])?
+                .contains("liqo-gw-"),
+            "the {name}'s NAT table is left"
+        );
+    }
+    ensure!(ends().await.is_err(), "a Connection is left");
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "network",
+            "connect",
+            "--cluster-id",
+            "provider-1",
+            "-o",
+            "json",
+        ],
+    )
+    .success();
+    let linked: serde_json::Value = serde_json::from_str(&out.stdout)?;
+    assert_eq!(linked["providerPodsSeenAs"], SEEN_AS);
+    reach(&a, &b).await?;
+
+    // An unknown peer is one clear line.
+    let out = liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["network", "connect", "--cluster-id", "nobody"],
+    )
+    .user_error(7);
+    assert!(
+        out.error_line().contains("no outgoing peering"),
+        "{}",
+        out.stderr
+    );
+
+    // Unpeer takes the tunnel with it.
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", remote],
+    )
+    .success();
+    wait_for("the consumer's tunnel device gone", TIMEOUT, || async {
+        Ok(!a.node.stdout("ip", &["link", "show"])?.contains("liqo-"))
+    })
+    .await?;
+    let left = Api::<Connection>::all(consumer_client.clone())
+        .list(&ListParams::default())
+        .await?;
+    assert!(left.items.is_empty(), "{:?}", left.items);
+    Ok(())
+}
+
+/// Ping both ways, and 1 MiB over TCP each way with every byte checked,
+/// the receiver seeing the sender at its remapped address.
+async fn reach(a: &Site, b: &Site) -> Result<()> {
+    let (pa, pb) = (&a.pods[0], &b.pods[0]);
+    ping(pa, PROVIDER_POD_SEEN, 3)?;
+    ping(pb, CONSUMER_POD_SEEN, 3)?;
+    let check = |from: &NetNs, at: &NetNs, bind: &str, to: &str, sender: &str| -> Result<()> {
+        let (_, seen) = transfer_seen(
+            from,
+            at,
+            format!("{bind}:5201").parse::<SocketAddr>()?,
+            format!("{to}:5201").parse::<SocketAddr>()?,
+            1 << 20,
+            TIMEOUT,
+        )?;
+        ensure!(
+            seen.ip().to_string() == sender,
+            "the receiver saw {seen}, not {sender}"
+        );
+        Ok(())
+    };
+    check(pa, pb, PROVIDER_POD, PROVIDER_POD_SEEN, CONSUMER_POD_SEEN)?;
+    check(pb, pa, CONSUMER_POD, CONSUMER_POD_SEEN, PROVIDER_POD_SEEN)?;
+    Ok(())
+}
+
+/// Tells the cluster's gateway to run its tunnels in `node`, and waits
+/// for the gateway that does.
+async fn tunnels_in(client: &kube::Client, node: &NetNs) -> Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), names::NAMESPACE);
+    let gateway = deployments.get(names::GATEWAY).await?;
+    let mut args = gateway
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.containers.into_iter().next())
+        .and_then(|c| c.args)
+        .unwrap_or_default();
+    args.push(format!("--tunnel-netns=/run/netns/{}", node.name));
+    let patch = serde_json::json!([{ "op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args }]);
+    deployments
+        .patch(
+            names::GATEWAY,
+            &PatchParams::default(),
+            &Patch::<()>::Json(serde_json::from_value(patch)?),
+        )
+        .await?;
+    let netns = format!("--tunnel-netns=/run/netns/{}", node.name);
+    wait_for("the gateway with --tunnel-netns", TIMEOUT, || async {
+        let Ok(pod) = gateway_pod(client).await else {
+            return Ok(false);
+        };
+        let spec_has = pod.spec.as_ref().is_some_and(|s| {
+            s.containers[0]
+                .args
+                .as_ref()
+                .is_some_and(|a| a.contains(&netns))
+        });
+        let ready = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        Ok(spec_has && ready)
+    })
+    .await
+}
+
+async fn gateway_pod(client: &kube::Client) -> Result<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), names::NAMESPACE);
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=liqo-gateway"))
+        .await?;
+    let mut live: Vec<Pod> = list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    ensure!(live.len() == 1, "{} gateway pods", live.len());
+    Ok(live.remove(0))
+}
+
+async fn gateway_pod_ip(client: &kube::Client) -> Result<String> {
+    gateway_pod(client)
+        .await?
+        .status
+        .and_then(|s| s.pod_ip)
+        .context("the gateway has no IP")
+}
