@@ -116,6 +116,44 @@ impl Connection {
     }
 }
 
+/// How one cluster sees another's pods: addresses in `real` (the peer's
+/// pod CIDR) are reached at the same host part of `seen_as`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remap {
+    pub real: IpNet,
+    pub seen_as: IpNet,
+}
+
+impl Remap {
+    /// The remap a connection's gateway decided, if the peer's pods are
+    /// seen elsewhere than at their own addresses.
+    pub fn of(connection: &Connection) -> Option<Self> {
+        let real: IpNet = connection.spec.pod_cidr.parse().ok()?;
+        let seen_as: IpNet = connection
+            .status
+            .as_ref()?
+            .peer_seen_as
+            .as_deref()?
+            .parse()
+            .ok()?;
+        (real.trunc() != seen_as.trunc()).then_some(Self {
+            real: real.trunc(),
+            seen_as: seen_as.trunc(),
+        })
+    }
+
+    /// `address` as this cluster reaches it: translated when it is one of
+    /// the peer's pods, else unchanged (a host-network pod's node address,
+    /// or text that is no address).
+    pub fn address(&self, address: &str) -> String {
+        address
+            .parse::<IpAddr>()
+            .ok()
+            .and_then(|a| translate(a, self.real, self.seen_as))
+            .map_or_else(|| address.to_owned(), |a| a.to_string())
+    }
+}
+
 /// The tunnel device of a connection: `liqo-` and ten characters of a
 /// hash (an interface name has at most 15), stable across restarts.
 /// A consumer's connections (in `liqo`) get one per provider; a
@@ -318,6 +356,34 @@ fn net_at(like: &IpNet, value: u128) -> IpNet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remaps_come_from_a_connection_and_translate_only_the_peers_pods() {
+        let mut c = Connection::new(
+            "p",
+            ConnectionSpec {
+                cluster_id: ClusterId::new("p").expect("id"),
+                cluster_name: "p".into(),
+                public_key: String::new(),
+                endpoint: None,
+                pod_cidr: "10.200.0.0/16".into(),
+            },
+        );
+        assert_eq!(Remap::of(&c), None, "no decision yet");
+        c.status = Some(ConnectionStatus {
+            peer_seen_as: Some("10.200.0.0/16".into()),
+            ..Default::default()
+        });
+        assert_eq!(Remap::of(&c), None, "seen as it is");
+        c.status = Some(ConnectionStatus {
+            peer_seen_as: Some("100.64.0.0/16".into()),
+            ..Default::default()
+        });
+        let remap = Remap::of(&c).expect("remapped");
+        assert_eq!(remap.address("10.200.2.3"), "100.64.2.3");
+        assert_eq!(remap.address("192.168.1.5"), "192.168.1.5");
+        assert_eq!(remap.address("not an address"), "not an address");
+    }
 
     fn net(s: &str) -> IpNet {
         s.parse().expect("cidr")

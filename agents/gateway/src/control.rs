@@ -53,9 +53,13 @@ const SESSION: Duration = Duration::from_secs(180);
 const RESTART_BACKOFF: Duration = Duration::from_secs(5);
 /// The field manager of what the gateway writes.
 const MANAGER: &str = "liqo-gateway";
-/// Keepalive of the dialing side: keeps NAT mappings on the way open and
-/// lets the listening side learn the dialer's endpoint before any traffic.
-const KEEPALIVE_SECONDS: u16 = 25;
+/// Keepalive of both sides: keeps NAT mappings on the way open, lets the
+/// listening side learn the dialer's endpoint before any traffic, and
+/// lets each side tell that the other is alive ([`HEARD_WITHIN`]).
+const KEEPALIVE_SECONDS: u16 = 10;
+/// A tunnel is established while the peer was heard from this recently
+/// (three keepalives) and its session is current.
+const HEARD_WITHIN: Duration = Duration::from_secs(30);
 
 /// How the agent runs tunnels: from its flags.
 #[derive(Debug, Clone)]
@@ -91,6 +95,8 @@ pub struct Report {
     pub dropped: u64,
     pub endpoint: Option<SocketAddr>,
     pub handshake_rtt_ms: Option<u64>,
+    #[serde(default)]
+    pub since_heard_ms: Option<u64>,
 }
 
 impl Report {
@@ -102,6 +108,7 @@ impl Report {
             dropped: stats.dropped,
             endpoint: stats.endpoint,
             handshake_rtt_ms: stats.handshake_rtt.map(|d| d.as_millis() as u64),
+            since_heard_ms: stats.since_heard.map(|d| d.as_millis() as u64),
         }
     }
 
@@ -123,8 +130,10 @@ impl Report {
     }
 
     pub fn established(&self) -> bool {
-        self.since_handshake_ms
-            .is_some_and(|ms| Duration::from_millis(ms) < SESSION)
+        let within = |ms: Option<u64>, limit: Duration| {
+            ms.is_some_and(|ms| Duration::from_millis(ms) < limit)
+        };
+        within(self.since_handshake_ms, SESSION) && within(self.since_heard_ms, HEARD_WITHIN)
     }
 }
 
@@ -944,15 +953,21 @@ mod tests {
             dropped: 0,
             endpoint: Some("127.0.0.1:51820".parse().expect("addr")),
             handshake_rtt_ms: Some(3),
+            since_heard_ms: Some(500),
         };
         let line = serde_json::to_string(&report).expect("json");
         assert_eq!(serde_json::from_str::<Report>(&line).expect("back"), report);
         assert!(report.established());
         let old = Report {
             since_handshake_ms: Some(181_000),
-            ..report
+            ..report.clone()
         };
         assert!(!old.established());
+        let silent = Report {
+            since_heard_ms: Some(31_000),
+            ..report
+        };
+        assert!(!silent.established(), "a peer not heard from for 30 s");
         assert!(!Report::default().established());
     }
 

@@ -99,6 +99,10 @@ pub struct Stats {
     pub endpoint: Option<SocketAddr>,
     /// The last handshake's round trip, as its initiator measured it.
     pub handshake_rtt: Option<Duration>,
+    /// Since the last authenticated datagram from the peer (a keepalive
+    /// counts): how a live peer is told from one that went away, sooner
+    /// than its session expires.
+    pub since_heard: Option<Duration>,
 }
 
 /// Why an incoming datagram was dropped.
@@ -118,6 +122,7 @@ pub struct Peer {
     dropped: u64,
     tx_bytes: u64,
     rx_bytes: u64,
+    heard: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for Peer {
@@ -146,6 +151,7 @@ impl Peer {
             dropped: 0,
             tx_bytes: 0,
             rx_bytes: 0,
+            heard: None,
         }
     }
 
@@ -218,6 +224,7 @@ impl Peer {
                 // Authenticated: the peer is wherever it sent this from.
                 self.rx_bytes += datagram.len() as u64;
                 self.endpoint = Some(from);
+                self.heard = Some(std::time::Instant::now());
             }
             Err(_) => self.dropped += 1,
         }
@@ -262,6 +269,7 @@ impl Peer {
         Stats {
             since_last_handshake,
             handshake_rtt: rtt_ms.map(|ms| Duration::from_millis(ms.into())),
+            since_heard: self.heard.map(|t| t.elapsed()),
             tx_bytes: self.tx_bytes,
             rx_bytes: self.rx_bytes,
             dropped: self.dropped,

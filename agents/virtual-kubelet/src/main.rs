@@ -143,6 +143,12 @@ async fn main() -> anyhow::Result<()> {
         "foreign cluster",
     );
     let fc_ref = ObjectRef::new(&args.foreign_cluster);
+    // The tunnel to the provider: its Connection, named after it.
+    let (tunnel, follow_tunnel) = follow(
+        Api::<liqo_api::networking::Connection>::namespaced(client.clone(), names::NAMESPACE),
+        watcher::Config::default().fields(&format!("metadata.name={}", args.foreign_cluster)),
+        "tunnel",
+    );
 
     let (client_tx, client_rx) =
         watch::channel(Err("the provider kubeconfig is not read yet".to_owned()));
@@ -156,6 +162,7 @@ async fn main() -> anyhow::Result<()> {
         health: health_rx,
         registered: registered_tx,
         kubelet_endpoint,
+        tunnel: tunnel.clone(),
     };
     let reflect = reflect(Wiring {
         client: client.clone(),
@@ -167,12 +174,14 @@ async fn main() -> anyhow::Result<()> {
         fc_ref: fc_ref.clone(),
         kubelet,
         kubeconfig: args.provider_kubeconfig.clone(),
+        tunnel,
     });
     tokio::select! {
         () = keep_tls => {}
         result = liqo_agent_runtime::serve_health(listener, readiness.clone()) => result?,
         () = reflect => {}
         () = follow_peers => {}
+        () = follow_tunnel => {}
         () = provider::keep_client(args.provider_kubeconfig, client_tx) => {}
         () = provider::keep_checking(client_rx, peers, fc_ref, health_tx) => {}
         () = keeper.run(readiness.clone()) => {}
@@ -211,6 +220,7 @@ struct Wiring {
     fc_ref: ObjectRef<ForeignCluster>,
     /// The provider kubeconfig: names the tenant when it impersonates one.
     kubeconfig: PathBuf,
+    tunnel: liqo_agent_runtime::follow::Followed<liqo_api::networking::Connection>,
     /// The kubelet API's listener and TLS configuration, when served.
     kubelet: Option<(
         tokio::net::TcpListener,
@@ -232,6 +242,7 @@ async fn reflect(wiring: Wiring) {
         fc_ref,
         kubelet,
         kubeconfig,
+        tunnel,
     } = wiring;
     let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
     let mut consumer = local_identity(&client).await;
@@ -255,6 +266,7 @@ async fn reflect(wiring: Wiring) {
         provider_id,
         consumer,
         node_name: node_name.clone(),
+        tunnel: Some(tunnel),
     };
     let (offloadings, follow_offloadings) = follow(
         Api::<NamespaceOffloading>::all(client.clone()),

@@ -97,6 +97,15 @@ pub fn manifests(
                     "resourceNames": [foreign_cluster],
                     "verbs": ["get", "list", "watch"],
                 },
+                // The tunnel to its provider (named after it, in `liqo`):
+                // the node's NetworkUnavailable condition and where the
+                // provider's pods are seen come from its status.
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["connections"],
+                    "resourceNames": [foreign_cluster],
+                    "verbs": ["get", "list", "watch"],
+                },
                 // Offloading: the agent reads every NamespaceOffloading and
                 // reports its own provider's entry in their status.
                 {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use liqo_api::names;
 use liqo_api::networking::Connection;
@@ -38,7 +38,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
     let a = Site::new("na", &[CONSUMER_POD])?;
     let b = Site::new("nb", &[PROVIDER_POD])?;
-    link(&a.node, "192.168.78.1/24", &b.node, "192.168.78.2/24")?;
+    let (internet, _) = link(&a.node, "192.168.78.1/24", &b.node, "192.168.78.2/24")?;
 
     let testbed = liqo_e2e::consumer_and_provider().await?;
     let consumer = testbed.cluster("consumer");
@@ -78,8 +78,12 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
                 .await?;
         anyhow::Ok((here, there))
     };
-    let (here, there) = ends().await?;
-    assert!(here.is_established() && there.is_established());
+    wait_for("both ends established", TIMEOUT, || async {
+        let (here, there) = ends().await?;
+        Ok(here.is_established() && there.is_established())
+    })
+    .await?;
+    let (_, there) = ends().await?;
     let status = there.status.clone().context("no status")?;
     assert_eq!(status.endpoint.as_deref(), Some("192.168.78.2:51820"));
     assert_eq!(status.peer_seen_as.as_deref(), Some(SEEN_AS));
@@ -94,6 +98,43 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
     // Pods reach pods both ways, each seeing the other at its remapped
     // address, host part kept.
     reach(&a, &b).await?;
+
+    // The virtual node tells whether the tunnel is up: cut the link
+    // between the nodes, and NetworkUnavailable turns True once the
+    // provider's gateway has gone unheard (30 s); mend it, and it turns
+    // False again.
+    let unavailable = |status: &'static str, reason: &'static str| {
+        let client = consumer_client.clone();
+        async move {
+            let node = Api::<Node>::all(client).get("liqo-provider-1").await?;
+            Ok(node
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| {
+                    c.type_ == "NetworkUnavailable"
+                        && c.status == status
+                        && c.reason.as_deref() == Some(reason)
+                }))
+        }
+    };
+    wait_for(
+        "NetworkUnavailable=False (TunnelEstablished)",
+        TIMEOUT,
+        || unavailable("False", "TunnelEstablished"),
+    )
+    .await?;
+    a.node.ip(&["link", "set", &internet, "down"])?;
+    wait_for("NetworkUnavailable=True (TunnelDown)", TIMEOUT, || {
+        unavailable("True", "TunnelDown")
+    })
+    .await?;
+    a.node.ip(&["link", "set", &internet, "up"])?;
+    wait_for("NetworkUnavailable=False again", TIMEOUT, || {
+        unavailable("False", "TunnelEstablished")
+    })
+    .await?;
 
     // The tunnel's health: in the statuses, in info, in the metrics.
     wait_for("traffic counted in the status", TIMEOUT, || async {

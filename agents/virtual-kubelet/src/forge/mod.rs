@@ -67,6 +67,58 @@ impl ProviderState {
     }
 }
 
+/// The tunnel to the provider, as its Connection's status says; what the
+/// NetworkUnavailable condition says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkState {
+    /// Peered without a network (`--no-network`): pods run, unlinked.
+    NotLinked,
+    /// A session with the provider's gateway is live.
+    Up,
+    /// The tunnel is configured but down; the gateway's message says why.
+    Down(String),
+}
+
+impl NetworkState {
+    pub fn of(tunnel: Option<&liqo_api::networking::Connection>) -> Self {
+        match tunnel {
+            None => Self::NotLinked,
+            Some(c) if c.is_established() => Self::Up,
+            Some(c) => Self::Down(
+                c.status
+                    .iter()
+                    .flat_map(|s| &s.conditions)
+                    .find(|c| c.status != "True")
+                    .map_or_else(
+                        || "the gateway has not reported on the tunnel yet".to_owned(),
+                        |c| c.message.clone(),
+                    ),
+            ),
+        }
+    }
+
+    /// The NetworkUnavailable condition's status, reason and message. A
+    /// peering without a network is not reported unavailable: its pods run
+    /// (the node lifecycle controller would taint the node otherwise).
+    fn unavailable(&self) -> (&'static str, &'static str, String) {
+        match self {
+            Self::NotLinked => (
+                "False",
+                "NetworkNotLinked",
+                "the pod networks are not linked (`liqoctl network connect`): offloaded pods run \
+                 but cannot reach this cluster's pods"
+                    .to_owned(),
+            ),
+            Self::Up => (
+                "False",
+                "TunnelEstablished",
+                "the tunnel to the provider's gateway is up".to_owned(),
+            ),
+            Self::Down(m) => ("True", "TunnelDown", m.clone()),
+        }
+    }
+}
+
 /// The virtual node's labels: the provider's cluster labels, then ours,
 /// which win on a clash so that selectors on them cannot be fooled.
 pub fn node_labels(node_name: &str, fc: &ForeignCluster) -> BTreeMap<String, String> {
@@ -164,11 +216,21 @@ pub fn node(node_name: &str, fc: &ForeignCluster) -> Node {
 /// while its status does not change; every one gets `now` as heartbeat.
 pub fn conditions(
     state: &ProviderState,
+    network: &NetworkState,
     now: &Time,
     previous: &[NodeCondition],
 ) -> Vec<NodeCondition> {
     let (status, reason, message) = state.ready();
     let mut out = vec![condition("Ready", status, reason, message, now, previous)];
+    let (status, reason, message) = network.unavailable();
+    out.push(condition(
+        "NetworkUnavailable",
+        status,
+        reason,
+        message,
+        now,
+        previous,
+    ));
     for (type_, reason, message) in [
         (
             "MemoryPressure",
@@ -456,11 +518,17 @@ mod tests {
             ),
         ];
         for (state, status, reason) in cases {
-            let cs = conditions(&state, &at(100), &[]);
+            let cs = conditions(&state, &NetworkState::Up, &at(100), &[]);
             let types: Vec<&str> = cs.iter().map(|c| c.type_.as_str()).collect();
             assert_eq!(
                 types,
-                ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]
+                [
+                    "Ready",
+                    "NetworkUnavailable",
+                    "MemoryPressure",
+                    "DiskPressure",
+                    "PIDPressure"
+                ]
             );
             assert_eq!(cs[0].status, status);
             assert_eq!(cs[0].reason.as_deref(), Some(reason));
@@ -468,17 +536,60 @@ mod tests {
             assert!(cs.iter().all(|c| c.last_heartbeat_time == Some(at(100))
                 && c.last_transition_time == Some(at(100))));
         }
-        let cs = conditions(&ProviderState::Unreachable("x".into()), &at(100), &[]);
+        let cs = conditions(
+            &ProviderState::Unreachable("x".into()),
+            &NetworkState::Up,
+            &at(100),
+            &[],
+        );
         assert_eq!(cs[0].message.as_deref(), Some("x"));
+    }
+
+    /// The tunnel down is NetworkUnavailable=True with the gateway's
+    /// reason; up, or never linked, is False (a peering without a network
+    /// still runs pods).
+    #[test]
+    fn network_unavailable_follows_the_tunnel() {
+        let cases = [
+            (NetworkState::Up, "False", "TunnelEstablished"),
+            (NetworkState::NotLinked, "False", "NetworkNotLinked"),
+            (
+                NetworkState::Down("no handshake".into()),
+                "True",
+                "TunnelDown",
+            ),
+        ];
+        for (network, status, reason) in cases {
+            let cs = conditions(&ProviderState::Reachable, &network, &at(100), &[]);
+            let c = cs
+                .iter()
+                .find(|c| c.type_ == "NetworkUnavailable")
+                .expect("the condition");
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_deref()),
+                (status, Some(reason))
+            );
+        }
+        assert_eq!(NetworkState::of(None), NetworkState::NotLinked);
     }
 
     #[test]
     fn transition_time_moves_only_on_a_change() {
-        let first = conditions(&ProviderState::Reachable, &at(100), &[]);
-        let same = conditions(&ProviderState::Reachable, &at(120), &first);
+        let first = conditions(&ProviderState::Reachable, &NetworkState::Up, &at(100), &[]);
+        let same = conditions(
+            &ProviderState::Reachable,
+            &NetworkState::Up,
+            &at(120),
+            &first,
+        );
         assert_eq!(same[0].last_transition_time, Some(at(100)));
         assert_eq!(same[0].last_heartbeat_time, Some(at(120)));
-        let down = conditions(&ProviderState::Unreachable("x".into()), &at(140), &same);
+        let down = conditions(
+            &ProviderState::Unreachable("x".into()),
+            &NetworkState::Up,
+            &at(140),
+            &same,
+        );
         assert_eq!(down[0].last_transition_time, Some(at(140)));
         // The pressure conditions did not change.
         assert_eq!(down[1].last_transition_time, Some(at(100)));

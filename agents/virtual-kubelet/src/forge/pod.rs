@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::ObjectMeta;
 use liqo_api::names::{self, labels};
+use liqo_api::networking::Remap;
 
 /// The label that ties a remote ReplicaSet (and its pod) to the local pod,
 /// by UID: a pod deleted and created again under the same name is another
@@ -268,15 +269,24 @@ pub fn current_remote_pod<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Option
 
 /// The fields of the local pod's status that come from the remote pod:
 /// phase, conditions, container states (with restarts), IPs, start time.
-/// The QoS class stays the local API server's.
-pub fn local_status(remote: &PodStatus) -> PodStatus {
+/// The QoS class stays the local API server's. Pod IPs are given where
+/// this cluster reaches them (`remap`, when the provider's pods are seen
+/// under a remapped CIDR).
+pub fn local_status(remote: &PodStatus, remap: Option<&Remap>) -> PodStatus {
+    let address = |a: &String| remap.map_or_else(|| a.clone(), |r| r.address(a));
     PodStatus {
         phase: remote.phase.clone(),
         conditions: remote.conditions.clone(),
         container_statuses: remote.container_statuses.clone(),
         init_container_statuses: remote.init_container_statuses.clone(),
-        pod_ip: remote.pod_ip.clone(),
-        pod_ips: remote.pod_ips.clone(),
+        pod_ip: remote.pod_ip.as_ref().map(address),
+        pod_ips: remote.pod_ips.as_ref().map(|ips| {
+            ips.iter()
+                .map(|ip| k8s_openapi::api::core::v1::PodIP {
+                    ip: address(&ip.ip),
+                })
+                .collect()
+        }),
         host_ip: remote.host_ip.clone(),
         host_ips: remote.host_ips.clone(),
         start_time: remote.start_time.clone(),
@@ -293,7 +303,7 @@ pub fn status_digest(status: &PodStatus) -> String {
     let mut h = DefaultHasher::new();
     // Serialising a struct is deterministic (fields in order, maps
     // sorted): equal projections give equal bytes.
-    serde_json::to_vec(&local_status(status))
+    serde_json::to_vec(&local_status(status, None))
         .unwrap_or_default()
         .hash(&mut h);
     format!("{:016x}", h.finish())
@@ -702,7 +712,25 @@ mod tests {
             }],
         }))
         .expect("status");
-        let want = local_status(&remote);
+        // Where the consumer sees the provider's pods: the remapped CIDR,
+        // host part kept; the provider's node address is left alone.
+        let remap = Remap {
+            real: "10.0.0.0/16".parse().expect("cidr"),
+            seen_as: "100.64.0.0/16".parse().expect("cidr"),
+        };
+        let seen = local_status(&remote, Some(&remap));
+        assert_eq!(seen.pod_ip.as_deref(), Some("100.64.0.7"));
+        assert_eq!(
+            seen.pod_ips.as_ref().map(|ips| ips[0].ip.as_str()),
+            Some("100.64.0.7")
+        );
+        assert_eq!(seen.host_ip.as_deref(), Some("172.18.0.3"));
+        assert!(!digest_shows(
+            Some(&status_digest(&local_status(&remote, None))),
+            &seen
+        ));
+
+        let want = local_status(&remote, None);
         assert_eq!(want.phase.as_deref(), Some("Running"));
         assert_eq!(want.pod_ip.as_deref(), Some("10.0.0.7"));
         assert_eq!(want.qos_class, None, "the QoS class stays local");
@@ -728,7 +756,7 @@ mod tests {
             }],
         }))
         .expect("status");
-        let want = local_status(&base);
+        let want = local_status(&base, None);
         let changed = |f: fn(&mut PodStatus)| {
             let mut s = base.clone();
             f(&mut s);

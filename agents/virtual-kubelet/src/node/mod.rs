@@ -21,7 +21,7 @@ use liqo_api::sharing::Resources;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::forge::{self, ProviderState};
+use crate::forge::{self, NetworkState, ProviderState};
 use crate::provider::Health;
 
 /// The field manager of everything the agent writes.
@@ -47,6 +47,8 @@ pub struct NodeKeeper {
     pub registered: watch::Sender<Option<String>>,
     /// Where the kubelet API is served, if it is.
     pub kubelet_endpoint: Option<forge::KubeletEndpoint>,
+    /// The tunnel to the provider (its Connection here).
+    pub tunnel: Followed<liqo_api::networking::Connection>,
 }
 
 /// What was last written, to write again only on a change. A cache of
@@ -55,7 +57,7 @@ pub struct NodeKeeper {
 #[derive(Default)]
 struct Written {
     node: Option<Node>,
-    status: Option<(Option<Resources>, ProviderState, Instant)>,
+    status: Option<(Option<Resources>, ProviderState, NetworkState, Instant)>,
     /// The last error logged, to log each once.
     error: Option<String>,
 }
@@ -73,6 +75,7 @@ impl NodeKeeper {
                 _ = ticker.tick() => {}
                 changed = self.peers.state.changed() => if changed.is_err() { return },
                 changed = self.health.changed() => if changed.is_err() { return },
+                changed = self.tunnel.state.changed() => if changed.is_err() { return },
             }
         }
     }
@@ -114,9 +117,16 @@ impl NodeKeeper {
 
         let grant = fc.status.as_ref().and_then(|s| s.grant.clone());
         let state = self.health.borrow().state(Instant::now());
+        // While the tunnel's store is not current, the last known state.
+        let network = match (&written.status, self.tunnel.is_current()) {
+            (Some((_, _, known, _)), false) => known.clone(),
+            _ => NetworkState::of(self.tunnel.store.state().first().map(AsRef::as_ref)),
+        };
         let due = match &written.status {
             None => true,
-            Some((g, s, at)) => *g != grant || *s != state || at.elapsed() >= STATUS_HEARTBEAT,
+            Some((g, s, n, at)) => {
+                *g != grant || *s != state || *n != network || at.elapsed() >= STATUS_HEARTBEAT
+            }
         };
         if !due {
             return;
@@ -137,7 +147,7 @@ impl NodeKeeper {
             }
         };
         let now = Time(Timestamp::now());
-        let conditions = forge::conditions(&state, &now, &previous);
+        let conditions = forge::conditions(&state, &network, &now, &previous);
         let status = forge::node_status(
             &self.node_name,
             grant.as_ref(),
@@ -149,11 +159,11 @@ impl NodeKeeper {
                 let changed = written
                     .status
                     .as_ref()
-                    .is_none_or(|(g, s, _)| *g != grant || *s != state);
+                    .is_none_or(|(g, s, n, _)| *g != grant || *s != state || *n != network);
                 if changed {
-                    tracing::info!(?state, ?grant, "node status updated");
+                    tracing::info!(?state, ?network, ?grant, "node status updated");
                 }
-                written.status = Some((grant, state, Instant::now()));
+                written.status = Some((grant, state, network, Instant::now()));
                 written.error = None;
             }
             Err(kube::Error::Api(s)) if s.code == 404 => written.node = None,

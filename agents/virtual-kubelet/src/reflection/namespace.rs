@@ -48,9 +48,19 @@ pub struct Peering {
     pub provider_id: liqo_api::ClusterId,
     pub consumer: liqo_api::ClusterIdentity,
     pub node_name: String,
+    /// The tunnel to the provider (its Connection here), when followed.
+    pub tunnel: Option<Followed<liqo_api::networking::Connection>>,
 }
 
 impl Peering {
+    /// Where this cluster sees the provider's pods, when elsewhere than at
+    /// their own addresses (overlapping pod CIDRs, docs/network.md).
+    pub fn remap(&self) -> Option<liqo_api::networking::Remap> {
+        let tunnel = self.tunnel.as_ref()?;
+        let found = tunnel.store.state().into_iter().next()?;
+        liqo_api::networking::Remap::of(&found)
+    }
+
     pub fn provider_client(&self) -> Result<kube::Client, Error> {
         self.provider.borrow().clone().map_err(Error::NotYet)
     }

@@ -641,7 +641,7 @@ impl Kind for Pods {
         if let Some(remote) = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref))
             && let Some(remote_status) = &remote.status
         {
-            let want = forge_pod::local_status(remote_status);
+            let want = forge_pod::local_status(remote_status, self.peering.remap().as_ref());
             let have = pod
                 .metadata
                 .annotations
