@@ -260,6 +260,12 @@ async fn reflect(wiring: Wiring) {
             return std::future::pending().await;
         }
     };
+    let (seen_there_tx, seen_there) = watch::channel(None);
+    let keep_seen_there = provider::keep_seen_there(
+        provider.clone(),
+        names::peering::tenant_namespace(&consumer.cluster_id),
+        seen_there_tx,
+    );
     let peering = reflection::namespace::Peering {
         local: client.clone(),
         provider: provider.clone(),
@@ -267,6 +273,7 @@ async fn reflect(wiring: Wiring) {
         consumer,
         node_name: node_name.clone(),
         tunnel: Some(tunnel),
+        seen_there,
     };
     let (offloadings, follow_offloadings) = follow(
         Api::<NamespaceOffloading>::all(client.clone()),
@@ -398,6 +405,7 @@ async fn reflect(wiring: Wiring) {
     };
     tokio::join!(
         kubelet_api,
+        keep_seen_there,
         follow_offloadings,
         follow_pods,
         reflection::wake_on(offloadings, ns_wake.clone()),

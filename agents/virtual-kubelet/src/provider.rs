@@ -233,6 +233,45 @@ pub async fn keep_checking(
     }
 }
 
+/// How often the provider's end of the tunnel is read for where the
+/// provider sees this cluster's pods: it changes only when a peering's
+/// network is (re)connected.
+const SEEN_THERE_PERIOD: Duration = Duration::from_secs(5);
+
+/// Keeps `tx` on where the provider sees this cluster's pods: the remap
+/// its gateway decided in the provider's end of the tunnel (the one
+/// Connection of the tenant namespace, which the tenant may read), none
+/// when it sees them at their own addresses or there is no tunnel. A
+/// failed read keeps the last known value.
+pub async fn keep_seen_there(
+    clients: watch::Receiver<ProviderClient>,
+    tenant_namespace: String,
+    tx: watch::Sender<Option<liqo_api::networking::Remap>>,
+) {
+    loop {
+        let client = clients.borrow().clone();
+        if let Ok(client) = client {
+            let api: Api<liqo_api::networking::Connection> =
+                Api::namespaced(client, &tenant_namespace);
+            match api.list(&Default::default()).await {
+                Ok(list) => {
+                    let remap = list.items.first().and_then(liqo_api::networking::Remap::of);
+                    tx.send_if_modified(|known| {
+                        let changed = *known != remap;
+                        if changed {
+                            tracing::info!(?remap, "where the provider sees this cluster's pods");
+                            *known = remap;
+                        }
+                        changed
+                    });
+                }
+                Err(e) => tracing::debug!(error = %e, "reading the provider's end of the tunnel"),
+            }
+        }
+        tokio::time::sleep(SEEN_THERE_PERIOD).await;
+    }
+}
+
 /// One check: the provider's identity ConfigMap, within [`CHECK_TIMEOUT`],
 /// names the expected cluster.
 async fn check(client: kube::Client, expected: &liqo_api::ClusterId) -> Result<(), ProviderState> {

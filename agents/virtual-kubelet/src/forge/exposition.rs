@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::reflected::Reflected;
+use super::reflected::{Reflected, Target};
 
 /// The label of an EndpointSlice that names its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -92,7 +92,7 @@ fn service_view(spec: Option<&ServiceSpec>) -> ServiceView {
 
 impl Reflected for Service {
     const NAME: &'static str = "services";
-    fn content(&self, _node_name: &str) -> Option<Self> {
+    fn content(&self, _target: &Target<'_>) -> Option<Self> {
         let spec = self.spec.as_ref()?;
         let spec = if spec.type_.as_deref() == Some("ExternalName") {
             ServiceSpec {
@@ -139,7 +139,7 @@ fn port_view(ports: Option<&Vec<EndpointPort>>) -> Vec<(Option<String>, String, 
 
 impl Reflected for EndpointSlice {
     const NAME: &'static str = "endpointslices";
-    fn content(&self, node_name: &str) -> Option<Self> {
+    fn content(&self, target: &Target<'_>) -> Option<Self> {
         // Only slices of a Service: the provider's Service finds them by
         // this label.
         self.metadata
@@ -149,9 +149,14 @@ impl Reflected for EndpointSlice {
         let endpoints: Vec<Endpoint> = self
             .endpoints
             .iter()
-            .filter(|e| e.node_name.as_deref() != Some(node_name))
+            .filter(|e| e.node_name.as_deref() != Some(target.node_name))
             .map(|e| Endpoint {
-                addresses: e.addresses.clone(),
+                // Where the provider reaches this cluster's pods.
+                addresses: e
+                    .addresses
+                    .iter()
+                    .map(|a| target.remap.map_or_else(|| a.clone(), |r| r.address(a)))
+                    .collect(),
                 conditions: e.conditions.clone(),
                 hostname: e.hostname.clone(),
                 zone: e.zone.clone(),
@@ -355,5 +360,33 @@ mod tests {
             assert_eq!(copy.ports, local.ports);
             assert!(in_sync(&copy, &copy.clone()));
         }
+    }
+
+    /// When the provider sees this cluster's pods under a remapped CIDR,
+    /// the copied endpoints are there, host part kept; other addresses
+    /// (another provider's pods) are left.
+    #[test]
+    fn endpoints_are_copied_where_the_provider_sees_them() {
+        let local = slice(
+            Some("web"),
+            vec![
+                endpoint("10.1.0.5", Some("worker-1")),
+                endpoint("10.3.0.9", Some("liqo-other")),
+            ],
+        );
+        let target = Target {
+            node_name: NODE,
+            remap: Some(liqo_api::networking::Remap {
+                real: "10.1.0.0/16".parse().expect("cidr"),
+                seen_as: "100.64.0.0/16".parse().expect("cidr"),
+            }),
+        };
+        let copy = remote(&local, "shop-c", target).expect("reflected");
+        let ips: Vec<&str> = copy
+            .endpoints
+            .iter()
+            .map(|e| e.addresses[0].as_str())
+            .collect();
+        assert_eq!(ips, ["100.64.0.5", "10.3.0.9"]);
     }
 }

@@ -37,6 +37,25 @@ pub fn remote_selector() -> String {
 }
 
 /// A kind whose objects are copied as they are into the twin namespace.
+/// Where a copy goes: the provider of the virtual node `node_name`, which
+/// sees this cluster's pods where `remap` says (when the pod CIDRs
+/// overlap, docs/network.md).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub node_name: &'a str,
+    pub remap: Option<liqo_api::networking::Remap>,
+}
+
+impl<'a> From<&'a str> for Target<'a> {
+    /// A provider that sees this cluster's pods at their own addresses.
+    fn from(node_name: &'a str) -> Self {
+        Self {
+            node_name,
+            remap: None,
+        }
+    }
+}
+
 pub trait Reflected:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Clone
@@ -51,9 +70,8 @@ pub trait Reflected:
     const NAME: &'static str;
     /// The remote object's content (its metadata is not looked at), or
     /// `None` when this object has no remote copy (the provider has its
-    /// own, or nothing of it is for this provider). `node_name` is the
-    /// virtual node's.
-    fn content(&self, node_name: &str) -> Option<Self>;
+    /// own, or nothing of it is for this provider).
+    fn content(&self, target: &Target<'_>) -> Option<Self>;
     /// Whether both hold the same content, as far as the remote copy is
     /// concerned (fields the provider's API server defaults aside).
     fn same_content(&self, other: &Self) -> bool;
@@ -63,7 +81,7 @@ pub trait Reflected:
 
 impl Reflected for ConfigMap {
     const NAME: &'static str = "configmaps";
-    fn content(&self, _node_name: &str) -> Option<Self> {
+    fn content(&self, _target: &Target<'_>) -> Option<Self> {
         (self.metadata.name.as_deref() != Some(ROOT_CA_CONFIGMAP)).then(|| Self {
             data: self.data.clone(),
             binary_data: self.binary_data.clone(),
@@ -80,7 +98,7 @@ impl Reflected for ConfigMap {
 
 impl Reflected for Secret {
     const NAME: &'static str = "secrets";
-    fn content(&self, _node_name: &str) -> Option<Self> {
+    fn content(&self, _target: &Target<'_>) -> Option<Self> {
         (self.type_.as_deref() != Some(SERVICE_ACCOUNT_TOKEN_TYPE)).then(|| Self {
             data: self.data.clone(),
             string_data: self.string_data.clone(),
@@ -106,15 +124,14 @@ pub fn opted_out(meta: &ObjectMeta) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
-/// The copy `local` should have in `twin` for the virtual node
-/// `node_name`, or `None` when it has none (see [`Reflected::content`],
+/// The copy `local` should have in `twin` for `target`, or `None` when it has none (see [`Reflected::content`],
 /// opted out, or being deleted).
-pub fn remote<K: Reflected>(local: &K, twin: &str, node_name: &str) -> Option<K> {
+pub fn remote<'a, K: Reflected>(local: &K, twin: &str, target: impl Into<Target<'a>>) -> Option<K> {
     let meta = local.meta();
     if opted_out(meta) || meta.deletion_timestamp.is_some() {
         return None;
     }
-    let mut out = local.content(node_name)?;
+    let mut out = local.content(&target.into())?;
     let mut labels = meta.labels.clone().unwrap_or_default();
     K::adjust_labels(&mut labels);
     labels.insert(

@@ -119,9 +119,13 @@ impl<K: Reflected> Kind for Reflector<K> {
             .ok_or_else(|| not_yet("remote"))?;
         let local = local.store.get(&ObjectRef::new(name).within(ns));
         let have = remote.store.get(&ObjectRef::new(name).within(&twin));
-        let want = local
-            .as_deref()
-            .and_then(|l| reflected::remote(l, &twin, &self.peering.node_name));
+        let want = local.as_deref().and_then(|l| {
+            let target = reflected::Target {
+                node_name: &self.peering.node_name,
+                remap: *self.peering.seen_there.borrow(),
+            };
+            reflected::remote(l, &twin, target)
+        });
         let provider = self.peering.provider_client()?;
         let api: Api<K> = Api::namespaced(provider, &twin);
         let what = |verb: &str| format!("{verb} {} {twin}/{name} on the provider", K::NAME);

@@ -50,6 +50,9 @@ pub struct Peering {
     pub node_name: String,
     /// The tunnel to the provider (its Connection here), when followed.
     pub tunnel: Option<Followed<liqo_api::networking::Connection>>,
+    /// Where the provider sees this cluster's pods, when elsewhere than
+    /// at their own addresses (from the provider's end of the tunnel).
+    pub seen_there: watch::Receiver<Option<liqo_api::networking::Remap>>,
 }
 
 impl Peering {
