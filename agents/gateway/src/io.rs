@@ -327,25 +327,34 @@ fn send_network(udp: &Udp, (full, empty): End<Sealed>) -> io::Result<()> {
 }
 
 /// Decrypted packets, each behind room for the virtio header the device's
-/// writes take. Slots are added as a batch needs them, and kept.
+/// writes take, at most [`BATCH`] of them: what tun-rs coalesces in one
+/// go.
 struct Delivered {
     packets: Vec<Vec<u8>>,
     used: usize,
 }
 
+/// The room each of [`Delivered`]'s slots has. tun-rs coalesces a TCP
+/// flow's packets by appending them to the first one's buffer, and only
+/// where that buffer already has room for a whole segment (it never
+/// reallocates): with less, every packet reaches the kernel alone, and
+/// the kernel's receive path costs per packet.
+const SLOT: usize = 2 * VIRTIO_NET_HDR_LEN + MAX_PACKET;
+
 impl Delivered {
     fn new() -> Self {
         Self {
-            packets: Vec::new(),
+            packets: (0..BATCH).map(|_| Vec::with_capacity(SLOT)).collect(),
             used: 0,
         }
     }
 
+    fn is_full(&self) -> bool {
+        self.used == self.packets.len()
+    }
+
+    /// Adds `packet`; the caller ships a full batch first.
     fn push(&mut self, packet: &[u8]) {
-        if self.used == self.packets.len() {
-            self.packets
-                .push(Vec::with_capacity(VIRTIO_NET_HDR_LEN + GRO_DATAGRAM));
-        }
         let slot = &mut self.packets[self.used];
         slot.clear();
         slot.resize(VIRTIO_NET_HDR_LEN, 0);
@@ -382,26 +391,33 @@ fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) ->
         };
         let mut delivered = empty.recv().map_err(|_| ended())?;
         delivered.used = 0;
-        let to = {
-            let mut peer = lock(peer);
-            for (m, buf) in meta.iter().zip(&buffers).take(count) {
-                // An empty datagram is a datagram too (and carries nothing).
-                let stride = if m.stride == 0 { m.len } else { m.stride }.max(1);
-                for datagram in buf[..m.len].chunks(stride) {
-                    let result = peer.incoming(
-                        m.addr,
-                        datagram,
-                        &mut scratch,
-                        |r| replies.push(r),
-                        |p| delivered.push(p),
-                    );
-                    if let Err(why) = result {
-                        tracing::debug!(from = %m.addr, %why, "datagram dropped");
-                    }
+        let mut guard = lock(peer);
+        for (m, buf) in meta.iter().zip(&buffers).take(count) {
+            // An empty datagram is a datagram too (and carries nothing).
+            let stride = if m.stride == 0 { m.len } else { m.stride }.max(1);
+            for datagram in buf[..m.len].chunks(stride) {
+                if delivered.is_full() {
+                    // Ship it, without holding the peer meanwhile.
+                    drop(guard);
+                    full.send(delivered).map_err(|_| ended())?;
+                    delivered = empty.recv().map_err(|_| ended())?;
+                    delivered.used = 0;
+                    guard = lock(peer);
+                }
+                let result = guard.incoming(
+                    m.addr,
+                    datagram,
+                    &mut scratch,
+                    |r| replies.push(r),
+                    |p| delivered.push(p),
+                );
+                if let Err(why) = result {
+                    tracing::debug!(from = %m.addr, %why, "datagram dropped");
                 }
             }
-            peer.endpoint()
-        };
+        }
+        let to = guard.endpoint();
+        drop(guard);
         // Handshake replies, and what waited for the handshake: rare, and
         // sent from here.
         match to {
@@ -418,9 +434,8 @@ fn write_device(device: &SyncDevice, (full, empty): End<Delivered>) -> io::Resul
     loop {
         let mut delivered = full.recv().map_err(|_| ended())?;
         let used = delivered.used;
-        // In batches of what tun-rs coalesces at once.
-        for batch in delivered.packets[..used].chunks_mut(BATCH) {
-            device.send_multiple(&mut gro, batch, VIRTIO_NET_HDR_LEN)?;
+        if used > 0 {
+            device.send_multiple(&mut gro, &mut delivered.packets[..used], VIRTIO_NET_HDR_LEN)?;
         }
         empty.send(delivered).map_err(|_| ended())?;
     }
