@@ -34,7 +34,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use tun_rs::{GROTable, IDEAL_BATCH_SIZE, SyncDevice, VIRTIO_NET_HDR_LEN};
 
-use crate::tunnel::{Peer, SCRATCH, TICK};
+use crate::tunnel::{Peer, TICK};
 
 /// How many packets one read of the device may give.
 const BATCH: usize = IDEAL_BATCH_SIZE;
@@ -184,7 +184,9 @@ fn lock(peer: &Mutex<Peer>) -> std::sync::MutexGuard<'_, Peer> {
 }
 
 /// Datagrams laid end to end in one buffer, sent as runs of equal sizes.
+/// boringtun encrypts straight into it ([`Outgoing::room`]).
 struct Outgoing {
+    /// Grows to what the largest batch needs, once, and stays.
     buf: Vec<u8>,
     /// Where each datagram ends in `buf`.
     ends: Vec<usize>,
@@ -193,20 +195,39 @@ struct Outgoing {
 impl Outgoing {
     fn new() -> Self {
         Self {
-            // Grows to what the largest batch needs, once.
-            buf: Vec::with_capacity(BATCH * (GRO_DATAGRAM + SEAL)),
+            buf: vec![0; BATCH * (GRO_DATAGRAM + SEAL)],
             ends: Vec::with_capacity(BATCH * 2),
         }
     }
 
     fn clear(&mut self) {
-        self.buf.clear();
         self.ends.clear();
     }
 
+    /// Where the datagrams end.
+    fn len(&self) -> usize {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// `n` bytes after the last datagram, for the next one.
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        let start = self.len();
+        if self.buf.len() < start + n {
+            self.buf.resize(start + n, 0);
+        }
+        &mut self.buf[start..start + n]
+    }
+
+    /// Takes the first `n` bytes of [`Outgoing::room`] as the next
+    /// datagram.
+    fn commit(&mut self, n: usize) {
+        let end = self.len() + n;
+        self.ends.push(end);
+    }
+
     fn push(&mut self, datagram: &[u8]) {
-        self.buf.extend_from_slice(datagram);
-        self.ends.push(self.buf.len());
+        self.room(datagram.len()).copy_from_slice(datagram);
+        self.commit(datagram.len());
     }
 
     /// Sends everything: each run of datagrams of one size (and a shorter
@@ -294,7 +315,6 @@ fn read_device(
     let mut original = vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET];
     let mut packets = vec![vec![0u8; MAX_PACKET]; BATCH];
     let mut sizes = vec![0usize; BATCH];
-    let mut scratch = vec![0u8; SCRATCH];
     loop {
         let n = match device.recv_multiple(&mut original, &mut packets, &mut sizes, 0) {
             Ok(n) => n,
@@ -306,7 +326,10 @@ fn read_device(
         let to = {
             let mut peer = lock(peer);
             for (packet, size) in packets.iter().zip(&sizes).take(n) {
-                peer.outgoing(&packet[..*size], &mut scratch, |d| out.push(d));
+                let room = out.room(Peer::sealed_room(*size));
+                if let Some(sealed) = peer.outgoing(&packet[..*size], room) {
+                    out.commit(sealed);
+                }
             }
             peer.endpoint()
         };
@@ -353,13 +376,27 @@ impl Delivered {
         self.used == self.packets.len()
     }
 
-    /// Adds `packet`; the caller ships a full batch first.
-    fn push(&mut self, packet: &[u8]) {
+    /// `n` bytes of the next slot, after the virtio header: boringtun
+    /// decrypts straight into it. The caller ships a full batch first.
+    fn room(&mut self, n: usize) -> &mut [u8] {
         let slot = &mut self.packets[self.used];
-        slot.clear();
-        slot.resize(VIRTIO_NET_HDR_LEN, 0);
-        slot.extend_from_slice(packet);
-        self.used += 1;
+        let end = VIRTIO_NET_HDR_LEN + n;
+        // Only what is missing is zeroed: a slot keeps its length.
+        if slot.len() < end {
+            slot.resize(end, 0);
+        }
+        &mut slot[VIRTIO_NET_HDR_LEN..end]
+    }
+
+    /// Takes the first `n` bytes of [`Delivered::room`] as the next packet
+    /// (none if `n` is 0).
+    fn commit(&mut self, n: usize) {
+        if n > 0 {
+            let slot = &mut self.packets[self.used];
+            slot.truncate(VIRTIO_NET_HDR_LEN + n);
+            slot[..VIRTIO_NET_HDR_LEN].fill(0);
+            self.used += 1;
+        }
     }
 }
 
@@ -371,7 +408,6 @@ fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) ->
     let slot_size = (udp.state.gro_segments() * GRO_DATAGRAM).max(MAX_PACKET);
     let mut buffers = vec![vec![0u8; slot_size]; slots];
     let mut meta = vec![RecvMeta::default(); slots];
-    let mut scratch = vec![0u8; SCRATCH];
     let mut replies = Outgoing::new();
     loop {
         let received = {
@@ -404,15 +440,10 @@ fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) ->
                     delivered.used = 0;
                     guard = lock(peer);
                 }
-                let result = guard.incoming(
-                    m.addr,
-                    datagram,
-                    &mut scratch,
-                    |r| replies.push(r),
-                    |p| delivered.push(p),
-                );
-                if let Err(why) = result {
-                    tracing::debug!(from = %m.addr, %why, "datagram dropped");
+                let room = delivered.room(Peer::opened_room(datagram.len()));
+                match guard.incoming(m.addr, datagram, room, |r| replies.push(r)) {
+                    Ok(opened) => delivered.commit(opened),
+                    Err(why) => tracing::debug!(from = %m.addr, %why, "datagram dropped"),
                 }
             }
         }
@@ -455,14 +486,13 @@ fn transient(e: &io::Error) -> bool {
 }
 
 fn timers(udp: &Udp, peer: &Mutex<Peer>) -> io::Result<()> {
-    let mut scratch = vec![0u8; SCRATCH];
     let mut due = Outgoing::new();
     let mut handshaken = false;
     loop {
         thread::sleep(TICK);
         let (to, stats) = {
             let mut peer = lock(peer);
-            peer.tick(&mut scratch, |d| due.push(d));
+            peer.tick(|d| due.push(d));
             (peer.endpoint(), peer.stats())
         };
         // A session is good for three minutes after its handshake.
