@@ -3,15 +3,19 @@
 //! Three threads share the peer behind a mutex, held only for the
 //! protocol work on one batch, never across a system call. Each blocks in
 //! its own system calls (no event loop: waking tasks across a runtime's
-//! workers cost more than the encryption at these rates):
+//! workers cost more than the encryption at these rates), and each
+//! direction is one thread from the read to the write: handing batches
+//! between two threads per direction cost more in wake-ups than the
+//! overlap gained.
 //! - device → network: reads the TUN device (with the kernel's offloads
 //!   a read is a whole TCP segment of up to 64 KiB, split here into MTU
-//!   packets), encrypts the batch into one buffer, and sends runs of
+//!   packets), encrypts the batch straight into one buffer, and sends runs of
 //!   equal-sized datagrams with one `sendmsg` each (UDP GSO: the kernel
 //!   cuts them);
 //! - network → device: receives up to [`quinn_udp::BATCH_SIZE`] buffers
 //!   in one `recvmmsg`, each possibly several datagrams the kernel
-//!   coalesced (UDP GRO), decrypts them, and writes the packets to the
+//!   coalesced (UDP GRO), decrypts them straight into the slots of the
+//!   device's next write, and writes the packets to the
 //!   device in one go, coalesced back into large segments where the
 //!   kernel takes them (TUN GRO);
 //! - timers: [`Peer::tick`] every [`crate::tunnel::TICK`].
@@ -26,7 +30,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -87,29 +90,20 @@ pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer) -> io::Result<()> 
             })
             .map(drop)
     };
-    // Each direction is a pipeline of two threads, so that the protocol
-    // work on one batch overlaps the system calls of the one before.
-    let (encrypt, send) = Pipe::new(|| (Outgoing::new(), None))?.split();
-    let (decrypt, write) = Pipe::new(Delivered::new)?.split();
     {
-        let (device, peer) = (device.clone(), peer.clone());
+        let (device, udp, peer) = (device.clone(), udp.clone(), peer.clone());
         spawn(
-            "tun-read",
-            Box::new(move || read_device(&device, &peer, encrypt)),
+            "tun-to-udp",
+            Box::new(move || device_to_network(&device, &udp, &peer)),
         )?;
-    }
-    {
-        let udp = udp.clone();
-        spawn("udp-send", Box::new(move || send_network(&udp, send)))?;
     }
     {
         let (udp, peer) = (udp.clone(), peer.clone());
         spawn(
-            "udp-recv",
-            Box::new(move || read_network(&udp, &peer, decrypt)),
+            "udp-to-tun",
+            Box::new(move || network_to_device(&udp, &device, &peer)),
         )?;
     }
-    spawn("tun-write", Box::new(move || write_device(&device, write)))?;
     spawn("timers", Box::new(move || timers(&udp, &peer)))?;
     drop(failed);
     failure
@@ -268,61 +262,18 @@ fn run_from(ends: &[usize], start: usize, i: usize, max: usize) -> (usize, usize
     (end, count)
 }
 
-/// How many batches may be in flight between a pipeline's two threads.
-const IN_FLIGHT: usize = 3;
-
-/// A pool of buffers passed between two threads: the producer takes an
-/// empty one, fills it and passes it on; the consumer uses it and gives
-/// it back. Nothing is allocated once the pool exists.
-struct Pipe<T> {
-    empty: (SyncSender<T>, Receiver<T>),
-    full: (SyncSender<T>, Receiver<T>),
-}
-
-/// One end of a [`Pipe`]: where buffers come from and where they go.
-type End<T> = (Receiver<T>, SyncSender<T>);
-
-impl<T> Pipe<T> {
-    fn new(make: impl Fn() -> T) -> io::Result<Self> {
-        let empty = sync_channel(IN_FLIGHT);
-        let full = sync_channel(IN_FLIGHT);
-        for _ in 0..IN_FLIGHT {
-            empty.0.send(make()).map_err(|_| ended())?;
-        }
-        Ok(Self { empty, full })
-    }
-
-    /// The producer's end (empty in, full out) and the consumer's (full
-    /// in, empty out).
-    fn split(self) -> (End<T>, End<T>) {
-        ((self.empty.1, self.full.0), (self.full.1, self.empty.0))
-    }
-}
-
-fn ended() -> io::Error {
-    io::Error::other("the other side of the tunnel's pipeline ended")
-}
-
-/// Encrypted datagrams and where they go.
-type Sealed = (Outgoing, Option<SocketAddr>);
-
-/// Reads the device and encrypts: the first half of device → network.
-fn read_device(
-    device: &SyncDevice,
-    peer: &Mutex<Peer>,
-    (empty, full): End<Sealed>,
-) -> io::Result<()> {
+/// Reads the device, encrypts and sends: device → network.
+fn device_to_network(device: &SyncDevice, udp: &Udp, peer: &Mutex<Peer>) -> io::Result<()> {
     let mut original = vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET];
     let mut packets = vec![vec![0u8; MAX_PACKET]; BATCH];
     let mut sizes = vec![0usize; BATCH];
+    let mut out = Outgoing::new();
     loop {
         let n = match device.recv_multiple(&mut original, &mut packets, &mut sizes, 0) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        let (mut out, _) = empty.recv().map_err(|_| ended())?;
-        out.clear();
         let to = {
             let mut peer = lock(peer);
             for (packet, size) in packets.iter().zip(&sizes).take(n) {
@@ -333,19 +284,10 @@ fn read_device(
             }
             peer.endpoint()
         };
-        full.send((out, to)).map_err(|_| ended())?;
-    }
-}
-
-/// Sends what [`read_device`] encrypted: the second half.
-fn send_network(udp: &Udp, (full, empty): End<Sealed>) -> io::Result<()> {
-    loop {
-        let (mut out, to) = full.recv().map_err(|_| ended())?;
         match to {
             Some(to) => out.flush(udp, to),
             None => out.clear(),
         }
-        empty.send((out, None)).map_err(|_| ended())?;
     }
 }
 
@@ -355,6 +297,8 @@ fn send_network(udp: &Udp, (full, empty): End<Sealed>) -> io::Result<()> {
 struct Delivered {
     packets: Vec<Vec<u8>>,
     used: usize,
+    /// tun-rs's state for coalescing, kept between writes.
+    gro: GROTable,
 }
 
 /// The room each of [`Delivered`]'s slots has. tun-rs coalesces a TCP
@@ -369,7 +313,18 @@ impl Delivered {
         Self {
             packets: (0..BATCH).map(|_| Vec::with_capacity(SLOT)).collect(),
             used: 0,
+            gro: GROTable::default(),
         }
+    }
+
+    /// Writes the packets to the device, coalesced where tun-rs can, and
+    /// empties the batch.
+    fn write(&mut self, device: &SyncDevice) -> io::Result<()> {
+        let used = std::mem::take(&mut self.used);
+        if used > 0 {
+            device.send_multiple(&mut self.gro, &mut self.packets[..used], VIRTIO_NET_HDR_LEN)?;
+        }
+        Ok(())
     }
 
     fn is_full(&self) -> bool {
@@ -400,8 +355,8 @@ impl Delivered {
     }
 }
 
-/// Receives and decrypts: the first half of network → device.
-fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) -> io::Result<()> {
+/// Receives, decrypts and writes to the device: network → device.
+fn network_to_device(udp: &Udp, device: &SyncDevice, peer: &Mutex<Peer>) -> io::Result<()> {
     let slots = quinn_udp::BATCH_SIZE;
     // With GRO one receive brings up to gro_segments() datagrams laid end
     // to end: a buffer too small for them truncates the lot.
@@ -409,6 +364,7 @@ fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) ->
     let mut buffers = vec![vec![0u8; slot_size]; slots];
     let mut meta = vec![RecvMeta::default(); slots];
     let mut replies = Outgoing::new();
+    let mut delivered = Delivered::new();
     loop {
         let received = {
             let mut iovs: Vec<IoSliceMut<'_>> =
@@ -425,19 +381,15 @@ fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) ->
             }
             Err(e) => return Err(e),
         };
-        let mut delivered = empty.recv().map_err(|_| ended())?;
-        delivered.used = 0;
         let mut guard = lock(peer);
         for (m, buf) in meta.iter().zip(&buffers).take(count) {
             // An empty datagram is a datagram too (and carries nothing).
             let stride = if m.stride == 0 { m.len } else { m.stride }.max(1);
             for datagram in buf[..m.len].chunks(stride) {
                 if delivered.is_full() {
-                    // Ship it, without holding the peer meanwhile.
+                    // Write it, without holding the peer meanwhile.
                     drop(guard);
-                    full.send(delivered).map_err(|_| ended())?;
-                    delivered = empty.recv().map_err(|_| ended())?;
-                    delivered.used = 0;
+                    delivered.write(device)?;
                     guard = lock(peer);
                 }
                 let room = delivered.room(Peer::opened_room(datagram.len()));
@@ -455,20 +407,7 @@ fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) ->
             Some(to) => replies.flush(udp, to),
             None => replies.clear(),
         }
-        full.send(delivered).map_err(|_| ended())?;
-    }
-}
-
-/// Writes what [`read_network`] decrypted to the device: the second half.
-fn write_device(device: &SyncDevice, (full, empty): End<Delivered>) -> io::Result<()> {
-    let mut gro = GROTable::default();
-    loop {
-        let mut delivered = full.recv().map_err(|_| ended())?;
-        let used = delivered.used;
-        if used > 0 {
-            device.send_multiple(&mut gro, &mut delivered.packets[..used], VIRTIO_NET_HDR_LEN)?;
-        }
-        empty.send(delivered).map_err(|_| ended())?;
+        delivered.write(device)?;
     }
 }
 
