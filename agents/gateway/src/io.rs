@@ -3,15 +3,19 @@
 //! Three threads share the peer behind a mutex, held only for the
 //! protocol work on one batch, never across a system call. Each blocks in
 //! its own system calls (no event loop: waking tasks across a runtime's
-//! workers cost more than the encryption at these rates):
+//! workers cost more than the encryption at these rates), and each
+//! direction is one thread from the read to the write: handing batches
+//! between two threads per direction cost more in wake-ups than the
+//! overlap gained.
 //! - device → network: reads the TUN device (with the kernel's offloads
 //!   a read is a whole TCP segment of up to 64 KiB, split here into MTU
-//!   packets), encrypts the batch into one buffer, and sends runs of
+//!   packets), encrypts the batch straight into one buffer, and sends runs of
 //!   equal-sized datagrams with one `sendmsg` each (UDP GSO: the kernel
 //!   cuts them);
 //! - network → device: receives up to [`quinn_udp::BATCH_SIZE`] buffers
 //!   in one `recvmmsg`, each possibly several datagrams the kernel
-//!   coalesced (UDP GRO), decrypts them, and writes the packets to the
+//!   coalesced (UDP GRO), decrypts them straight into the slots of the
+//!   device's next write, and writes the packets to the
 //!   device in one go, coalesced back into large segments where the
 //!   kernel takes them (TUN GRO);
 //! - timers: [`Peer::tick`] every [`crate::tunnel::TICK`].
@@ -26,7 +30,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -34,7 +37,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use tun_rs::{GROTable, IDEAL_BATCH_SIZE, SyncDevice, VIRTIO_NET_HDR_LEN};
 
-use crate::tunnel::{Peer, SCRATCH, TICK};
+use crate::tunnel::{Peer, TICK};
 
 /// How many packets one read of the device may give.
 const BATCH: usize = IDEAL_BATCH_SIZE;
@@ -91,29 +94,20 @@ pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer, report: Report) ->
             })
             .map(drop)
     };
-    // Each direction is a pipeline of two threads, so that the protocol
-    // work on one batch overlaps the system calls of the one before.
-    let (encrypt, send) = Pipe::new(|| (Outgoing::new(), None))?.split();
-    let (decrypt, write) = Pipe::new(Delivered::new)?.split();
     {
-        let (device, peer) = (device.clone(), peer.clone());
+        let (device, udp, peer) = (device.clone(), udp.clone(), peer.clone());
         spawn(
-            "tun-read",
-            Box::new(move || read_device(&device, &peer, encrypt)),
+            "tun-to-udp",
+            Box::new(move || device_to_network(&device, &udp, &peer)),
         )?;
-    }
-    {
-        let udp = udp.clone();
-        spawn("udp-send", Box::new(move || send_network(&udp, send)))?;
     }
     {
         let (udp, peer) = (udp.clone(), peer.clone());
         spawn(
-            "udp-recv",
-            Box::new(move || read_network(&udp, &peer, decrypt)),
+            "udp-to-tun",
+            Box::new(move || network_to_device(&udp, &device, &peer)),
         )?;
     }
-    spawn("tun-write", Box::new(move || write_device(&device, write)))?;
     spawn("timers", Box::new(move || timers(&udp, &peer, report)))?;
     drop(failed);
     failure
@@ -188,7 +182,9 @@ fn lock(peer: &Mutex<Peer>) -> std::sync::MutexGuard<'_, Peer> {
 }
 
 /// Datagrams laid end to end in one buffer, sent as runs of equal sizes.
+/// boringtun encrypts straight into it ([`Outgoing::room`]).
 struct Outgoing {
+    /// Grows to what the largest batch needs, once, and stays.
     buf: Vec<u8>,
     /// Where each datagram ends in `buf`.
     ends: Vec<usize>,
@@ -197,20 +193,39 @@ struct Outgoing {
 impl Outgoing {
     fn new() -> Self {
         Self {
-            // Grows to what the largest batch needs, once.
-            buf: Vec::with_capacity(BATCH * (GRO_DATAGRAM + SEAL)),
+            buf: vec![0; BATCH * (GRO_DATAGRAM + SEAL)],
             ends: Vec::with_capacity(BATCH * 2),
         }
     }
 
     fn clear(&mut self) {
-        self.buf.clear();
         self.ends.clear();
     }
 
+    /// Where the datagrams end.
+    fn len(&self) -> usize {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// `n` bytes after the last datagram, for the next one.
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        let start = self.len();
+        if self.buf.len() < start + n {
+            self.buf.resize(start + n, 0);
+        }
+        &mut self.buf[start..start + n]
+    }
+
+    /// Takes the first `n` bytes of [`Outgoing::room`] as the next
+    /// datagram.
+    fn commit(&mut self, n: usize) {
+        let end = self.len() + n;
+        self.ends.push(end);
+    }
+
     fn push(&mut self, datagram: &[u8]) {
-        self.buf.extend_from_slice(datagram);
-        self.ends.push(self.buf.len());
+        self.room(datagram.len()).copy_from_slice(datagram);
+        self.commit(datagram.len());
     }
 
     /// Sends everything: each run of datagrams of one size (and a shorter
@@ -251,123 +266,109 @@ fn run_from(ends: &[usize], start: usize, i: usize, max: usize) -> (usize, usize
     (end, count)
 }
 
-/// How many batches may be in flight between a pipeline's two threads.
-const IN_FLIGHT: usize = 3;
-
-/// A pool of buffers passed between two threads: the producer takes an
-/// empty one, fills it and passes it on; the consumer uses it and gives
-/// it back. Nothing is allocated once the pool exists.
-struct Pipe<T> {
-    empty: (SyncSender<T>, Receiver<T>),
-    full: (SyncSender<T>, Receiver<T>),
-}
-
-/// One end of a [`Pipe`]: where buffers come from and where they go.
-type End<T> = (Receiver<T>, SyncSender<T>);
-
-impl<T> Pipe<T> {
-    fn new(make: impl Fn() -> T) -> io::Result<Self> {
-        let empty = sync_channel(IN_FLIGHT);
-        let full = sync_channel(IN_FLIGHT);
-        for _ in 0..IN_FLIGHT {
-            empty.0.send(make()).map_err(|_| ended())?;
-        }
-        Ok(Self { empty, full })
-    }
-
-    /// The producer's end (empty in, full out) and the consumer's (full
-    /// in, empty out).
-    fn split(self) -> (End<T>, End<T>) {
-        ((self.empty.1, self.full.0), (self.full.1, self.empty.0))
-    }
-}
-
-fn ended() -> io::Error {
-    io::Error::other("the other side of the tunnel's pipeline ended")
-}
-
-/// Encrypted datagrams and where they go.
-type Sealed = (Outgoing, Option<SocketAddr>);
-
-/// Reads the device and encrypts: the first half of device → network.
-fn read_device(
-    device: &SyncDevice,
-    peer: &Mutex<Peer>,
-    (empty, full): End<Sealed>,
-) -> io::Result<()> {
+/// Reads the device, encrypts and sends: device → network.
+fn device_to_network(device: &SyncDevice, udp: &Udp, peer: &Mutex<Peer>) -> io::Result<()> {
     let mut original = vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET];
     let mut packets = vec![vec![0u8; MAX_PACKET]; BATCH];
     let mut sizes = vec![0usize; BATCH];
-    let mut scratch = vec![0u8; SCRATCH];
+    let mut out = Outgoing::new();
     loop {
         let n = match device.recv_multiple(&mut original, &mut packets, &mut sizes, 0) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        let (mut out, _) = empty.recv().map_err(|_| ended())?;
-        out.clear();
         let to = {
             let mut peer = lock(peer);
             for (packet, size) in packets.iter().zip(&sizes).take(n) {
-                peer.outgoing(&packet[..*size], &mut scratch, |d| out.push(d));
+                let room = out.room(Peer::sealed_room(*size));
+                if let Some(sealed) = peer.outgoing(&packet[..*size], room) {
+                    out.commit(sealed);
+                }
             }
             peer.endpoint()
         };
-        full.send((out, to)).map_err(|_| ended())?;
-    }
-}
-
-/// Sends what [`read_device`] encrypted: the second half.
-fn send_network(udp: &Udp, (full, empty): End<Sealed>) -> io::Result<()> {
-    loop {
-        let (mut out, to) = full.recv().map_err(|_| ended())?;
         match to {
             Some(to) => out.flush(udp, to),
             None => out.clear(),
         }
-        empty.send((out, None)).map_err(|_| ended())?;
     }
 }
 
 /// Decrypted packets, each behind room for the virtio header the device's
-/// writes take. Slots are added as a batch needs them, and kept.
+/// writes take, at most [`BATCH`] of them: what tun-rs coalesces in one
+/// go.
 struct Delivered {
     packets: Vec<Vec<u8>>,
     used: usize,
+    /// tun-rs's state for coalescing, kept between writes.
+    gro: GROTable,
 }
+
+/// The room each of [`Delivered`]'s slots has. tun-rs coalesces a TCP
+/// flow's packets by appending them to the first one's buffer, and only
+/// where that buffer already has room for a whole segment (it never
+/// reallocates): with less, every packet reaches the kernel alone, and
+/// the kernel's receive path costs per packet.
+const SLOT: usize = 2 * VIRTIO_NET_HDR_LEN + MAX_PACKET;
 
 impl Delivered {
     fn new() -> Self {
         Self {
-            packets: Vec::new(),
+            packets: (0..BATCH).map(|_| Vec::with_capacity(SLOT)).collect(),
             used: 0,
+            gro: GROTable::default(),
         }
     }
 
-    fn push(&mut self, packet: &[u8]) {
-        if self.used == self.packets.len() {
-            self.packets
-                .push(Vec::with_capacity(VIRTIO_NET_HDR_LEN + GRO_DATAGRAM));
+    /// Writes the packets to the device, coalesced where tun-rs can, and
+    /// empties the batch.
+    fn write(&mut self, device: &SyncDevice) -> io::Result<()> {
+        let used = std::mem::take(&mut self.used);
+        if used > 0 {
+            device.send_multiple(&mut self.gro, &mut self.packets[..used], VIRTIO_NET_HDR_LEN)?;
         }
+        Ok(())
+    }
+
+    fn is_full(&self) -> bool {
+        self.used == self.packets.len()
+    }
+
+    /// `n` bytes of the next slot, after the virtio header: boringtun
+    /// decrypts straight into it. The caller ships a full batch first.
+    fn room(&mut self, n: usize) -> &mut [u8] {
         let slot = &mut self.packets[self.used];
-        slot.clear();
-        slot.resize(VIRTIO_NET_HDR_LEN, 0);
-        slot.extend_from_slice(packet);
-        self.used += 1;
+        let end = VIRTIO_NET_HDR_LEN + n;
+        // Only what is missing is zeroed: a slot keeps its length.
+        if slot.len() < end {
+            slot.resize(end, 0);
+        }
+        &mut slot[VIRTIO_NET_HDR_LEN..end]
+    }
+
+    /// Takes the first `n` bytes of [`Delivered::room`] as the next packet
+    /// (none if `n` is 0).
+    fn commit(&mut self, n: usize) {
+        if n > 0 {
+            let slot = &mut self.packets[self.used];
+            slot.truncate(VIRTIO_NET_HDR_LEN + n);
+            slot[..VIRTIO_NET_HDR_LEN].fill(0);
+            self.used += 1;
+        }
     }
 }
 
-/// Receives and decrypts: the first half of network → device.
-fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) -> io::Result<()> {
+/// Receives, decrypts and writes to the device: network → device.
+fn network_to_device(udp: &Udp, device: &SyncDevice, peer: &Mutex<Peer>) -> io::Result<()> {
     let slots = quinn_udp::BATCH_SIZE;
     // With GRO one receive brings up to gro_segments() datagrams laid end
     // to end: a buffer too small for them truncates the lot.
     let slot_size = (udp.state.gro_segments() * GRO_DATAGRAM).max(MAX_PACKET);
     let mut buffers = vec![vec![0u8; slot_size]; slots];
     let mut meta = vec![RecvMeta::default(); slots];
-    let mut scratch = vec![0u8; SCRATCH];
     let mut replies = Outgoing::new();
+    let mut delivered = Delivered::new();
     loop {
         let received = {
             let mut iovs: Vec<IoSliceMut<'_>> =
@@ -384,49 +385,33 @@ fn read_network(udp: &Udp, peer: &Mutex<Peer>, (empty, full): End<Delivered>) ->
             }
             Err(e) => return Err(e),
         };
-        let mut delivered = empty.recv().map_err(|_| ended())?;
-        delivered.used = 0;
-        let to = {
-            let mut peer = lock(peer);
-            for (m, buf) in meta.iter().zip(&buffers).take(count) {
-                // An empty datagram is a datagram too (and carries nothing).
-                let stride = if m.stride == 0 { m.len } else { m.stride }.max(1);
-                for datagram in buf[..m.len].chunks(stride) {
-                    let result = peer.incoming(
-                        m.addr,
-                        datagram,
-                        &mut scratch,
-                        |r| replies.push(r),
-                        |p| delivered.push(p),
-                    );
-                    if let Err(why) = result {
-                        tracing::debug!(from = %m.addr, %why, "datagram dropped");
-                    }
+        let mut guard = lock(peer);
+        for (m, buf) in meta.iter().zip(&buffers).take(count) {
+            // An empty datagram is a datagram too (and carries nothing).
+            let stride = if m.stride == 0 { m.len } else { m.stride }.max(1);
+            for datagram in buf[..m.len].chunks(stride) {
+                if delivered.is_full() {
+                    // Write it, without holding the peer meanwhile.
+                    drop(guard);
+                    delivered.write(device)?;
+                    guard = lock(peer);
+                }
+                let room = delivered.room(Peer::opened_room(datagram.len()));
+                match guard.incoming(m.addr, datagram, room, |r| replies.push(r)) {
+                    Ok(opened) => delivered.commit(opened),
+                    Err(why) => tracing::debug!(from = %m.addr, %why, "datagram dropped"),
                 }
             }
-            peer.endpoint()
-        };
+        }
+        let to = guard.endpoint();
+        drop(guard);
         // Handshake replies, and what waited for the handshake: rare, and
         // sent from here.
         match to {
             Some(to) => replies.flush(udp, to),
             None => replies.clear(),
         }
-        full.send(delivered).map_err(|_| ended())?;
-    }
-}
-
-/// Writes what [`read_network`] decrypted to the device: the second half.
-fn write_device(device: &SyncDevice, (full, empty): End<Delivered>) -> io::Result<()> {
-    let mut gro = GROTable::default();
-    loop {
-        let mut delivered = full.recv().map_err(|_| ended())?;
-        let used = delivered.used;
-        // In batches of what tun-rs coalesces at once.
-        for batch in delivered.packets[..used].chunks_mut(BATCH) {
-            device.send_multiple(&mut gro, batch, VIRTIO_NET_HDR_LEN)?;
-        }
-        empty.send(delivered).map_err(|_| ended())?;
+        delivered.write(device)?;
     }
 }
 
@@ -444,14 +429,13 @@ fn transient(e: &io::Error) -> bool {
 }
 
 fn timers(udp: &Udp, peer: &Mutex<Peer>, mut report: Report) -> io::Result<()> {
-    let mut scratch = vec![0u8; SCRATCH];
     let mut due = Outgoing::new();
     let mut handshaken = false;
     loop {
         thread::sleep(TICK);
         let (to, stats) = {
             let mut peer = lock(peer);
-            peer.tick(&mut scratch, |d| due.push(d));
+            peer.tick(|d| due.push(d));
             (peer.endpoint(), peer.stats())
         };
         // A session is good for three minutes after its handshake.

@@ -22,10 +22,18 @@ use ipnet::IpNet;
 /// the link's minus the IPv6 figure, as WireGuard's own default does.
 pub const OVERHEAD_V6: u16 = 40 + 8 + 32;
 
-/// The smallest scratch buffer the calls below accept: a whole IP packet
-/// plus the data message's overhead, and never less than a handshake
-/// initiation (148 bytes).
-pub const SCRATCH: usize = 65_535 + 32;
+/// The room for rare messages (handshakes, keepalives, packets that
+/// waited for a handshake): a whole IP packet plus the data message's
+/// overhead.
+const SCRATCH: usize = 65_535 + DATA_OVERHEAD;
+
+/// A data message's size over its packet's: header (16) and tag (16).
+/// boringtun does not pad.
+const DATA_OVERHEAD: usize = 32;
+
+/// The largest handshake message (an initiation): no buffer handed to
+/// boringtun is ever shorter.
+const HANDSHAKE_MAX: usize = 148;
 
 /// A key in WireGuard's text form (32 bytes, base64), as `wg genkey` and
 /// `wg pubkey` write them.
@@ -117,13 +125,24 @@ pub enum Dropped {
 /// One peering's protocol state.
 pub struct Peer {
     tunn: Tunn,
+    /// Where replies and timers' messages are made: the data path writes
+    /// into its callers' buffers instead.
+    scratch: Vec<u8>,
     allowed_ips: Vec<IpNet>,
     endpoint: Option<SocketAddr>,
     dropped: u64,
     tx_bytes: u64,
     rx_bytes: u64,
     heard: Option<std::time::Instant>,
+    /// With a persistent keepalive: how long the peer may go unheard
+    /// before a handshake is forced (see [`Peer::tick`]).
+    unheard_limit: Option<Duration>,
+    /// When a handshake was last forced.
+    forced: Option<std::time::Instant>,
 }
+
+/// How often a forced handshake is retried: WireGuard's REKEY_TIMEOUT.
+const REKEY_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -146,12 +165,17 @@ impl Peer {
         );
         Self {
             tunn,
+            scratch: vec![0; SCRATCH],
             allowed_ips: config.allowed_ips.clone(),
             endpoint: config.endpoint,
             dropped: 0,
             tx_bytes: 0,
             rx_bytes: 0,
             heard: None,
+            unheard_limit: config
+                .persistent_keepalive
+                .map(|k| Duration::from_secs(3 * u64::from(k.max(1)))),
+            forced: None,
         }
     }
 
@@ -165,62 +189,80 @@ impl Peer {
         self.allowed_ips.iter().any(|net| net.contains(&dst))
     }
 
-    /// An IP packet from the tunnel device: `send` gets what to put on the
-    /// network (the encrypted packet, or a handshake initiation while the
-    /// packet waits in boringtun's queue).
-    pub fn outgoing(&mut self, packet: &[u8], scratch: &mut [u8], mut send: impl FnMut(&[u8])) {
+    /// The room [`Peer::outgoing`] needs for a packet of `len` bytes.
+    pub fn sealed_room(len: usize) -> usize {
+        (len + DATA_OVERHEAD).max(HANDSHAKE_MAX)
+    }
+
+    /// The room [`Peer::incoming`] needs for a datagram of `len` bytes.
+    pub fn opened_room(len: usize) -> usize {
+        len.max(HANDSHAKE_MAX)
+    }
+
+    /// An IP packet from the tunnel device: writes what to put on the
+    /// network at the start of `dst` (the encrypted packet, or a
+    /// handshake initiation while the packet waits in boringtun's queue)
+    /// and returns its length. `dst` holds at least
+    /// [`Peer::sealed_room`] bytes: the caller's send buffer, so that the
+    /// datagram is not copied again.
+    pub fn outgoing(&mut self, packet: &[u8], dst: &mut [u8]) -> Option<usize> {
         // Cryptokey routing: only what the peer may receive goes to it
         // (not, say, the device's own IPv6 link-local chatter).
         if !Tunn::dst_address(packet).is_some_and(|dst| self.routes(dst)) {
-            return;
+            return None;
         }
-        match self.tunn.encapsulate(packet, scratch) {
+        match self.tunn.encapsulate(packet, dst) {
             TunnResult::WriteToNetwork(datagram) => {
                 self.tx_bytes += datagram.len() as u64;
-                send(datagram);
+                Some(datagram.len())
             }
-            TunnResult::Err(e) => tracing::debug!(error = ?e, "cannot encapsulate"),
+            TunnResult::Err(e) => {
+                tracing::debug!(error = ?e, "cannot encapsulate");
+                None
+            }
             TunnResult::Done
             | TunnResult::WriteToTunnelV4(..)
-            | TunnResult::WriteToTunnelV6(..) => {}
+            | TunnResult::WriteToTunnelV6(..) => None,
         }
     }
 
-    /// A datagram from `from`: `send` gets replies for the network
-    /// (handshake responses, cookies, queued packets once a session is
-    /// up), `deliver` the decrypted IP packets for the tunnel device.
+    /// A datagram from `from`: decrypts the IP packet it carries, if
+    /// any, at the start of `dst` (at least [`Peer::opened_room`] bytes:
+    /// the caller's buffer for the device, so that the packet is not
+    /// copied again) and returns its length, 0 for none. `send` gets
+    /// replies for the network (handshake responses, cookies, queued
+    /// packets once a session is up).
     pub fn incoming(
         &mut self,
         from: SocketAddr,
         datagram: &[u8],
-        scratch: &mut [u8],
+        dst: &mut [u8],
         mut send: impl FnMut(&[u8]),
-        mut deliver: impl FnMut(&[u8]),
-    ) -> Result<(), Dropped> {
-        let result = match self.tunn.decapsulate(Some(from.ip()), datagram, scratch) {
-            TunnResult::Done => Ok(()),
+    ) -> Result<usize, Dropped> {
+        let result = match self.tunn.decapsulate(Some(from.ip()), datagram, dst) {
+            TunnResult::Done => Ok(0),
             TunnResult::Err(e) => Err(Dropped::Invalid(describe(&e))),
             TunnResult::WriteToNetwork(reply) => {
                 self.tx_bytes += reply.len() as u64;
                 send(reply);
                 // boringtun then flushes what waited for the handshake.
                 while let TunnResult::WriteToNetwork(queued) =
-                    self.tunn.decapsulate(None, &[], scratch)
+                    self.tunn.decapsulate(None, &[], &mut self.scratch)
                 {
                     self.tx_bytes += queued.len() as u64;
                     send(queued);
                 }
-                Ok(())
+                Ok(0)
             }
             TunnResult::WriteToTunnelV4(packet, src) => {
-                self.accept(packet, src.into(), &mut deliver)
+                accept(&self.allowed_ips, packet, src.into())
             }
             TunnResult::WriteToTunnelV6(packet, src) => {
-                self.accept(packet, src.into(), &mut deliver)
+                accept(&self.allowed_ips, packet, src.into())
             }
         };
         match &result {
-            Ok(()) => {
+            Ok(_) => {
                 // Authenticated: the peer is wherever it sent this from.
                 self.rx_bytes += datagram.len() as u64;
                 self.endpoint = Some(from);
@@ -231,27 +273,10 @@ impl Peer {
         result
     }
 
-    fn accept(
-        &mut self,
-        packet: &[u8],
-        src: IpAddr,
-        deliver: &mut impl FnMut(&[u8]),
-    ) -> Result<(), Dropped> {
-        // A keepalive is an empty data message: nothing to deliver.
-        if packet.is_empty() {
-            return Ok(());
-        }
-        if !self.routes(src) {
-            return Err(Dropped::NotAllowed(src));
-        }
-        deliver(packet);
-        Ok(())
-    }
-
     /// Drives boringtun's timers (handshake retries, keepalives, rekeys,
     /// expiry); call it every [`TICK`]. `send` gets what is due.
-    pub fn tick(&mut self, scratch: &mut [u8], mut send: impl FnMut(&[u8])) {
-        match self.tunn.update_timers(scratch) {
+    pub fn tick(&mut self, mut send: impl FnMut(&[u8])) {
+        match self.tunn.update_timers(&mut self.scratch) {
             TunnResult::WriteToNetwork(datagram) => {
                 self.tx_bytes += datagram.len() as u64;
                 send(datagram);
@@ -261,6 +286,26 @@ impl Peer {
             }
             TunnResult::Err(e) => tracing::debug!(error = ?e, "timer"),
             _ => {}
+        }
+        // boringtun gives up handshaking after 90 s without an answer and
+        // waits for a data packet to try again, so a tunnel whose link was
+        // cut for longer stays down while idle. A peer with a persistent
+        // keepalive should be heard every few seconds: unheard for three
+        // keepalives, a handshake is started, again every REKEY_TIMEOUT,
+        // until the peer answers (as soon as it can be reached again).
+        let unheard = self
+            .unheard_limit
+            .is_some_and(|limit| self.heard.is_none_or(|t| t.elapsed() >= limit));
+        let due = self.forced.is_none_or(|t| t.elapsed() >= REKEY_TIMEOUT);
+        if unheard && due && self.endpoint.is_some() {
+            self.forced = Some(std::time::Instant::now());
+            if let TunnResult::WriteToNetwork(initiation) = self
+                .tunn
+                .format_handshake_initiation(&mut self.scratch, true)
+            {
+                self.tx_bytes += initiation.len() as u64;
+                send(initiation);
+            }
         }
     }
 
@@ -276,6 +321,18 @@ impl Peer {
             endpoint: self.endpoint,
         }
     }
+}
+
+/// A decrypted packet's length if its source is among `allowed_ips`.
+fn accept(allowed_ips: &[IpNet], packet: &[u8], src: IpAddr) -> Result<usize, Dropped> {
+    // A keepalive is an empty data message: nothing to deliver.
+    if packet.is_empty() {
+        return Ok(0);
+    }
+    if !allowed_ips.iter().any(|net| net.contains(&src)) {
+        return Err(Dropped::NotAllowed(src));
+    }
+    Ok(packet.len())
 }
 
 /// How often [`Peer::tick`] runs: boringtun's timers have this resolution.
@@ -327,7 +384,25 @@ mod tests {
         b: Peer,
         a_addr: SocketAddr,
         b_addr: SocketAddr,
-        scratch: Vec<u8>,
+    }
+
+    /// What `peer` sends for `packet`.
+    fn seal(peer: &mut Peer, packet: &[u8]) -> Option<Vec<u8>> {
+        let mut dst = vec![0; Peer::sealed_room(packet.len())];
+        peer.outgoing(packet, &mut dst).map(|n| dst[..n].to_vec())
+    }
+
+    /// What `peer` delivers for `datagram` (none for an empty packet),
+    /// its replies pushed to `replies`.
+    fn open(
+        peer: &mut Peer,
+        from: SocketAddr,
+        datagram: &[u8],
+        replies: &mut Vec<Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>, Dropped> {
+        let mut dst = vec![0; Peer::opened_room(datagram.len())];
+        let n = peer.incoming(from, datagram, &mut dst, |r| replies.push(r.to_vec()))?;
+        Ok((n > 0).then(|| dst[..n].to_vec()))
     }
 
     impl Pair {
@@ -360,16 +435,13 @@ mod tests {
                 b,
                 a_addr,
                 b_addr,
-                scratch: vec![0; SCRATCH],
             }
         }
 
         /// `a` sends `packet`; datagrams bounce between the two until
         /// none is left. Returns what each side delivered.
         fn a_sends(&mut self, packet: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-            let mut to_b: Vec<Vec<u8>> = Vec::new();
-            self.a
-                .outgoing(packet, &mut self.scratch, |d| to_b.push(d.to_vec()));
+            let to_b = seal(&mut self.a, packet).into_iter().collect();
             self.exchange(to_b)
         }
 
@@ -378,22 +450,14 @@ mod tests {
             for _ in 0..10 {
                 let mut to_a = Vec::new();
                 for d in to_b.drain(..) {
-                    let _ = self.b.incoming(
-                        self.a_addr,
-                        &d,
-                        &mut self.scratch,
-                        |r| to_a.push(r.to_vec()),
-                        |p| at_b.push(p.to_vec()),
-                    );
+                    if let Ok(Some(p)) = open(&mut self.b, self.a_addr, &d, &mut to_a) {
+                        at_b.push(p);
+                    }
                 }
                 for d in to_a.drain(..) {
-                    let _ = self.a.incoming(
-                        self.b_addr,
-                        &d,
-                        &mut self.scratch,
-                        |r| to_b.push(r.to_vec()),
-                        |p| at_a.push(p.to_vec()),
-                    );
+                    if let Ok(Some(p)) = open(&mut self.a, self.b_addr, &d, &mut to_b) {
+                        at_a.push(p);
+                    }
                 }
                 if to_b.is_empty() {
                     break;
@@ -401,6 +465,32 @@ mod tests {
             }
             (at_a, at_b)
         }
+    }
+
+    /// A peer with a persistent keepalive that has not heard from the
+    /// other starts a handshake by itself, without a packet to send, and
+    /// not more often than every REKEY_TIMEOUT; once the other answered,
+    /// it is heard and forces nothing.
+    #[test]
+    fn an_unheard_peer_with_a_keepalive_is_handshaken_without_traffic() {
+        let mut pair = Pair::new();
+        pair.a.unheard_limit = Some(Duration::from_secs(3));
+        let mut sent = Vec::new();
+        pair.a.tick(|d| sent.push(d.to_vec()));
+        assert_eq!(sent.len(), 1, "a handshake initiation at once");
+        pair.a.tick(|d| sent.push(d.to_vec()));
+        assert_eq!(sent.len(), 1, "not again before REKEY_TIMEOUT");
+        let (_, delivered) = pair.exchange(sent);
+        assert!(delivered.is_empty());
+        assert!(
+            pair.a.stats().since_heard.is_some(),
+            "the response was heard"
+        );
+        assert!(pair.a.stats().since_last_handshake.is_some());
+        pair.a.forced = None;
+        let mut more = Vec::new();
+        pair.a.tick(|d| more.push(d.to_vec()));
+        assert!(more.is_empty(), "a heard peer needs no forced handshake");
     }
 
     #[test]
@@ -413,22 +503,9 @@ mod tests {
         // b learnt a's endpoint from the handshake and answers.
         assert_eq!(pair.b.endpoint(), Some(pair.a_addr));
         let reply = ipv4([10, 2, 0, 7], [10, 1, 0, 5], b"world");
-        let mut to_a = Vec::new();
-        pair.b
-            .outgoing(&reply, &mut pair.scratch, |d| to_a.push(d.to_vec()));
-        let mut at_a = Vec::new();
-        for d in to_a {
-            pair.a
-                .incoming(
-                    pair.b_addr,
-                    &d,
-                    &mut pair.scratch,
-                    |_| {},
-                    |p| at_a.push(p.to_vec()),
-                )
-                .expect("authentic");
-        }
-        assert_eq!(at_a, vec![reply]);
+        let d = seal(&mut pair.b, &reply).expect("a datagram");
+        let at_a = open(&mut pair.a, pair.b_addr, &d, &mut Vec::new()).expect("authentic");
+        assert_eq!(at_a, Some(reply));
     }
 
     #[test]
@@ -436,19 +513,13 @@ mod tests {
         let mut pair = Pair::new();
         pair.a_sends(&ipv4([10, 1, 0, 5], [10, 2, 0, 7], b"up"));
         let packet = ipv4([10, 1, 0, 5], [10, 2, 0, 7], b"data");
-        let mut datagrams = Vec::new();
-        pair.a
-            .outgoing(&packet, &mut pair.scratch, |d| datagrams.push(d.to_vec()));
-        let [datagram] = datagrams.as_slice() else {
-            panic!("one datagram: {datagrams:?}");
-        };
-        let delivered = std::cell::Cell::new(0);
-        let deliver = |_: &[u8]| delivered.set(delivered.get() + 1);
+        let datagram = &seal(&mut pair.a, &packet).expect("one datagram");
+        let mut delivered = 0;
         // The real one, once.
         let from = pair.a_addr;
-        pair.b
-            .incoming(from, datagram, &mut pair.scratch, |_| {}, deliver)
-            .expect("authentic");
+        let got = open(&mut pair.b, from, datagram, &mut Vec::new()).expect("authentic");
+        assert_eq!(got, Some(packet));
+        delivered += 1;
         let before = pair.b.stats().dropped;
         let mut flipped = datagram.clone();
         let last = flipped.len() - 1;
@@ -462,40 +533,36 @@ mod tests {
             datagram,
         ];
         for d in bad {
-            let result = pair.b.incoming(from, d, &mut pair.scratch, |_| {}, deliver);
+            let result = open(&mut pair.b, from, d, &mut Vec::new());
             if !d.is_empty() {
                 assert!(result.is_err(), "{d:?} was accepted");
             }
+            if let Ok(Some(_)) = result {
+                delivered += 1;
+            }
         }
-        assert_eq!(delivered.get(), 1);
+        assert_eq!(delivered, 1);
         assert!(pair.b.stats().dropped >= before + 4);
         // A packet from outside a's allowed addresses, properly encrypted.
         let spoofed = ipv4([10, 9, 0, 1], [10, 2, 0, 7], b"spoof");
-        let mut datagrams = Vec::new();
-        pair.a
-            .outgoing(&spoofed, &mut pair.scratch, |d| datagrams.push(d.to_vec()));
-        let result = pair
-            .b
-            .incoming(from, &datagrams[0], &mut pair.scratch, |_| {}, deliver);
+        let datagram = seal(&mut pair.a, &spoofed).expect("one datagram");
+        let result = open(&mut pair.b, from, &datagram, &mut Vec::new());
         assert_eq!(
             result,
             Err(Dropped::NotAllowed(IpAddr::from([10, 9, 0, 1])))
         );
-        assert_eq!(delivered.get(), 1);
     }
 
     #[test]
     fn packets_for_other_destinations_are_not_sent() {
         let mut pair = Pair::new();
-        let mut sent = 0;
         for packet in [
             ipv4([10, 1, 0, 5], [10, 3, 0, 1], b"elsewhere"),
             b"not an IP packet".to_vec(),
             Vec::new(),
         ] {
-            pair.a.outgoing(&packet, &mut pair.scratch, |_| sent += 1);
+            assert_eq!(seal(&mut pair.a, &packet), None);
         }
-        assert_eq!(sent, 0);
     }
 
     #[test]
