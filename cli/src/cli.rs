@@ -476,9 +476,6 @@ pub struct NetworkArgs {
     /// The provider's cluster ID (`liqoctl info` lists the peerings).
     #[arg(long, value_name = "ID")]
     pub cluster_id: String,
-    /// How long to wait for the tunnel, in seconds.
-    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
-    pub timeout: u64,
     #[command(flatten)]
     pub output: OutputArgs,
 }

@@ -3,8 +3,6 @@
 //! kubeconfig and the peering's own identity on the provider (which may
 //! write Connections in its tenant namespace), however it was peered.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use liqo_api::ClusterId;
@@ -22,7 +20,6 @@ pub async fn connect(
     global: &GlobalArgs,
     printer: Printer,
 ) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
     let peering = Peering::open(args, global).await?;
     let consumer_id = crate::commands::peer::installed(&peering.consumer).await?;
     let provider_id = crate::commands::peer::installed(&peering.provider).await?;
@@ -41,7 +38,6 @@ pub async fn connect(
         &provider_id,
         &peering.tenant_namespace,
         &mut journal,
-        deadline,
         &printer,
     )
     .await;

@@ -134,13 +134,7 @@ async fn peer_one(
 
     let mut journal = Journal::default();
     let outcome = plan
-        .carry_out(
-            consumer,
-            provider,
-            &mut journal,
-            printer,
-            (!args.no_network).then_some(deadline),
-        )
+        .carry_out(consumer, provider, &mut journal, printer, !args.no_network)
         .await;
     let (expiry, network) = match outcome {
         Ok(done) => done,
@@ -365,15 +359,15 @@ impl Plan {
         })
     }
 
-    /// The steps that write; returns the certificate's expiry and, with a
-    /// deadline for it, the tunnel.
+    /// The steps that write; returns the certificate's expiry and, when
+    /// asked to link the networks, the tunnel.
     async fn carry_out(
         &self,
         consumer: &ClusterClient,
         provider: &ClusterClient,
         journal: &mut Journal,
         printer: &Printer,
-        network: Option<tokio::time::Instant>,
+        network: bool,
     ) -> anyhow::Result<(String, Option<network::Linked>)> {
         self.provide(provider, journal, printer).await?;
 
@@ -404,8 +398,8 @@ impl Plan {
         start_virtual_kubelet(consumer, journal, &self.provider_id.cluster_id, &uid).await?;
         step.done("");
         let linked = match network {
-            None => None,
-            Some(deadline) => Some(
+            false => None,
+            true => Some(
                 link(
                     consumer,
                     &self.consumer_id,
@@ -413,7 +407,6 @@ impl Plan {
                     &self.provider_id,
                     &peering::tenant_namespace(&self.consumer_id.cluster_id),
                     journal,
-                    deadline,
                     printer,
                 )
                 .await?,
@@ -747,7 +740,6 @@ pub(crate) async fn finish_on_consumer(
                     recorded.provider,
                     &recorded.tenant_namespace,
                     &mut journal,
-                    deadline,
                     printer,
                 )
                 .await
@@ -804,7 +796,6 @@ pub(crate) async fn link(
     provider_id: &ClusterIdentity,
     tenant_namespace: &str,
     journal: &mut Journal,
-    deadline: tokio::time::Instant,
     printer: &Printer,
 ) -> anyhow::Result<network::Linked> {
     let step = printer.step(format!(
@@ -818,7 +809,6 @@ pub(crate) async fn link(
         provider_id,
         tenant_namespace,
         journal,
-        deadline,
     )
     .await
     {

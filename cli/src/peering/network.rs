@@ -31,7 +31,8 @@ use crate::k8s::wait::{self, Waited};
 use crate::manifests::{Manifest, common_labels};
 
 /// How long the provider's gateway has to answer, and the tunnel to come
-/// up, unless less of the command's timeout is left.
+/// up (each). Not the command's `--timeout`, which bounds the wait for the
+/// virtual node: a gateway answers in about a second, or not at all.
 pub const WAIT: Duration = Duration::from_secs(60);
 
 /// What a connected peering's network is, as `peer` and `network
@@ -56,10 +57,8 @@ pub async fn connect(
     provider_id: &ClusterIdentity,
     tenant_namespace: &str,
     journal: &mut Journal,
-    deadline: tokio::time::Instant,
 ) -> anyhow::Result<Linked> {
     let consumer_key = gateway_key(consumer).await?;
-    let wait_for = |cap: Duration| wait::left(deadline).min(cap);
 
     let provider_end = connection(
         tenant_namespace,
@@ -89,7 +88,7 @@ pub async fn connect(
         api,
         name,
         answered,
-        wait_for(WAIT),
+        WAIT,
         "waiting for the provider's gateway",
     )
     .await?
@@ -107,7 +106,7 @@ pub async fn connect(
                 "the gateway of cluster {} did not take the tunnel within {}s: is it running? \
                  (`kubectl -n {} get pods` on it); or peer with --no-network",
                 provider.name,
-                wait_for(WAIT).as_secs(),
+                WAIT.as_secs(),
                 names::NAMESPACE
             ))
             .into());
@@ -146,30 +145,22 @@ pub async fn connect(
     let api: Api<Connection> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
     let name = provider_id.cluster_id.as_str();
     let up = |c: Option<&Connection>| c.is_some_and(Connection::is_established);
-    let established = match wait::until(
-        consumer,
-        api,
-        name,
-        up,
-        wait_for(WAIT),
-        "waiting for the tunnel",
-    )
-    .await?
-    {
-        Waited::Done(Some(c)) => c,
-        _ => {
-            return Err(UserError::Timeout(format!(
-                "no handshake between the gateways of clusters {} and {} within {}s: the \
+    let established =
+        match wait::until(consumer, api, name, up, WAIT, "waiting for the tunnel").await? {
+            Waited::Done(Some(c)) => c,
+            _ => {
+                return Err(UserError::Timeout(format!(
+                    "no handshake between the gateways of clusters {} and {} within {}s: the \
                  gateway of {} must reach UDP {endpoint} (see `liqoctl info` and the gateways' \
                  logs); or peer with --no-network and connect later with `liqoctl network connect`",
-                consumer.name,
-                provider.name,
-                wait_for(WAIT).as_secs(),
-                consumer.name
-            ))
-            .into());
-        }
-    };
+                    consumer.name,
+                    provider.name,
+                    WAIT.as_secs(),
+                    consumer.name
+                ))
+                .into());
+            }
+        };
     let provider_view = Api::<Connection>::namespaced(provider.client.clone(), tenant_namespace)
         .get(consumer_id.cluster_id.as_str())
         .await
