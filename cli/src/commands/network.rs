@@ -31,7 +31,7 @@ pub async fn connect(
         .into());
     }
     let mut journal = Journal::default();
-    let linked = crate::commands::peer::link(
+    let linked = network::connect(
         &peering.consumer,
         &consumer_id,
         &peering.provider,

@@ -400,7 +400,7 @@ impl Plan {
         let linked = match network {
             false => None,
             true => Some(
-                link(
+                network::connect(
                     consumer,
                     &self.consumer_id,
                     provider,
@@ -733,7 +733,7 @@ pub(crate) async fn finish_on_consumer(
         true => {
             let linked = async {
                 let consumer_id = installed(consumer).await?;
-                link(
+                network::connect(
                     consumer,
                     &consumer_id,
                     provider,
@@ -785,42 +785,6 @@ pub(crate) struct Finish {
     pub timeout: u64,
     pub output: Option<crate::cli::OutputFormat>,
     pub network: bool,
-}
-
-/// The network step of a peering, as a step of the command's output.
-#[allow(clippy::too_many_arguments)] // Both clusters, each with its identity.
-pub(crate) async fn link(
-    consumer: &ClusterClient,
-    consumer_id: &ClusterIdentity,
-    provider: &ClusterClient,
-    provider_id: &ClusterIdentity,
-    tenant_namespace: &str,
-    journal: &mut Journal,
-    printer: &Printer,
-) -> anyhow::Result<network::Linked> {
-    let step = printer.step(format!(
-        "Linking the networks of clusters {} and {}",
-        consumer.name, provider.name
-    ));
-    match network::connect(
-        consumer,
-        consumer_id,
-        provider,
-        provider_id,
-        tenant_namespace,
-        journal,
-    )
-    .await
-    {
-        Ok(linked) => {
-            step.done(format!("tunnel up to {}", linked.endpoint));
-            Ok(linked)
-        }
-        Err(e) => {
-            step.fail("");
-            Err(e)
-        }
-    }
 }
 
 /// The virtual kubelet of `provider` on the consumer, owned by its

@@ -29,6 +29,7 @@ use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::k8s::wait::{self, Waited};
 use crate::manifests::{Manifest, common_labels};
+use crate::printer::Printer;
 
 /// How long the provider's gateway has to answer, and the tunnel to come
 /// up (each). Not the command's `--timeout`, which bounds the wait for the
@@ -48,9 +49,39 @@ pub struct Linked {
     pub consumer_pods_seen_as: String,
 }
 
-/// Both ends of the tunnel between `consumer` and `provider`; returns
-/// once the consumer's gateway has completed a handshake.
+/// Both ends of the tunnel between `consumer` and `provider`, as a step
+/// of the command's output; returns once the consumer's gateway has
+/// completed a handshake.
 pub async fn connect(
+    consumer: &ClusterClient,
+    consumer_id: &ClusterIdentity,
+    provider: &ClusterClient,
+    provider_id: &ClusterIdentity,
+    tenant_namespace: &str,
+    journal: &mut Journal,
+    printer: &Printer,
+) -> anyhow::Result<Linked> {
+    let step = printer.step(format!(
+        "Linking the networks of clusters {} and {}",
+        consumer.name, provider.name
+    ));
+    let linked = link(
+        consumer,
+        consumer_id,
+        provider,
+        provider_id,
+        tenant_namespace,
+        journal,
+    )
+    .await;
+    match &linked {
+        Ok(linked) => step.done(format!("tunnel up to {}", linked.endpoint)),
+        Err(_) => step.fail(""),
+    }
+    linked
+}
+
+async fn link(
     consumer: &ClusterClient,
     consumer_id: &ClusterIdentity,
     provider: &ClusterClient,
