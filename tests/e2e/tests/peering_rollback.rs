@@ -311,6 +311,18 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
             refusal: Refusal::named("apps", "deployments", &vk),
             object: vk.clone(),
         },
+        Case {
+            step: "network: the provider's end of the tunnel",
+            on_provider: true,
+            refusal: Refusal::named(GROUP, "connections", consumer_id.as_str()),
+            object: consumer_id.to_string(),
+        },
+        Case {
+            step: "network: the consumer's end of the tunnel",
+            on_provider: false,
+            refusal: Refusal::named(GROUP, "connections", provider_id.as_str()),
+            object: provider_id.to_string(),
+        },
     ];
 
     let mut timings = Vec::new();
