@@ -407,17 +407,37 @@ async fn remove_tenant(
     // Twin namespaces the consumer's virtual kubelets left (a forced
     // unpeer, an agent that never cleaned up): nobody could manage them any
     // more. Deleted, not awaited: their pods may take their grace period.
-    let twins = namespaces
-        .list(&ListParams::default().labels(&format!("{}={consumer}", labels::TENANT)))
-        .await
-        .map_err(|e| provider.explain(e, "listing the tenant's twin namespaces"))?;
-    for twin in twins.items {
-        let name = twin.metadata.name.unwrap_or_default();
-        match namespaces.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(provider.explain(e, &format!("deleting twin namespace {name}"))),
+    // The consumer's agent may still be stopping meanwhile (both sides go
+    // at once) and make one again before its rights are gone everywhere:
+    // so they are looked for until none that is not already going is seen
+    // twice in a row, a second apart (at most 10 s).
+    let selector = ListParams::default().labels(&format!("{}={consumer}", labels::TENANT));
+    let mut quiet = 0;
+    for _ in 0..10 {
+        let twins = namespaces
+            .list(&selector)
+            .await
+            .map_err(|e| provider.explain(e, "listing the tenant's twin namespaces"))?;
+        let live: Vec<String> = twins
+            .items
+            .into_iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        quiet = if live.is_empty() { quiet + 1 } else { 0 };
+        if quiet == 2 {
+            break;
         }
+        for name in live {
+            match namespaces.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(provider.explain(e, &format!("deleting twin namespace {name}")));
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
     let ns = peering::tenant_namespace(consumer);
     if let Some(uid) = namespaces
