@@ -97,6 +97,9 @@ pub struct Report {
     pub handshake_rtt_ms: Option<u64>,
     #[serde(default)]
     pub since_heard_ms: Option<u64>,
+    /// The last probe's round trip through the tunnel, in milliseconds.
+    #[serde(default)]
+    pub probe_rtt_ms: Option<f64>,
 }
 
 impl Report {
@@ -109,6 +112,7 @@ impl Report {
             endpoint: stats.endpoint,
             handshake_rtt_ms: stats.handshake_rtt.map(|d| d.as_millis() as u64),
             since_heard_ms: stats.since_heard.map(|d| d.as_millis() as u64),
+            probe_rtt_ms: stats.probe_rtt.map(|d| d.as_secs_f64() * 1000.0),
         }
     }
 
@@ -242,6 +246,9 @@ pub struct TunnelPlan {
     pub peer_cidr: IpNet,
     /// Where this cluster sees the peer's pods.
     pub seen_as: IpNet,
+    /// This cluster's pod CIDR (round-trip probes go from its network
+    /// address to the peer's).
+    pub local_cidr: Option<IpNet>,
 }
 
 /// The local networks a peer's pods must not be seen in.
@@ -378,6 +385,7 @@ pub fn plan(local: &Local, connections: &[Arc<Connection>], settings: &Settings)
                     port,
                     peer_cidr,
                     seen_as,
+                    local_cidr: local.pod_cidr,
                 })
             })();
             Planned {
@@ -522,6 +530,9 @@ impl Tunnels {
         if plan.seen_as != plan.peer_cidr {
             command.arg(format!("--peer-remapped-cidr={}", plan.seen_as));
         }
+        if let Some(local) = plan.local_cidr {
+            command.arg(format!("--local-cidr={local}"));
+        }
         if let Some(endpoint) = &plan.endpoint {
             let resolved = tokio::net::lookup_host(endpoint)
                 .await
@@ -642,7 +653,11 @@ impl Tunnels {
                 if let Some(r) = report {
                     status.tx_bytes = r.tx_bytes;
                     status.rx_bytes = r.rx_bytes;
-                    status.rtt_ms = r.handshake_rtt_ms.map(|ms| ms as f64);
+                    // The probes' when there are any, else the handshake's.
+                    status.rtt_ms = r
+                        .probe_rtt_ms
+                        .map(|ms| (ms * 1000.0).round() / 1000.0)
+                        .or(r.handshake_rtt_ms.map(|ms| ms as f64));
                     status.last_handshake = r.since_handshake_ms.map(|ms| {
                         // Whole seconds: a report's age jitters by its tick.
                         let at = Timestamp::now().as_second() - (ms / 1000) as i64;
@@ -954,6 +969,7 @@ mod tests {
             endpoint: Some("127.0.0.1:51820".parse().expect("addr")),
             handshake_rtt_ms: Some(3),
             since_heard_ms: Some(500),
+            probe_rtt_ms: Some(0.25),
         };
         let line = serde_json::to_string(&report).expect("json");
         assert_eq!(serde_json::from_str::<Report>(&line).expect("back"), report);

@@ -278,7 +278,13 @@ async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {
             Some(installed)
         }
     };
-    let peer = tunnel::Peer::new(&config, 0);
+    let mut peer = tunnel::Peer::new(&config, 0);
+    // Round-trip probes between the two pod CIDRs' network addresses.
+    if let (Some(ipnet::IpNet::V4(local)), Some(ipnet::IpNet::V4(theirs))) =
+        (args.local_cidr, args.peer_cidr)
+    {
+        peer = peer.with_probes(local.network(), theirs.network());
+    }
     let report: io::Report = if args.report {
         Box::new(control::Report::printer())
     } else {

@@ -26,6 +26,7 @@ pub fn render(observed: &Observed) -> String {
     let established = Family::<Labels, Gauge>::default();
     let since = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let rtt = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let probe = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let tx = Family::<Labels, Counter>::default();
     let rx = Family::<Labels, Counter>::default();
     let dropped = Family::<Labels, Counter>::default();
@@ -47,6 +48,9 @@ pub fn render(observed: &Observed) -> String {
         }
         if let Some(ms) = report.handshake_rtt_ms {
             rtt.get_or_create(&labels).set(ms as f64 / 1000.0);
+        }
+        if let Some(ms) = report.probe_rtt_ms {
+            probe.get_or_create(&labels).set(ms / 1000.0);
         }
         tx.get_or_create(&labels).inc_by(report.tx_bytes);
         rx.get_or_create(&labels).inc_by(report.rx_bytes);
@@ -71,6 +75,11 @@ pub fn render(observed: &Observed) -> String {
         "handshake_rtt_seconds",
         "Round-trip time of the last handshake this side initiated",
         rtt,
+    );
+    registry.register(
+        "probe_rtt_seconds",
+        "Round-trip time of the last probe through the tunnel (every 5 s)",
+        probe,
     );
     registry.register("transmit_bytes", "Bytes sent to the peer, encrypted", tx);
     registry.register(

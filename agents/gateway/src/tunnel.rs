@@ -7,7 +7,7 @@
 //! beyond boringtun's: [`crate::io`] drives it, and the tests here drive
 //! two of them against each other.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -111,6 +111,8 @@ pub struct Stats {
     /// counts): how a live peer is told from one that went away, sooner
     /// than its session expires.
     pub since_heard: Option<Duration>,
+    /// The last probe's round trip through the tunnel (see [`Peer::with_probes`]).
+    pub probe_rtt: Option<Duration>,
 }
 
 /// Why an incoming datagram was dropped.
@@ -139,6 +141,81 @@ pub struct Peer {
     unheard_limit: Option<Duration>,
     /// When a handshake was last forced.
     forced: Option<std::time::Instant>,
+    /// The round-trip probes through the tunnel, when configured.
+    probe: Option<Probe>,
+}
+
+/// Round-trip probes through the tunnel: a small UDP packet from an
+/// address of ours to one of the peer's (each side's pod CIDR's network
+/// address, which no pod has), answered by the peer's gateway itself:
+/// neither request nor reply ever reaches a device. They measure what
+/// the peers' pods see: the tunnel, both gateways and the link.
+#[derive(Debug, Clone)]
+struct Probe {
+    ours: Ipv4Addr,
+    theirs: Ipv4Addr,
+    next: u64,
+    /// The request in flight: its number and when it left.
+    pending: Option<(u64, std::time::Instant)>,
+    last_sent: Option<std::time::Instant>,
+    rtt: Option<Duration>,
+}
+
+/// How often a probe is sent while a session is up.
+const PROBE_EVERY: Duration = Duration::from_secs(5);
+/// What marks a probe: UDP to and from this port, with this payload head.
+const PROBE_PORT: u16 = 51899;
+const PROBE_MAGIC: &[u8; 9] = b"liqoprobe";
+const PROBE_LEN: usize = 20 + 8 + PROBE_MAGIC.len() + 1 + 8;
+
+/// A probe packet: IPv4, UDP (checksum 0, allowed over IPv4), the magic,
+/// `reply` (0 or 1), the number.
+fn probe_packet(src: Ipv4Addr, dst: Ipv4Addr, reply: bool, number: u64) -> [u8; PROBE_LEN] {
+    let mut p = [0u8; PROBE_LEN];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&(PROBE_LEN as u16).to_be_bytes());
+    p[6] = 0x40; // don't fragment
+    p[8] = 64;
+    p[9] = 17; // UDP
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    let sum = ipv4_checksum(&p[..20]);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p[20..22].copy_from_slice(&PROBE_PORT.to_be_bytes());
+    p[22..24].copy_from_slice(&PROBE_PORT.to_be_bytes());
+    p[24..26].copy_from_slice(&((PROBE_LEN - 20) as u16).to_be_bytes());
+    let body = &mut p[28..];
+    body[..PROBE_MAGIC.len()].copy_from_slice(PROBE_MAGIC);
+    body[PROBE_MAGIC.len()] = u8::from(reply);
+    body[PROBE_MAGIC.len() + 1..].copy_from_slice(&number.to_be_bytes());
+    p
+}
+
+fn ipv4_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w.get(1).copied().unwrap_or(0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// A probe addressed to `to`: (source, reply, number).
+fn parse_probe(packet: &[u8], to: Ipv4Addr) -> Option<(Ipv4Addr, bool, u64)> {
+    if packet.len() != PROBE_LEN || packet[0] != 0x45 || packet[9] != 17 {
+        return None;
+    }
+    let dst = Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]);
+    let port = u16::from_be_bytes([packet[22], packet[23]]);
+    let body = &packet[28..];
+    if dst != to || port != PROBE_PORT || &body[..PROBE_MAGIC.len()] != PROBE_MAGIC {
+        return None;
+    }
+    let src = Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
+    let number = u64::from_be_bytes(body[PROBE_MAGIC.len() + 1..].try_into().ok()?);
+    Some((src, body[PROBE_MAGIC.len()] == 1, number))
 }
 
 /// How often a forced handshake is retried: WireGuard's REKEY_TIMEOUT.
@@ -176,7 +253,22 @@ impl Peer {
                 .persistent_keepalive
                 .map(|k| Duration::from_secs(3 * u64::from(k.max(1)))),
             forced: None,
+            probe: None,
         }
+    }
+
+    /// Probes the round trip through the tunnel from `ours` to `theirs`
+    /// (see [`Probe`]), and answers the peer's probes to `ours`.
+    pub fn with_probes(mut self, ours: Ipv4Addr, theirs: Ipv4Addr) -> Self {
+        self.probe = Some(Probe {
+            ours,
+            theirs,
+            next: 0,
+            pending: None,
+            last_sent: None,
+            rtt: None,
+        });
+        self
     }
 
     /// Where datagrams for the peer go now.
@@ -270,7 +362,39 @@ impl Peer {
             }
             Err(_) => self.dropped += 1,
         }
-        result
+        match result {
+            Ok(n) if n == PROBE_LEN => Ok(self.answer_probe(&dst[..n], send)),
+            other => other,
+        }
+    }
+
+    /// Takes a probe addressed to us out of the decrypted packets:
+    /// answers a request, times a reply. Returns the length to deliver:
+    /// the packet's own when it is no probe of ours, else 0.
+    fn answer_probe(&mut self, packet: &[u8], mut send: impl FnMut(&[u8])) -> usize {
+        let Some(probe) = self.probe.as_mut() else {
+            return packet.len();
+        };
+        let Some((src, reply, number)) = parse_probe(packet, probe.ours) else {
+            return packet.len();
+        };
+        if reply {
+            if let Some((pending, at)) = probe.pending
+                && pending == number
+            {
+                probe.rtt = Some(at.elapsed());
+                probe.pending = None;
+            }
+        } else {
+            let answer = probe_packet(probe.ours, src, true, number);
+            if let TunnResult::WriteToNetwork(datagram) =
+                self.tunn.encapsulate(&answer, &mut self.scratch)
+            {
+                self.tx_bytes += datagram.len() as u64;
+                send(datagram);
+            }
+        }
+        0
     }
 
     /// Drives boringtun's timers (handshake retries, keepalives, rekeys,
@@ -296,6 +420,7 @@ impl Peer {
         let unheard = self
             .unheard_limit
             .is_some_and(|limit| self.heard.is_none_or(|t| t.elapsed() >= limit));
+        self.send_probe(&mut send);
         let due = self.forced.is_none_or(|t| t.elapsed() >= REKEY_TIMEOUT);
         if unheard && due && self.endpoint.is_some() {
             self.forced = Some(std::time::Instant::now());
@@ -309,12 +434,36 @@ impl Peer {
         }
     }
 
+    /// Sends a probe every [`PROBE_EVERY`] while a session is up; one
+    /// still unanswered by then is lost (the last round trip stays).
+    fn send_probe(&mut self, send: &mut impl FnMut(&[u8])) {
+        let up = self.tunn.time_since_last_handshake().is_some() && self.endpoint.is_some();
+        let Some(probe) = self.probe.as_mut() else {
+            return;
+        };
+        if !up || probe.last_sent.is_some_and(|t| t.elapsed() < PROBE_EVERY) {
+            return;
+        }
+        let now = std::time::Instant::now();
+        probe.last_sent = Some(now);
+        probe.next += 1;
+        probe.pending = Some((probe.next, now));
+        let request = probe_packet(probe.ours, probe.theirs, false, probe.next);
+        if let TunnResult::WriteToNetwork(datagram) =
+            self.tunn.encapsulate(&request, &mut self.scratch)
+        {
+            self.tx_bytes += datagram.len() as u64;
+            send(datagram);
+        }
+    }
+
     pub fn stats(&self) -> Stats {
         let (since_last_handshake, _, _, _, rtt_ms) = self.tunn.stats();
         Stats {
             since_last_handshake,
             handshake_rtt: rtt_ms.map(|ms| Duration::from_millis(ms.into())),
             since_heard: self.heard.map(|t| t.elapsed()),
+            probe_rtt: self.probe.as_ref().and_then(|p| p.rtt),
             tx_bytes: self.tx_bytes,
             rx_bytes: self.rx_bytes,
             dropped: self.dropped,
@@ -491,6 +640,43 @@ mod tests {
         let mut more = Vec::new();
         pair.a.tick(|d| more.push(d.to_vec()));
         assert!(more.is_empty(), "a heard peer needs no forced handshake");
+    }
+
+    /// Probes go from a's pod CIDR's network address to b's, are answered
+    /// by b's peer itself, and time the round trip; neither reaches a
+    /// device. A packet of a probe's size that is no probe is delivered.
+    #[test]
+    fn probes_are_answered_by_the_peer_and_time_the_round_trip() {
+        let mut pair = Pair::new();
+        let (a_net, b_net) = (Ipv4Addr::new(10, 1, 0, 0), Ipv4Addr::new(10, 2, 0, 0));
+        pair.a = pair.a.with_probes(a_net, b_net);
+        pair.b = pair.b.with_probes(b_net, a_net);
+        let mut sent = Vec::new();
+        pair.a.tick(|d| sent.push(d.to_vec()));
+        assert!(sent.is_empty(), "no probe before a session");
+        pair.a_sends(&ipv4([10, 1, 0, 5], [10, 2, 0, 7], b"up"));
+        pair.a.tick(|d| sent.push(d.to_vec()));
+        assert_eq!(sent.len(), 1, "a probe once the session is up");
+        let (at_a, at_b) = pair.exchange(sent);
+        assert!(at_a.is_empty() && at_b.is_empty(), "probes reach no device");
+        let rtt = pair.a.stats().probe_rtt.expect("timed");
+        assert!(rtt < Duration::from_secs(1), "{rtt:?}");
+        assert_eq!(
+            pair.b.stats().probe_rtt,
+            None,
+            "b answered, it did not probe"
+        );
+        let mut again = Vec::new();
+        pair.a.tick(|d| again.push(d.to_vec()));
+        assert!(again.is_empty(), "not again before PROBE_EVERY");
+
+        // Same size, same addresses, no magic: an ordinary packet.
+        let mut lookalike = probe_packet(a_net, b_net, false, 7);
+        lookalike[28] = b'x';
+        let d = seal(&mut pair.a, &lookalike).expect("a datagram");
+        let got = open(&mut pair.b, pair.a_addr, &d, &mut Vec::new()).expect("authentic");
+        assert_eq!(got, Some(lookalike.to_vec()));
+        assert_eq!(ipv4_checksum(&probe_packet(a_net, b_net, true, 1)[..20]), 0);
     }
 
     #[test]

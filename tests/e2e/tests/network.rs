@@ -142,12 +142,16 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
     r?;
 
     // The tunnel's health: in the statuses, in info, in the metrics.
-    wait_for("traffic counted in the status", TIMEOUT, || async {
-        let (here, _) = ends().await?;
-        Ok(here
-            .status
-            .is_some_and(|s| s.rx_bytes > 0 && s.tx_bytes > 0 && s.last_handshake.is_some()))
-    })
+    wait_for(
+        "traffic and a probe's round trip in the status",
+        TIMEOUT,
+        || async {
+            let (here, _) = ends().await?;
+            Ok(here
+                .status
+                .is_some_and(|s| s.rx_bytes > 0 && s.tx_bytes > 0 && s.last_handshake.is_some()))
+        },
+    )
     .await?;
     let info = liqoctl(Some(consumer.kubeconfig_path()), &["info", "-o", "json"]).success();
     let info: serde_json::Value = serde_json::from_str(&info.stdout)?;
