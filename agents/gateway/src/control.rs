@@ -408,9 +408,9 @@ struct Child {
 /// last report.
 pub type Observed = Arc<RwLock<BTreeMap<String, (Planned, Option<Report>)>>>;
 
-/// Runs the tunnels the connections ask for until the process ends,
-/// keeping their statuses. `changed` wakes it when the connections or the
-/// identity change.
+/// The tunnels the connections ask for, and what was written of them:
+/// [`Tunnels::converge`] is called whenever the connections or the
+/// identity change, and every second (counters, exited processes).
 pub struct Tunnels {
     client: kube::Client,
     settings: Settings,
