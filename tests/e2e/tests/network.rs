@@ -186,19 +186,27 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
     // remapped CIDR) from the API, and traffic flows again.
     let pods: Api<Pod> = Api::namespaced(provider_client.clone(), names::NAMESPACE);
     let gateway = gateway_pod(&provider_client).await?;
-    pods.delete(
-        gateway.metadata.name.as_deref().context("nameless")?,
-        &Default::default(),
-    )
-    .await?;
+    let old_name = gateway.metadata.name.clone().context("nameless")?;
+    // Whole seconds, as the status has them.
+    let deleted_at =
+        k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())?;
+    pods.delete(&old_name, &Default::default()).await?;
+    // Established by the new gateway's tunnel: after the old pod is gone
+    // (its tunnel with it), a handshake made since.
     wait_for(
         "the restarted provider gateway's handshake",
         TIMEOUT,
         || async {
+            if pods.get_opt(&old_name).await?.is_some() {
+                return Ok(false);
+            }
             let (_, there) = ends().await?;
-            let new_pod = gateway_pod(&provider_client).await.ok();
-            Ok(there.is_established()
-                && new_pod.is_some_and(|p| p.metadata.uid != gateway.metadata.uid))
+            let since = there
+                .status
+                .as_ref()
+                .and_then(|s| s.last_handshake.as_deref())
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+            Ok(there.is_established() && since.is_some_and(|t| t >= deleted_at))
         },
     )
     .await?;
