@@ -159,12 +159,15 @@ impl Remap {
 /// A consumer's connections (in `liqo`) get one per provider; a
 /// provider's get one per tenant namespace, whatever cluster ID the
 /// tenant wrote in it, so that a tenant can only ever clash with itself.
-pub fn device_name(namespace: &str, peer: &ClusterId) -> String {
+/// The local cluster's ID is in the hash too: several clusters' gateways
+/// may share a host's network (the testbed's do), and their peers' names
+/// may be the same.
+pub fn device_name(local: &ClusterId, namespace: &str, peer: &ClusterId) -> String {
     use sha2::Digest as _;
     let of = if namespace == crate::names::NAMESPACE {
-        format!("peer/{peer}")
+        format!("{local}/peer/{peer}")
     } else {
-        format!("namespace/{namespace}")
+        format!("{local}/namespace/{namespace}")
     };
     let digest = sha2::Sha256::digest(of.as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -356,6 +359,30 @@ fn net_at(like: &IpNet, value: u128) -> IpNet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Interface names: at most 15 characters, one per peer (a consumer's)
+    /// or tenant namespace (a provider's), and apart for two clusters
+    /// whose peers have the same names.
+    #[test]
+    fn device_names_are_short_and_distinct() {
+        let id = |s: &str| ClusterId::new(s).expect("id");
+        let (a, b, p) = (id("a"), id("b"), id("provider-1"));
+        let names = [
+            device_name(&a, "liqo", &p),
+            device_name(&b, "liqo", &p),
+            device_name(&a, "liqo-tenant-x", &p),
+            device_name(&a, "liqo-tenant-y", &p),
+            device_name(&a, "liqo", &id("provider-2")),
+        ];
+        for (i, n) in names.iter().enumerate() {
+            assert!(n.len() <= 15 && n.starts_with("liqo-"), "{n}");
+            assert!(!names[i + 1..].contains(n), "{n} twice");
+        }
+        assert_eq!(
+            device_name(&a, "liqo-tenant-x", &p),
+            device_name(&a, "liqo-tenant-x", &id("other"))
+        );
+    }
 
     #[test]
     fn remaps_come_from_a_connection_and_translate_only_the_peers_pods() {

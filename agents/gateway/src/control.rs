@@ -254,6 +254,8 @@ pub struct TunnelPlan {
 /// The local networks a peer's pods must not be seen in.
 #[derive(Debug, Clone, Default)]
 pub struct Local {
+    /// This cluster's ID: in the tunnels' device names.
+    pub cluster_id: Option<liqo_api::ClusterId>,
     pub pod_cidr: Option<IpNet>,
     pub service_cidr: Option<IpNet>,
     /// The node's own networks (its interfaces').
@@ -263,6 +265,7 @@ pub struct Local {
 impl Local {
     pub fn of(identity: &ClusterIdentity, node: Vec<IpNet>) -> Self {
         Self {
+            cluster_id: Some(identity.cluster_id.clone()),
             pod_cidr: Some(identity.pod_cidr),
             service_cidr: Some(identity.service_cidr),
             node,
@@ -315,7 +318,10 @@ pub fn plan(local: &Local, connections: &[Arc<Connection>], settings: &Settings)
             let peer_id = c.spec.cluster_id.to_string();
             let tunnel = (|| {
                 let namespace = c.namespace().unwrap_or_default();
-                let device = device_name(&namespace, &c.spec.cluster_id);
+                let Some(cluster_id) = &local.cluster_id else {
+                    return Err("the cluster's identity is not known".into());
+                };
+                let device = device_name(cluster_id, &namespace, &c.spec.cluster_id);
                 if !devices.insert(device.clone()) {
                     return Err(format!(
                         "an older connection in {namespace} stands for the same peer: \
@@ -827,6 +833,7 @@ mod tests {
 
     fn local() -> Local {
         Local {
+            cluster_id: Some(liqo_api::ClusterId::new("here").expect("id")),
             pod_cidr: Some("10.200.0.0/16".parse().expect("cidr")),
             service_cidr: Some("10.100.0.0/16".parse().expect("cidr")),
             node: vec!["192.168.1.0/24".parse().expect("cidr")],
