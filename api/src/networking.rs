@@ -159,10 +159,10 @@ impl Remap {
 /// A consumer's connections (in `liqo`) get one per provider; a
 /// provider's get one per tenant namespace, whatever cluster ID the
 /// tenant wrote in it, so that a tenant can only ever clash with itself.
-/// The local cluster's ID is in the hash too: several clusters' gateways
-/// may share a host's network (the testbed's do), and their peers' names
-/// may be the same.
-pub fn device_name(local: &ClusterId, namespace: &str, peer: &ClusterId) -> String {
+/// `local` (the gateway's own public key) is in the hash too: several
+/// clusters' gateways may share a host's network (the testbed's do), and
+/// their peers' names, even their own cluster IDs, may be the same.
+pub fn device_name(local: &str, namespace: &str, peer: &ClusterId) -> String {
     use sha2::Digest as _;
     let of = if namespace == crate::names::NAMESPACE {
         format!("{local}/peer/{peer}")
@@ -366,21 +366,21 @@ mod tests {
     #[test]
     fn device_names_are_short_and_distinct() {
         let id = |s: &str| ClusterId::new(s).expect("id");
-        let (a, b, p) = (id("a"), id("b"), id("provider-1"));
+        let (a, b, p) = ("key-a", "key-b", id("provider-1"));
         let names = [
-            device_name(&a, "liqo", &p),
-            device_name(&b, "liqo", &p),
-            device_name(&a, "liqo-tenant-x", &p),
-            device_name(&a, "liqo-tenant-y", &p),
-            device_name(&a, "liqo", &id("provider-2")),
+            device_name(a, "liqo", &p),
+            device_name(b, "liqo", &p),
+            device_name(a, "liqo-tenant-x", &p),
+            device_name(a, "liqo-tenant-y", &p),
+            device_name(a, "liqo", &id("provider-2")),
         ];
         for (i, n) in names.iter().enumerate() {
             assert!(n.len() <= 15 && n.starts_with("liqo-"), "{n}");
             assert!(!names[i + 1..].contains(n), "{n} twice");
         }
         assert_eq!(
-            device_name(&a, "liqo-tenant-x", &p),
-            device_name(&a, "liqo-tenant-x", &id("other"))
+            device_name(a, "liqo-tenant-x", &p),
+            device_name(a, "liqo-tenant-x", &id("other"))
         );
     }
 

@@ -64,6 +64,9 @@ const HEARD_WITHIN: Duration = Duration::from_secs(30);
 /// How the agent runs tunnels: from its flags.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// What sets this gateway's tunnel devices apart from another's on
+    /// the same host: its public key.
+    pub instance: String,
     /// The gateway's namespace: connections there dial their provider;
     /// connections anywhere else (tenant namespaces) listen.
     pub namespace: String,
@@ -254,8 +257,6 @@ pub struct TunnelPlan {
 /// The local networks a peer's pods must not be seen in.
 #[derive(Debug, Clone, Default)]
 pub struct Local {
-    /// This cluster's ID: in the tunnels' device names.
-    pub cluster_id: Option<liqo_api::ClusterId>,
     pub pod_cidr: Option<IpNet>,
     pub service_cidr: Option<IpNet>,
     /// The node's own networks (its interfaces').
@@ -265,7 +266,6 @@ pub struct Local {
 impl Local {
     pub fn of(identity: &ClusterIdentity, node: Vec<IpNet>) -> Self {
         Self {
-            cluster_id: Some(identity.cluster_id.clone()),
             pod_cidr: Some(identity.pod_cidr),
             service_cidr: Some(identity.service_cidr),
             node,
@@ -318,10 +318,7 @@ pub fn plan(local: &Local, connections: &[Arc<Connection>], settings: &Settings)
             let peer_id = c.spec.cluster_id.to_string();
             let tunnel = (|| {
                 let namespace = c.namespace().unwrap_or_default();
-                let Some(cluster_id) = &local.cluster_id else {
-                    return Err("the cluster's identity is not known".into());
-                };
-                let device = device_name(cluster_id, &namespace, &c.spec.cluster_id);
+                let device = device_name(&settings.instance, &namespace, &c.spec.cluster_id);
                 if !devices.insert(device.clone()) {
                     return Err(format!(
                         "an older connection in {namespace} stands for the same peer: \
@@ -823,6 +820,7 @@ mod tests {
         Settings {
             endpoint_host: Some("192.0.2.1".into()),
             listen_address: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            instance: "test".into(),
             namespace: "liqo".into(),
             ports: 51820..=51821,
             remap_pool: vec!["100.64.0.0/10".parse().expect("cidr")],
@@ -833,7 +831,6 @@ mod tests {
 
     fn local() -> Local {
         Local {
-            cluster_id: Some(liqo_api::ClusterId::new("here").expect("id")),
             pod_cidr: Some("10.200.0.0/16".parse().expect("cidr")),
             service_cidr: Some("10.100.0.0/16".parse().expect("cidr")),
             node: vec!["192.168.1.0/24".parse().expect("cidr")],

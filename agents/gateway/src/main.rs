@@ -412,6 +412,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
     let tunnels = control::Tunnels::new(
         client,
         control::Settings {
+            instance: key.public_of_private(),
             namespace: args.namespace.clone(),
             endpoint_host: args.endpoint_address.clone(),
             listen_address: control::listen_address(args.endpoint_address.as_deref()),
