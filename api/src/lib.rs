@@ -8,6 +8,7 @@
 //! - [`offloading`]: which namespaces run on which peers;
 //! - [`sharing`]: what a provider shares, at what cost, and its policy;
 //! - [`networking`]: the networks clusters bring, and their arithmetic;
+//! - [`netcheck`]: what `liqoctl test network`'s probe pods report;
 //! - [`names`] and [`validation`]: well-known names, and the checks the API
 //!   server applies to names and labels.
 
@@ -15,6 +16,7 @@ pub mod authentication;
 pub mod core;
 pub mod discovery;
 pub mod names;
+pub mod netcheck;
 pub mod networking;
 pub mod offloading;
 pub mod sharing;

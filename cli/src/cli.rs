@@ -126,6 +126,9 @@ pub enum Command {
         found here, get a peering token from its administrator."
     )]
     Discover(DiscoverArgs),
+    /// Check that a peering works end to end.
+    #[command(subcommand)]
+    Test(TestCommand),
     /// Make what is handed to others: peering tokens, DNS records.
     #[command(subcommand)]
     Generate(GenerateCommand),
@@ -476,6 +479,58 @@ pub struct NetworkArgs {
     /// The provider's cluster ID (`liqoctl info` lists the peerings).
     #[arg(long, value_name = "ID")]
     pub cluster_id: String,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TestCommand {
+    /// Check that traffic crosses between the pods of peered clusters:
+    /// pod to pod and pod to Service, both ways.
+    #[command(
+        long_about = "Check that traffic crosses between the pods of peered clusters: pod \
+        to pod and pod to Service, both ways.\n\n\
+        Run on the consumer. For each outgoing peering whose networks are linked (or those \
+        named by --cluster-id), liqoctl makes a namespace offloaded to the providers, a \
+        server pod and a Service on each side, and a client pod on each side that connects to \
+        the other side's pod and Service; then it reports what answered, under which address \
+        each side saw the other, and for what failed, which cluster, which hop, which \
+        address and port. Everything it made is removed afterwards (--keep leaves it for \
+        debugging). The pods run the gateway's image, on the nodes where the gateway runs \
+        unless --node-selector or --toleration say otherwise.\n\n\
+        Exits 0 when everything answered, 9 when a check failed."
+    )]
+    Network(TestNetworkArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TestNetworkArgs {
+    /// Check only the peering with this provider (repeatable); by default
+    /// every outgoing peering.
+    #[arg(long = "cluster-id", value_name = "ID")]
+    pub cluster_ids: Vec<String>,
+    /// Run the local test pods on nodes with these labels (repeatable); by
+    /// default where the gateway runs.
+    #[arg(
+        long = "node-selector",
+        value_name = "KEY=VALUE[,KEY=VALUE]",
+        value_delimiter = ','
+    )]
+    pub node_selector: Vec<String>,
+    /// Let the test pods run on nodes with this taint, KEY[=VALUE][:EFFECT]
+    /// (repeatable; the providers' pods get it too); by default the
+    /// gateway's tolerations.
+    #[arg(long = "toleration", value_name = "KEY[=VALUE][:EFFECT]")]
+    pub tolerations: Vec<String>,
+    /// The image of the test pods: one with `liqo-gateway netcheck`.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// How long the whole check may take, in seconds.
+    #[arg(long, default_value_t = 180, value_name = "SECONDS")]
+    pub timeout: u64,
+    /// Leave the test namespace (and its twins) in place, for debugging.
+    #[arg(long)]
+    pub keep: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }

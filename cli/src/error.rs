@@ -31,6 +31,9 @@ pub enum UserError {
     /// Waited too long.
     #[error("{0}")]
     Timeout(String),
+    /// A check ran and found something broken (`liqoctl test`).
+    #[error("{0}")]
+    CheckFailed(String),
 }
 
 /// Exit codes, documented in docs/cli.md. Clap exits 2 on bad usage itself.
@@ -44,6 +47,7 @@ pub mod exit {
     pub const REFUSED: u8 = 6;
     pub const NOT_FOUND: u8 = 7;
     pub const TIMEOUT: u8 = 8;
+    pub const CHECK_FAILED: u8 = 9;
 }
 
 impl UserError {
@@ -56,6 +60,7 @@ impl UserError {
             Self::Refused(_) => exit::REFUSED,
             Self::NotFound(_) => exit::NOT_FOUND,
             Self::Timeout(_) => exit::TIMEOUT,
+            Self::CheckFailed(_) => exit::CHECK_FAILED,
         })
     }
 }

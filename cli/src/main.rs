@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::cli::{Cli, Command, GenerateCommand, NetworkCommand, RevokeCommand};
+use crate::cli::{Cli, Command, GenerateCommand, NetworkCommand, RevokeCommand, TestCommand};
 use crate::printer::Printer;
 
 fn main() -> ExitCode {
@@ -57,6 +57,9 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
             commands::sharing_policy::run(command, &cli.global, printer).await
         }
         Command::Discover(args) => commands::discover::run(args, printer).await,
+        Command::Test(TestCommand::Network(args)) => {
+            commands::test_network::run(args, &cli.global, printer).await
+        }
         Command::Generate(GenerateCommand::PeeringToken(args)) => {
             commands::token::generate(args, &cli.global, printer).await
         }

@@ -25,6 +25,7 @@ mod control;
 mod io;
 mod metrics;
 mod nat;
+mod netcheck;
 mod tunnel;
 
 use std::net::SocketAddr;
@@ -60,6 +61,10 @@ enum Command {
     /// Announces one cluster on the LAN with mDNS, configured by flags,
     /// without a cluster; until stopped, then says goodbye.
     Announce(AnnounceArgs),
+    /// The pods of `liqoctl test network`: a server that says who called,
+    /// and a prober that reports what answered.
+    #[command(subcommand)]
+    Netcheck(netcheck::Command),
 }
 
 #[derive(clap::Args, Debug)]
@@ -211,14 +216,19 @@ impl Args {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<std::process::ExitCode> {
     liqo_agent_runtime::init_logging();
     let cli = Cli::parse();
-    match cli.command {
+    let done = match cli.command {
         Some(Command::Tunnel(args)) => run_tunnel(args).await,
         Some(Command::Announce(args)) => run_announce(args).await,
+        // Blocking, and alone in its process.
+        Some(Command::Netcheck(command)) => {
+            return tokio::task::spawn_blocking(move || netcheck::run(command)).await?;
+        }
         None => run_agent(cli.agent).await,
-    }
+    };
+    done.map(|()| std::process::ExitCode::SUCCESS)
 }
 
 async fn run_tunnel(args: TunnelArgs) -> anyhow::Result<()> {

@@ -340,7 +340,7 @@ pub fn parse_pairs(flag: &str, pairs: &[String]) -> Result<BTreeMap<String, Stri
 /// Parses `--toleration KEY[=VALUE][:EFFECT]` (kubectl taint's syntax): with
 /// a value the toleration matches it exactly, without one any value; with
 /// no effect it tolerates every effect.
-fn parse_tolerations(values: &[String]) -> Result<Vec<Toleration>, UserError> {
+pub fn parse_tolerations(values: &[String]) -> Result<Vec<Toleration>, UserError> {
     const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
     let usage = |v: &str, why: String| UserError::Usage(format!("--toleration: {v:?}: {why}"));
     let mut out = Vec::new();

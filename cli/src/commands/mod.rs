@@ -10,6 +10,7 @@ pub mod network;
 pub mod offload;
 pub mod peer;
 pub mod sharing_policy;
+pub mod test_network;
 pub mod token;
 pub mod uninstall;
 pub mod unpeer;

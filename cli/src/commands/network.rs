@@ -106,11 +106,11 @@ pub async fn disconnect(
 }
 
 /// An outgoing peering, and the provider reached with its identity.
-struct Peering {
-    consumer: ClusterClient,
-    provider: ClusterClient,
-    provider_id: ClusterId,
-    tenant_namespace: String,
+pub(crate) struct Peering {
+    pub consumer: ClusterClient,
+    pub provider: ClusterClient,
+    pub provider_id: ClusterId,
+    pub tenant_namespace: String,
 }
 
 impl Peering {
@@ -118,6 +118,15 @@ impl Peering {
         let provider_id = ClusterId::new(args.cluster_id.clone())
             .map_err(|e| UserError::Usage(format!("--cluster-id: {e}")))?;
         let consumer = ClusterClient::local(global).await?;
+        Self::reach(consumer, provider_id).await
+    }
+
+    /// The peering of `consumer` with `provider_id`, its provider reached
+    /// with the peering's own identity (kept in the consumer's `liqo`).
+    pub(crate) async fn reach(
+        consumer: ClusterClient,
+        provider_id: ClusterId,
+    ) -> anyhow::Result<Self> {
         let not_peered = || {
             UserError::NotFound(format!(
                 "cluster {} has no outgoing peering with {provider_id}; `liqoctl info` lists them",
