@@ -74,6 +74,10 @@ pub struct ConnectionStatus {
     /// what the consumer must dial).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// The UDP port this side's tunnel listens on; the endpoint's port
+    /// differs when a NodePort or a load balancer is in front.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen_port: Option<u16>,
     /// This side's pod CIDR.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_cidr: Option<String>,
@@ -97,6 +101,40 @@ pub struct ConnectionStatus {
     /// milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_ms: Option<f64>,
+}
+
+/// What stands in front of the gateway's listening tunnels, when peers do
+/// not dial the node's address (`liqoctl install --gateway-service-type`):
+/// the Service `liqo/liqo-gateway`, one UDP port per tunnel port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatewayServiceType {
+    /// Peers dial the node's address (or `--gateway-address`) at the
+    /// node port the Service maps the tunnel's port to.
+    NodePort,
+    /// Peers dial the load balancer's address (or `--gateway-address`) at
+    /// the tunnel's own port.
+    LoadBalancer,
+}
+
+impl GatewayServiceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NodePort => "NodePort",
+            Self::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+impl std::str::FromStr for GatewayServiceType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "NodePort" => Ok(Self::NodePort),
+            "LoadBalancer" => Ok(Self::LoadBalancer),
+            other => Err(format!("{other:?} is neither NodePort nor LoadBalancer")),
+        }
+    }
 }
 
 /// The condition types of a [`ConnectionStatus`].

@@ -205,6 +205,13 @@ pub struct InstallArgs {
     /// 51820-51899).
     #[arg(long, value_name = "FIRST-LAST")]
     pub tunnel_ports: Option<String>,
+    /// Put a Service of this type in front of the tunnels: peers then dial
+    /// the node port (NodePort) or the load balancer's address
+    /// (LoadBalancer) instead of the node's address at the tunnel's port;
+    /// `None` removes it. Kept from the installation when not given
+    /// (default None).
+    #[arg(long, value_name = "NodePort|LoadBalancer|None")]
+    pub gateway_service_type: Option<String>,
     /// Where the CIDRs of peers whose pod CIDR overlaps one of this
     /// cluster's networks are taken from: CIDR[,CIDR...]; kept from the
     /// installation when not given (default 100.64.0.0/10).

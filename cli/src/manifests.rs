@@ -12,7 +12,7 @@ use k8s_openapi::api::admissionregistration::v1beta1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Namespace, ResourceQuota, Secret, ServiceAccount, Toleration,
+    ConfigMap, Namespace, ResourceQuota, Secret, Service, ServiceAccount, Toleration,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -24,7 +24,7 @@ use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::discovery::ApiAddress;
 use liqo_api::names::{self, labels};
-use liqo_api::networking::Connection;
+use liqo_api::networking::{Connection, GatewayServiceType};
 use liqo_api::sharing::SharingPolicy;
 use serde::Serialize;
 use serde_json::json;
@@ -45,6 +45,7 @@ pub enum Manifest {
     Deployment(Box<Deployment>),
     Secret(Secret),
     ResourceQuota(ResourceQuota),
+    Service(Box<Service>),
     Tenant(Box<Tenant>),
     ForeignCluster(Box<ForeignCluster>),
     SharingPolicy(Box<SharingPolicy>),
@@ -69,6 +70,7 @@ impl Manifest {
             Self::Deployment(o) => ("Deployment", &o.metadata),
             Self::Secret(o) => ("Secret", &o.metadata),
             Self::ResourceQuota(o) => ("ResourceQuota", &o.metadata),
+            Self::Service(o) => ("Service", &o.metadata),
             Self::Tenant(o) => ("Tenant", &o.metadata),
             Self::ForeignCluster(o) => ("ForeignCluster", &o.metadata),
             Self::SharingPolicy(o) => ("SharingPolicy", &o.metadata),
@@ -97,6 +99,7 @@ impl Manifest {
             Self::Deployment(o) => &mut o.metadata,
             Self::Secret(o) => &mut o.metadata,
             Self::ResourceQuota(o) => &mut o.metadata,
+            Self::Service(o) => &mut o.metadata,
             Self::Tenant(o) => &mut o.metadata,
             Self::ForeignCluster(o) => &mut o.metadata,
             Self::SharingPolicy(o) => &mut o.metadata,
@@ -140,6 +143,7 @@ impl Manifest {
             Self::Deployment(_) => ApiResource::erase::<Deployment>(&()),
             Self::Secret(_) => ApiResource::erase::<Secret>(&()),
             Self::ResourceQuota(_) => ApiResource::erase::<ResourceQuota>(&()),
+            Self::Service(_) => ApiResource::erase::<Service>(&()),
             Self::Tenant(_) => ApiResource::erase::<Tenant>(&()),
             Self::ForeignCluster(_) => ApiResource::erase::<ForeignCluster>(&()),
             Self::SharingPolicy(_) => ApiResource::erase::<SharingPolicy>(&()),
@@ -189,7 +193,13 @@ pub struct TunnelSettings {
     pub ports: Option<String>,
     /// `CIDR[,CIDR...]`: where overlapping peers' CIDRs are remapped to.
     pub remap_pool: Option<String>,
+    /// The Service in front of the tunnels, if any.
+    pub service_type: Option<GatewayServiceType>,
 }
+
+/// The tunnel ports install uses when not told otherwise (the gateway's
+/// own default).
+pub const DEFAULT_TUNNEL_PORTS: &str = "51820-51899";
 
 /// The gateway's flags that install sets; install reads them back from
 /// the installed Deployment to keep them (see [`gateway_args_of`]).
@@ -198,6 +208,7 @@ pub const ADVERTISE_ADDRESS_FLAG: &str = "--advertise-address=";
 pub const ENDPOINT_ADDRESS_FLAG: &str = "--endpoint-address=";
 pub const TUNNEL_PORTS_FLAG: &str = "--tunnel-ports=";
 pub const REMAP_POOL_FLAG: &str = "--remap-pool=";
+pub const EXPOSE_FLAG: &str = "--expose=";
 /// What `--endpoint-address` is when install was not given one: the
 /// node's address, from the downward API.
 const NODE_ADDRESS: &str = "$(HOST_IP)";
@@ -231,6 +242,7 @@ pub fn gateway_args_of(deployment: &Deployment) -> GatewayArgs {
             endpoint_address: flag(ENDPOINT_ADDRESS_FLAG).filter(|a| a != NODE_ADDRESS),
             ports: flag(TUNNEL_PORTS_FLAG),
             remap_pool: flag(REMAP_POOL_FLAG),
+            service_type: flag(EXPOSE_FLAG).and_then(|t| t.parse().ok()),
         },
     }
 }
@@ -280,8 +292,13 @@ pub fn every_object() -> Vec<Manifest> {
         service_cidr: "10.1.0.0/16".parse().expect("invariant: a CIDR"),
         version: liqo_api::VERSION.to_owned(),
     };
+    // With every optional object: a Service in front of the gateway.
     render(&Options {
         identity: Some(stand_in),
+        tunnels: TunnelSettings {
+            service_type: Some(GatewayServiceType::NodePort),
+            ..TunnelSettings::default()
+        },
         ..Options::default()
     })
 }
@@ -705,6 +722,36 @@ pub fn placement_policies() -> Vec<Manifest> {
     out
 }
 
+/// The Service in front of the gateway's tunnels: one UDP port per tunnel
+/// port, to the gateway pod (on the node's network, so the target port is
+/// the tunnel's own).
+fn gateway_service(
+    kind: GatewayServiceType,
+    tunnels: &TunnelSettings,
+    component: &str,
+) -> Manifest {
+    let range = tunnels.ports.as_deref().unwrap_or(DEFAULT_TUNNEL_PORTS);
+    let (first, last) = range
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?)))
+        .unwrap_or((51820, 51899));
+    let ports: Vec<_> = (first..=last)
+        .map(|port| {
+            json!({ "name": format!("tunnel-{port}"), "protocol": "UDP", "port": port, "targetPort": port })
+        })
+        .collect();
+    Manifest::Service(Box::new(from_json(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta(names::GATEWAY, component),
+        "spec": {
+            "type": kind.as_str(),
+            "selector": selector_labels(component),
+            "ports": ports,
+        },
+    }))))
+}
+
 /// The gateway's account, rights and Deployment. Its rights are what it
 /// reads today: the identity and the peers; the tunnel adds its own.
 fn gateway(options: &Options) -> Vec<Manifest> {
@@ -723,10 +770,15 @@ fn gateway(options: &Options) -> Vec<Manifest> {
         args.push(ANNOUNCE_FLAG.to_owned());
     }
     let tunnels = &options.tunnels;
-    args.push(format!(
-        "{ENDPOINT_ADDRESS_FLAG}{}",
-        tunnels.endpoint_address.as_deref().unwrap_or(NODE_ADDRESS)
-    ));
+    // Behind a load balancer, peers dial its address unless one is given.
+    match (&tunnels.endpoint_address, tunnels.service_type) {
+        (Some(address), _) => args.push(format!("{ENDPOINT_ADDRESS_FLAG}{address}")),
+        (None, Some(GatewayServiceType::LoadBalancer)) => {}
+        (None, _) => args.push(format!("{ENDPOINT_ADDRESS_FLAG}{NODE_ADDRESS}")),
+    }
+    if let Some(kind) = tunnels.service_type {
+        args.push(format!("{EXPOSE_FLAG}{}", kind.as_str()));
+    }
     args.extend(
         tunnels
             .ports
@@ -776,7 +828,7 @@ fn gateway(options: &Options) -> Vec<Manifest> {
             },
         }))],
     });
-    vec![
+    let mut out = vec![
         Manifest::ServiceAccount(from_json(json!({
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -811,6 +863,14 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                     "resources": ["configmaps"],
                     "resourceNames": [names::GATEWAY_CONFIGMAP],
                     "verbs": ["get", "patch"],
+                },
+                // The Service in front of its tunnels, when there is one:
+                // where peers dial.
+                {
+                    "apiGroups": [""],
+                    "resources": ["services"],
+                    "resourceNames": [names::GATEWAY],
+                    "verbs": ["get", "list", "watch"],
                 },
             ],
         }))),
@@ -861,7 +921,11 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                 },
             },
         })))),
-    ]
+    ];
+    if let Some(kind) = tunnels.service_type {
+        out.push(gateway_service(kind, tunnels, component));
+    }
+    out
 }
 
 /// The Pod Security Standard of the `liqo` namespace: the gateway needs
@@ -987,6 +1051,7 @@ pub fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn manifests_dir() -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests")
@@ -1103,12 +1168,50 @@ mod tests {
             endpoint_address: Some("gw.example.com".into()),
             ports: Some("4000-4010".into()),
             remap_pool: Some("100.80.0.0/12".into()),
+            service_type: Some(GatewayServiceType::NodePort),
         };
         let loud = render(&options);
         let gateway = gateway_of(&loud);
         let args = gateway_args_of(gateway);
         assert!(args.announce);
         assert_eq!(args.tunnels, options.tunnels);
+        // The Service in front: one UDP port per tunnel port, to the same.
+        let Some(Manifest::Service(service)) =
+            loud.iter().find(|m| matches!(m, Manifest::Service(_)))
+        else {
+            panic!("no Service in front of the gateway");
+        };
+        let spec = service.spec.clone().expect("a spec");
+        assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+        let ports = spec.ports.expect("ports");
+        assert_eq!(ports.len(), 11);
+        assert!(ports.iter().all(|p| p.protocol.as_deref() == Some("UDP")
+            && p.target_port == Some(IntOrString::Int(p.port))));
+        // Behind a load balancer with no address given, the gateway
+        // publishes the balancer's: no node address is passed.
+        options.tunnels.endpoint_address = None;
+        options.tunnels.service_type = Some(GatewayServiceType::LoadBalancer);
+        let balanced = render(&options);
+        let args = gateway_args_of(gateway_of(&balanced));
+        assert_eq!(args.tunnels, options.tunnels);
+        let raw = gateway_of(&balanced)
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map(|p| p.containers[0].args.clone().unwrap_or_default())
+            .unwrap_or_default();
+        assert!(
+            !raw.iter().any(|a| a.starts_with(ENDPOINT_ADDRESS_FLAG)),
+            "{raw:?}"
+        );
+        assert!(raw.contains(&"--expose=LoadBalancer".to_owned()), "{raw:?}");
+        // Without one, no Service.
+        options.tunnels.service_type = None;
+        assert!(
+            !render(&options)
+                .iter()
+                .any(|m| matches!(m, Manifest::Service(_)))
+        );
         let Some(Manifest::Namespace(ns)) =
             loud.iter().find(|m| matches!(m, Manifest::Namespace(_)))
         else {

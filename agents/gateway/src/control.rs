@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -37,7 +37,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt as _};
 use liqo_api::ClusterIdentity;
 use liqo_api::names::{self, labels};
-use liqo_api::networking::{Connection, ConnectionStatus, conditions, device_name, overlap};
+use liqo_api::networking::{
+    Connection, ConnectionStatus, GatewayServiceType, conditions, device_name, overlap,
+};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::watch;
@@ -73,6 +75,9 @@ pub struct Settings {
     /// The host peers dial (an address or a DNS name), published with the
     /// port in the status of listening connections.
     pub endpoint_host: Option<String>,
+    /// The Service in front of the listening tunnels, if any: the
+    /// published endpoint comes from it (see [`published_endpoint`]).
+    pub exposed_by: Option<GatewayServiceType>,
     /// Where tunnels bind: the endpoint's address when it is one of the
     /// node's (so that answers leave from the address peers dial, on a
     /// node with several), else every address.
@@ -300,15 +305,13 @@ pub fn plan(local: &Local, connections: &[Arc<Connection>], settings: &Settings)
     let mut devices: BTreeSet<String> = BTreeSet::new();
     // Listening sides keep their port first, so that a newer connection
     // never takes a port an older one held but had not been seen with.
+    // (Statuses written before `listenPort` existed have it in the
+    // endpoint, which had no Service in front then.)
     let kept_port = |c: &Connection| -> Option<u16> {
-        c.status
-            .as_ref()?
-            .endpoint
-            .as_deref()?
-            .rsplit_once(':')?
-            .1
-            .parse()
-            .ok()
+        let status = c.status.as_ref()?;
+        status
+            .listen_port
+            .or_else(|| status.endpoint.as_deref()?.rsplit_once(':')?.1.parse().ok())
             .filter(|p| settings.ports.contains(p))
     };
     sorted
@@ -440,7 +443,14 @@ impl Tunnels {
     }
 
     /// Converges the running tunnels on `planned`, then writes statuses.
-    pub async fn converge(&mut self, local: &Local, connections: &[Arc<Connection>]) {
+    /// `service` is the Service in front of the listening tunnels, as
+    /// last seen (when the settings say there is one).
+    pub async fn converge(
+        &mut self,
+        local: &Local,
+        connections: &[Arc<Connection>],
+        service: Option<&Service>,
+    ) {
         let planned = plan(local, connections, &self.settings);
         let wanted: HashMap<_, _> = planned
             .iter()
@@ -496,7 +506,7 @@ impl Tunnels {
                 .get(&p.object)
                 .and_then(|c| c.reports.borrow().clone());
             let running = self.children.contains_key(&p.object);
-            let status = self.status_of(p, running, report.as_ref(), local_cidr.clone());
+            let status = self.status_of(p, running, report.as_ref(), local_cidr.clone(), service);
             self.write_status(&p.object, status).await;
             let key = format!(
                 "{}/{}",
@@ -596,6 +606,7 @@ impl Tunnels {
         running: bool,
         report: Option<&Report>,
         pod_cidr: Option<String>,
+        service: Option<&Service>,
     ) -> ConnectionStatus {
         let previous = self
             .written
@@ -616,14 +627,21 @@ impl Tunnels {
             Ok(tunnel) => {
                 status.peer_seen_as = Some(tunnel.seen_as.to_string());
                 status.interface = Some(tunnel.device.clone());
+                let mut exposure = Ok(());
                 if tunnel.endpoint.is_none() {
-                    status.endpoint = self
-                        .settings
-                        .endpoint_host
-                        .as_ref()
-                        .map(|h| join_host_port(h, tunnel.port));
+                    status.listen_port = Some(tunnel.port);
+                    match published_endpoint(
+                        self.settings.endpoint_host.as_deref(),
+                        self.settings.exposed_by.map(|t| (t, service)),
+                        tunnel.port,
+                    ) {
+                        Ok(endpoint) => status.endpoint = endpoint,
+                        Err(why) => exposure = Err(why),
+                    }
                 }
-                let configured = if running {
+                let configured = if let Err(why) = exposure {
+                    ("False", "NotExposed", why)
+                } else if running {
                     (
                         "True",
                         "Running",
@@ -734,6 +752,66 @@ impl Tunnels {
     }
 }
 
+/// Where peers dial a listening tunnel on `port`: `host` at that port, or,
+/// with a Service in front (`exposed`), at the node port it maps the port
+/// to (NodePort), or at the load balancer's address unless `host` names
+/// one (LoadBalancer). `None` when there is no host to publish; an error
+/// says what the Service lacks.
+pub fn published_endpoint(
+    host: Option<&str>,
+    exposed: Option<(GatewayServiceType, Option<&Service>)>,
+    port: u16,
+) -> Result<Option<String>, String> {
+    let Some((kind, service)) = exposed else {
+        return Ok(host.map(|h| join_host_port(h, port)));
+    };
+    let name = format!("Service {}", liqo_api::names::GATEWAY);
+    let service = service.ok_or_else(|| format!("{name} does not exist: install again"))?;
+    let spec = service.spec.as_ref();
+    let actual = spec.and_then(|s| s.type_.as_deref()).unwrap_or("ClusterIP");
+    if actual != kind.as_str() {
+        return Err(format!(
+            "{name} is of type {actual}, not {}: install again",
+            kind.as_str()
+        ));
+    }
+    let entry = spec
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|ports| {
+            ports.iter().find(|p| {
+                p.port == i32::from(port) && p.protocol.as_deref().unwrap_or("TCP") == "UDP"
+            })
+        })
+        .ok_or_else(|| {
+            format!("{name} has no UDP port {port}: install again with the same --tunnel-ports")
+        })?;
+    match kind {
+        GatewayServiceType::NodePort => {
+            let node_port = entry
+                .node_port
+                .and_then(|p| u16::try_from(p).ok())
+                .ok_or_else(|| format!("{name} has no node port for {port} yet"))?;
+            Ok(host.map(|h| join_host_port(h, node_port)))
+        }
+        GatewayServiceType::LoadBalancer => {
+            if let Some(host) = host {
+                return Ok(Some(join_host_port(host, port)));
+            }
+            let ingress = service
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .and_then(|i| i.first())
+                .and_then(|i| i.ip.clone().or_else(|| i.hostname.clone()))
+                .ok_or_else(|| {
+                    format!("waiting for {name}'s load balancer to be given an address")
+                })?;
+            Ok(Some(join_host_port(&ingress, port)))
+        }
+    }
+}
+
 /// Where tunnels bind for an endpoint host (see
 /// [`Settings::listen_address`]): the host itself when it is an address
 /// this node can bind.
@@ -816,9 +894,112 @@ mod tests {
     use super::*;
     use liqo_api::networking::ConnectionSpec;
 
+    fn service(kind: &str, node_port: Option<i32>, ingress: Option<&str>) -> Service {
+        use k8s_openapi::api::core::v1::{
+            LoadBalancerIngress, LoadBalancerStatus, ServicePort, ServiceSpec, ServiceStatus,
+        };
+        Service {
+            spec: Some(ServiceSpec {
+                type_: Some(kind.into()),
+                ports: Some(vec![ServicePort {
+                    port: 51820,
+                    protocol: Some("UDP".into()),
+                    node_port,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            status: ingress.map(|ip| ServiceStatus {
+                load_balancer: Some(LoadBalancerStatus {
+                    ingress: Some(vec![LoadBalancerIngress {
+                        ip: Some(ip.into()),
+                        ..Default::default()
+                    }]),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Host, Service in front, port, and the endpoint or error expected.
+    type Case<'a> = (
+        Option<&'a str>,
+        Option<(GatewayServiceType, Option<&'a Service>)>,
+        u16,
+        Result<Option<&'a str>, &'a str>,
+    );
+
+    #[test]
+    fn the_published_endpoint_follows_the_service_in_front() {
+        use GatewayServiceType::{LoadBalancer, NodePort};
+        let node_port = service("NodePort", Some(31000), None);
+        let balanced = service("LoadBalancer", Some(31000), Some("203.0.113.7"));
+        let pending = service("LoadBalancer", None, None);
+        let cases: [Case; 9] = [
+            (Some("192.0.2.1"), None, 51820, Ok(Some("192.0.2.1:51820"))),
+            (None, None, 51820, Ok(None)),
+            (Some("fd00::1"), None, 51820, Ok(Some("[fd00::1]:51820"))),
+            (
+                Some("192.0.2.1"),
+                Some((NodePort, Some(&node_port))),
+                51820,
+                Ok(Some("192.0.2.1:31000")),
+            ),
+            (
+                None,
+                Some((LoadBalancer, Some(&balanced))),
+                51820,
+                Ok(Some("203.0.113.7:51820")),
+            ),
+            // An address given by the administrator wins over the ingress.
+            (
+                Some("gw.example.com"),
+                Some((LoadBalancer, Some(&balanced))),
+                51820,
+                Ok(Some("gw.example.com:51820")),
+            ),
+            (
+                None,
+                Some((LoadBalancer, Some(&pending))),
+                51820,
+                Err("waiting for Service liqo-gateway's load balancer to be given an address"),
+            ),
+            (
+                Some("192.0.2.1"),
+                Some((NodePort, Some(&node_port))),
+                51821,
+                Err(
+                    "Service liqo-gateway has no UDP port 51821: install again with the same --tunnel-ports",
+                ),
+            ),
+            (
+                Some("192.0.2.1"),
+                Some((NodePort, None)),
+                51820,
+                Err("Service liqo-gateway does not exist: install again"),
+            ),
+        ];
+        for (host, exposed, port, want) in cases {
+            let got = published_endpoint(host, exposed, port);
+            assert_eq!(
+                got.as_ref().map(|e| e.as_deref()).map_err(String::as_str),
+                want,
+                "{host:?} {:?} {port}",
+                exposed.map(|(k, _)| k)
+            );
+        }
+        let wrong = published_endpoint(Some("h"), Some((LoadBalancer, Some(&node_port))), 51820);
+        assert_eq!(
+            wrong,
+            Err("Service liqo-gateway is of type NodePort, not LoadBalancer: install again".into())
+        );
+    }
+
     fn settings() -> Settings {
         Settings {
             endpoint_host: Some("192.0.2.1".into()),
+            exposed_by: None,
             listen_address: std::net::Ipv4Addr::UNSPECIFIED.into(),
             instance: "test".into(),
             namespace: "liqo".into(),
@@ -911,6 +1092,26 @@ mod tests {
         let planned = plan(
             &local(),
             &[connection("a", 1, "10.200.0.0/16", None, Some(kept))],
+            &settings(),
+        );
+        assert_eq!(tunnels(&planned), vec![Ok((51821, net("100.70.0.0/16")))]);
+        // Behind a NodePort the endpoint's port is the node port: the port
+        // kept is the one the tunnel listened on.
+        let behind_a_service = ConnectionStatus {
+            endpoint: Some("192.0.2.1:31007".into()),
+            listen_port: Some(51821),
+            peer_seen_as: Some("100.70.0.0/16".into()),
+            ..Default::default()
+        };
+        let planned = plan(
+            &local(),
+            &[connection(
+                "a",
+                1,
+                "10.200.0.0/16",
+                None,
+                Some(behind_a_service),
+            )],
             &settings(),
         );
         assert_eq!(tunnels(&planned), vec![Ok((51821, net("100.70.0.0/16")))]);

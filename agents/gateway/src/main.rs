@@ -32,7 +32,7 @@ use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use clap::Parser;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -168,6 +168,12 @@ struct Args {
     /// tunnels; without it, a listening connection publishes no endpoint.
     #[arg(long, value_name = "HOST")]
     endpoint_address: Option<String>,
+    /// The tunnels are exposed by the Service `liqo-gateway` of this type
+    /// in the agent's namespace: the endpoint published to peers is its
+    /// node port (NodePort) or its load balancer's address (LoadBalancer,
+    /// unless --endpoint-address names one).
+    #[arg(long, value_name = "NodePort|LoadBalancer")]
+    expose: Option<liqo_api::networking::GatewayServiceType>,
     /// The UDP ports the tunnels of incoming peerings listen on, one each.
     #[arg(long, value_name = "FIRST-LAST", default_value = "51820-51899", value_parser = parse_ports)]
     tunnel_ports: std::ops::RangeInclusive<u16>,
@@ -415,6 +421,15 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         watcher::Config::default(),
         "connections",
     );
+    // The Service in front of the tunnels, when there is one; the RBAC
+    // grants it by name.
+    let service = args.expose.map(|_| {
+        follow(
+            Api::<Service>::namespaced(client.clone(), &args.namespace),
+            watcher::Config::default().fields(&format!("metadata.name={}", names::GATEWAY)),
+            "service",
+        )
+    });
     let key = control::ensure_key(&client, &args.namespace)
         .await
         .context("the gateway's key")?;
@@ -425,6 +440,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
             instance: key.public_of_private(),
             namespace: args.namespace.clone(),
             endpoint_host: args.endpoint_address.clone(),
+            exposed_by: args.expose,
             listen_address: control::listen_address(args.endpoint_address.as_deref()),
             ports: args.tunnel_ports.clone(),
             remap_pool: args.remap_pool.clone(),
@@ -456,6 +472,10 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         identity.clone(),
         ObjectRef::new(names::IDENTITY_CONFIGMAP).within(&args.namespace),
         connections.clone(),
+        service.map(|(followed, task)| {
+            tokio::spawn(task);
+            followed
+        }),
         tunnels_stop,
     ));
     let state = State {
@@ -528,9 +548,11 @@ async fn run_tunnels(
     identity: Followed<ConfigMap>,
     identity_ref: ObjectRef<ConfigMap>,
     mut connections: Followed<Connection>,
+    service: Option<Followed<Service>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut identity_state = identity.state.clone();
+    let mut service_state = service.as_ref().map(|s| s.state.clone());
     loop {
         // Only from a complete list: a tunnel is never stopped because
         // the store has not seen its Connection yet.
@@ -543,13 +565,24 @@ async fn run_tunnels(
                 })
                 .map(|id| control::Local::of(&id, control::node_networks()))
                 .unwrap_or_default();
-            tunnels.converge(&local, &connections.store.state()).await;
+            let exposure = service
+                .as_ref()
+                .and_then(|s| s.store.state().into_iter().next());
+            tunnels
+                .converge(&local, &connections.store.state(), exposure.as_deref())
+                .await;
         }
         // Counters and exited processes are looked at every second too.
         tokio::select! {
             _ = stop.changed() => break,
             _ = connections.state.changed() => {}
             _ = identity_state.changed() => {}
+            Some(_) = async {
+                match service_state.as_mut() {
+                    Some(state) => Some(state.changed().await),
+                    None => std::future::pending().await,
+                }
+            } => {}
             () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
         }
     }

@@ -9,14 +9,15 @@ use std::time::Duration;
 use ipnet::IpNet;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Toleration};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service, Toleration};
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::runtime::wait::conditions;
 use liqo_api::core::identity;
 use liqo_api::discovery::ApiAddress;
 use liqo_api::names::{self, labels};
+use liqo_api::networking::GatewayServiceType;
 use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
 
@@ -86,6 +87,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
             .or(kept.endpoint_address),
         ports: flags.tunnels.ports.clone().or(kept.ports),
         remap_pool: flags.tunnels.remap_pool.clone().or(kept.remap_pool),
+        service_type: flags.service_type.unwrap_or(kept.service_type),
     };
     let advertise_address = advertise_address(&cluster, &flags, installed_gateway, announce)?;
     let manifests = manifests::render(&Options {
@@ -115,6 +117,21 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         *changes.entry(change.to_string()).or_default() += 1;
         if let Manifest::Crd(crd) = manifest {
             wait_established(&cluster, crd, deadline, args.timeout).await?;
+        }
+    }
+    // A Service in front of the tunnels that is no longer wanted goes
+    // (only ours: a namesake of someone else's was refused above).
+    if tunnels.service_type.is_none() {
+        let service = Manifest::Service(Box::new(Service {
+            metadata: ObjectMeta {
+                name: Some(names::GATEWAY.to_owned()),
+                namespace: Some(names::NAMESPACE.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }));
+        if let apply::Deletion::Deleted { .. } = apply::delete(&cluster, &service).await? {
+            *changes.entry("deleted".to_owned()).or_default() += 1;
         }
     }
     let summary: Vec<String> = changes.iter().map(|(c, n)| format!("{n} {c}")).collect();
@@ -156,13 +173,27 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         (Some(address), true) => format!("  announced:    on the LAN (mDNS), API at {address}"),
         _ => "  announced:    no (see --announce)".to_owned(),
     });
+    let reached = match (tunnels.service_type, tunnels.endpoint_address.as_deref()) {
+        (Some(GatewayServiceType::NodePort), host) => format!(
+            "{}, at the node ports of Service {}/{}",
+            host.unwrap_or("the gateway's node address"),
+            names::NAMESPACE,
+            names::GATEWAY
+        ),
+        (Some(GatewayServiceType::LoadBalancer), None) => format!(
+            "the load balancer of Service {}/{}",
+            names::NAMESPACE,
+            names::GATEWAY
+        ),
+        (_, Some(host)) => host.to_owned(),
+        (None, None) => "the gateway's node address".to_owned(),
+    };
     printer.result(format!(
-        "  tunnels:      UDP {} on {}",
-        tunnels.ports.as_deref().unwrap_or("51820-51899"),
+        "  tunnels:      UDP {} on {reached}",
         tunnels
-            .endpoint_address
+            .ports
             .as_deref()
-            .unwrap_or("the gateway's node address")
+            .unwrap_or(manifests::DEFAULT_TUNNEL_PORTS),
     ));
     Ok(())
 }
@@ -226,6 +257,8 @@ struct Flags {
     advertise_address: Option<ApiAddress>,
     /// `None`s keep the installed gateway's.
     tunnels: manifests::TunnelSettings,
+    /// `None` keeps the installed Service type; `Some(None)` removes it.
+    service_type: Option<Option<GatewayServiceType>>,
 }
 
 impl Flags {
@@ -276,6 +309,7 @@ impl Flags {
                 })
                 .transpose()?,
             tunnels: tunnel_settings(args)?,
+            service_type: service_type(args)?,
         })
     }
 }
@@ -312,11 +346,42 @@ fn tunnel_settings(args: &InstallArgs) -> Result<manifests::TunnelSettings, User
             }
         }
     }
+    if let (Some(ports), Some(kind)) = (&args.tunnel_ports, &args.gateway_service_type) {
+        let width = ports
+            .split_once('-')
+            .and_then(|(a, b)| Some(b.trim().parse::<u32>().ok()? - a.trim().parse::<u32>().ok()?));
+        if kind != "None" && width.is_some_and(|w| w >= MAX_SERVICE_PORTS) {
+            return Err(usage(format!(
+                "--tunnel-ports {ports} is more than {MAX_SERVICE_PORTS} ports for a Service \
+                 in front of the gateway: give a narrower range"
+            )));
+        }
+    }
     Ok(manifests::TunnelSettings {
         endpoint_address: args.gateway_address.clone(),
         ports: args.tunnel_ports.as_ref().map(|p| p.replace(' ', "")),
         remap_pool: args.remap_pool.as_ref().map(|p| p.replace(' ', "")),
+        service_type: None,
     })
+}
+
+/// At most this many tunnel ports behind a Service: each is a port of the
+/// Service (and a node port, or a load balancer's listener).
+const MAX_SERVICE_PORTS: u32 = 100;
+
+/// `--gateway-service-type`: `None` when not given (kept), `Some(None)` to
+/// have no Service.
+fn service_type(args: &InstallArgs) -> Result<Option<Option<GatewayServiceType>>, UserError> {
+    args.gateway_service_type
+        .as_deref()
+        .map(|t| match t {
+            "None" => Ok(None),
+            other => other
+                .parse()
+                .map(Some)
+                .map_err(|e| UserError::Usage(format!("--gateway-service-type: {e}, nor None"))),
+        })
+        .transpose()
 }
 
 /// Parses `key=value` pairs; keys and values checked as the API server
@@ -387,6 +452,7 @@ async fn check_permissions(cluster: &ClusterClient) -> anyhow::Result<()> {
         ("rbac.authorization.k8s.io", "clusterrolebindings", None),
         ("", "serviceaccounts", Some(ns)),
         ("", "configmaps", Some(ns)),
+        ("", "services", Some(ns)),
         ("rbac.authorization.k8s.io", "roles", Some(ns)),
         ("rbac.authorization.k8s.io", "rolebindings", Some(ns)),
         ("apps", "deployments", Some(ns)),

@@ -51,6 +51,7 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
         Manifest::Deployment(o) => apply_to(namespaced(c, o.as_ref()), o.as_ref()).await,
         Manifest::Secret(o) => apply_to(namespaced(c, o), o).await,
         Manifest::ResourceQuota(o) => apply_to(namespaced(c, o), o).await,
+        Manifest::Service(o) => apply_to(namespaced(c, o.as_ref()), o.as_ref()).await,
         Manifest::Tenant(o) => apply_to(Api::all(c), o.as_ref()).await,
         Manifest::ForeignCluster(o) => apply_to(Api::all(c), o.as_ref()).await,
         Manifest::SharingPolicy(o) => apply_to(Api::all(c), o.as_ref()).await,

@@ -368,7 +368,11 @@ mod tests {
                     // Only create may go unnamed: there is no name yet.
                     None => assert_eq!(verbs, ["create"], "{rule}"),
                     Some(names) => {
-                        let want = if resources.contains("foreignclusters") {
+                        // The ForeignCluster and the tunnel's Connection are
+                        // named after the provider.
+                        let want = if resources.contains("foreignclusters")
+                            || resources.contains("connections")
+                        {
                             "prov-1"
                         } else if resources.contains("configmaps") {
                             names::IDENTITY_CONFIGMAP
