@@ -15,7 +15,7 @@
 //!   target failed.
 //!
 //! Everything here is blocking and small: one thread per connection on
-//! the server, one connection at a time on the prober.
+//! the server, one per target on the prober.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -156,7 +156,27 @@ fn probe(args: &ProbeArgs) -> anyhow::Result<std::process::ExitCode> {
         .map(|t| Target::parse(t).map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let timeout = Duration::from_secs(args.timeout);
-    let results = targets.iter().map(|t| check(t, timeout)).collect();
+    // All at once: a target that does not answer costs the whole timeout.
+    let results = std::thread::scope(|scope| {
+        let running: Vec<_> = targets
+            .iter()
+            .map(|t| scope.spawn(move || check(t, timeout)))
+            .collect();
+        running
+            .into_iter()
+            .zip(&targets)
+            .map(|(thread, t)| {
+                thread.join().unwrap_or_else(|_| Outcome {
+                    name: t.name.clone(),
+                    address: t.address.clone(),
+                    attempts: 0,
+                    rtt_ms: None,
+                    answer: None,
+                    error: Some("the check of this target crashed".into()),
+                })
+            })
+            .collect()
+    });
     let report = Report {
         from: own_name(args.name.as_ref()),
         results,
