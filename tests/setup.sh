@@ -39,4 +39,6 @@ if [ ${#packages[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >&2
 fi
 
+# The current wireguard-go, which the tunnel's interoperability test runs.
+bash tests/wireguard-go/build.sh >/dev/null
 bash tests/toolchain/build.sh

@@ -5,7 +5,7 @@
 #   - plain veth (no tunnel: the ceiling),
 #   - our gateway (`liqo-gateway tunnel`, release build) at both ends,
 #   - the current wireguard-go, built from its Go module pinned in
-#     tests/bench/wireguard-go (with its TUN and UDP offloads),
+#     tests/wireguard-go (with its TUN and UDP offloads),
 #   - Debian's wireguard-go (2022),
 #   - boringtun-cli (cargo install, cached).
 # For each: TCP throughput with one and with four streams (iperf3, 5 s),
@@ -23,12 +23,7 @@ cargo build --quiet --locked --release -p liqo-gateway
 ours=$PWD/target/release/liqo-gateway
 
 # The current wireguard-go, built once per pin.
-pin=$(sha256sum tests/bench/wireguard-go/go.mod tests/bench/wireguard-go/go.sum | sha256sum | cut -c1-16)
-wggo_current=$cache/wireguard-go/$pin/wireguard-go
-if [ ! -x "$wggo_current" ]; then
-  mkdir -p "$(dirname "$wggo_current")"
-  (cd tests/bench/wireguard-go && CGO_ENABLED=0 go build -trimpath -o "$wggo_current" golang.zx2c4.com/wireguard)
-fi
+wggo_current=$(bash tests/wireguard-go/build.sh)
 wggo_debian=$(command -v wireguard-go)
 boringtun=$cache/boringtun-cli/bin/boringtun-cli
 if [ ! -x "$boringtun" ]; then

@@ -1,6 +1,7 @@
 //! The gateway's tunnel with real packets: two network namespaces joined
 //! by a veth "internet", `liqo-gateway tunnel` in each (or standard
-//! WireGuard on one side: Debian's wireguard-go configured with `wg`),
+//! WireGuard on one side: Debian's wireguard-go, and the current one built
+//! from its Go module, configured with `wg`),
 //! and pings and TCP transfers whose every byte is checked, across the
 //! tunnel. Also: a restart of one side, the other side moving to a new
 //! address, 20 % packet loss on the link (nftables), and garbage sent to
@@ -269,7 +270,33 @@ fn lossy(ns: &NetNs, percent: u32) -> Result<()> {
 }
 
 #[test]
-fn our_gateway_and_standard_wireguard_understand_each_other() -> Result<()> {
+fn our_gateway_and_debians_wireguard_go_understand_each_other() -> Result<()> {
+    let wireguard_go = std::env::var("LIQO_WIREGUARD_GO").unwrap_or_else(|_| "wireguard-go".into());
+    interoperate(Path::new(&wireguard_go))
+}
+
+/// The current wireguard-go, built from the Go module pinned in
+/// `tests/wireguard-go` (with its TUN and UDP offloads, which change how
+/// it batches and what it sends).
+#[test]
+fn our_gateway_and_the_current_wireguard_go_understand_each_other() -> Result<()> {
+    let build = concat!(env!("CARGO_MANIFEST_DIR"), "/../wireguard-go/build.sh");
+    let out = std::process::Command::new("bash")
+        .arg(build)
+        .output()
+        .context("running tests/wireguard-go/build.sh")?;
+    ensure!(
+        out.status.success(),
+        "building wireguard-go: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = String::from_utf8(out.stdout)?;
+    interoperate(Path::new(path.trim()))
+}
+
+/// Our gateway at one end, `wireguard_go` configured with `wg` and `ip` at
+/// the other: ping both ways, and 8 MiB checked each way.
+fn interoperate(wireguard_go: &Path) -> Result<()> {
     let (a, b) = internet()?;
     let keys = Keys::new()?;
     let (ka, pa) = keys.pair("a")?;
@@ -277,15 +304,16 @@ fn our_gateway_and_standard_wireguard_understand_each_other() -> Result<()> {
     let mut ga = Gateway::new(&a, "10.99.0.1/24", &ka, &pb, keys.log("a"))
         .arg("--peer-endpoint", "192.168.77.2:51820");
     ga.start()?;
-    // b: Debian's wireguard-go, configured with wg and ip. WireGuard's
-    // userspace implementation refuses to start on a kernel that has the
-    // module unless asked.
-    let wireguard_go = std::env::var("LIQO_WIREGUARD_GO").unwrap_or_else(|_| "wireguard-go".into());
+    // b: wireguard-go, configured with wg and ip. WireGuard's userspace
+    // implementation refuses to start on a kernel that has the module
+    // unless asked.
     // Its control socket is named after the device in a folder shared by
     // every namespace: a name of this test's own.
-    let dev = format!("wgt{}", std::process::id() % 100_000);
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nth = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dev = format!("wgt{}x{nth}", std::process::id() % 100_000);
     let wg_go = b.spawn_with_env(
-        Path::new(&wireguard_go),
+        wireguard_go,
         &["-f", &dev],
         &[("WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD", "1")],
         &keys.log("wireguard-go"),
