@@ -37,7 +37,7 @@ pub(crate) fn ruleset() -> String {
     format!(
         "table ip liqo-testbed-relay {{\n\
          \tchain output {{\n\
-         \t\ttype nat hook output priority dstnat; policy accept;\n\
+         \t\ttype nat hook output priority -100; policy accept;\n\
          \t\tmeta mark {MARK:#x} return\n\
          \t\tip daddr 127.0.0.0/8 tcp dport != {RELAY_PORT} redirect to :{RELAY_PORT}\n\
          \t}}\n\
