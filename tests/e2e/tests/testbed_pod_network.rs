@@ -170,7 +170,10 @@ fn pid(pod: &Pod) -> Result<u32> {
         .and_then(|cs| cs.first())
         .and_then(|c| c.container_id.as_deref())
         .context("no container id")?;
-    Ok(id.strip_prefix("hostprocess://").context(id.to_owned())?.parse()?)
+    Ok(id
+        .strip_prefix("hostprocess://")
+        .context(id.to_owned())?
+        .parse()?)
 }
 
 /// Whether process `pid` runs in the named network namespace.
@@ -183,7 +186,16 @@ fn runs_in(pid: u32, netns: &str) -> Result<bool> {
 /// What `curl` fetched from `url` inside namespace `netns`, if it could.
 fn fetch(netns: &str, url: &str) -> Option<String> {
     let out = Command::new("ip")
-        .args(["netns", "exec", netns, "curl", "-sfk", "--max-time", "3", url])
+        .args([
+            "netns",
+            "exec",
+            netns,
+            "curl",
+            "-sfk",
+            "--max-time",
+            "3",
+            url,
+        ])
         .output()
         .ok()?;
     out.status
@@ -206,9 +218,7 @@ async fn fetches(netns: &str, url: &str, want: &str) -> Result<()> {
 /// Whether the node of `from` gets an answer to one ping of `to`.
 fn pings(from: &Cluster, to: Ipv4Addr) -> Result<bool> {
     let mut cmd = from.node_command("ping").context("no node namespace")?;
-    let out = cmd
-        .args(["-c", "1", "-W", "1", &to.to_string()])
-        .output()?;
+    let out = cmd.args(["-c", "1", "-W", "1", &to.to_string()]).output()?;
     Ok(out.status.success())
 }
 
@@ -344,7 +354,10 @@ async fn exercise(testbed: &Testbed) -> Result<()> {
     .await?;
     a.set_internet_link(false)?;
     ensure!(!pings(a, node_b)?, "reached node b with the link cut");
-    ensure!(!pings(b, node_a)?, "node b reached node a with its link cut");
+    ensure!(
+        !pings(b, node_a)?,
+        "node b reached node a with its link cut"
+    );
     a.set_internet_link(true)?;
     wait_for("node a to reach node b again", TIMEOUT, || async {
         pings(a, node_b)
@@ -359,7 +372,12 @@ async fn exercise(testbed: &Testbed) -> Result<()> {
     let once = json!({ "restartPolicy": "Never" });
     pods.create(
         &post,
-        &pod("says-bye", SAY_IMAGE, json!([{ "name": "MESSAGE", "value": "bye" }]), once.clone())?,
+        &pod(
+            "says-bye",
+            SAY_IMAGE,
+            json!([{ "name": "MESSAGE", "value": "bye" }]),
+            once.clone(),
+        )?,
     )
     .await?;
     let mut fails = once.clone();
