@@ -239,10 +239,30 @@ async fn terminated(pods: &Api<Pod>, name: &str) -> Result<(i32, Option<String>)
     terminated_message(&pods.get(name).await?).context("not terminated")
 }
 
+/// A pid that no process has.
+fn dead_pid() -> Result<u32> {
+    let max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")?
+        .trim()
+        .parse()?;
+    (1..max)
+        .rev()
+        .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .context("every pid is taken")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_get_namespaces_addresses_services_and_an_internet() -> Result<()> {
     let bin = BinDir::new()?;
+    // What a testbed killed with SIGKILL would leave: the next one deletes
+    // it. (Our pid in place of a port: two runs of this test at once.)
+    let stale = format!("lqtb-{}-{}-node", dead_pid()?, std::process::id());
+    liqo_e2e::netns::ip(&["netns", "add", &stale])?;
     let testbed = Testbed::start(vec![spec("a", 1, &bin.0), spec("b", 2, &bin.0)]).await?;
+    let left = Path::new("/run/netns").join(&stale).exists();
+    if left {
+        let _ = liqo_e2e::netns::ip(&["netns", "del", &stale]);
+    }
+    ensure!(!left, "{stale} was left");
     let result = exercise(&testbed).await;
     if result.is_err() {
         for cluster in testbed.clusters() {

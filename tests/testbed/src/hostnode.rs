@@ -508,10 +508,15 @@ impl Kubelet {
 
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             if pod.metadata.deletion_timestamp.is_some() {
+                // As a kubelet tears down a pod's sandbox before the pod
+                // goes from the API: whoever sees it gone sees its
+                // namespace and veth gone.
+                if runtime.is_stopped() {
+                    runtime.release_network();
+                }
                 if runtime.is_stopped() && delete(&pods, name, uid).await {
                     tracing::info!(%node, pod = %format!("{namespace}/{name}"), "deleted");
                     let ip = runtime.ip();
-                    // Its network namespace goes with it.
                     self.pods.remove(uid);
                     if let Some(ips) = self.ips.as_mut() {
                         ips.give_back(ip);

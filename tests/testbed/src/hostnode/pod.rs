@@ -258,6 +258,12 @@ impl PodRuntime {
         self.ip
     }
 
+    /// Deletes the pod's own network namespace and veth, once its
+    /// processes are gone.
+    pub(super) fn release_network(&mut self) {
+        self.network._own.take();
+    }
+
     /// The events to post since the last call.
     pub(super) fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
