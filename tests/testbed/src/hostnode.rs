@@ -627,14 +627,14 @@ fn network(config: &HostNodeConfig, pod: &Pod, ip: Ipv4Addr) -> Result<pod::Netw
         return Ok(pod::Network {
             host_ip,
             netns: None,
-            _own: None,
+            own: None,
         });
     };
     if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
         return Ok(pod::Network {
             host_ip,
             netns: Some(podnet::netns_path(&net.node_netns)),
-            _own: None,
+            own: None,
         });
     }
     let own = PodNet::new(net.api_port, &net.node_netns, host_ip, ip)?;
@@ -642,7 +642,7 @@ fn network(config: &HostNodeConfig, pod: &Pod, ip: Ipv4Addr) -> Result<pod::Netw
     Ok(pod::Network {
         host_ip,
         netns: Some(own.path()),
-        _own: Some((own, relay)),
+        own: Some((own, relay)),
     })
 }
 

@@ -116,7 +116,7 @@ pub(super) struct Network {
     pub(super) netns: Option<PathBuf>,
     /// The namespace the pod owns, and the relay of its loopback to the
     /// API servers; both go with the pod.
-    pub(super) _own: Option<(PodNet, Relay)>,
+    pub(super) own: Option<(PodNet, Relay)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,7 +261,7 @@ impl PodRuntime {
     /// Deletes the pod's own network namespace and veth, once its
     /// processes are gone.
     pub(super) fn release_network(&mut self) {
-        self.network._own.take();
+        self.network.own.take();
     }
 
     /// The events to post since the last call.
