@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the test clusters' control-plane binaries (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, etcd, kwok) from the Go
+# kube-controller-manager, kube-scheduler, kube-proxy, kubectl, etcd, kwok) from the Go
 # modules pinned beside this script, into a cache outside the repository.
 #
 # The cache folder is keyed by the hash of the pins (go.mod, go.sum, the
@@ -14,10 +14,10 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache_root=${LIQO_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/liqo-rs/toolchain}
 # Bump when the way the binaries are built changes (flags, list).
-build_rev=2
+build_rev=3
 key=$( (echo "$build_rev"; cd "$here" && cat */go.mod */go.sum */*.go) | sha256sum | cut -c1-16)
 out="$cache_root/$key"
-bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd kwok)
 
 complete() {
   for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done
@@ -55,7 +55,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 (cd "$here/kubernetes" && go build -trimpath -ldflags="-s -w$stamp" -o "$staging/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl)
 (cd "$here/etcd" && go build "${flags[@]}" -o "$staging/etcd" .)
 (cd "$here/kwok" && go build "${flags[@]}" -o "$staging/" sigs.k8s.io/kwok/cmd/kwok)
 echo "built in $(( $(date +%s) - start ))s" >&2

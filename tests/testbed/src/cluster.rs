@@ -1,11 +1,14 @@
 //! One test cluster: etcd, kube-apiserver, kube-controller-manager,
 //! kube-scheduler, kwok with its fake worker nodes and, if asked for, a
-//! host-process node (see [`crate::hostnode`]), all on loopback, all stopped
-//! when the [`Cluster`] is dropped.
+//! host-process node (see [`crate::hostnode`]), all on loopback, and in the
+//! pod-network mode its node namespace and kube-proxy (see
+//! [`crate::podnet`]); all stopped when the [`Cluster`] is dropped.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
@@ -16,10 +19,11 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::hostnode::{self, HostNode, HostNodeConfig};
+use crate::hostnode::{self, HostNode, HostNodeConfig, PodNetworkConfig};
 use crate::pki::{self, Authority, Pair};
+use crate::podnet::{self, Internet, NodeNet};
 use crate::ports::free_port;
-use crate::process::{Process, resident_bytes};
+use crate::process::{self, Process, resident_bytes};
 use crate::toolchain::Toolchain;
 use crate::{Error, io_error, write_private};
 
@@ -52,6 +56,14 @@ pub struct ClusterSpec {
     /// fail to pull there. [`crate::default_host_images`] by default.
     #[serde(default = "crate::default_host_images")]
     pub host_images: BTreeMap<String, String>,
+    /// The pod-network mode: the host-process node gets a network namespace
+    /// of its own joined to the testbed's "internet", its pods get
+    /// namespaces of their own with addresses of its pod CIDR, and
+    /// kube-proxy serves the cluster's Services there (see
+    /// `docs/testbed.md`). Needs `agent_bin_dir`. Off: pods share the
+    /// host's network, with loopback addresses.
+    #[serde(default)]
+    pub pod_network: bool,
 }
 
 impl ClusterSpec {
@@ -68,6 +80,7 @@ impl ClusterSpec {
             service_cidr: format!("10.{}.0.0/16", 100u16 + u16::from(index)),
             agent_bin_dir: None,
             host_images: crate::default_host_images(),
+            pod_network: false,
         }
     }
 
@@ -138,6 +151,17 @@ struct ApiServer {
     state: ApiServerState,
 }
 
+/// A pod-network cluster's place on its testbed's internet.
+#[derive(Debug, Clone)]
+pub(crate) struct Uplink {
+    pub(crate) internet: Arc<Internet>,
+    /// The last byte of the node's address there.
+    pub(crate) place: u8,
+}
+
+/// The port kube-proxy answers `/healthz` on, at the node's address.
+const KUBE_PROXY_HEALTHZ_PORT: u16 = 10256;
+
 /// How long a stopping kube-apiserver may take to exit before it is killed.
 /// It stops listening at once on SIGTERM, but then waits on the watches of
 /// the controllers, kwok and agents, which do not end: it would linger for
@@ -158,6 +182,8 @@ pub struct Cluster {
     apiserver: Option<ApiServer>,
     /// Stopped before the control plane, while the API still answers.
     host_node: Option<HostNode>,
+    /// The node namespace of the pod-network mode; deleted last.
+    node_net: Option<NodeNet>,
 }
 
 impl Cluster {
@@ -165,17 +191,45 @@ impl Cluster {
     /// returns once its API answers, its nodes (the host-process node too,
     /// if any) are Ready with a pod CIDR and its controllers have created
     /// the default service account.
+    ///
+    /// A pod-network cluster started alone has an internet of its own;
+    /// [`crate::Testbed`] joins its clusters on one.
     pub async fn start(
         spec: ClusterSpec,
         dir: &Path,
         toolchain: &Toolchain,
     ) -> Result<Self, Error> {
+        Self::start_with(spec, dir, toolchain, None).await
+    }
+
+    /// [`Cluster::start`], with the node of a pod-network cluster on
+    /// `uplink`'s internet.
+    pub(crate) async fn start_with(
+        spec: ClusterSpec,
+        dir: &Path,
+        toolchain: &Toolchain,
+        uplink: Option<Uplink>,
+    ) -> Result<Self, Error> {
+        if spec.pod_network && spec.agent_bin_dir.is_none() {
+            return Err(Error::Spec(format!(
+                "cluster {}: the pod-network mode needs a host-process node (an agent folder)",
+                spec.name
+            )));
+        }
+        let uplink = match uplink {
+            Some(uplink) => Some(uplink),
+            None if spec.pod_network => Some(Uplink {
+                internet: Internet::new()?,
+                place: 1,
+            }),
+            None => None,
+        };
         // Ports are picked free but taken only later, so another process may
         // win one in between; that shows as an exit at start, and a new set
         // of ports fixes it.
         let mut attempt = 1;
         loop {
-            match Self::start_once(spec.clone(), dir, toolchain).await {
+            match Self::start_once(spec.clone(), dir, toolchain, uplink.clone()).await {
                 Err(Error::Exited { ref log, .. })
                     if attempt < 3 && log.contains("address already in use") =>
                 {
@@ -191,6 +245,7 @@ impl Cluster {
         spec: ClusterSpec,
         dir: &Path,
         toolchain: &Toolchain,
+        uplink: Option<Uplink>,
     ) -> Result<Self, Error> {
         crate::dirs::make_fresh(dir)?;
         let pki_dir = dir.join("pki");
@@ -243,6 +298,16 @@ impl Cluster {
         let scheduler_kubeconfig =
             kubeconfig_for("kube-scheduler.kubeconfig", "system:kube-scheduler", &[])?;
         let kwok_kubeconfig = kubeconfig_for("kwok.kubeconfig", "kwok", &["system:masters"])?;
+        // The default ClusterRoleBinding system:node-proxier gives this
+        // user what kube-proxy needs.
+        let kube_proxy_kubeconfig = match &uplink {
+            Some(_) => Some(kubeconfig_for(
+                "kube-proxy.kubeconfig",
+                "system:kube-proxy",
+                &[],
+            )?),
+            None => None,
+        };
 
         let mut cluster = Self {
             spec,
@@ -252,6 +317,7 @@ impl Cluster {
             processes: Vec::new(),
             apiserver: None,
             host_node: None,
+            node_net: None,
         };
         let spec = cluster.spec.clone();
         let p = |path: &Path| path.display().to_string();
@@ -400,6 +466,9 @@ impl Cluster {
 
         cluster.create_nodes(&client).await?;
         cluster.wait_until_usable(&client).await?;
+        if let Some(uplink) = uplink {
+            cluster.node_net = Some(NodeNet::new(api_port, uplink.internet, uplink.place)?);
+        }
         if let Some(bin_dir) = &spec.agent_bin_dir {
             // Absolute: the pods' processes run in folders of their own.
             let absolute = |path: &Path| std::path::absolute(path).map_err(io_error(path));
@@ -413,10 +482,72 @@ impl Cluster {
                 images: spec.host_images.clone(),
                 pods_dir: absolute(&dir.join("pods"))?,
                 subnet: hostnode::loopback_subnet(api_port),
+                node_ip: match &cluster.node_net {
+                    Some(net) => net.address(),
+                    None => hostnode::node_address(hostnode::loopback_subnet(api_port)),
+                },
+                pod_network: cluster.node_net.as_ref().map(|net| PodNetworkConfig {
+                    node_netns: net.name().to_owned(),
+                    api_port,
+                }),
             };
             cluster.start_host_node(config, &client).await?;
         }
+        if let Some(kubeconfig) = &kube_proxy_kubeconfig {
+            cluster.start_kube_proxy(toolchain, kubeconfig).await?;
+        }
         Ok(cluster)
+    }
+
+    /// Starts kube-proxy in the node namespace, in nftables mode, for the
+    /// host-process node, and returns once it has programmed the Services
+    /// (its `/healthz` answers 200). It leaves the machine's conntrack
+    /// settings alone: they are not the test's to change.
+    async fn start_kube_proxy(
+        &mut self,
+        toolchain: &Toolchain,
+        kubeconfig: &Path,
+    ) -> Result<(), Error> {
+        let (Some(net), Some(node)) = (&self.node_net, self.host_node_name()) else {
+            return Ok(());
+        };
+        let netns = net.path();
+        let healthz = net.address();
+        let args = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--proxy-mode=nftables".into(),
+            format!("--hostname-override={node}"),
+            format!("--cluster-cidr={}", self.spec.pod_cidr),
+            format!("--healthz-bind-address={healthz}:{KUBE_PROXY_HEALTHZ_PORT}"),
+            "--conntrack-max-per-core=0".into(),
+            "--conntrack-tcp-timeout-established=0".into(),
+            "--conntrack-tcp-timeout-close-wait=0".into(),
+            "--oom-score-adj=0".into(),
+            "--v=1".into(),
+        ];
+        let name = "kube-proxy";
+        let program = toolchain.binary(name);
+        let log = self.dir.join("logs").join(format!("{name}.log"));
+        let mut cmd = std::process::Command::new(&program);
+        cmd.args(&args);
+        process::with_netns(&mut cmd, Some(&netns)).map_err(io_error(&netns))?;
+        let process = Process::spawn_command(name, cmd, &log).map_err(io_error(&program))?;
+        tracing::debug!(cluster = %self.spec.name, %name, pid = process.pid(), "started");
+        self.processes.push(process);
+        let dialer = hostnode::Dialer {
+            netns: Some(netns.clone()),
+        };
+        self.wait_for("kube-proxy to be healthy", || {
+            let dialer = dialer.clone();
+            let host = healthz.to_string();
+            async move {
+                let status =
+                    hostnode::http_get(&dialer, &host, KUBE_PROXY_HEALTHZ_PORT, "/healthz", &[])
+                        .await;
+                Ok(status.is_ok_and(|s| s == 200))
+            }
+        })
+        .await
     }
 
     async fn start_host_node(
@@ -637,6 +768,61 @@ impl Cluster {
         client_from_kubeconfig(&self.kubeconfig).await
     }
 
+    /// The node namespace's name, for a pod-network cluster: where its
+    /// kube-proxy and host-network pods run (`ip netns exec <name> …`).
+    pub fn node_netns(&self) -> Option<&str> {
+        self.node_net.as_ref().map(NodeNet::name)
+    }
+
+    /// The node's address on the testbed's internet (192.168.100.N/24, N
+    /// being the cluster's place in its testbed), for a pod-network
+    /// cluster: its InternalIP and host-network pods' IP.
+    pub fn node_address(&self) -> Option<Ipv4Addr> {
+        self.node_net.as_ref().map(NodeNet::address)
+    }
+
+    /// The name of the network namespace of the pod with address `pod_ip`,
+    /// for a pod-network cluster (whether or not such a pod exists).
+    pub fn pod_netns(&self, pod_ip: Ipv4Addr) -> Option<String> {
+        let port = self.api_port()?;
+        self.node_net
+            .as_ref()
+            .map(|_| podnet::names::pod(port, pod_ip))
+    }
+
+    /// The node namespace's end of the veth of the pod with address
+    /// `pod_ip`, for a pod-network cluster.
+    pub fn pod_veth(&self, pod_ip: Ipv4Addr) -> Option<String> {
+        self.node_net.as_ref().map(|_| podnet::names::veth(pod_ip))
+    }
+
+    /// Cuts (`false`) or mends (`true`) the node's link to the testbed's
+    /// internet: the node keeps its address, and its pods their gateway;
+    /// packets to and from other nodes are lost meanwhile.
+    pub fn set_internet_link(&self, up: bool) -> Result<(), Error> {
+        match &self.node_net {
+            Some(net) => net.set_internet_link(up),
+            None => Err(Error::Spec(format!(
+                "cluster {} has no pod network",
+                self.spec.name
+            ))),
+        }
+    }
+
+    /// A command that runs `program` in the node namespace (through `ip
+    /// netns exec`), for a pod-network cluster.
+    pub fn node_command(&self, program: &str) -> Option<std::process::Command> {
+        let netns = self.node_netns()?;
+        let mut cmd = std::process::Command::new("ip");
+        cmd.args(["netns", "exec", netns, program]);
+        Some(cmd)
+    }
+
+    /// The API server's port, from its URL.
+    fn api_port(&self) -> Option<u16> {
+        self.server.rsplit_once(':')?.1.parse().ok()
+    }
+
     /// The name of the host-process node, if the cluster has one.
     pub fn host_node_name(&self) -> Option<&str> {
         self.host_node.as_ref().map(HostNode::name)
@@ -839,6 +1025,8 @@ impl Cluster {
         while let Some(mut process) = self.processes.pop() {
             process.stop(Duration::from_secs(5));
         }
+        // Once nothing runs in it.
+        self.node_net.take();
     }
 }
 

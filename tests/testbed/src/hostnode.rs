@@ -56,7 +56,16 @@
 //!   its own mount namespace), runs as the harness' user (root), shares the
 //!   host's network, and is given the service-account credentials through
 //!   `KUBECONFIG` (with a pod-bound token) besides the mounted token.
-//! - Pod IPs are loopback addresses, which all route to `lo` on Linux: each
+//! - Pod-network mode (`ClusterSpec::pod_network`, see [`crate::podnet`]):
+//!   the node has a network namespace of its own, where host-network pods
+//!   run (their IP is the node's address on the testbed's internet, also
+//!   its InternalIP); every other pod gets a namespace of its own, an
+//!   address of the node's `spec.podCIDR` on a veth routed from the node,
+//!   and its containers and exec probes run there; the node's `httpGet`
+//!   and `tcpSocket` probes connect from the node namespace. Each
+//!   namespace reaches the API servers on the host's loopback through a
+//!   relay of the node. The namespace, veth and address go with the pod.
+//! - Otherwise, pod IPs are loopback addresses, which all route to `lo` on Linux: each
 //!   node hands out `127.H.L.2`, `127.H.L.3`, … where `H.L` is its API
 //!   server's port, so the /24 is unique to the cluster among the clusters
 //!   running on the machine. The API server takes them as pod IPs, but
@@ -77,6 +86,7 @@
 
 mod env;
 mod node;
+pub(crate) use probe::{Dialer, http_get};
 mod pod;
 mod probe;
 mod volume;
@@ -96,6 +106,8 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::cluster::client_from_kubeconfig;
+use crate::podnet::relay::Relay;
+use crate::podnet::{self, PodNet};
 use crate::process::{stop_all, tail};
 use crate::{Error, io_error};
 use pod::{Context, PodRuntime};
@@ -157,8 +169,23 @@ pub(crate) struct HostNodeConfig {
     /// The allow-list: image repository → binary of `bin_dir`.
     pub(crate) images: BTreeMap<String, String>,
     pub(crate) pods_dir: PathBuf,
-    /// The first three bytes of the pods' addresses.
+    /// The first three bytes of the pods' addresses, without a pod network.
     pub(crate) subnet: [u8; 3],
+    /// The node's address: its InternalIP, every pod's hostIP, and
+    /// host-network pods' IP.
+    pub(crate) node_ip: Ipv4Addr,
+    /// The node's network namespace, in the pod-network mode.
+    pub(crate) pod_network: Option<PodNetworkConfig>,
+}
+
+/// The host node's part of the pod-network mode: the namespace that
+/// [`crate::podnet::NodeNet`] made, to run host-network pods and relay in,
+/// and to put each pod's namespace next to.
+#[derive(Debug, Clone)]
+pub(crate) struct PodNetworkConfig {
+    pub(crate) node_netns: String,
+    /// The cluster's API server port: the pods' namespaces are named after it.
+    pub(crate) api_port: u16,
 }
 
 /// The loopback /24 of the pods of the cluster whose API server listens on
@@ -287,13 +314,17 @@ fn serve(
 struct Kubelet {
     config: HostNodeConfig,
     client: kube::Client,
-    http: reqwest::Client,
+    dialer: Dialer,
+    /// The relay of the node namespace's loopback, in the pod-network mode.
+    _relay: Option<Relay>,
     node_uid: String,
     ready_since: Timestamp,
     lease_renewed: Instant,
     status_posted: Instant,
     pods: HashMap<String, PodRuntime>,
-    ips: IpPool,
+    /// Set once the pods' subnet is known: in the pod-network mode, once
+    /// the controller-manager has given the node its pod CIDR.
+    ips: Option<IpPool>,
     /// The mount points made on the host for the pods' volumes, parents
     /// first, removed once no pod needs them.
     created: std::cell::RefCell<Vec<PathBuf>>,
@@ -305,13 +336,14 @@ impl Kubelet {
     /// Creates the Node, Ready, and its Lease.
     async fn register(config: HostNodeConfig) -> Result<Self, Error> {
         let client = client_from_kubeconfig(&config.admin_kubeconfig).await?;
-        let http = reqwest::Client::builder()
-            // Probes go to loopback addresses, never through a proxy of
-            // the harness' environment.
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(Error::ProbeClient)?;
+        let node_netns = (config.pod_network.as_ref()).map(|p| podnet::netns_path(&p.node_netns));
+        let relay = match &node_netns {
+            Some(path) => Some(Relay::start(path).map_err(io_error(path))?),
+            None => None,
+        };
+        let dialer = Dialer {
+            netns: node_netns.clone(),
+        };
         let name = &config.node_name;
         let nodes: Api<Node> = Api::all(client.clone());
         let kube_error = |what: &str| {
@@ -329,7 +361,7 @@ impl Kubelet {
             Err(source) => return Err(kube_error("creating")(source)),
         };
         let kubelet = Self {
-            ips: IpPool::new(config.subnet),
+            ips: (config.pod_network.is_none()).then(|| IpPool::new(config.subnet, config.node_ip)),
             node_uid: node.metadata.uid.unwrap_or_default(),
             ready_since: Timestamp::now(),
             lease_renewed: Instant::now(),
@@ -337,7 +369,8 @@ impl Kubelet {
             pods: HashMap::new(),
             created: std::cell::RefCell::new(Vec::new()),
             cleanup_ticks: 0,
-            http,
+            dialer,
+            _relay: relay,
             client,
             config,
         };
@@ -404,7 +437,7 @@ impl Kubelet {
         let name = &self.config.node_name;
         let status = node::status(
             name,
-            node_address(self.config.subnet),
+            self.config.node_ip,
             &self.ready_since,
             &Timestamp::now(),
         );
@@ -426,9 +459,12 @@ impl Kubelet {
         let listed = Api::<Pod>::all(self.client.clone())
             .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
             .await?;
+        if self.ips.is_none() {
+            self.ips = self.pod_cidr_pool().await;
+        }
         let ctx = Context {
             client: &self.client,
-            http: &self.http,
+            dialer: &self.dialer,
             config: &self.config,
             created: &self.created,
         };
@@ -448,11 +484,23 @@ impl Kubelet {
                 // A pod that ended before this node knew it has nothing to run.
                 Entry::Vacant(_) if is_finished(pod) => continue,
                 Entry::Vacant(entry) => {
-                    let Some(ip) = self.ips.take(pod) else {
+                    let Some(ips) = self.ips.as_mut() else {
+                        // No pod CIDR yet: the pod waits, as for a CNI.
+                        continue;
+                    };
+                    let Some(ip) = ips.take(pod) else {
                         tracing::warn!(%node, pod = %format!("{namespace}/{name}"), "no pod address left");
                         continue;
                     };
-                    entry.insert(PodRuntime::new(pod, ip, ctx.config))
+                    let network = match network(ctx.config, pod, ip) {
+                        Ok(network) => network,
+                        Err(e) => {
+                            tracing::warn!(%node, pod = %format!("{namespace}/{name}"), "making its network: {e}");
+                            ips.give_back(ip);
+                            continue;
+                        }
+                    };
+                    entry.insert(PodRuntime::new(pod, ip, network, ctx.config))
                 }
             };
             runtime.sync(pod, &ctx).await;
@@ -460,11 +508,19 @@ impl Kubelet {
 
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             if pod.metadata.deletion_timestamp.is_some() {
+                // As a kubelet tears down a pod's sandbox before the pod
+                // goes from the API: whoever sees it gone sees its
+                // namespace and veth gone.
+                if runtime.is_stopped() {
+                    runtime.release_network();
+                }
                 if runtime.is_stopped() && delete(&pods, name, uid).await {
                     tracing::info!(%node, pod = %format!("{namespace}/{name}"), "deleted");
                     let ip = runtime.ip();
                     self.pods.remove(uid);
-                    self.ips.give_back(ip);
+                    if let Some(ips) = self.ips.as_mut() {
+                        ips.give_back(ip);
+                    }
                 }
             } else if let Some(status) = runtime.status_if_changed(pod) {
                 let patch = Patch::Merge(json!({ "status": status }));
@@ -492,7 +548,10 @@ impl Kubelet {
             runtime.stop(ORPHAN_GRACE);
             runtime.reap_all();
             if runtime.is_stopped() {
-                self.ips.give_back(entry.remove().ip());
+                let ip = entry.remove().ip();
+                if let Some(ips) = self.ips.as_mut() {
+                    ips.give_back(ip);
+                }
             }
         }
         if self.pods.len() < count {
@@ -505,6 +564,23 @@ impl Kubelet {
             self.remove_unused_mount_points();
         }
         Ok(())
+    }
+
+    /// The pool of the node's pod CIDR (the first /24 of it), once the
+    /// controller-manager has given it one.
+    async fn pod_cidr_pool(&self) -> Option<IpPool> {
+        let node = Api::<Node>::all(self.client.clone())
+            .get(&self.config.node_name)
+            .await
+            .ok()?;
+        let cidr = node.spec?.pod_cidr?;
+        match pod_subnet(&cidr) {
+            Some(subnet) => Some(IpPool::new(subnet, self.config.node_ip)),
+            None => {
+                tracing::warn!(node = %self.config.node_name, %cidr, "the pod CIDR is not an IPv4 CIDR of a /24 or more");
+                None
+            }
+        }
     }
 
     /// Removes the mount points the node made that no pod uses any more.
@@ -532,6 +608,42 @@ impl Kubelet {
         }
         tracing::info!(node = %self.config.node_name, "host-process node stopped");
     }
+}
+
+/// The first three bytes of the /24 that a node's pods get their
+/// addresses from, out of its pod CIDR.
+fn pod_subnet(cidr: &str) -> Option<[u8; 3]> {
+    let net: ipnet::Ipv4Net = cidr.parse().ok()?;
+    let [a, b, c, _] = net.network().octets();
+    (net.prefix_len() <= 24).then_some([a, b, c])
+}
+
+/// Where a pod with address `ip` meets the network: in the pod-network
+/// mode, the node's namespace for a host-network pod, else a namespace of
+/// its own, made now; otherwise the host's.
+fn network(config: &HostNodeConfig, pod: &Pod, ip: Ipv4Addr) -> Result<pod::Network, Error> {
+    let host_ip = config.node_ip;
+    let Some(net) = &config.pod_network else {
+        return Ok(pod::Network {
+            host_ip,
+            netns: None,
+            own: None,
+        });
+    };
+    if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+        return Ok(pod::Network {
+            host_ip,
+            netns: Some(podnet::netns_path(&net.node_netns)),
+            own: None,
+        });
+    }
+    let own = PodNet::new(net.api_port, &net.node_netns, host_ip, ip)?;
+    let relay = Relay::start(&own.path()).map_err(io_error(&own.path()))?;
+    Ok(pod::Network {
+        host_ip,
+        netns: Some(own.path()),
+        own: Some((own, relay)),
+    })
 }
 
 fn is_finished(pod: &Pod) -> bool {
@@ -612,6 +724,8 @@ async fn post_events(client: &kube::Client, node: &str, pod: &Pod, events: Vec<p
 #[derive(Debug)]
 struct IpPool {
     subnet: [u8; 3],
+    /// Host-network pods' address.
+    node: Ipv4Addr,
     used: HashSet<u8>,
     next: u8,
 }
@@ -620,9 +734,10 @@ impl IpPool {
     const FIRST: u8 = 2;
     const LAST: u8 = 254;
 
-    fn new(subnet: [u8; 3]) -> Self {
+    fn new(subnet: [u8; 3], node: Ipv4Addr) -> Self {
         Self {
             subnet,
+            node,
             used: HashSet::new(),
             next: Self::FIRST,
         }
@@ -632,7 +747,7 @@ impl IpPool {
     /// free one of the subnet, if any is left.
     fn take(&mut self, pod: &Pod) -> Option<Ipv4Addr> {
         if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
-            return Some(node_address(self.subnet));
+            return Some(self.node);
         }
         let span = Self::LAST - Self::FIRST + 1;
         let host = (0..span)
@@ -743,13 +858,21 @@ mod tests {
     }
 
     #[test]
+    fn pods_take_the_first_slash_24_of_the_node_pod_cidr() {
+        assert_eq!(pod_subnet("10.201.3.0/24"), Some([10, 201, 3]));
+        assert_eq!(pod_subnet("10.201.0.0/16"), Some([10, 201, 0]));
+        assert_eq!(pod_subnet("10.201.3.0/26"), None, "too small");
+        assert_eq!(pod_subnet("fd00::/64"), None);
+    }
+
+    #[test]
     fn loopback_subnets_follow_the_api_port() {
         assert_eq!(loopback_subnet(0x9c41), [127, 0x9c, 0x41]);
     }
 
     #[test]
     fn ip_pool_hands_out_in_turn_and_takes_back() {
-        let mut pool = IpPool::new([127, 1, 2]);
+        let mut pool = IpPool::new([127, 1, 2], node_address([127, 1, 2]));
         let a = pool.take(&pod(false)).expect("first");
         let b = pool.take(&pod(false)).expect("second");
         assert_eq!(a, Ipv4Addr::new(127, 1, 2, 2));

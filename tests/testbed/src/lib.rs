@@ -2,7 +2,10 @@
 //! demo: each with its own PKI, etcd, kube-apiserver (RBAC, service-account
 //! tokens, CSR signing), controller-manager, scheduler, and kwok faking its
 //! worker nodes; and, when given a folder of agent binaries, a host-process
-//! node whose agent pods run as real local processes (see [`HOST_PROCESS_LABEL`]).
+//! node whose agent pods run as real local processes (see [`HOST_PROCESS_LABEL`]);
+//! and, in the pod-network mode (`ClusterSpec::pod_network`), a node
+//! network namespace per cluster, a namespace per pod, an "internet"
+//! joining the clusters and kube-proxy (see `podnet`).
 //!
 //! The binaries come from the Go modules pinned under `tests/toolchain/`
 //! (see [`Toolchain`]). Every process is tied to the thread that started it,
@@ -13,6 +16,7 @@ mod cluster;
 pub mod dirs;
 mod hostnode;
 mod pki;
+mod podnet;
 mod ports;
 mod process;
 mod toolchain;
@@ -60,8 +64,8 @@ pub enum Error {
     },
     #[error("cluster {cluster}: the host-process node {node} stopped running")]
     HostNodeStopped { cluster: String, node: String },
-    #[error("building the HTTP client of the probes")]
-    ProbeClient(#[source] reqwest::Error),
+    #[error("{what}: {reason}")]
+    Net { what: String, reason: String },
     #[error("cluster {cluster}: timed out waiting for {what}; {log}")]
     Timeout {
         cluster: String,
@@ -272,10 +276,20 @@ impl Testbed {
         let toolchain = tokio::task::spawn_blocking(Toolchain::locate)
             .await
             .map_err(|e| Error::Toolchain(e.to_string()))??;
-        let starts = specs.into_iter().map(|spec| {
+        // One internet for all the pod-network clusters; a node's place on
+        // it is its cluster's in `specs`.
+        let internet = if specs.iter().any(|s| s.pod_network) {
+            Some(podnet::Internet::new()?)
+        } else {
+            None
+        };
+        let starts = specs.into_iter().zip(1u8..).map(|(spec, place)| {
             let dir = root.join(&spec.name);
             let toolchain = toolchain.clone();
-            async move { Cluster::start(spec, &dir, &toolchain).await }
+            let uplink = (internet.clone())
+                .filter(|_| spec.pod_network)
+                .map(|internet| cluster::Uplink { internet, place });
+            async move { Cluster::start_with(spec, &dir, &toolchain, uplink).await }
         });
         // On an error the clusters already started are dropped, and stopped.
         let clusters = futures::future::try_join_all(starts).await?;

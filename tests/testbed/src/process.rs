@@ -214,6 +214,32 @@ pub(crate) fn with_mounts(cmd: &mut Command, mounts: &[BindMount]) -> std::io::R
     Ok(())
 }
 
+/// Makes the child run in the network namespace at `netns` (a path under
+/// `/run/netns`): its sockets, devices and routes are the namespace's.
+/// Nothing to do without one. Needs root (CAP_SYS_ADMIN).
+#[allow(unsafe_code)]
+pub(crate) fn with_netns(cmd: &mut Command, netns: Option<&Path>) -> std::io::Result<()> {
+    use std::os::unix::process::CommandExt;
+
+    use nix::sched::{CloneFlags, setns};
+
+    let Some(netns) = netns else {
+        return Ok(());
+    };
+    // Opened before the fork: the child must not allocate.
+    let ns = File::open(netns)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", netns.display())))?;
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes the setns(2) system call, on a file opened before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            setns(&ns, CloneFlags::CLONE_NEWNET)?;
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 /// Whether a process of the machine, in whatever mount namespace, has a
 /// mount on `path`: such a folder must not be removed, as removing a mount
 /// point of another namespace detaches that mount.

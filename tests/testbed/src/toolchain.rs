@@ -8,10 +8,11 @@ use std::sync::Mutex;
 use crate::Error;
 
 /// Names of the binaries a cluster needs.
-pub const BINARIES: [&str; 6] = [
+pub const BINARIES: [&str; 7] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
+    "kube-proxy",
     "kube-scheduler",
     "kubectl",
     "kwok",

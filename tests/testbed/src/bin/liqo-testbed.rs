@@ -123,6 +123,10 @@ enum Field {
     Server,
     PodCidr,
     ServiceCidr,
+    /// The node namespace (pod-network mode).
+    NodeNetns,
+    /// The node's address on the internet (pod-network mode).
+    NodeAddress,
 }
 
 #[derive(Args, Debug)]
@@ -154,6 +158,12 @@ struct UpArgs {
     /// Give every cluster the same pod CIDR (to exercise NAT between peers).
     #[arg(long)]
     same_pod_cidr: bool,
+    /// Give pods real network namespaces: each cluster's host-process node
+    /// gets a node namespace on a shared "internet" (192.168.100.N), its
+    /// pods addresses of its pod CIDR, and kube-proxy serves Services
+    /// (see docs/testbed.md). Needs root.
+    #[arg(long)]
+    pod_network: bool,
     /// Folder of agent binaries (liqo-gateway, …) whose pods each cluster's
     /// host-process node runs as local processes [default: LIQO_AGENT_BIN_DIR,
     /// else the folder of this binary].
@@ -207,6 +217,7 @@ impl UpArgs {
                 if self.same_pod_cidr {
                     spec.pod_cidr.clone_from(&first.pod_cidr);
                 }
+                spec.pod_network = self.pod_network;
                 spec
             })
             .collect())
@@ -231,6 +242,11 @@ struct ClusterState {
     /// The host-process node, if the cluster has one.
     #[serde(default)]
     host_node: Option<String>,
+    /// The node namespace and the node's address, in the pod-network mode.
+    #[serde(default)]
+    node_netns: Option<String>,
+    #[serde(default)]
+    node_address: Option<std::net::Ipv4Addr>,
     /// What `liqo-testbed apiserver` has done to the kube-apiserver.
     #[serde(default)]
     apiserver: Option<ApiServerState>,
@@ -366,6 +382,9 @@ fn up(args: &UpArgs) -> Result<()> {
         }
         if args.same_pod_cidr {
             cmd.arg("--same-pod-cidr");
+        }
+        if args.pod_network {
+            cmd.arg("--pod-network");
         }
         // Resolved here: the default is this binary's folder, which the
         // supervisor (the same binary) would find too, but an explicit
@@ -507,6 +526,8 @@ fn write_state(dir: &Path, testbed: &Testbed, started_in_seconds: f64) -> Result
                 pod_cidr: c.spec().pod_cidr.clone(),
                 service_cidr: c.spec().service_cidr.clone(),
                 host_node: c.host_node_name().map(str::to_owned),
+                node_netns: c.node_netns().map(str::to_owned),
+                node_address: c.node_address(),
                 apiserver: Some(c.apiserver_state()),
                 processes: c.processes(),
             })
@@ -653,6 +674,16 @@ fn get(dir: &Path, name: &str, field: Field) -> Result<()> {
         Field::Server => println!("{}", cluster.server),
         Field::PodCidr => println!("{}", cluster.pod_cidr),
         Field::ServiceCidr => println!("{}", cluster.service_cidr),
+        Field::NodeNetns | Field::NodeAddress => {
+            let value = match field {
+                Field::NodeNetns => cluster.node_netns.clone(),
+                _ => cluster.node_address.map(|a| a.to_string()),
+            };
+            let Some(value) = value else {
+                bail!("cluster {name:?} has no pod network (start it with --pod-network)");
+            };
+            println!("{value}");
+        }
     }
     Ok(())
 }

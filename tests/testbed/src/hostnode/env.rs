@@ -128,7 +128,7 @@ pub(super) async fn container_env(
     client: &kube::Client,
     pod: &Pod,
     container: &Container,
-    pod_ip: Ipv4Addr,
+    ips: Addresses,
     kubeconfig: &Path,
 ) -> Result<BTreeMap<String, String>, StartError> {
     let mut env: BTreeMap<String, String> = INHERITED
@@ -162,7 +162,7 @@ pub(super) async fn container_env(
             None => Some(expand(var.value.as_deref().unwrap_or_default(), &env)),
             Some(from) => {
                 if let Some(field) = &from.field_ref {
-                    Some(field_value(pod, &field.field_path, pod_ip)?)
+                    Some(field_value(pod, &field.field_path, ips)?)
                 } else if let Some(key) = &from.config_map_key_ref {
                     let optional = key.optional.unwrap_or(false);
                     let data = sources.config_map(&key.name, optional).await?;
@@ -292,15 +292,15 @@ impl<'a> Sources<'a> {
     }
 }
 
-/// A downward-API field of the pod.
-/// The node's address, from a pod's: `.1` of the same /24
-/// ([`super::node_address`]).
-pub(super) fn node_of(pod_ip: Ipv4Addr) -> Ipv4Addr {
-    let [a, b, c, _] = pod_ip.octets();
-    super::node_address([a, b, c])
+/// A pod's address and its node's, as the downward API tells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Addresses {
+    pub(super) pod: Ipv4Addr,
+    pub(super) host: Ipv4Addr,
 }
 
-pub(super) fn field_value(pod: &Pod, path: &str, pod_ip: Ipv4Addr) -> Result<String, StartError> {
+/// A downward-API field of the pod.
+pub(super) fn field_value(pod: &Pod, path: &str, ips: Addresses) -> Result<String, StartError> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let from_map = |map: Option<&BTreeMap<String, String>>, prefix: &str| {
@@ -313,8 +313,8 @@ pub(super) fn field_value(pod: &Pod, path: &str, pod_ip: Ipv4Addr) -> Result<Str
         "metadata.uid" => meta.uid.clone(),
         "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
         "spec.serviceAccountName" => Some(service_account(pod).to_owned()),
-        "status.podIP" | "status.podIPs" => Some(pod_ip.to_string()),
-        "status.hostIP" | "status.hostIPs" => Some(node_of(pod_ip).to_string()),
+        "status.podIP" | "status.podIPs" => Some(ips.pod.to_string()),
+        "status.hostIP" | "status.hostIPs" => Some(ips.host.to_string()),
         _ => from_map(meta.labels.as_ref(), "metadata.labels['")
             .or_else(|| from_map(meta.annotations.as_ref(), "metadata.annotations['")),
     };

@@ -1,6 +1,8 @@
 //! One pod on the host node: its containers' processes, their restarts and
-//! probes, its credentials, its termination, the status the API should show
-//! for it and the events worth telling. Knows nothing of other pods.
+//! probes, its credentials, its network namespace (in the pod-network
+//! mode), its containers' termination messages, its termination, the status
+//! the API should show for it and the events worth telling. Knows nothing
+//! of other pods.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -15,10 +17,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::probe::{ExecContext, GRPC_UNSUPPORTED, Prober};
+use super::probe::{Dialer, ExecContext, GRPC_UNSUPPORTED, Prober};
 use super::volume::{self, Volumes};
 use super::{HostNodeConfig, StartError, env};
-use crate::process::{self, Process};
+use crate::podnet::PodNet;
+use crate::podnet::relay::Relay;
+use crate::process::{self, BindMount, Process};
 
 /// First wait before restarting a container that exited.
 const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
@@ -30,11 +34,19 @@ const BACKOFF_RESET: Duration = Duration::from_secs(20);
 const GRACE_MAX: Duration = Duration::from_secs(10);
 /// How often a pod's service-account token is replaced, well within its life.
 const TOKEN_REFRESH: Duration = Duration::from_secs(20 * 60);
+/// Where a container's termination message is when its spec does not say.
+const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// How much of the termination message file a kubelet reads.
+const TERMINATION_MESSAGE_MAX: usize = 4096;
+/// How much of its log a failed container's message falls back to
+/// (`FallbackToLogsOnError`), as with a kubelet.
+const FALLBACK_LOG_LINES: usize = 80;
+const FALLBACK_LOG_MAX: usize = 2048;
 
 /// What a pod's host node gives it to work with.
 pub(super) struct Context<'a> {
     pub(super) client: &'a kube::Client,
-    pub(super) http: &'a reqwest::Client,
+    pub(super) dialer: &'a Dialer,
     pub(super) config: &'a HostNodeConfig,
     /// The mount points the node made on the host, to remove once unused.
     pub(super) created: &'a std::cell::RefCell<Vec<PathBuf>>,
@@ -46,6 +58,7 @@ pub(super) struct PodRuntime {
     namespace: String,
     name: String,
     ip: Ipv4Addr,
+    network: Network,
     restart_policy: RestartPolicy,
     grace: Duration,
     start_time: Timestamp,
@@ -92,6 +105,18 @@ impl Event {
             message,
         }
     }
+}
+
+/// Where a pod's processes meet the network.
+#[derive(Debug)]
+pub(super) struct Network {
+    /// Its node's address: its hostIP.
+    pub(super) host_ip: Ipv4Addr,
+    /// The network namespace its processes run in, if not the host's.
+    pub(super) netns: Option<PathBuf>,
+    /// The namespace the pod owns, and the relay of its loopback to the
+    /// API servers; both go with the pod.
+    pub(super) own: Option<(PodNet, Relay)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,11 +176,25 @@ struct Running {
     since: Instant,
     /// Set once the process was asked to stop: when it gets SIGKILL.
     kill_at: Option<Instant>,
+    /// What its termination message is read from when it exits.
+    message: MessageSource,
+}
+
+/// Where a container's termination message comes from.
+#[derive(Debug)]
+struct MessageSource {
+    /// The host's file bound at the container's `terminationMessagePath`.
+    file: PathBuf,
+    /// `terminationMessagePolicy: FallbackToLogsOnError`.
+    fallback_to_logs: bool,
+    /// The container's log, and where this run of it starts there.
+    log: PathBuf,
+    log_start: u64,
 }
 
 impl PodRuntime {
     /// The runtime of a pod just seen on the node, with address `ip`.
-    pub(super) fn new(pod: &Pod, ip: Ipv4Addr, config: &HostNodeConfig) -> Self {
+    pub(super) fn new(pod: &Pod, ip: Ipv4Addr, network: Network, config: &HostNodeConfig) -> Self {
         let spec = pod.spec.clone().unwrap_or_default();
         let now = Instant::now();
         let containers = spec
@@ -196,6 +235,7 @@ impl PodRuntime {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
             ip,
+            network,
             restart_policy: match spec.restart_policy.as_deref() {
                 Some("Never") => RestartPolicy::Never,
                 Some("OnFailure") => RestartPolicy::OnFailure,
@@ -216,6 +256,12 @@ impl PodRuntime {
 
     pub(super) fn ip(&self) -> Ipv4Addr {
         self.ip
+    }
+
+    /// Deletes the pod's own network namespace and veth, once its
+    /// processes are gone.
+    pub(super) fn release_network(&mut self) {
+        self.network.own.take();
     }
 
     /// The events to post since the last call.
@@ -240,7 +286,7 @@ impl PodRuntime {
             }
         }
         if self.stopping.is_none() {
-            self.probe(ctx.http).await;
+            self.probe(ctx.dialer).await;
             self.refresh_credentials(pod, ctx).await;
             self.refresh_volumes(pod, ctx).await;
         }
@@ -305,7 +351,8 @@ impl PodRuntime {
         };
         tracing::info!(container = %label, pid = running.process.pid(), %status, "exited");
         let ran = running.since.elapsed();
-        let terminated = terminated(status, running);
+        let mut terminated = terminated(status, running);
+        terminated.message = running.message.read(terminated.exit_code != 0);
         c.running = None;
         if ran >= BACKOFF_RESET {
             c.backoff = BACKOFF_INITIAL;
@@ -335,7 +382,7 @@ impl PodRuntime {
     async fn start(&mut self, i: usize, pod: &Pod, ctx: &Context<'_>, now: Instant) {
         let label = self.label(&self.containers[i].spec.name);
         match self.spawn(i, pod, ctx).await {
-            Ok((process, exec)) => {
+            Ok((process, exec, message)) => {
                 let pid = process.pid();
                 tracing::info!(container = %label, pid, "started");
                 let c = &mut self.containers[i];
@@ -358,6 +405,7 @@ impl PodRuntime {
                     started_at: Timestamp::now(),
                     since: now,
                     kill_at: None,
+                    message,
                 });
             }
             Err(e) => {
@@ -392,7 +440,7 @@ impl PodRuntime {
         i: usize,
         pod: &Pod,
         ctx: &Context<'_>,
-    ) -> Result<(Process, ExecContext), StartError> {
+    ) -> Result<(Process, ExecContext, MessageSource), StartError> {
         let spec = self.containers[i].spec.clone();
         let binary = match &self.containers[i].image {
             Image::Binary(binary) => binary.clone(),
@@ -402,10 +450,21 @@ impl PodRuntime {
             return Err(StartError::Unsupported(why));
         }
         let kubeconfig = self.credentials(pod, ctx).await?;
-        let vars = env::container_env(ctx.client, pod, &spec, self.ip, &kubeconfig).await?;
+        let vars =
+            env::container_env(ctx.client, pod, &spec, self.addresses(), &kubeconfig).await?;
         let (program, args) = env::command_line(&ctx.config.bin_dir, &binary, &spec, &vars)?;
-        self.volumes.sync(ctx.client, pod, self.ip).await?;
-        let mounts = self.volumes.mounts(&spec, &vars)?;
+        self.volumes.sync(ctx.client, pod, self.addresses()).await?;
+        let mut mounts = self.volumes.mounts(&spec, &vars)?;
+        let message = self.termination_message_file(ctx.config, &spec)?;
+        mounts.push(BindMount {
+            source: message.clone(),
+            target: PathBuf::from(
+                (spec.termination_message_path.as_deref())
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or(TERMINATION_MESSAGE_PATH),
+            ),
+            read_only: false,
+        });
         for m in &mounts {
             volume::ensure_target(&m.target, m.source.is_file(), &mut ctx.created.borrow_mut())
                 .map_err(|source| StartError::Write {
@@ -429,18 +488,53 @@ impl PodRuntime {
             source,
         };
         process::with_mounts(&mut cmd, &mounts).map_err(spawn_error)?;
+        process::with_netns(&mut cmd, self.network.netns.as_deref()).map_err(spawn_error)?;
         let log = ctx.config.pods_dir.join(format!(
             "{}_{}_{}.log",
             self.namespace, self.name, spec.name
         ));
+        let log_start = std::fs::metadata(&log).map_or(0, |m| m.len());
         let process =
             Process::spawn_command(&self.label(&spec.name), cmd, &log).map_err(spawn_error)?;
         let exec = ExecContext {
             env: vars,
             dir,
             mounts,
+            netns: self.network.netns.clone(),
         };
-        Ok((process, exec))
+        let message = MessageSource {
+            file: message,
+            fallback_to_logs: spec.termination_message_policy.as_deref()
+                == Some("FallbackToLogsOnError"),
+            log,
+            log_start,
+        };
+        Ok((process, exec, message))
+    }
+
+    /// The pod's address and its node's, for the downward API.
+    fn addresses(&self) -> env::Addresses {
+        env::Addresses {
+            pod: self.ip,
+            host: self.network.host_ip,
+        }
+    }
+
+    /// A fresh, empty file for the termination message of a container
+    /// about to start, as a kubelet makes one per container start.
+    fn termination_message_file(
+        &self,
+        config: &HostNodeConfig,
+        spec: &Container,
+    ) -> Result<PathBuf, StartError> {
+        let path = self
+            .dir(config)
+            .join(format!("{}.termination-log", spec.name));
+        std::fs::write(&path, "").map_err(|source| StartError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
     }
 
     /// The mount points the pod's processes use, which must stay.
@@ -519,7 +613,7 @@ impl PodRuntime {
     /// Runs the probes that are due, all at once, and acts on the verdicts:
     /// readiness and liveness wait for the startup probe; a container that
     /// fails its startup or liveness probe is stopped, to be restarted.
-    async fn probe(&mut self, http: &reqwest::Client) {
+    async fn probe(&mut self, dialer: &Dialer) {
         let now = Instant::now();
         let mut due = Vec::new();
         for (i, c) in self.containers.iter().enumerate() {
@@ -542,7 +636,7 @@ impl PodRuntime {
             return;
         }
         let outcomes =
-            futures::future::join_all(due.iter().map(|(_, _, p, exec)| p.run(http, exec))).await;
+            futures::future::join_all(due.iter().map(|(_, _, p, exec)| p.run(dialer, exec))).await;
         let due: Vec<(usize, Kind)> = due.into_iter().map(|(i, k, _, _)| (i, k)).collect();
         for ((i, kind), outcome) in due.into_iter().zip(outcomes) {
             let label = self.label(&self.containers[i].spec.name);
@@ -588,7 +682,7 @@ impl PodRuntime {
         if !self.volumes.due() || self.containers.iter().all(|c| c.running.is_none()) {
             return;
         }
-        if let Err(e) = self.volumes.sync(ctx.client, pod, self.ip).await {
+        if let Err(e) = self.volumes.sync(ctx.client, pod, self.addresses()).await {
             let message = chain(&e);
             if self.volumes.failed(message.clone()) {
                 tracing::warn!(pod = %format!("{}/{}", self.namespace, self.name), "refreshing the volumes: {message}");
@@ -654,7 +748,7 @@ impl PodRuntime {
             containers_ready,
             ready_condition,
         ];
-        let host = super::env::node_of(self.ip).to_string();
+        let host = self.network.host_ip.to_string();
         PodStatus {
             phase: Some(self.phase().to_owned()),
             conditions: Some(conditions),
@@ -862,6 +956,61 @@ impl ContainerRuntime {
     }
 }
 
+impl MessageSource {
+    /// The message of a container that exited, `failed` or not.
+    fn read(&self, failed: bool) -> Option<String> {
+        use std::io::{Read as _, Seek as _};
+        let mut file = Vec::new();
+        if let Ok(f) = std::fs::File::open(&self.file) {
+            // Bounded: a container may write a huge file.
+            let _ = f
+                .take(TERMINATION_MESSAGE_MAX as u64)
+                .read_to_end(&mut file);
+        }
+        let log = || {
+            let mut log = Vec::new();
+            if let Ok(mut f) = std::fs::File::open(&self.log)
+                && f.seek(std::io::SeekFrom::Start(self.log_start)).is_ok()
+            {
+                let _ = f.read_to_end(&mut log);
+            }
+            log
+        };
+        termination_message(&file, self.fallback_to_logs && failed, log)
+    }
+}
+
+/// A container's termination message as a kubelet makes it: what it wrote
+/// to its file (at most [`TERMINATION_MESSAGE_MAX`] bytes); if nothing and
+/// `fall_back` (a failed container with `FallbackToLogsOnError`), the end
+/// of its log: the last [`FALLBACK_LOG_LINES`] lines, of which the last
+/// [`FALLBACK_LOG_MAX`] bytes.
+fn termination_message(
+    file: &[u8],
+    fall_back: bool,
+    log: impl FnOnce() -> Vec<u8>,
+) -> Option<String> {
+    let file = &file[..file.len().min(TERMINATION_MESSAGE_MAX)];
+    if !file.is_empty() {
+        return Some(String::from_utf8_lossy(file).into_owned());
+    }
+    if !fall_back {
+        return None;
+    }
+    let log = log();
+    let body = log.strip_suffix(b"\n").unwrap_or(&log);
+    let start = body
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(FALLBACK_LOG_LINES - 1)
+        .map_or(0, |(i, _)| i + 1);
+    let lines = &log[start..];
+    let tail = &lines[lines.len().saturating_sub(FALLBACK_LOG_MAX)..];
+    (!tail.is_empty()).then(|| String::from_utf8_lossy(tail).into_owned())
+}
+
 /// How a process ended, as the kubelet reports it: a signal shows as exit
 /// code 128 + signal.
 fn terminated(status: ExitStatus, running: &Running) -> ContainerStateTerminated {
@@ -903,4 +1052,48 @@ pub(super) fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(n: usize) -> Vec<u8> {
+        (1..=n)
+            .map(|i| format!("line {i}\n"))
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    #[test]
+    fn the_termination_message_is_the_file_then_the_log_of_a_failure() {
+        let no_log = || panic!("the log is read only to fall back on");
+        assert_eq!(
+            termination_message(b"bye", true, no_log).as_deref(),
+            Some("bye")
+        );
+        let big = vec![b'x'; 5000];
+        assert_eq!(
+            termination_message(&big, false, no_log).map(|m| m.len()),
+            Some(TERMINATION_MESSAGE_MAX)
+        );
+        // Empty file: nothing, unless the policy falls back and it failed.
+        assert_eq!(termination_message(b"", false, no_log), None);
+        assert_eq!(
+            termination_message(b"", true, || b"oops\n".to_vec()).as_deref(),
+            Some("oops\n")
+        );
+        assert_eq!(termination_message(b"", true, Vec::new), None);
+        // The last 80 lines…
+        let message = termination_message(b"", true, || lines(100)).expect("message");
+        assert!(message.starts_with("line 21\n"), "{message}");
+        assert!(message.ends_with("line 100\n"), "{message}");
+        // … of which the last 2048 bytes.
+        let long: Vec<u8> = (0..100)
+            .flat_map(|i| format!("{i:0>99}\n").into_bytes())
+            .collect();
+        let message = termination_message(b"", true, || long.clone()).expect("message");
+        assert_eq!(message.len(), FALLBACK_LOG_MAX);
+        assert!(message.ends_with(&format!("{:0>99}\n", 99)));
+    }
 }

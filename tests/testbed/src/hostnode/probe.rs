@@ -2,16 +2,22 @@
 //! they check, when they are due, and how many results it takes to change
 //! their verdict. `httpGet` (HTTP only), `tcpSocket` and `exec` are checked
 //! as a kubelet checks them; `grpc` probes and HTTPS `httpGet` always fail,
-//! with a message that says they are not supported here.
+//! with a message that says they are not supported here. In the
+//! pod-network mode, the node's connections (`httpGet`, `tcpSocket`) are
+//! made from its network namespace, where the pods' addresses are routed,
+//! and exec probes run in their pod's.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpSocket, TcpStream};
 
 use super::env;
 use crate::process::{self, BindMount};
@@ -27,6 +33,37 @@ pub(super) struct ExecContext {
     pub(super) env: BTreeMap<String, String>,
     pub(super) dir: PathBuf,
     pub(super) mounts: Vec<BindMount>,
+    /// The network namespace it ran in, if not the host's.
+    pub(super) netns: Option<PathBuf>,
+}
+
+/// Where the node makes the connections of its `httpGet` and `tcpSocket`
+/// probes: in its network namespace, if it has one (a socket stays in the
+/// namespace it was made in), else in the host's.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Dialer {
+    pub(crate) netns: Option<PathBuf>,
+}
+
+impl Dialer {
+    async fn connect(&self, host: &str, port: u16) -> std::io::Result<TcpStream> {
+        let addr = tokio::net::lookup_host((host, port))
+            .await?
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("{host} has no address")))?;
+        let new = |addr: &SocketAddr| match addr {
+            SocketAddr::V4(_) => TcpSocket::new_v4(),
+            SocketAddr::V6(_) => TcpSocket::new_v6(),
+        };
+        let socket = match &self.netns {
+            Some(path) => {
+                let ns = std::fs::File::open(path)?;
+                crate::podnet::in_netns(&ns, || new(&addr))?
+            }
+            None => new(&addr)?,
+        };
+        socket.connect(addr).await
+    }
 }
 
 /// What a probe checks.
@@ -34,7 +71,11 @@ pub(super) struct ExecContext {
 enum Check {
     /// A GET answered with a status in 200..400.
     Http {
+        /// For messages.
         url: String,
+        host: String,
+        port: u16,
+        path: String,
         headers: Vec<(String, String)>,
     },
     /// A TCP connection accepted.
@@ -165,25 +206,29 @@ impl Prober {
         Some(message.clone())
     }
 
-    /// Makes the check once; exec probes run with `exec`.
-    pub(super) async fn run(&self, http: &reqwest::Client, exec: &ExecContext) -> Outcome {
+    /// Makes the check once: connections through `dialer`, exec probes
+    /// with `exec`.
+    pub(super) async fn run(&self, dialer: &Dialer, exec: &ExecContext) -> Outcome {
         match &self.check {
-            Check::Http { url, headers } => {
-                let mut request = http.get(url).timeout(self.timeout);
-                for (name, value) in headers {
-                    request = request.header(name, value);
-                }
-                match request.send().await {
-                    Ok(r) if (200..400).contains(&r.status().as_u16()) => Ok(()),
-                    Ok(r) => Err(format!(
-                        "HTTP probe failed with statuscode: {}",
-                        r.status().as_u16()
+            Check::Http {
+                url,
+                host,
+                port,
+                path,
+                headers,
+            } => {
+                let get = http_get(dialer, host, *port, path, headers);
+                match tokio::time::timeout(self.timeout, get).await {
+                    Ok(Ok(status)) if (200..400).contains(&status) => Ok(()),
+                    Ok(Ok(status)) => Err(format!("HTTP probe failed with statuscode: {status}")),
+                    Ok(Err(e)) => Err(format!("Get {url:?}: {e}")),
+                    Err(_) => Err(format!(
+                        "Get {url:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
                     )),
-                    Err(e) => Err(format!("Get {url:?}: {}", super::pod::chain(&e))),
                 }
             }
             Check::Tcp { host, port } => {
-                let connect = tokio::net::TcpStream::connect((host.as_str(), *port));
+                let connect = dialer.connect(host, *port);
                 match tokio::time::timeout(self.timeout, connect).await {
                     Ok(Ok(_)) => Ok(()),
                     Ok(Err(e)) => Err(format!("dial tcp {host}:{port}: {e}")),
@@ -196,9 +241,60 @@ impl Prober {
     }
 }
 
+/// A GET of `path` as a kubelet's probe makes it (its `User-Agent`,
+/// `Accept`, the probe's headers, which may override them), with no
+/// redirect followed; the status it was answered with.
+pub(crate) async fn http_get(
+    dialer: &Dialer,
+    host: &str,
+    port: u16,
+    path: &str,
+    headers: &[(String, String)],
+) -> std::io::Result<u16> {
+    let mut stream = dialer.connect(host, port).await?;
+    let given = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    let mut request = format!("GET {path} HTTP/1.1\r\n");
+    for (name, default) in [
+        ("Host", format!("{host}:{port}")),
+        ("User-Agent", "kube-probe/1.34".to_owned()),
+        ("Accept", "*/*".to_owned()),
+    ] {
+        if !given(name) {
+            request.push_str(&format!("{name}: {default}\r\n"));
+        }
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    // The status line is all a probe looks at.
+    let mut head = Vec::new();
+    let mut buf = [0u8; 512];
+    while !head.contains(&b'\n') && head.len() < 4096 {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    status_code(&head).ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, "malformed HTTP response")
+    })
+}
+
+/// The status code of an HTTP/1 response's first line.
+fn status_code(head: &[u8]) -> Option<u16> {
+    let line = head.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split_whitespace();
+    words.next().filter(|v| v.starts_with("HTTP/1."))?;
+    words.next()?.parse().ok()
+}
+
 /// Runs an exec probe's command as the container's process runs (its
-/// environment, folder and mounts), for at most `timeout`: it passes if it
-/// exits 0.
+/// environment, folder, mounts and network namespace), for at most
+/// `timeout`: it passes if it exits 0.
 async fn run_exec(command: &[String], ctx: &ExecContext, timeout: Duration) -> Outcome {
     let Some((program, args)) = command.split_first() else {
         return Err("exec probe without a command".to_owned());
@@ -213,6 +309,7 @@ async fn run_exec(command: &[String], ctx: &ExecContext, timeout: Duration) -> O
         .stderr(Stdio::piped());
     process::die_with_parent(&mut cmd);
     process::with_mounts(&mut cmd, &ctx.mounts)
+        .and_then(|()| process::with_netns(&mut cmd, ctx.netns.as_deref()))
         .map_err(|e| format!("cannot run exec probe {command:?}: {e}"))?;
     let mut cmd = tokio::process::Command::from(cmd);
     // A command past its timeout is killed when its future is dropped.
@@ -278,8 +375,13 @@ fn check(probe: &Probe, container: &Container, pod_ip: Ipv4Addr) -> Check {
         }
         let path = get.path.as_deref().unwrap_or("/");
         let slash = if path.starts_with('/') { "" } else { "/" };
+        let path = format!("{slash}{path}");
+        let host = host(get.host.as_ref());
         Check::Http {
-            url: format!("{scheme}://{}:{port}{slash}{path}", host(get.host.as_ref())),
+            url: format!("{scheme}://{host}:{port}{path}"),
+            host,
+            port,
+            path,
             headers: get
                 .http_headers
                 .iter()
@@ -374,7 +476,7 @@ mod tests {
     #[tokio::test]
     async fn exec_probes_run_the_command_with_the_container_env_and_timeout() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let http = reqwest::Client::new();
+        let http = Dialer::default();
         let ctx = ExecContext {
             env: BTreeMap::from([
                 ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
@@ -382,6 +484,7 @@ mod tests {
             ]),
             dir: dir.path().to_owned(),
             mounts: Vec::new(),
+            netns: None,
         };
         std::fs::write(dir.path().join("here"), "").expect("write");
         let mut c = container();
@@ -426,6 +529,57 @@ mod tests {
             .await
             .expect_err("missing");
         assert!(missing.contains("cannot run"), "{missing}");
+    }
+
+    #[test]
+    fn status_codes_come_from_the_status_line() {
+        assert_eq!(status_code(b"HTTP/1.1 204 No Content\r\n"), Some(204));
+        assert_eq!(status_code(b"HTTP/1.0 302 Found\r\nLocation: /"), Some(302));
+        assert_eq!(status_code(b"SSH-2.0-OpenSSH\r\n"), None);
+        assert_eq!(status_code(b""), None);
+    }
+
+    #[tokio::test]
+    async fn http_probes_send_the_kubelet_headers_and_read_the_status() {
+        use tokio::io::{AsyncBufReadExt as _, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.expect("accept");
+            let mut stream = BufReader::new(stream);
+            let mut head = Vec::new();
+            loop {
+                let mut line = String::new();
+                stream.read_line(&mut line).await.expect("read");
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                head.push(line.trim_end().to_owned());
+            }
+            stream
+                .get_mut()
+                .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+                .await
+                .expect("write");
+            head
+        });
+        let headers = [("X-Probe".to_owned(), "yes".to_owned())];
+        let status = http_get(&Dialer::default(), "127.0.0.1", port, "/healthz", &headers)
+            .await
+            .expect("get");
+        assert_eq!(status, 503);
+        let head = server.await.expect("server");
+        assert_eq!(head[0], "GET /healthz HTTP/1.1");
+        for line in [
+            format!("Host: 127.0.0.1:{port}"),
+            "User-Agent: kube-probe/1.34".to_owned(),
+            "X-Probe: yes".to_owned(),
+            "Connection: close".to_owned(),
+        ] {
+            assert!(head.contains(&line), "{line} not in {head:?}");
+        }
     }
 
     #[test]

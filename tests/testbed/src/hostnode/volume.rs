@@ -7,7 +7,6 @@
 //! [`crate::process::with_mounts`]). Other kinds of volume are refused.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -80,7 +79,7 @@ impl Volumes {
         &mut self,
         client: &kube::Client,
         pod: &Pod,
-        pod_ip: Ipv4Addr,
+        ips: env::Addresses,
     ) -> Result<(), StartError> {
         self.refreshed = Some(Instant::now());
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
@@ -90,7 +89,7 @@ impl Volumes {
                 continue;
             }
             let dir = self.dir.join(checked_name(&volume.name)?);
-            match self.files(client, pod, pod_ip, volume).await? {
+            match self.files(client, pod, ips, volume).await? {
                 Some(files) => write_volume(&dir, &files),
                 // An emptyDir: the container's own.
                 None => std::fs::create_dir_all(&dir),
@@ -109,7 +108,7 @@ impl Volumes {
         &mut self,
         client: &kube::Client,
         pod: &Pod,
-        pod_ip: Ipv4Addr,
+        ips: env::Addresses,
         volume: &Volume,
     ) -> Result<Option<Vec<VolumeFile>>, StartError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -142,7 +141,7 @@ impl Volumes {
         }
         if let Some(downward) = &volume.downward_api {
             let mode = downward.default_mode.unwrap_or(DEFAULT_MODE);
-            return downward_files(pod, pod_ip, downward.items.as_deref(), mode).map(Some);
+            return downward_files(pod, ips, downward.items.as_deref(), mode).map(Some);
         }
         if let Some(projected) = &volume.projected {
             let mode = projected.default_mode.unwrap_or(DEFAULT_MODE);
@@ -171,12 +170,7 @@ impl Volumes {
                         cm.optional.unwrap_or(false),
                     )?);
                 } else if let Some(downward) = &source.downward_api {
-                    files.extend(downward_files(
-                        pod,
-                        pod_ip,
-                        downward.items.as_deref(),
-                        mode,
-                    )?);
+                    files.extend(downward_files(pod, ips, downward.items.as_deref(), mode)?);
                 } else if let Some(token) = &source.service_account_token {
                     let audience = token.audience.clone().unwrap_or_default();
                     let seconds = token.expiration_seconds.unwrap_or(env::TOKEN_SECONDS);
@@ -414,7 +408,7 @@ pub(super) fn key_files(
 /// The files of a `downwardAPI` volume or source: `fieldRef` items only.
 fn downward_files(
     pod: &Pod,
-    pod_ip: Ipv4Addr,
+    ips: env::Addresses,
     items: Option<&[DownwardAPIVolumeFile]>,
     default_mode: i32,
 ) -> Result<Vec<VolumeFile>, StartError> {
@@ -428,7 +422,7 @@ fn downward_files(
         };
         files.push(VolumeFile {
             path: relative(&item.path)?,
-            data: env::field_value(pod, &field.field_path, pod_ip)?.into_bytes(),
+            data: env::field_value(pod, &field.field_path, ips)?.into_bytes(),
             mode: file_mode(item.mode.unwrap_or(default_mode)),
         });
     }
