@@ -110,6 +110,8 @@ pub(crate) struct Peering {
     pub consumer: ClusterClient,
     pub provider: ClusterClient,
     pub provider_id: ClusterId,
+    /// The provider's cluster name, for people to read.
+    pub provider_name: String,
     pub tenant_namespace: String,
 }
 
@@ -139,6 +141,7 @@ impl Peering {
             .map_err(|e| consumer.explain(e, "reading the ForeignCluster"))?
             .filter(|fc| fc.spec.outgoing)
             .ok_or_else(not_peered)?;
+        let provider_name = fc.spec.cluster_name.clone();
         let tenant_namespace = fc
             .status
             .and_then(|s| s.tenant_namespace)
@@ -157,6 +160,7 @@ impl Peering {
             consumer,
             provider,
             provider_id,
+            provider_name,
             tenant_namespace,
         })
     }

@@ -108,16 +108,20 @@ pub async fn run(
     if passed {
         return Ok(());
     }
-    let failed: Vec<String> = checks
-        .iter()
-        .filter(|c| !c.passed)
-        .map(|c| format!("{} to {}'s {} at {}", c.from, c.to, c.kind, c.address))
-        .collect();
+    let failed: Vec<&Check> = checks.iter().filter(|c| !c.passed).collect();
+    let first = failed
+        .first()
+        .expect("invariant: a check failed when not all passed");
     Err(UserError::CheckFailed(format!(
-        "{} of {} checks failed: {}",
+        "{} of {} checks failed, the first from {} to {}'s {} at {} ({}); the table above says \
+         where",
         failed.len(),
         checks.len(),
-        failed.join("; ")
+        first.from,
+        first.to,
+        first.kind,
+        first.address,
+        first.error.as_deref().unwrap_or("no answer")
     ))
     .into())
 }
@@ -178,6 +182,11 @@ struct Peer {
 impl Peer {
     fn id(&self) -> &str {
         self.peering.provider_id.as_str()
+    }
+
+    /// The provider's name, for people to read.
+    fn name(&self) -> &str {
+        &self.peering.provider_name
     }
 }
 
@@ -319,9 +328,10 @@ async fn check(
 ) -> anyhow::Result<Vec<Check>> {
     let ns = plan.namespace.as_str();
     let ids: Vec<&str> = peers.iter().map(Peer::id).collect();
+    let names: Vec<&str> = peers.iter().map(Peer::name).collect();
     let step = printer.step(format!(
         "Making namespace {ns}, offloaded to {}",
-        ids.join(", ")
+        names.join(", ")
     ));
     let twins = match offload(consumer, ns, &ids, deadline).await {
         Ok(twins) => {
@@ -360,7 +370,15 @@ async fn check(
             return Err(e);
         }
     };
-    let checks = judge(local, peers, &servers, &reports);
+    let down = if reports
+        .iter()
+        .all(|(_, r)| r.as_ref().is_ok_and(Report::passed))
+    {
+        vec![None; peers.len()]
+    } else {
+        tunnels_down(consumer, peers).await
+    };
+    let checks = judge(local, peers, &servers, &reports, &down);
     let failed = checks.iter().filter(|c| !c.passed).count();
     if failed == 0 {
         step.done(format!("{} checks passed", checks.len()));
@@ -736,7 +754,7 @@ async fn reflected_cluster_ip(
             return Err(UserError::Timeout(format!(
                 "Service {name} was not reflected into {twin} on cluster {} in time: the \
                  provider's virtual kubelet (`liqoctl info`) reflects it",
-                peer.id()
+                peer.name()
             ))
             .into());
         }
@@ -856,7 +874,7 @@ fn ready_ip(pod: &Pod) -> Option<String> {
 fn where_runs(side: Option<usize>, peers: &[Peer], consumer: &ClusterClient) -> String {
     match side {
         None => format!("cluster {}", consumer.name),
-        Some(i) => format!("cluster {} (offloaded)", peers[i].id()),
+        Some(i) => format!("cluster {} (offloaded)", peers[i].name()),
     }
 }
 
@@ -954,6 +972,7 @@ fn judge(
     peers: &[Peer],
     servers: &Servers,
     reports: &[(Option<usize>, Result<Report, String>)],
+    down: &[Option<String>],
 ) -> Vec<Check> {
     let mut checks = Vec::new();
     for (side, report) in reports {
@@ -975,12 +994,12 @@ fn judge(
             let (from, to, server) = if outbound {
                 (
                     local.to_owned(),
-                    peers[peer].id().to_owned(),
+                    peers[peer].name().to_owned(),
                     server_name(Some(peer)),
                 )
             } else {
                 (
-                    peers[peer].id().to_owned(),
+                    peers[peer].name().to_owned(),
                     local.to_owned(),
                     server_name(None),
                 )
@@ -1014,19 +1033,53 @@ fn judge(
             });
         }
     }
-    add_hints(&mut checks, peers, servers);
+    add_hints(&mut checks, peers, servers, down);
     checks
+}
+
+/// Each peering's tunnel as the consumer's gateway says it is now: `Some`
+/// (its reason) when down. Read after the checks, since a tunnel that
+/// broke during them is the likeliest cause of their failure.
+async fn tunnels_down(consumer: &ClusterClient, peers: &[Peer]) -> Vec<Option<String>> {
+    let api: Api<Connection> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
+    let mut down = Vec::new();
+    for peer in peers {
+        down.push(match api.get_opt(peer.id()).await {
+            Ok(Some(c)) if c.is_established() => None,
+            Ok(Some(c)) => Some(condition_message(&c)),
+            Ok(None) => Some("its Connection was removed".into()),
+            // Unknown: the checks speak for themselves.
+            Err(_) => None,
+        });
+    }
+    down
 }
 
 /// Says, for each failed check, which hop is at fault as far as can be
 /// told from outside: a Service that fails where its pod answers is the
 /// Service's translation on the client's cluster; a pod that does not
 /// answer lies across the tunnel, whose hops are named with addresses.
-fn add_hints(checks: &mut [Check], peers: &[Peer], servers: &Servers) {
+fn add_hints(checks: &mut [Check], peers: &[Peer], servers: &Servers, down: &[Option<String>]) {
     // Checks come in pairs per direction: the pod, then its Service.
     for pair in checks.chunks_mut(2) {
         let [pod, service] = pair else { continue };
         let peer = &peers[pod.peer];
+        if let Some(why) = down.get(pod.peer).cloned().flatten()
+            && !(pod.passed && service.passed)
+        {
+            let hint = format!(
+                "the tunnel between {} and {} is down ({why}); `liqoctl info peer {}` shows it",
+                if pod.outbound { &pod.from } else { &pod.to },
+                peer.name(),
+                peer.name()
+            );
+            for check in [pod, service] {
+                if !check.passed {
+                    check.hint = Some(hint.clone());
+                }
+            }
+            continue;
+        }
         if !pod.passed {
             // Where the client's cluster sees the server's pods, and the
             // server pod's own address in its cluster.
@@ -1078,15 +1131,20 @@ fn table(checks: &[Check]) -> String {
                 c.seen_from.as_deref().unwrap_or("?")
             )
         } else {
-            let mut text = format!("FAILED: {}", c.error.as_deref().unwrap_or("no answer"));
-            if let Some(hint) = &c.hint {
-                text.push_str(&format!("; {hint}"));
-            }
-            text
+            format!("FAILED: {}", c.error.as_deref().unwrap_or("no answer"))
         };
         table.add_row([c.from.as_str(), to.as_str(), c.address.as_str(), &result]);
     }
-    table.to_string()
+    let mut text = table.to_string();
+    // Where each failure lies, once per distinct finding.
+    let mut told = Vec::new();
+    for c in checks.iter().filter(|c| !c.passed) {
+        if let Some(hint) = c.hint.as_ref().filter(|h| !told.contains(h)) {
+            text.push_str(&format!("\n{} to {}'s {}: {hint}", c.from, c.to, c.kind));
+            told.push(hint);
+        }
+    }
+    text
 }
 
 /// Deletes the namespace and waits until it is gone: its offloading's
@@ -1269,7 +1327,7 @@ mod tests {
             remote: vec![("100.64.2.3".into(), "10.96.0.20".into())],
             remote_real: vec![Some("10.200.2.3".into())],
         };
-        let checks = judge("home", &[peer], &servers, &[(None, Ok(report))]);
+        let checks = judge("home", &[peer], &servers, &[(None, Ok(report))], &[None]);
         assert_eq!(checks.len(), 2);
         assert!(checks[0].passed && checks[0].hint.is_none());
         assert_eq!(checks[0].seen_from.as_deref(), Some("100.64.1.2"));
@@ -1296,18 +1354,14 @@ mod tests {
             remote: vec![("100.64.2.3".into(), "10.96.0.20".into())],
             remote_real: vec![Some("10.200.2.3".into())],
         };
-        let checks = judge(
-            "home",
-            &[connection_pair()],
-            &servers,
-            &[(Some(0), Ok(report))],
-        );
+        let reports = [(Some(0), Ok(report))];
+        let checks = judge("home", &[connection_pair()], &servers, &reports, &[None]);
         assert_eq!(
             (checks[0].from.as_str(), checks[0].to.as_str()),
-            ("p1", "home")
+            ("foreign", "home")
         );
         let hint = checks[0].hint.as_deref().expect("a hint");
-        assert!(hint.contains("the pod on p1 to its gateway"), "{hint}");
+        assert!(hint.contains("the pod on foreign to its gateway"), "{hint}");
         assert!(hint.contains("must route 100.64.0.0/16"), "{hint}");
         assert!(
             hint.contains("home's gateway to the pod at 10.200.1.2"),
@@ -1315,6 +1369,21 @@ mod tests {
         );
         // The Service failed too, and with its pod: no separate blame.
         assert!(checks[1].hint.is_none());
+
+        // With the tunnel down now, that is what both failures are put on.
+        let down = [Some(
+            "no handshake with the peer's gateway at 192.0.2.1:51820".into(),
+        )];
+        let checks = judge("home", &[connection_pair()], &servers, &reports, &down);
+        for check in &checks {
+            assert_eq!(
+                check.hint.as_deref(),
+                Some(
+                    "the tunnel between home and foreign is down (no handshake with the peer's \
+                     gateway at 192.0.2.1:51820); `liqoctl info peer foreign` shows it"
+                )
+            );
+        }
     }
 
     // A kube client (never called) needs a runtime to be made.
@@ -1330,6 +1399,7 @@ mod tests {
             &[connection_pair()],
             &servers,
             &[(None, Err("ImagePullBackOff: nope".into()))],
+            &[None],
         );
         assert_eq!(checks.len(), 2);
         assert!(checks.iter().all(|c| !c.passed));
@@ -1370,6 +1440,7 @@ mod tests {
                 consumer: client("home"),
                 provider: client("p1"),
                 provider_id: ClusterId::new("p1".to_owned()).expect("id"),
+                provider_name: "foreign".into(),
                 tenant_namespace: "liqo-tenant-home".into(),
             },
             here: end("p1"),
