@@ -294,12 +294,8 @@ impl Flags {
             labels,
             pod_cidr: cidr("--pod-cidr", &args.pod_cidr)?,
             service_cidr: cidr("--service-cidr", &args.service_cidr)?,
-            node_selector: (!args.node_selector.is_empty())
-                .then(|| parse_pairs("--node-selector", &args.node_selector))
-                .transpose()?,
-            tolerations: (!args.tolerations.is_empty())
-                .then(|| parse_tolerations(&args.tolerations))
-                .transpose()?,
+            node_selector: node_selector_flag(&args.node_selector)?,
+            tolerations: tolerations_flag(&args.tolerations)?,
             announce: args.announce,
             advertise_address: args
                 .advertise_address
@@ -384,6 +380,22 @@ fn service_type(args: &InstallArgs) -> Result<Option<Option<GatewayServiceType>>
         .transpose()
 }
 
+/// `--node-selector`: `None` when not given.
+pub fn node_selector_flag(
+    values: &[String],
+) -> Result<Option<BTreeMap<String, String>>, UserError> {
+    (!values.is_empty())
+        .then(|| parse_pairs("--node-selector", values))
+        .transpose()
+}
+
+/// `--toleration`: `None` when not given.
+pub fn tolerations_flag(values: &[String]) -> Result<Option<Vec<Toleration>>, UserError> {
+    (!values.is_empty())
+        .then(|| parse_tolerations(values))
+        .transpose()
+}
+
 /// Parses `key=value` pairs; keys and values checked as the API server
 /// checks labels, and the reason given in its words.
 pub fn parse_pairs(flag: &str, pairs: &[String]) -> Result<BTreeMap<String, String>, UserError> {
@@ -405,7 +417,7 @@ pub fn parse_pairs(flag: &str, pairs: &[String]) -> Result<BTreeMap<String, Stri
 /// Parses `--toleration KEY[=VALUE][:EFFECT]` (kubectl taint's syntax): with
 /// a value the toleration matches it exactly, without one any value; with
 /// no effect it tolerates every effect.
-pub fn parse_tolerations(values: &[String]) -> Result<Vec<Toleration>, UserError> {
+fn parse_tolerations(values: &[String]) -> Result<Vec<Toleration>, UserError> {
     const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
     let usage = |v: &str, why: String| UserError::Usage(format!("--toleration: {v:?}: {why}"));
     let mut out = Vec::new();

@@ -34,7 +34,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::cli::{GlobalArgs, TestNetworkArgs};
-use crate::commands::install::{installed_pod_placement, parse_pairs, parse_tolerations};
+use crate::commands::install::{installed_pod_placement, node_selector_flag, tolerations_flag};
 use crate::commands::network::Peering;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
@@ -150,12 +150,8 @@ impl Flags {
         }
         Ok(Self {
             cluster_ids,
-            node_selector: (!args.node_selector.is_empty())
-                .then(|| parse_pairs("--node-selector", &args.node_selector))
-                .transpose()?,
-            tolerations: (!args.tolerations.is_empty())
-                .then(|| parse_tolerations(&args.tolerations))
-                .transpose()?,
+            node_selector: node_selector_flag(&args.node_selector)?,
+            tolerations: tolerations_flag(&args.tolerations)?,
         })
     }
 }
