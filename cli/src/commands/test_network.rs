@@ -16,9 +16,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, EnvVar, EnvVarSource, Namespace, NodeAffinity, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodSpec, Probe, Service,
-    ServicePort, ServiceSpec, TCPSocketAction, Toleration,
+    Capabilities, Container, ContainerState, EnvVar, EnvVarSource, Namespace, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodSpec,
+    Probe, SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    Toleration,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -812,6 +813,22 @@ fn test_pod(plan: &Plan, name: &str, args: Vec<String>, provider: Option<&str>) 
                 name: "netcheck".into(),
                 image: Some(plan.image.clone()),
                 args: Some(args),
+                // What Pod Security's `restricted` level asks, so that the
+                // check runs in clusters that enforce it on new namespaces.
+                security_context: Some(SecurityContext {
+                    run_as_non_root: Some(true),
+                    run_as_user: Some(65532),
+                    allow_privilege_escalation: Some(false),
+                    capabilities: Some(Capabilities {
+                        drop: Some(vec!["ALL".into()]),
+                        ..Default::default()
+                    }),
+                    seccomp_profile: Some(SeccompProfile {
+                        type_: "RuntimeDefault".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
                 env: Some(vec![EnvVar {
                     name: "POD_NAME".into(),
                     value_from: Some(EnvVarSource {
@@ -1218,6 +1235,17 @@ mod tests {
         let local = test_pod(&plan(), "server-local", vec![], None);
         let spec = local.spec.expect("spec");
         assert_eq!(spec.node_selector, Some(plan().node_selector));
+        let security = spec.containers[0]
+            .security_context
+            .clone()
+            .expect("restricted");
+        assert_eq!(
+            (
+                security.run_as_non_root,
+                security.allow_privilege_escalation
+            ),
+            (Some(true), Some(false))
+        );
         let terms = spec
             .affinity
             .and_then(|a| a.node_affinity)
