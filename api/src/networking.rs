@@ -156,7 +156,7 @@ impl Connection {
 
 /// How one cluster sees another's pods: addresses in `real` (the peer's
 /// pod CIDR) are reached at the same host part of `seen_as`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Remap {
     pub real: IpNet,
     pub seen_as: IpNet,

@@ -474,6 +474,10 @@ impl Kind for Pods {
         let twin = self.twin_of(ns);
         twin.hash(&mut h);
         self.synced.borrow().hash(&mut h);
+        // The local status carries pod IPs where this cluster sees them: a
+        // remap decided (or changed) after a pod's status was written
+        // changes what it should say.
+        self.peering.remap().hash(&mut h);
         if let Some(twin) = twin {
             let (client_version, side) = {
                 let sides = self.sides.lock().ok()?;
