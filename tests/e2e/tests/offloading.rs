@@ -5,7 +5,8 @@
 //! virtual node run on the provider as ReplicaSets of one, Running on kwok
 //! nodes, and the local pods show the remote pods' status and IPs; the
 //! virtual kubelet killed mid-way duplicates nothing; scaling down removes
-//! the remote ReplicaSets and the local pods; `liqoctl unoffload`
+//! the remote ReplicaSets and the local pods; a remote ReplicaSet changed
+//! on the provider is put back; `liqoctl unoffload`
 //! removes the twin namespace.
 
 use std::collections::BTreeMap;
@@ -240,6 +241,59 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         let env = spec.containers[0].env.clone().unwrap_or_default();
         assert!(env.iter().any(|e| e.name == "GREETING"), "{env:?}");
     }
+
+    // A remote ReplicaSet changed on the provider by someone else (scaled
+    // to nothing, its template edited) is put back: one pod again, the
+    // template as the local pod says, the generation it left recorded.
+    let tampered = rs[0].metadata.name.clone().context("nameless")?;
+    let uid = rs[0]
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LOCAL_POD_UID))
+        .cloned()
+        .context("no uid label")?;
+    remote_rs
+        .patch(
+            &tampered,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": {
+                "replicas": 0,
+                "template": { "metadata": { "annotations": { "tampered": "yes" } } },
+            } })),
+        )
+        .await?;
+    wait_for("the tampered ReplicaSet put back", WAIT, || async {
+        let now = remote_rs.get(&tampered).await?;
+        let spec = now.spec.clone().unwrap_or_default();
+        let annotations = spec
+            .template
+            .and_then(|t| t.metadata)
+            .and_then(|m| m.annotations)
+            .unwrap_or_default();
+        let recorded = now
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("liqo.io/wrapper-generation"))
+            .cloned();
+        Ok(spec.replicas == Some(1)
+            && !annotations.contains_key("tampered")
+            && recorded == now.metadata.generation.map(|g| g.to_string()))
+    })
+    .await?;
+    wait_for("its pod running again", WAIT, || async {
+        let running = remote_pods
+            .list(&ListParams::default().labels(&format!("{LOCAL_POD_UID}={uid}")))
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        Ok(running == 1)
+    })
+    .await?;
 
     // Scale to 1: two remote ReplicaSets go, the local pods are removed.
     let start = Instant::now();

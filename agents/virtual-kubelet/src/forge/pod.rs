@@ -155,6 +155,24 @@ pub fn replica_set(local: &Pod, remote_namespace: &str) -> ReplicaSet {
     }
 }
 
+/// The annotation on a remote ReplicaSet that holds the generation of its
+/// spec as the virtual kubelet last wrote it (none: as it created it,
+/// generation 1).
+pub const WRAPPER_GENERATION: &str = "liqo.io/wrapper-generation";
+
+/// Whether someone else changed a remote wrapper's spec since the virtual
+/// kubelet wrote it: its generation (which the API server increments on
+/// every change of the spec, and only then) is past the one recorded.
+pub fn changed_by_others(meta: &ObjectMeta) -> bool {
+    let ours = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(WRAPPER_GENERATION))
+        .and_then(|g| g.parse::<i64>().ok())
+        .unwrap_or(1);
+    meta.generation.is_some_and(|g| g > ours)
+}
+
 /// What runs a local pod on the provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Wrapper {
@@ -332,6 +350,30 @@ pub fn refused_status(message: &str) -> PodStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrapper_changed_by_someone_else_is_told_by_its_generation() {
+        let meta = |generation: Option<i64>, recorded: Option<&str>| ObjectMeta {
+            generation,
+            annotations: recorded
+                .map(|g| BTreeMap::from([(WRAPPER_GENERATION.to_owned(), g.to_owned())])),
+            ..ObjectMeta::default()
+        };
+        for (generation, recorded, changed) in [
+            (Some(1), None, false),
+            (Some(2), None, true),
+            (Some(3), Some("3"), false),
+            (Some(4), Some("3"), true),
+            (None, None, false),
+            (Some(2), Some("garbage"), true),
+        ] {
+            assert_eq!(
+                changed_by_others(&meta(generation, recorded)),
+                changed,
+                "{generation:?} {recorded:?}"
+            );
+        }
+    }
     use k8s_openapi::api::core::v1::{
         Affinity, Container, HostPathVolumeSource, NodeAffinity, PodAntiAffinity, Toleration,
         Volume, VolumeMount,

@@ -138,6 +138,7 @@ impl Side {
                 .and_then(|l| l.get(forge_pod::LOCAL_POD_UID))
                 .cloned(),
             deleting: m.deletion_timestamp.is_some(),
+            changed: kind == Wrapper::ReplicaSet && forge_pod::changed_by_others(m),
         };
         let rs = self
             .replica_sets
@@ -162,6 +163,9 @@ struct Found {
     /// Its `liqo.io/local-pod-uid`.
     for_pod: Option<String>,
     deleting: bool,
+    /// Its spec was changed by someone else (a ReplicaSet scaled or
+    /// edited on the provider), to be put back.
+    changed: bool,
 }
 
 /// Of a remote Job, as of a ReplicaSet, the reflection reads its name,
@@ -193,12 +197,21 @@ pub fn digest_local_pod(pod: &mut Pod) {
     }
 }
 
-/// Of a remote ReplicaSet, the reflection reads its name, UID, labels
-/// and deletion: its spec and status are not stored.
+/// Of a remote ReplicaSet, the reflection reads its name, UID, labels,
+/// deletion, and its generation against the one it wrote (a spec changed
+/// by someone else is put back): its spec and status are not stored.
 fn trim_remote_replica_set(rs: &mut ReplicaSet) {
     rs.spec = None;
     rs.status = None;
-    rs.metadata.annotations = None;
+    rs.metadata.annotations = rs
+        .metadata
+        .annotations
+        .take()
+        .map(|mut a| {
+            a.retain(|k, _| k == forge_pod::WRAPPER_GENERATION);
+            a
+        })
+        .filter(|a| !a.is_empty());
     rs.metadata.owner_references = None;
 }
 
@@ -330,6 +343,68 @@ impl Pods {
         self.patch_local_status(pod, &forge_pod::refused_status(why))
             .await?;
         Ok(Next::Done)
+    }
+
+    /// Its service account token, where the pod mounts one.
+    fn mount_token(&self, pod: &Pod, name: &str, remote: Option<&mut PodSpec>) {
+        if let (Some(api), Some(local), Some(remote)) = (&self.token_api, pod.spec.as_ref(), remote)
+        {
+            crate::forge::token::mount_in(remote, local, name, api);
+        }
+    }
+
+    /// Puts back the spec of a remote ReplicaSet someone else changed
+    /// (scaled, edited): one pod, as the local pod says, then records the
+    /// generation that leaves, so that only a later change is someone
+    /// else's. A conflict (it changed again meanwhile) is retried.
+    async fn put_back_replica_set(
+        &self,
+        provider: &kube::Client,
+        twin: &str,
+        pod: &Pod,
+    ) -> Result<(), Error> {
+        let name = pod.name_any();
+        let api: Api<ReplicaSet> = Api::namespaced(provider.clone(), twin);
+        let what = || format!("putting back the ReplicaSet {twin}/{name} on the provider");
+        let Some(mut rs) = api.get_opt(&name).await.map_err(|e| Error::Api {
+            what: what(),
+            source: e,
+        })?
+        else {
+            return Ok(());
+        };
+        let mut want = forge_pod::replica_set(pod, twin);
+        let mut want_spec = want.spec.take().unwrap_or_default();
+        self.mount_token(
+            pod,
+            &name,
+            want_spec.template.as_mut().and_then(|t| t.spec.as_mut()),
+        );
+        if let Some(spec) = rs.spec.as_mut() {
+            // The selector cannot change, and is ours already.
+            spec.replicas = want_spec.replicas;
+            spec.min_ready_seconds = want_spec.min_ready_seconds;
+            spec.template = want_spec.template;
+        }
+        let replaced = api
+            .replace(&name, &PostParams::default(), &rs)
+            .await
+            .map_err(|e| Error::Api {
+                what: what(),
+                source: e,
+            })?;
+        let generation = replaced.metadata.generation.unwrap_or(1);
+        let record = json!({ "metadata": { "annotations": {
+            forge_pod::WRAPPER_GENERATION: generation.to_string(),
+        } } });
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&record))
+            .await
+            .map_err(|e| Error::Api {
+                what: what(),
+                source: e,
+            })?;
+        tracing::info!(pod = %name, twin, generation, "remote ReplicaSet changed on the provider: put back");
+        Ok(())
     }
 
     async fn patch_local_status(
@@ -600,14 +675,7 @@ impl Kind for Pods {
                 .spec
                 .as_ref()
                 .map_or(Wrapper::ReplicaSet, forge_pod::wrapper);
-            // Its service account token, where it mounts one.
-            let token = |remote: Option<&mut PodSpec>| {
-                if let (Some(api), Some(local), Some(remote)) =
-                    (&self.token_api, pod.spec.as_ref(), remote)
-                {
-                    crate::forge::token::mount_in(remote, local, name, api);
-                }
-            };
+            let token = |remote: Option<&mut PodSpec>| self.mount_token(&pod, name, remote);
             let created = match kind {
                 Wrapper::ReplicaSet => {
                     let mut want = forge_pod::replica_set(&pod, &twin);
@@ -641,6 +709,12 @@ impl Kind for Pods {
                 }
             }
             return Ok(Next::Done);
+        }
+        if wrappers
+            .iter()
+            .any(|w| w.changed && !w.deleting && w.for_pod == local_uid)
+        {
+            self.put_back_replica_set(&provider, &twin, &pod).await?;
         }
         if let Some(remote) = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref))
             && let Some(remote_status) = &remote.status
@@ -748,6 +822,19 @@ mod tests {
         trim_remote_replica_set(&mut rs);
         assert!(rs.spec.is_none() && rs.metadata.annotations.is_none());
         assert!(rs.metadata.labels.is_some(), "the UID label is read");
+        // The generation we wrote is kept, nothing else of the annotations.
+        rs.metadata.annotations = Some(BTreeMap::from([
+            ("note".to_owned(), "x".to_owned()),
+            (forge_pod::WRAPPER_GENERATION.to_owned(), "3".to_owned()),
+        ]));
+        trim_remote_replica_set(&mut rs);
+        assert_eq!(
+            rs.metadata.annotations,
+            Some(BTreeMap::from([(
+                forge_pod::WRAPPER_GENERATION.to_owned(),
+                "3".to_owned()
+            )]))
+        );
         let mut job = Job {
             metadata: full.metadata.clone(),
             spec: Some(Default::default()),
