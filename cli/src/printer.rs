@@ -118,6 +118,16 @@ impl Step {
         self.finish("✘", outcome.as_ref());
     }
 
+    /// Ends the step as `result` says (done, or failed), and hands the
+    /// result on.
+    pub fn ended<T>(self, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        match &result {
+            Ok(_) => self.done(""),
+            Err(_) => self.fail(""),
+        }
+        result
+    }
+
     fn finish(mut self, mark: &str, outcome: &str) {
         let line = if outcome.is_empty() {
             format!("{mark} {}", self.message)

@@ -423,13 +423,16 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
     );
     // The Service in front of the tunnels, when there is one; the RBAC
     // grants it by name.
-    let service = args.expose.map(|_| {
-        follow(
-            Api::<Service>::namespaced(client.clone(), &args.namespace),
-            watcher::Config::default().fields(&format!("metadata.name={}", names::GATEWAY)),
-            "service",
-        )
-    });
+    let (service, follow_service) = args
+        .expose
+        .map(|_| {
+            follow(
+                Api::<Service>::namespaced(client.clone(), &args.namespace),
+                watcher::Config::default().fields(&format!("metadata.name={}", names::GATEWAY)),
+                "service",
+            )
+        })
+        .unzip();
     let key = control::ensure_key(&client, &args.namespace)
         .await
         .context("the gateway's key")?;
@@ -472,10 +475,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         identity.clone(),
         ObjectRef::new(names::IDENTITY_CONFIGMAP).within(&args.namespace),
         connections.clone(),
-        service.map(|(followed, task)| {
-            tokio::spawn(task);
-            followed
-        }),
+        service,
         tunnels_stop,
     ));
     let state = State {
@@ -505,7 +505,17 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         metrics,
         readiness,
         async move {
-            tokio::join!(follow_identity, follow_peers, follow_connections);
+            let follow_service = async {
+                if let Some(task) = follow_service {
+                    task.await;
+                }
+            };
+            tokio::join!(
+                follow_identity,
+                follow_peers,
+                follow_connections,
+                follow_service
+            );
         },
         state,
         announcer_failed,

@@ -330,29 +330,10 @@ async fn check(
         "Making namespace {ns}, offloaded to {}",
         names.join(", ")
     ));
-    let twins = match offload(consumer, ns, &ids, deadline).await {
-        Ok(twins) => {
-            step.done("");
-            twins
-        }
-        Err(e) => {
-            step.fail("");
-            return Err(e);
-        }
-    };
+    let twins = step.ended(offload(consumer, ns, &ids, deadline).await)?;
 
     let step = printer.step("Starting the servers on both sides");
-    let servers = start_servers(consumer, peers, plan, deadline).await;
-    let servers = match servers {
-        Ok(servers) => {
-            step.done("");
-            servers
-        }
-        Err(e) => {
-            step.fail("");
-            return Err(e);
-        }
-    };
+    let servers = step.ended(start_servers(consumer, peers, plan, deadline).await)?;
 
     let step = printer.step("Connecting from each side to the other");
     let clients = start_clients(consumer, peers, plan, &servers, &twins, deadline).await;
@@ -360,12 +341,10 @@ async fn check(
         Ok(clients) => wait_for_reports(consumer, ns, &clients, deadline).await,
         Err(e) => Err(e),
     };
+    // Ended below with the count of what failed.
     let reports = match reports {
         Ok(reports) => reports,
-        Err(e) => {
-            step.fail("");
-            return Err(e);
-        }
+        Err(e) => return step.ended(Err(e)),
     };
     let down = if reports
         .iter()
@@ -476,17 +455,9 @@ async fn offload(
     }
 }
 
+/// Our labels, the component saying which part of the check it is.
 fn managed_labels(component: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            labels::MANAGED_BY.to_owned(),
-            labels::MANAGED_BY_VALUE.to_owned(),
-        ),
-        (
-            labels::COMPONENT.to_owned(),
-            format!("test-network-{component}"),
-        ),
-    ])
+    crate::manifests::common_labels(&format!("test-network-{component}"))
 }
 
 /// The servers' addresses, as the cluster each runs on gives them.

@@ -441,3 +441,31 @@ pub async fn least_privilege_probe(peer: &kube::Client, tenant_ns: &str) -> anyh
     );
     Ok(allowed)
 }
+
+/// A folder of executable scripts that stand for the "binaries" of
+/// test-only images on the host-process node; removed when dropped.
+#[derive(Debug)]
+pub struct ScriptDir(pub PathBuf);
+
+impl ScriptDir {
+    /// `label` names the folder (with this process's ID); `scripts` are
+    /// file name and content, each made executable.
+    pub fn new(label: &str, scripts: &[(&str, &str)]) -> anyhow::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("liqo-{label}-bin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        for (name, script) in scripts {
+            let path = dir.join(name);
+            std::fs::write(&path, script)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        }
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for ScriptDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

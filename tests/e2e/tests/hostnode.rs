@@ -45,28 +45,6 @@ echo "serving ${SERVE_DIR:-.} on $POD_IP:8080"
 exec python3 -m http.server --bind "$POD_IP" --directory "${SERVE_DIR:-.}" 8080
 "#;
 
-/// A folder of "agent binaries", removed with the test.
-struct BinDir(PathBuf);
-
-impl BinDir {
-    fn new() -> Result<Self> {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("liqo-hostnode-bin-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        let agent = dir.join("test-agent");
-        std::fs::write(&agent, AGENT)?;
-        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for BinDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The environment the agent printed when it first started, from the log
 /// of `pod`'s container. (Not `/proc/<pid>/environ`: the `python3` the agent
 /// execs may be a shim that adds to its environment.)
@@ -893,7 +871,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_node_runs_agent_pods_as_processes() -> Result<()> {
-    let bin = BinDir::new()?;
+    let bin = liqo_e2e::ScriptDir::new("hostnode", &[("test-agent", AGENT)])?;
     let gate = bin.0.join("go");
     let mut spec = ClusterSpec::new("hostnode", 7);
     spec.nodes = 1;

@@ -13,7 +13,7 @@
 
 use std::net::Ipv4Addr;
 use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -44,30 +44,6 @@ echo "first words"
 echo "last words"
 exit "${CODE:-0}"
 "#;
-
-/// A folder of the pods' "binaries", removed with the test.
-struct BinDir(PathBuf);
-
-impl BinDir {
-    fn new() -> Result<Self> {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("liqo-podnet-bin-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        for (name, script) in [("podnet-server", SERVER), ("podnet-say", SAY)] {
-            let path = dir.join(name);
-            std::fs::write(&path, script)?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
-        }
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for BinDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn spec(name: &str, index: u8, bin_dir: &Path) -> ClusterSpec {
     let mut spec = ClusterSpec::new(name, index);
@@ -252,7 +228,8 @@ fn dead_pid() -> Result<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_get_namespaces_addresses_services_and_an_internet() -> Result<()> {
-    let bin = BinDir::new()?;
+    let bin =
+        liqo_e2e::ScriptDir::new("podnet", &[("podnet-server", SERVER), ("podnet-say", SAY)])?;
     // What a testbed killed with SIGKILL would leave: the next one deletes
     // it. (Our pid in place of a port: two runs of this test at once.)
     let stale = format!("lqtb-{}-{}-node", dead_pid()?, std::process::id());
