@@ -19,7 +19,7 @@ fi
 # serves HTTP for the stand-in agent of the host-process node's test; the
 # tunnel's tests need iproute2, nftables, ping, and standard WireGuard
 # (wireguard-tools, Debian's wireguard-go) to talk to; iperf3 is for the
-# benchmark.
+# benchmark; curl fetches from pods in the testbed's pod-network test.
 packages=()
 need flock || packages+=(util-linux)
 need python3 || packages+=(python3)
@@ -30,6 +30,7 @@ need wg || packages+=(wireguard-tools)
 need wireguard-go || packages+=(wireguard-go)
 need iperf3 || packages+=(iperf3)
 need jq || packages+=(jq)
+need curl || packages+=(curl)
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "error: missing packages ${packages[*]}; install them (apt-get install ${packages[*]})" >&2
