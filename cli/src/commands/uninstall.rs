@@ -153,8 +153,30 @@ pub async fn run(
             .await?;
             if let Waited::TimedOut = waited {
                 step.fail("timed out");
+                // The API server's own account of where the removal stands
+                // (its CRD finalizer deletes every instance first).
+                let why = api
+                    .get_opt(name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|crd| crd.status)
+                    .and_then(|status| status.conditions)
+                    .and_then(|conditions| {
+                        conditions
+                            .into_iter()
+                            .find(|c| c.type_ == "Terminating")
+                            .map(|c| {
+                                format!(
+                                    " ({}: {})",
+                                    c.reason.unwrap_or_default(),
+                                    c.message.unwrap_or_default()
+                                )
+                            })
+                    })
+                    .unwrap_or_default();
                 return Err(UserError::Timeout(format!(
-                    "the CRD {name} is still being removed after {}s; run uninstall --purge again",
+                    "the CRD {name} is still being removed after {}s{why}; run uninstall --purge again",
                     args.timeout
                 ))
                 .into());

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::{Node, ResourceQuota, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Node, ResourceQuota, Secret};
 use kube::api::{Api, ListParams};
 use liqo_api::names::{self, peering};
 use liqo_api::{ClusterId, core::ForeignCluster};
@@ -504,6 +504,23 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
                 .get_opt(names::NAMESPACE_OFFLOADING)
                 .await?
                 .is_none())
+        },
+    )
+    .await?;
+    // The twin namespaces are deleted by `unpeer`, not awaited (their pods
+    // may take their grace period): wait for the namespace controller, or
+    // the snapshot may list a RoleBinding of one still being emptied.
+    let twins: Api<Namespace> = Api::all(provider_client.clone());
+    let tenant_label = format!("{}=consumer-1", names::labels::TENANT);
+    wait_for(
+        "the twin namespaces to be gone from the provider",
+        Duration::from_secs(60),
+        || async {
+            Ok(twins
+                .list(&ListParams::default().labels(&tenant_label))
+                .await?
+                .items
+                .is_empty())
         },
     )
     .await?;
