@@ -22,16 +22,22 @@
 #       /proc/PID/status) with N offloaded pods Running, and with 10,000
 #       when --with-10k is given (long: the clusters are sized for it).
 #
-#   bash tests/bench/offload.sh [--pods N] [--with-10k]
+#   With --kcm-qps Q, both clusters' controller-managers get
+#   --kube-api-qps Q (burst 2Q) instead of their default 20 (burst 30):
+#   the limit that (a) hits first at the default (docs/virtual-kubelet.md).
+#
+#   bash tests/bench/offload.sh [--pods N] [--with-10k] [--kcm-qps Q]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 pods=1000
 with_10k=false
+kcm_qps=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --pods) pods=$2; shift 2 ;;
     --with-10k) with_10k=true; shift ;;
-    *) echo "usage: $0 [--pods N] [--with-10k]" >&2; exit 2 ;;
+    --kcm-qps) kcm_qps=(--controller-manager-qps "$2"); shift 2 ;;
+    *) echo "usage: $0 [--pods N] [--with-10k] [--kcm-qps Q]" >&2; exit 2 ;;
   esac
 done
 max=$pods
@@ -56,7 +62,7 @@ trap cleanup EXIT
 # Two worker nodes per cluster, each with room for every pod: the default
 # grant (half of the provider's free capacity) then allows `max` pods.
 "$testbed" up --dir "$dir/tb" --cluster consumer --cluster provider --nodes 2 \
-  --node-pods $((max + 100)) --node-cpu 64 --node-memory 256Gi --timeout 300 >/dev/null
+  --node-pods $((max + 100)) --node-cpu 64 --node-memory 256Gi --timeout 300 "${kcm_qps[@]}" >/dev/null
 kubeconfig() { "$testbed" get --dir "$dir/tb" "$1" kubeconfig; }
 consumer=$(kubeconfig consumer)
 provider=$(kubeconfig provider)
@@ -77,9 +83,11 @@ kc create namespace bench >/dev/null
 twin=bench-consumer
 kp create namespace bench-direct >/dev/null
 
-# The Deployment; on the virtual node when $2 is "virtual".
+# The Deployment in namespace $1, on the virtual node when $2 is
+# "virtual"; named and labelled app=$3 (default bench), of $4 replicas
+# (default N).
 deployment() {
-  local ns=$1 where=$2 placement=""
+  local ns=$1 where=$2 name=${3:-bench} replicas=${4:-$pods} placement=""
   if [ "$where" = virtual ]; then
     placement='
       nodeSelector: { liqo.io/virtual-node: "true" }
@@ -88,12 +96,12 @@ deployment() {
   cat <<EOF
 apiVersion: apps/v1
 kind: Deployment
-metadata: { name: bench, namespace: $ns }
+metadata: { name: $name, namespace: $ns }
 spec:
-  replicas: $pods
-  selector: { matchLabels: { app: bench } }
+  replicas: $replicas
+  selector: { matchLabels: { app: $name } }
   template:
-    metadata: { labels: { app: bench } }
+    metadata: { labels: { app: $name } }
     spec:$placement
       terminationGracePeriodSeconds: 0
       containers:
@@ -103,26 +111,23 @@ spec:
 EOF
 }
 
-# How many pods of the Deployment are Running.
-running() {
-  "$kubectl" --kubeconfig "$1" -n "$2" get pods -l app=bench --no-headers \
-    -o custom-columns=P:.status.phase 2>/dev/null | grep -c '^Running$' || true
-}
-
-# Seconds from now until `want` pods of namespace $2 on cluster $1 are
-# Running (fails after 30 minutes).
+# Seconds from now until `want` ($2) pods are Running in the watch file
+# $1 (lines "time uid node phase" of `stamped`); fails after 30 minutes.
+# Counting from a watch the script runs anyway costs the API server
+# nothing more, where listing every pod twice a second cost it more than
+# what was measured.
 until_running() {
-  local kubeconfig=$1 ns=$2 want=$3 start now
+  local file=$1 want=$2 start now
   start=$(date +%s.%N)
-  for _ in $(seq 3600); do
-    if [ "$(running "$kubeconfig" "$ns")" -ge "$want" ]; then
+  for _ in $(seq 9000); do
+    if [ "$(awk '$4 == "Running" && !seen[$2]++ { n++ } END { print n + 0 }' "$file" 2>/dev/null)" -ge "$want" ]; then
       now=$(date +%s.%N)
       awk "BEGIN { printf \"%.1f\", $now - $start }"
       return 0
     fi
-    sleep 0.5
+    sleep 0.2
   done
-  echo "timed out waiting for $want Running pods in $ns" >&2
+  echo "timed out waiting for $want Running pods in $file" >&2
   return 1
 }
 
@@ -135,6 +140,29 @@ stamped() {
   "$kubectl" "$@" 2>/dev/null \
     > >(perl -MTime::HiRes=time -ne '$|=1; printf "%.3f %s", time, $_' >"$out") &
   watchers+=($!)
+}
+
+# CPU time so far of every process of the testbed, one line each:
+# "<cluster>/<program> <ticks>" (utime + stime, in clock ticks), the
+# cluster being the testbed folder its command line or environment names.
+cpu_ticks() {
+  local pid where comm
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    where=$( { tr '\0' '\n' <"/proc/$pid/cmdline"; tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null |
+      grep -o "$dir/tb/[a-z]*/" | head -n 1 | sed "s|$dir/tb/||; s|/$||") || true
+    [ -n "$where" ] || continue
+    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
+    awk -v w="$where/$comm" '{ sub(/^.*\) /, ""); print w, $12 + $13 }' "/proc/$pid/stat" 2>/dev/null || true
+  done
+}
+# CPU seconds per program between two cpu_ticks files ($1 before, $2
+# after), largest first, as "program seconds" lines.
+cpu_spent() {
+  local hz
+  hz=$(getconf CLK_TCK)
+  awk -v hz="$hz" 'NR == FNR { before[$1] += $2; next } { after[$1] += $2 }
+    END { for (p in after) printf "%s %.1f\n", p, (after[p] - before[p]) / hz }' "$1" "$2" |
+    sort -k2 -n -r
 }
 
 # The virtual kubelet's peak resident memory in MiB: the process whose
@@ -152,64 +180,121 @@ vk_peak_mib() {
   echo "n/a"
 }
 
+# Stops the watches started with `stamped`.
+unwatch() {
+  sleep 2
+  for pid in "${watchers[@]}"; do kill "$pid" 2>/dev/null || true; done
+  watchers=()
+}
+
 # (a) direct on the provider, then removed.
+stamped "$dir/direct.local.w" --kubeconfig "$provider" -n bench-direct get pods -l app=bench -w --no-headers \
+  -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
+sleep 2
+cpu_ticks >"$dir/cpu.direct.0"
 deployment bench-direct direct | kp apply -f - >/dev/null
-direct_time=$(until_running "$provider" bench-direct "$pods")
+direct_time=$(until_running "$dir/direct.local.w" "$pods")
+cpu_ticks >"$dir/cpu.direct.1"
+unwatch
 kp -n bench-direct delete deployment bench --wait >/dev/null
 kp delete namespace bench-direct --wait --timeout 600s >/dev/null
 
-# (a) and (b) through the virtual node, with the watches of (b).
-stamped "$dir/local.w" --kubeconfig "$consumer" -n bench get pods -l app=bench -w --no-headers \
-  -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
-stamped "$dir/rs.w" --kubeconfig "$provider" -n "$twin" get replicasets -w --no-headers \
-  -o 'custom-columns=U:.metadata.labels.liqo\.io/local-pod-uid'
-stamped "$dir/remote.w" --kubeconfig "$provider" -n "$twin" get pods -w --no-headers \
-  -o 'custom-columns=U:.metadata.labels.liqo\.io/local-pod-uid,P:.status.phase'
-sleep 2
-deployment bench virtual | kc apply -f - >/dev/null
-virtual_time=$(until_running "$consumer" bench "$pods")
-rss_n=$(vk_peak_mib)
-sleep 2
-for pid in "${watchers[@]}"; do kill "$pid" 2>/dev/null || true; done
-watchers=()
-
-# Per local pod UID: first bound, RS, remote Running, local Running.
-awk -v L="$dir/local.w" -v R="$dir/rs.w" -v P="$dir/remote.w" '
-  FILENAME == L && $3 != "<none>" && !($2 in bound) { bound[$2] = $1 }
-  FILENAME == L && $4 == "Running" && !($2 in lrun) { lrun[$2] = $1 }
-  FILENAME == R && $2 != "<none>" && !($2 in rs) { rs[$2] = $1 }
-  FILENAME == P && $3 == "Running" && !($2 in rrun) { rrun[$2] = $1 }
-  END {
-    for (u in lrun)
-      if ((u in bound) && (u in rs) && (u in rrun))
-        printf "%.3f %.3f %.3f\n", (rs[u] - bound[u]) + (lrun[u] - rrun[u]), rs[u] - bound[u], lrun[u] - rrun[u]
-  }' "$dir/local.w" "$dir/rs.w" "$dir/remote.w" >"$dir/added"
-measured=$(wc -l <"$dir/added")
-# Percentile $1 of column $2 of the added latencies (1: total, 2: bound
-# to wrapper, 3: remote Running to local Running).
-pct() {
-  awk -v c="$2" '{ print $c }' "$dir/added" | sort -n |
-    awk -v p="$1" '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } i = int((NR - 1) * p / 100) + 1; printf "%.0f ms", v[i] * 1000 }'
+# The watches of (b), on the pods labelled app=$1, written to files
+# $dir/$1.{local,rs,remote}.w; stopped by unwatch.
+watch_pods() {
+  local app=$1
+  stamped "$dir/$app.local.w" --kubeconfig "$consumer" -n bench get pods -l "app=$app" -w --no-headers \
+    -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
+  stamped "$dir/$app.rs.w" --kubeconfig "$provider" -n "$twin" get replicasets -w --no-headers \
+    -o 'custom-columns=U:.metadata.labels.liqo\.io/local-pod-uid'
+  stamped "$dir/$app.remote.w" --kubeconfig "$provider" -n "$twin" get pods -l "app=$app" -w --no-headers \
+    -o 'custom-columns=U:.metadata.labels.liqo\.io/local-pod-uid,P:.status.phase'
+  sleep 2
 }
-p50=$(pct 50 1)
-p99=$(pct 99 1)
+
+# Per local pod UID of app $1: first bound, RS, remote Running, local
+# Running; one line per pod: added latency, bound -> wrapper, remote
+# Running -> local Running (seconds), into $dir/$1.added.
+added() {
+  local app=$1
+  awk -v L="$dir/$app.local.w" -v R="$dir/$app.rs.w" -v P="$dir/$app.remote.w" '
+    FILENAME == L && $3 != "<none>" && !($2 in bound) { bound[$2] = $1 }
+    FILENAME == L && $4 == "Running" && !($2 in lrun) { lrun[$2] = $1 }
+    FILENAME == R && $2 != "<none>" && !($2 in rs) { rs[$2] = $1 }
+    FILENAME == P && $3 == "Running" && !($2 in rrun) { rrun[$2] = $1 }
+    END {
+      for (u in lrun)
+        if ((u in bound) && (u in rs) && (u in rrun))
+          printf "%.3f %.3f %.3f\n", (rs[u] - bound[u]) + (lrun[u] - rrun[u]), rs[u] - bound[u], lrun[u] - rrun[u]
+    }' "$dir/$app.local.w" "$dir/$app.rs.w" "$dir/$app.remote.w" >"$dir/$app.added"
+}
+# Percentile $2 of column $3 of the added latencies of app $1 (column 1:
+# total, 2: bound to wrapper, 3: remote Running to local Running).
+pct() {
+  awk -v c="$3" '{ print $c }' "$dir/$1.added" | sort -n |
+    awk -v p="$2" '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } i = int((NR - 1) * p / 100) + 1; printf "%.0f ms", v[i] * 1000 }'
+}
+
+# (b) at a steady pace first, the clusters otherwise quiet: 100 pods, one
+# replica more about every quarter second.
+steady=100
+deployment bench virtual steady 0 | kc apply -f - >/dev/null
+watch_pods steady
+for i in $(seq "$steady"); do
+  kc -n bench scale deployment steady --replicas "$i" >/dev/null
+  sleep 0.25
+done
+until_running "$dir/steady.local.w" "$steady" >/dev/null
+unwatch
+added steady
+kc -n bench delete deployment steady --wait >/dev/null
+kp -n "$twin" wait --for=delete pods -l app=steady --timeout 300s >/dev/null 2>&1 || true
+
+# (a) and (b) through the virtual node: the burst.
+watch_pods bench
+cpu_ticks >"$dir/cpu.virtual.0"
+deployment bench virtual | kc apply -f - >/dev/null
+virtual_time=$(until_running "$dir/bench.local.w" "$pods")
+cpu_ticks >"$dir/cpu.virtual.1"
+rss_n=$(vk_peak_mib)
+unwatch
+added bench
+measured=$(wc -l <"$dir/bench.added")
+p50=$(pct bench 50 1)
+p99=$(pct bench 99 1)
 
 rss_10k="not measured (--with-10k)"
 if $with_10k; then
+  stamped "$dir/big.local.w" --kubeconfig "$consumer" -n bench get pods -l app=bench -w --no-headers \
+    -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
+  sleep 2
   kc -n bench scale deployment bench --replicas 10000 >/dev/null
-  until_running "$consumer" bench 10000 >/dev/null
+  until_running "$dir/big.local.w" 10000 >/dev/null
+  unwatch
   rss_10k="$(vk_peak_mib) MiB"
 fi
 
 ratio=$(awk "BEGIN { printf \"%.2f\", $virtual_time / $direct_time }")
 echo
 printf '%-52s %s\n' "figure" "value"
+printf '%-52s %s\n' "controller-managers' --kube-api-qps" "${kcm_qps[1]:-default (20)}"
 printf '%-52s %s\n' "(a) $pods pods Running, direct on the provider" "${direct_time}s"
 printf '%-52s %s\n' "(a) $pods pods Running, through the virtual node" "${virtual_time}s"
 printf '%-52s %s\n' "(a) ratio virtual / direct (target <= 1.3)" "$ratio"
 printf '%-52s %s\n' "(b) added start latency p50 ($measured pods)" "$p50"
 printf '%-52s %s\n' "(b) added start latency p99 (target <= 100 ms)" "$p99"
-printf '%-52s %s\n' "(b)   of which bound -> wrapper seen, p50 / p99" "$(pct 50 2) / $(pct 99 2)"
-printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct 50 3) / $(pct 99 3)"
+printf '%-52s %s\n' "(b)   of which bound -> wrapper seen, p50 / p99" "$(pct bench 50 2) / $(pct bench 99 2)"
+printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct bench 50 3) / $(pct bench 99 3)"
+printf '%-52s %s\n' "(b) at a steady pace ($(wc -l <"$dir/steady.added") pods, ~4/s): p50 / p99" "$(pct steady 50 1) / $(pct steady 99 1)"
+printf '%-52s %s\n' "(b)   of which bound -> wrapper seen, p50 / p99" "$(pct steady 50 2) / $(pct steady 99 2)"
+printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct steady 50 3) / $(pct steady 99 3)"
 printf '%-52s %s\n' "(c) VK peak RSS at $pods pods" "$rss_n MiB"
 printf '%-52s %s\n' "(c) VK peak RSS at 10000 pods (target <= 60 MB)" "$rss_10k"
+echo
+echo "CPU seconds per process while the pods started (machine: $(nproc) cores)"
+printf '%-40s %10s %10s\n' "process" "direct" "virtual"
+join -a 1 -a 2 -e 0 -o 0,1.2,2.2 \
+  <(cpu_spent "$dir/cpu.direct.0" "$dir/cpu.direct.1" | sort) \
+  <(cpu_spent "$dir/cpu.virtual.0" "$dir/cpu.virtual.1" | sort) |
+  sort -k3 -n -r | awk '{ printf "%-40s %10.1f %10.1f\n", $1, $2, $3; d += $2; v += $3 }
+    END { printf "%-40s %10.1f %10.1f\n", "total", d, v }'

@@ -713,6 +713,15 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
         Ok(backoff.len() == 1 && backoff[0].count == Some(3))
     })
     .await?;
+    // A copy that says what its remote Event says is not written again,
+    // by the passes nor by a restart (the provider's scheduler writes an
+    // events.k8s.io eventTime in microseconds, which a core/v1 copy keeps
+    // in whole seconds).
+    let scheduled = copies("Scheduled")
+        .await?
+        .remove(0)
+        .metadata
+        .resource_version;
     let vk: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
         .into_iter()
         .filter(|p| p.name.starts_with("liqo-virtual"))
@@ -739,7 +748,12 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
         "no duplicate after a restart: {backoff:?}"
     );
     assert_eq!(backoff[0].count, Some(3));
-    assert_eq!(copies("Scheduled").await?.len(), 1);
+    let after = copies("Scheduled").await?;
+    assert_eq!(after.len(), 1);
+    assert_eq!(
+        after[0].metadata.resource_version, scheduled,
+        "the Scheduled copy was written again though nothing changed: {after:?}"
+    );
 
     testbed.stop();
     Ok(())

@@ -64,6 +64,12 @@ pub struct ClusterSpec {
     /// host's network, with loopback addresses.
     #[serde(default)]
     pub pod_network: bool,
+    /// The controller-manager's client rate limit, requests per second
+    /// (`--kube-api-qps`; its burst is twice that). `None`: the
+    /// controller-manager's own default (20, burst 30), as on most
+    /// clusters. Benchmarks raise it to show where a limit lies.
+    #[serde(default)]
+    pub controller_manager_qps: Option<u32>,
 }
 
 impl ClusterSpec {
@@ -81,6 +87,7 @@ impl ClusterSpec {
             agent_bin_dir: None,
             host_images: crate::default_host_images(),
             pod_network: false,
+            controller_manager_qps: None,
         }
     }
 
@@ -389,28 +396,29 @@ impl Cluster {
         let client = cluster.client().await?;
         cluster.wait_for_apiserver(&client).await?;
 
-        cluster.spawn(
-            toolchain,
-            "kube-controller-manager",
-            vec![
-                format!("--kubeconfig={}", p(&kcm_kubeconfig)),
-                format!("--authentication-kubeconfig={}", p(&kcm_kubeconfig)),
-                format!("--authorization-kubeconfig={}", p(&kcm_kubeconfig)),
-                "--secure-port=0".into(),
-                "--leader-elect=false".into(),
-                "--use-service-account-credentials=true".into(),
-                format!("--service-account-private-key-file={}", p(&sa_key)),
-                format!("--root-ca-file={}", p(&ca_crt)),
-                format!("--cluster-signing-cert-file={}", p(&ca_crt)),
-                format!("--cluster-signing-key-file={}", p(&ca_key)),
-                "--allocate-node-cidrs=true".into(),
-                format!("--cluster-cidr={}", spec.pod_cidr),
-                format!("--service-cluster-ip-range={}", spec.service_cidr),
-                "--controllers=*,bootstrapsigner,tokencleaner".into(),
-                "--profiling=false".into(),
-                "--v=1".into(),
-            ],
-        )?;
+        let mut kcm_args = vec![
+            format!("--kubeconfig={}", p(&kcm_kubeconfig)),
+            format!("--authentication-kubeconfig={}", p(&kcm_kubeconfig)),
+            format!("--authorization-kubeconfig={}", p(&kcm_kubeconfig)),
+            "--secure-port=0".into(),
+            "--leader-elect=false".into(),
+            "--use-service-account-credentials=true".into(),
+            format!("--service-account-private-key-file={}", p(&sa_key)),
+            format!("--root-ca-file={}", p(&ca_crt)),
+            format!("--cluster-signing-cert-file={}", p(&ca_crt)),
+            format!("--cluster-signing-key-file={}", p(&ca_key)),
+            "--allocate-node-cidrs=true".into(),
+            format!("--cluster-cidr={}", spec.pod_cidr),
+            format!("--service-cluster-ip-range={}", spec.service_cidr),
+            "--controllers=*,bootstrapsigner,tokencleaner".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ];
+        if let Some(qps) = spec.controller_manager_qps {
+            kcm_args.push(format!("--kube-api-qps={qps}"));
+            kcm_args.push(format!("--kube-api-burst={}", qps * 2));
+        }
+        cluster.spawn(toolchain, "kube-controller-manager", kcm_args)?;
         cluster.spawn(
             toolchain,
             "kube-scheduler",

@@ -34,7 +34,13 @@ fn occurrences(
     Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 ) {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    let event_time = e.event_time.as_ref().map(|t| Time(t.0));
+    // A core/v1 Event's timestamps are whole seconds in the API: a copy
+    // keeping the microseconds of an events.k8s.io eventTime would never
+    // read back as written, and be patched again at every pass.
+    let whole_seconds = |t: &k8s_openapi::jiff::Timestamp| {
+        Time(k8s_openapi::jiff::Timestamp::from_second(t.as_second()).unwrap_or(*t))
+    };
+    let event_time = e.event_time.as_ref().map(|t| whole_seconds(&t.0));
     let count = e
         .count
         .or_else(|| e.series.as_ref().and_then(|s| s.count))
@@ -47,7 +53,7 @@ fn occurrences(
             e.series
                 .as_ref()
                 .and_then(|s| s.last_observed_time.as_ref())
-                .map(|t| Time(t.0))
+                .map(|t| whole_seconds(&t.0))
         })
         .or(event_time);
     (count, first, last)
@@ -145,6 +151,48 @@ pub fn warning(
     }
 }
 
+/// A remote Event as the agent stores it: what [`local_event`] and the
+/// keys read (its name and UID, the pod it is about, what it says and
+/// when), not the rest of its metadata nor who reported it from where.
+pub fn trim_remote(e: &mut Event) {
+    e.metadata = ObjectMeta {
+        name: e.metadata.name.take(),
+        namespace: e.metadata.namespace.take(),
+        uid: e.metadata.uid.take(),
+        ..ObjectMeta::default()
+    };
+    e.involved_object = ObjectReference {
+        kind: e.involved_object.kind.take(),
+        name: e.involved_object.name.take(),
+        field_path: e.involved_object.field_path.take(),
+        ..ObjectReference::default()
+    };
+    e.related = None;
+    e.action = None;
+    e.reporting_instance = None;
+    if let Some(source) = e.source.as_mut() {
+        source.host = None;
+    }
+}
+
+/// A local copy as the agent stores it: its name and what [`shows`]
+/// compares.
+pub fn trim_local(e: &mut Event) {
+    *e = Event {
+        metadata: ObjectMeta {
+            name: e.metadata.name.take(),
+            namespace: e.metadata.namespace.take(),
+            ..ObjectMeta::default()
+        },
+        count: e.count,
+        last_timestamp: e.last_timestamp.take(),
+        message: e.message.take(),
+        reason: e.reason.take(),
+        type_: e.type_.take(),
+        ..Event::default()
+    };
+}
+
 /// Whether the local Event `have` already says what `want` says.
 pub fn shows(have: &Event, want: &Event) -> bool {
     have.count == want.count
@@ -237,6 +285,24 @@ mod tests {
     }
 
     #[test]
+    fn trimmed_copies_forge_and_compare_as_whole_ones() {
+        let whole = remote("Pod");
+        let mut trimmed = whole.clone();
+        trim_remote(&mut trimmed);
+        assert_eq!(trimmed.involved_object.uid, None);
+        let want = local_event(&whole, &local_pod(), "liqo-prov");
+        assert_eq!(local_event(&trimmed, &local_pod(), "liqo-prov"), want);
+        let want = want.expect("an event");
+        let mut stored = want.clone();
+        trim_local(&mut stored);
+        assert_eq!(stored.source, None);
+        assert!(shows(&stored, &want));
+        let mut later = want;
+        later.count = Some(5);
+        assert!(!shows(&stored, &later));
+    }
+
+    #[test]
     fn local_pod_name_table() {
         let cases = [
             ("web-1-abcde", Some("web-1")),
@@ -311,15 +377,20 @@ mod tests {
         e.last_timestamp = None;
         e.source = None;
         e.reporting_component = Some("default-scheduler".to_owned());
-        e.event_time = Some(MicroTime(t("2026-01-01T00:00:00Z")));
+        e.event_time = Some(MicroTime(t("2026-01-01T00:00:00.250001Z")));
         e.series = Some(EventSeries {
             count: Some(3),
-            last_observed_time: Some(MicroTime(t("2026-01-01T00:02:00Z"))),
+            last_observed_time: Some(MicroTime(t("2026-01-01T00:02:00.999999Z"))),
         });
         let local = local_event(&e, &local_pod(), "liqo-prov").expect("an event");
         assert_eq!(local.count, Some(3));
+        // In whole seconds, as a core/v1 Event keeps them.
         assert_eq!(local.first_timestamp, Some(Time(t("2026-01-01T00:00:00Z"))));
         assert_eq!(local.last_timestamp, Some(Time(t("2026-01-01T00:02:00Z"))));
+        // What the API gives back is what was written: no patch follows.
+        let read_back: Event =
+            serde_json::from_value(serde_json::to_value(&local).expect("json")).expect("event");
+        assert!(shows(&read_back, &local));
         assert_eq!(
             local.source.and_then(|s| s.component).as_deref(),
             Some("default-scheduler")

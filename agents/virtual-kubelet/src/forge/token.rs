@@ -152,8 +152,8 @@ pub fn token_secret(pod: &Pod, twin: &str, token: &str, ca: &str, refresh: Times
 /// with the CA `ca`: same pod, same CA, not yet due.
 pub fn still_good(have: &Secret, pod: &Pod, ca: &str, now: Timestamp) -> Option<Timestamp> {
     let same_pod = have.metadata.labels.as_ref()?.get(LOCAL_POD_UID) == pod.metadata.uid.as_ref();
-    let same_ca =
-        have.data.as_ref()?.get(ROOT_CA_KEY).map(|b| b.0.as_slice()) == Some(ca.as_bytes());
+    let same_ca = have.data.as_ref()?.get(ROOT_CA_KEY).map(|b| b.0.as_slice())
+        == Some(ca_digest(ca.as_bytes()).as_bytes());
     let has_token = have.data.as_ref()?.contains_key("token");
     let refresh: Timestamp = have
         .metadata
@@ -163,6 +163,29 @@ pub fn still_good(have: &Secret, pod: &Pod, ca: &str, now: Timestamp) -> Option<
         .parse()
         .ok()?;
     (same_pod && same_ca && has_token && refresh > now).then_some(refresh)
+}
+
+/// A token Secret as the agent stores it ([`still_good`] reads these):
+/// the token itself is never read back, only whether there is one, and
+/// the CA (the same in every Secret of a namespace) is kept as its digest.
+pub fn trim_stored(secret: &mut Secret) {
+    if let Some(data) = secret.data.as_mut() {
+        if let Some(token) = data.get_mut("token") {
+            *token = ByteString(Vec::new());
+        }
+        if let Some(ca) = data.get_mut(ROOT_CA_KEY) {
+            *ca = ByteString(ca_digest(&ca.0).into_bytes());
+        }
+    }
+    secret.metadata.owner_references = None;
+}
+
+/// A digest of a CA bundle, for comparisons within one process.
+fn ca_digest(ca: &[u8]) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    ca.hash(&mut h);
+    format!("{:016x}", h.finish())
 }
 
 /// Mounts the token Secret into a remote wrapper's pod spec (a
@@ -377,6 +400,11 @@ mod tests {
         let data = secret.data.clone().expect("data");
         assert_eq!(data["namespace"].0, b"shop");
         assert_eq!(data["token"].0, b"tok");
+        // As stored: neither the token nor the CA is kept whole.
+        let mut secret = secret;
+        trim_stored(&mut secret);
+        let stored = secret.data.clone().expect("data");
+        assert!(stored["token"].0.is_empty() && stored[ROOT_CA_KEY].0 != b"CA");
         let before: Timestamp = "2026-01-01T00:30:00Z".parse().expect("time");
         let after: Timestamp = "2026-01-01T00:50:00Z".parse().expect("time");
         let mut other_pod = pod.clone();

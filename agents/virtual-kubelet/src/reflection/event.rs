@@ -50,12 +50,14 @@ impl Events {
             "local events of ours",
             watcher::Config::default().labels(&ours),
             vec![wake.clone()],
-        );
+        )
+        .trimmed(forge_event::trim_local);
         let remote = PerNamespace::new(
             "remote pods' events",
             watcher::Config::default().fields("involvedObject.kind=Pod"),
             vec![wake.clone()],
-        );
+        )
+        .trimmed(forge_event::trim_remote);
         let clients = Clients::new(peering.provider.clone());
         Self {
             peering,

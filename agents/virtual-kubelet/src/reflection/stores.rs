@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::watcher;
-use liqo_agent_runtime::follow::{Followed, follow};
+use liqo_agent_runtime::follow::{Followed, Options, follow_with};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -57,6 +57,8 @@ where
 {
     what: &'static str,
     config: watcher::Config,
+    /// Applied to every object before it is stored ([`Options::trim`]).
+    trim: Option<fn(&mut K)>,
     /// Woken whenever any store changes.
     wakes: Vec<Arc<Notify>>,
     inner: Mutex<Inner<K>>,
@@ -88,12 +90,20 @@ where
         Self {
             what,
             config,
+            trim: None,
             wakes,
             inner: Mutex::new(Inner {
                 client_version: None,
                 by_namespace: BTreeMap::new(),
             }),
         }
+    }
+
+    /// Stores every object as `trim` leaves it: what the kind never reads
+    /// is not kept (one copy per object of every followed namespace).
+    pub fn trimmed(mut self, trim: fn(&mut K)) -> Self {
+        self.trim = Some(trim);
+        self
     }
 
     /// Follows exactly `namespaces` with `client` (`None`: no client, no
@@ -119,10 +129,14 @@ where
         inner.by_namespace.retain(|ns, _| wanted.contains(ns));
         for ns in wanted {
             if let std::collections::btree_map::Entry::Vacant(e) = inner.by_namespace.entry(ns) {
-                let (followed, task) = follow(
+                let (followed, task) = follow_with(
                     Api::namespaced(client.clone(), e.key()),
                     self.config.clone(),
                     self.what,
+                    Options {
+                        trim: self.trim,
+                        index_label: None,
+                    },
                 );
                 let mut changes = followed.state.clone();
                 let wakes = self.wakes.clone();

@@ -58,7 +58,8 @@ impl Tokens {
             "remote token secrets",
             watcher::Config::default().labels(&selector),
             vec![wake.clone()],
-        );
+        )
+        .trimmed(forge_token::trim_stored);
         let clients = Clients::new(peering.provider.clone());
         Self {
             peering,

@@ -164,6 +164,10 @@ struct UpArgs {
     /// (see docs/testbed.md). Needs root.
     #[arg(long)]
     pod_network: bool,
+    /// The controller-managers' client rate limit in requests per second
+    /// (burst twice that) [default: theirs, 20 with a burst of 30].
+    #[arg(long, value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..))]
+    controller_manager_qps: Option<u32>,
     /// Folder of agent binaries (liqo-gateway, …) whose pods each cluster's
     /// host-process node runs as local processes [default: LIQO_AGENT_BIN_DIR,
     /// else the folder of this binary].
@@ -218,6 +222,7 @@ impl UpArgs {
                     spec.pod_cidr.clone_from(&first.pod_cidr);
                 }
                 spec.pod_network = self.pod_network;
+                spec.controller_manager_qps = self.controller_manager_qps;
                 spec
             })
             .collect())
@@ -385,6 +390,9 @@ fn up(args: &UpArgs) -> Result<()> {
         }
         if args.pod_network {
             cmd.arg("--pod-network");
+        }
+        if let Some(qps) = args.controller_manager_qps {
+            cmd.arg(format!("--controller-manager-qps={qps}"));
         }
         // Resolved here: the default is this binary's folder, which the
         // supervisor (the same binary) would find too, but an explicit
