@@ -151,14 +151,16 @@ pub fn warning(
     }
 }
 
-/// A remote Event as the agent stores it: what [`local_event`] and the
-/// keys read (its name and UID, the pod it is about, what it says and
-/// when), not the rest of its metadata nor who reported it from where.
+/// A remote Event as the agent stores it: what [`local_event`], the keys
+/// and the fingerprints read (its name, UID and version, the pod it is
+/// about, what it says and when), not the rest of its metadata nor who
+/// reported it from where.
 pub fn trim_remote(e: &mut Event) {
     e.metadata = ObjectMeta {
         name: e.metadata.name.take(),
         namespace: e.metadata.namespace.take(),
         uid: e.metadata.uid.take(),
+        resource_version: e.metadata.resource_version.take(),
         ..ObjectMeta::default()
     };
     e.involved_object = ObjectReference {
@@ -175,13 +177,14 @@ pub fn trim_remote(e: &mut Event) {
     }
 }
 
-/// A local copy as the agent stores it: its name and what [`shows`]
-/// compares.
+/// A local copy as the agent stores it: its name and version, and what
+/// [`shows`] compares.
 pub fn trim_local(e: &mut Event) {
     *e = Event {
         metadata: ObjectMeta {
             name: e.metadata.name.take(),
             namespace: e.metadata.namespace.take(),
+            resource_version: e.metadata.resource_version.take(),
             ..ObjectMeta::default()
         },
         count: e.count,

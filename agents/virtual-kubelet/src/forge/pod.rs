@@ -272,13 +272,16 @@ pub fn ended(pod: &Pod) -> bool {
 /// Of the remote pods of one local pod, the one whose status the local
 /// pod shows: one not being deleted before one that is (the ReplicaSet
 /// replaced it), then the newest.
-pub fn current_remote_pod<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Option<&'a Pod> {
+pub fn current_remote_pod<'a, P: kube::Resource + 'a>(
+    pods: impl IntoIterator<Item = &'a P>,
+) -> Option<&'a P> {
     pods.into_iter().max_by(|a, b| {
-        let key = |p: &Pod| {
+        let key = |p: &P| {
+            let m = p.meta();
             (
-                p.metadata.deletion_timestamp.is_none(),
-                p.metadata.creation_timestamp.clone().map(|t| t.0),
-                p.metadata.name.clone(),
+                m.deletion_timestamp.is_none(),
+                m.creation_timestamp.clone().map(|t| t.0),
+                m.name.clone(),
             )
         };
         key(a).cmp(&key(b))

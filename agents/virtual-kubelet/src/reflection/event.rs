@@ -8,11 +8,13 @@
 //! sides' Events expire on their own.
 
 use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use liqo_agent_runtime::follow::Followed;
@@ -94,6 +96,48 @@ impl Kind for Events {
                     .map(move |name| (twin.clone(), name))
             })
             .collect()
+    }
+
+    /// The twin's local namespace, whether both stores are current, the
+    /// remote Event's version, the local pod's UID and the local copy's
+    /// version: what converging the key reads.
+    fn fingerprint(&self, (twin, name): &Self::Key) -> Option<u64> {
+        let mut h = DefaultHasher::new();
+        let ns = self
+            .twins
+            .borrow()
+            .iter()
+            .find(|(_, t)| *t == twin)
+            .map(|(l, _)| l.clone());
+        ns.hash(&mut h);
+        let Some(ns) = ns else {
+            return Some(h.finish());
+        };
+        let remote = self.remote.current(twin);
+        let local = self.local.current(&ns);
+        (remote.is_some(), local.is_some()).hash(&mut h);
+        let (Some(remote), Some(local)) = (remote, local) else {
+            return Some(h.finish());
+        };
+        let event = remote.store.get(&ObjectRef::new(name).within(twin));
+        let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
+        event.as_ref().map(|e| version(&e.metadata)).hash(&mut h);
+        let pod = event.as_ref().and_then(|e| {
+            let pod = forge_event::local_pod_name(e.involved_object.name.as_deref()?)?;
+            self.pods.store.get(&ObjectRef::new(pod).within(&ns))
+        });
+        pod.as_ref().map(|p| p.metadata.uid.clone()).hash(&mut h);
+        if let (Some(event), Some(pod)) = (&event, &pod)
+            && let (Some(uid), Some(pod_name)) = (&event.metadata.uid, &pod.metadata.name)
+        {
+            let copy = forge_event::local_name(pod_name, uid);
+            local
+                .store
+                .get(&ObjectRef::new(&copy).within(&ns))
+                .map(|c| c.metadata.resource_version.clone())
+                .hash(&mut h);
+        }
+        Some(h.finish())
     }
 
     async fn converge(&self, (twin, name): &Self::Key) -> Result<Next, Error> {

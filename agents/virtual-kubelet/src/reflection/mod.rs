@@ -124,7 +124,8 @@ pub trait Kind: Send + Sync {
     fn keys(&self) -> Vec<Self::Key>;
     /// What [`Kind::converge`] reads for `key`, hashed: while it stays the
     /// same, a key that converged is not looked at again before the next
-    /// full pass. `None` (the default): look at it on every pass.
+    /// full pass (nor before its time, when it asked to be looked at again
+    /// after a while). `None` (the default): look at it on every pass.
     fn fingerprint(&self, _key: &Self::Key) -> Option<u64> {
         None
     }
@@ -132,8 +133,10 @@ pub trait Kind: Send + Sync {
     fn converge(&self, key: &Self::Key) -> impl Future<Output = Result<Next, Error>> + Send;
 }
 
-/// Runs `kind` forever: every key converges on every wake-up of `wake`,
-/// at least every [`RESYNC`], and failed ones again after their backoff.
+/// Runs `kind` forever: on every wake-up of `wake`, every key whose
+/// fingerprint changed (or that has none) converges; every key does at
+/// least every [`RESYNC`], failed ones again after their backoff, and
+/// those that asked for it after their time.
 ///
 /// Keys are converged continuously, [`CONCURRENCY`] at a time: a scan
 /// (on a wake-up, debounced) queues the keys to look at, and a key is
@@ -145,8 +148,12 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
     // Per key: when to look again, and the current backoff (zero when the
     // last attempt did not fail) and the last error logged.
     let mut again: BTreeMap<K::Key, (Instant, Duration, Option<String>)> = BTreeMap::new();
-    // Per key that converged (Done): the fingerprint it converged with.
+    // Per key that converged (Done, or After a while): the fingerprint it
+    // converged with.
     let mut done: BTreeMap<K::Key, u64> = BTreeMap::new();
+    // What the last scan cost: scans are spaced by four times that at
+    // least, so that scanning many keys stays a fraction of the work.
+    let mut scan_cost = Duration::ZERO;
     let mut last_full: Option<Instant> = None;
     // Keys under way, and whether a scan skipped them meanwhile.
     let mut in_flight: BTreeMap<K::Key, bool> = BTreeMap::new();
@@ -184,14 +191,19 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
                     continue;
                 }
                 let print = kind.fingerprint(&k);
-                let unchanged = !full
-                    && !again.contains_key(&k)
-                    && print.is_some()
-                    && done.get(&k).copied() == print;
+                // Converged with what the stores still say, and not due
+                // again (a failed key is always looked at once its
+                // backoff is over).
+                let not_due = again
+                    .get(&k)
+                    .is_none_or(|(at, backoff, _)| backoff.is_zero() && *at > now);
+                let unchanged =
+                    !full && not_due && print.is_some() && done.get(&k).copied() == print;
                 if !unchanged {
                     queue.push_back((k, print));
                 }
             }
+            scan_cost = now.elapsed();
         }
         while running.len() < CONCURRENCY
             && let Some((key, print)) = queue.pop_front()
@@ -234,7 +246,7 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
                     queue.push_back((key, print));
                 }
             }
-            () = wake.notified() => scan_soon(&mut scan_at),
+            () = wake.notified() => scan_soon(&mut scan_at, DEBOUNCE.max(scan_cost * 4)),
             () = tokio::time::sleep(next) => {
                 if scan_at.is_none() {
                     scan_at = Some(Instant::now());
@@ -244,10 +256,10 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
     }
 }
 
-/// Schedules a scan after [`DEBOUNCE`], unless one is due sooner: a burst
-/// of changes is one scan, not hundreds.
-fn scan_soon(scan_at: &mut Option<Instant>) {
-    let at = Instant::now() + DEBOUNCE;
+/// Schedules a scan after `pause`, unless one is due sooner: a burst of
+/// changes is one scan, not hundreds.
+fn scan_soon(scan_at: &mut Option<Instant>, pause: Duration) {
+    let at = Instant::now() + pause;
     *scan_at = Some(scan_at.map_or(at, |s| s.min(at)));
 }
 
@@ -262,7 +274,7 @@ fn record<K: Kind>(
 ) {
     let now = Instant::now();
     match (&result, print) {
-        (Ok(Next::Done), Some(print)) => {
+        (Ok(Next::Done | Next::After(_)), Some(print)) => {
             done.insert(key.clone(), print);
         }
         _ => {
@@ -400,6 +412,49 @@ mod tests {
         (1..=3)
             .map(|k| calls.get(&k).copied().unwrap_or(0))
             .collect()
+    }
+
+    /// Key 1 asks to be looked at again after 800 ms.
+    struct Later(Arc<Counting>);
+
+    impl Kind for Later {
+        type Key = u32;
+        const NAME: &'static str = "later";
+        fn keys(&self) -> Vec<u32> {
+            vec![1]
+        }
+        fn fingerprint(&self, key: &u32) -> Option<u64> {
+            self.0.prints.lock().expect("lock").get(key).copied()
+        }
+        async fn converge(&self, key: &u32) -> Result<Next, Error> {
+            *self.0.calls.lock().expect("lock").entry(*key).or_default() += 1;
+            Ok(Next::After(Duration::from_millis(800)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_to_look_at_later_waits_for_its_time_unless_it_changes() {
+        const SETTLE: Duration = Duration::from_millis(150);
+        let counting = Arc::new(Counting::default());
+        counting.prints.lock().expect("lock").insert(1, 10);
+        let wake = Arc::new(Notify::new());
+        let task = tokio::spawn(run(Later(counting.clone()), wake.clone()));
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting)[0], 1);
+        // Another store changed: key 1 is not due and unchanged.
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting)[0], 1, "looked at before its time");
+        // It changed: looked at at once.
+        counting.prints.lock().expect("lock").insert(1, 11);
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting)[0], 2, "a change was not looked at");
+        // Its time comes with nothing changed.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let after = calls(&counting)[0];
+        task.abort();
+        assert_eq!(after, 3, "not looked at when due");
     }
 
     #[tokio::test]

@@ -37,7 +37,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
 };
-use kube::core::ObjectMeta;
+use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -58,9 +58,12 @@ const NOT_SYNCED_POLL: std::time::Duration = std::time::Duration::from_millis(50
 
 /// The followed stores of one twin namespace on the provider.
 struct Side {
-    replica_sets: Followed<ReplicaSet>,
-    jobs: Followed<Job>,
-    pods: Followed<Pod>,
+    /// Their metadata only: a ReplicaSet or a Job is read for its name,
+    /// UID, labels, deletion and generation, and a whole one (its spec and
+    /// status inline, empty or not) is six times the size in memory.
+    replica_sets: Followed<PartialObjectMeta<ReplicaSet>>,
+    jobs: Followed<PartialObjectMeta<Job>>,
+    pods: Followed<RemotePod>,
     task: JoinHandle<()>,
 }
 
@@ -170,9 +173,8 @@ struct Found {
 
 /// Of a remote Job, as of a ReplicaSet, the reflection reads its name,
 /// UID, labels and deletion: its end is read from its pod.
-fn trim_remote_job(job: &mut Job) {
-    job.spec = None;
-    job.status = None;
+fn trim_remote_job(job: &mut PartialObjectMeta<Job>) {
+    job.types = None;
     job.metadata.annotations = None;
     job.metadata.owner_references = None;
 }
@@ -200,9 +202,8 @@ pub fn digest_local_pod(pod: &mut Pod) {
 /// Of a remote ReplicaSet, the reflection reads its name, UID, labels,
 /// deletion, and its generation against the one it wrote (a spec changed
 /// by someone else is put back): its spec and status are not stored.
-fn trim_remote_replica_set(rs: &mut ReplicaSet) {
-    rs.spec = None;
-    rs.status = None;
+fn trim_remote_replica_set(rs: &mut PartialObjectMeta<ReplicaSet>) {
+    rs.types = None;
     rs.metadata.annotations = rs
         .metadata
         .annotations
@@ -215,11 +216,44 @@ fn trim_remote_replica_set(rs: &mut ReplicaSet) {
     rs.metadata.owner_references = None;
 }
 
+/// A remote pod as the reflection follows it: its metadata and status,
+/// read as such from the API. Its spec (the local pod's, translated) is
+/// never read from the store, and a [`Pod`] holds room for one inline
+/// (about 1.4 KiB) even when it has none.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct RemotePod {
+    pub metadata: ObjectMeta,
+    pub status: Option<k8s_openapi::api::core::v1::PodStatus>,
+}
+
+impl Resource for RemotePod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// Of a remote pod, the reflection reads its name, UID, our label, its
-/// creation and deletion, and its status: its spec (the local pod's,
-/// translated) and the local pod's labels and annotations are not stored.
-fn trim_remote_pod(pod: &mut Pod) {
-    pod.spec = None;
+/// creation and deletion, and its status: the local pod's labels and
+/// annotations are not stored.
+fn trim_remote_pod(pod: &mut RemotePod) {
     pod.metadata.annotations = None;
     pod.metadata.owner_references = None;
     if let Some(labels) = pod.metadata.labels.as_mut() {
@@ -625,7 +659,7 @@ impl Kind for Pods {
             return Ok(Next::Done);
         };
         let uid = pod.uid().unwrap_or_default();
-        let remote_pods: Vec<Arc<Pod>> = side.pods.by_label(&uid);
+        let remote_pods: Vec<Arc<RemotePod>> = side.pods.by_label(&uid);
 
         if pod.metadata.deletion_timestamp.is_some() {
             let grace = pod.metadata.deletion_grace_period_seconds;
@@ -765,9 +799,11 @@ mod tests {
         let full = pod();
         let mut local = full.clone();
         digest_local_pod(&mut local);
-        let mut remote = full.clone();
+        // Read as the agent follows it, from a whole pod of the API.
+        let mut remote: RemotePod =
+            serde_json::from_value(serde_json::to_value(&full).expect("json")).expect("pod");
         trim_remote_pod(&mut remote);
-        type Check = (&'static str, fn(&Pod, &Pod) -> bool);
+        type Check = (&'static str, fn(&Pod, &RemotePod) -> bool);
         let table: [Check; 7] = [
             ("local: identity and deletion kept", |l, _| {
                 l.metadata.name.as_deref() == Some("web-1")
@@ -795,10 +831,8 @@ mod tests {
                     .cloned()
                     == want
             }),
-            ("remote: no spec, annotations, owners", |_, r| {
-                r.spec.is_none()
-                    && r.metadata.annotations.is_none()
-                    && r.metadata.owner_references.is_none()
+            ("remote: no annotations, owners", |_, r| {
+                r.metadata.annotations.is_none() && r.metadata.owner_references.is_none()
             }),
             ("remote: our label only", |_, r| {
                 r.metadata.labels.as_ref().is_some_and(|l| {
@@ -814,13 +848,17 @@ mod tests {
         for (what, check) in table {
             assert!(check(&local, &remote), "{what}: {local:?} / {remote:?}");
         }
-        let mut rs = ReplicaSet {
+        // Read as the agent follows them, metadata alone, from a whole
+        // object of the API.
+        let whole_rs = ReplicaSet {
             metadata: full.metadata.clone(),
+            spec: Some(Default::default()),
             ..ReplicaSet::default()
         };
-        rs.spec = Some(Default::default());
+        let mut rs: PartialObjectMeta<ReplicaSet> =
+            serde_json::from_value(serde_json::to_value(&whole_rs).expect("json")).expect("rs");
         trim_remote_replica_set(&mut rs);
-        assert!(rs.spec.is_none() && rs.metadata.annotations.is_none());
+        assert!(rs.metadata.annotations.is_none() && rs.types.is_none());
         assert!(rs.metadata.labels.is_some(), "the UID label is read");
         // The generation we wrote is kept, nothing else of the annotations.
         rs.metadata.annotations = Some(BTreeMap::from([
@@ -835,13 +873,15 @@ mod tests {
                 "3".to_owned()
             )]))
         );
-        let mut job = Job {
+        let whole_job = Job {
             metadata: full.metadata.clone(),
             spec: Some(Default::default()),
             ..Job::default()
         };
+        let mut job: PartialObjectMeta<Job> =
+            serde_json::from_value(serde_json::to_value(&whole_job).expect("json")).expect("job");
         trim_remote_job(&mut job);
-        assert!(job.spec.is_none() && job.metadata.annotations.is_none());
+        assert!(job.metadata.annotations.is_none());
         assert!(job.metadata.labels.is_some(), "the UID label is read");
     }
 }

@@ -7,6 +7,7 @@
 //! deleted once the local pod is gone. The key is the local pod's
 //! namespace and name. Tokens are never logged.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -14,6 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::core::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use liqo_agent_runtime::follow::Followed;
@@ -109,6 +111,38 @@ impl Kind for Tokens {
         keys.sort();
         keys.dedup();
         keys
+    }
+
+    /// The twin, whether its Secrets are current, the token Secret's and
+    /// the local pod's versions and the CA ConfigMap's: what converging the
+    /// key reads (the token's age is its own: it asks to be looked at
+    /// again when due).
+    fn fingerprint(&self, (ns, name): &Self::Key) -> Option<u64> {
+        let mut h = DefaultHasher::new();
+        let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
+        let twin = self.twins.borrow().get(ns).cloned();
+        twin.hash(&mut h);
+        let remote = twin.as_ref().and_then(|t| self.remote.current(t));
+        remote.is_some().hash(&mut h);
+        if let (Some(remote), Some(twin)) = (&remote, &twin) {
+            let secret = forge_token::secret_name(name);
+            remote
+                .store
+                .get(&ObjectRef::new(&secret).within(twin))
+                .map(|s| version(&s.metadata))
+                .hash(&mut h);
+        }
+        self.local
+            .store
+            .get(&ObjectRef::new(name).within(ns))
+            .map(|p| version(&p.metadata))
+            .hash(&mut h);
+        self.config_maps
+            .current(ns)
+            .and_then(|cms| cms.store.get(&ObjectRef::new(ROOT_CA_CONFIGMAP).within(ns)))
+            .map(|cm| version(&cm.metadata))
+            .hash(&mut h);
+        Some(h.finish())
     }
 
     async fn converge(&self, (ns, name): &Self::Key) -> Result<Next, Error> {
