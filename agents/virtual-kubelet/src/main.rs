@@ -281,13 +281,14 @@ async fn reflect(wiring: Wiring) {
         "namespace offloadings",
     );
     // Only the pods bound to this node, as a kubelet watches; stored
-    // trimmed to what the pod reflection reads.
+    // trimmed to what is read of every pod all the time (the spec is read
+    // from the API when it is needed).
     let (pods, follow_pods) = follow_with(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
         "local pods",
         Options {
-            trim: Some(reflection::pod::digest_local_pod),
+            trim: Some(reflection::pod::trim_local_pod),
             index_label: None,
         },
     );

@@ -197,7 +197,16 @@ async fn handle(
     let query = route::query(req.uri().query());
     match endpoint {
         Endpoint::Healthz => text(StatusCode::OK, "ok"),
-        Endpoint::Pods => json(&pod_list(api)),
+        Endpoint::Pods => match pod_list(api).await {
+            Ok(list) => json(&list),
+            Err(e) => {
+                tracing::warn!(why = %tls::chain(&e), "kubelet API: cannot list the node's pods");
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the pods of this node cannot be read from the cluster's API",
+                )
+            }
+        },
         Endpoint::ContainerLogs {
             namespace,
             pod,
@@ -231,23 +240,26 @@ async fn handle(
     }
 }
 
-fn pod_list(api: &KubeletApi) -> serde_json::Value {
-    let mut pods: Vec<Pod> = api
-        .pods
-        .store
-        .state()
-        .iter()
-        .map(|p| (**p).clone())
-        .collect();
+/// The pods bound to this node, as a kubelet's `/pods` gives them: read
+/// from the API (the agent's store keeps no spec).
+async fn pod_list(api: &KubeletApi) -> Result<serde_json::Value, kube::Error> {
+    let pods: Api<Pod> = Api::all(api.local.clone());
+    let mut pods = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={}", api.node_name)))
+        .await?
+        .items;
+    for p in &mut pods {
+        p.metadata.managed_fields = None;
+    }
     pods.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
-    serde_json::json!({
+    Ok(serde_json::json!({
         "kind": "PodList",
         "apiVersion": "v1",
         "metadata": {},
         "items": pods,
-    })
+    }))
 }
 
 fn has_container(pod: &Pod, name: &str) -> bool {
@@ -313,11 +325,25 @@ async fn resolve(
     pod: &str,
     container: &str,
 ) -> Result<(kube::Client, String, Pod), Response<Body>> {
-    let Some(local) = api.pods.store.get(&ObjectRef::new(pod).within(namespace)) else {
-        return Err(text(
-            StatusCode::NOT_FOUND,
-            format!("pod {pod:?} does not exist"),
-        ));
+    let not_found = || text(StatusCode::NOT_FOUND, format!("pod {pod:?} does not exist"));
+    // Bound to this node, as the store says; its containers as the API
+    // says (the store keeps no spec).
+    let Some(stored) = api.pods.store.get(&ObjectRef::new(pod).within(namespace)) else {
+        return Err(not_found());
+    };
+    let local = match Api::<Pod>::namespaced(api.local.clone(), namespace)
+        .get_opt(pod)
+        .await
+    {
+        Ok(Some(local)) if local.metadata.uid == stored.metadata.uid => local,
+        Ok(_) => return Err(not_found()),
+        Err(e) => {
+            tracing::warn!(why = %tls::chain(&e), %namespace, %pod, "kubelet API: cannot read the pod");
+            return Err(text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("pod {pod:?} cannot be read from the cluster's API"),
+            ));
+        }
     };
     if !has_container(&local, container) {
         return Err(text(

@@ -90,12 +90,7 @@ impl Kind for Tokens {
             .store
             .state()
             .iter()
-            .filter(|p| {
-                p.spec
-                    .as_ref()
-                    .and_then(forge_token::token_volume)
-                    .is_some()
-            })
+            .filter(|p| token_account(p).is_some())
             .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
             .filter(|(ns, _)| twins.contains_key(ns))
             .collect();
@@ -146,6 +141,13 @@ impl Kind for Tokens {
     }
 
     async fn converge(&self, (ns, name): &Self::Key) -> Result<Next, Error> {
+        // A pod missing from a store still being listed is not gone: its
+        // token Secret would be deleted under its remote pod.
+        if !self.local.is_current() {
+            return Err(Error::NotYet(
+                "the local pods are not in sync yet".to_owned(),
+            ));
+        }
         let Some(twin) = self.twins.borrow().get(ns).cloned() else {
             return Ok(Next::Done);
         };
@@ -160,12 +162,7 @@ impl Kind for Tokens {
             .local
             .store
             .get(&ObjectRef::new(name).within(ns))
-            .filter(|p| {
-                p.spec
-                    .as_ref()
-                    .and_then(forge_token::token_volume)
-                    .is_some()
-            })
+            .filter(|p| token_account(p).is_some())
             .filter(|p| {
                 p.status.as_ref().and_then(|s| s.reason.as_deref())
                     != Some(forge_pod::REFUSED_REASON)
@@ -211,11 +208,7 @@ impl Kind for Tokens {
         {
             return Ok(Next::After(refresh.duration_since(now).unsigned_abs()));
         }
-        let spec = pod
-            .spec
-            .as_ref()
-            .ok_or_else(|| Error::NotYet("no spec".to_owned()))?;
-        let account = forge_token::service_account(spec);
+        let account = token_account(&pod).unwrap_or("default");
         let accounts: Api<ServiceAccount> = Api::namespaced(self.peering.local.clone(), ns);
         let issued = Timestamp::now();
         let response: TokenRequest = accounts
@@ -262,4 +255,15 @@ impl Kind for Tokens {
             refresh.duration_since(Timestamp::now()).unsigned_abs(),
         ))
     }
+}
+
+/// The service account whose token the stored local pod mounts, if it
+/// mounts one (the store keeps it, not the spec:
+/// [`super::pod::trim_local_pod`]).
+fn token_account(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(super::pod::STORED_TOKEN_ACCOUNT)
+        .map(String::as_str)
 }
