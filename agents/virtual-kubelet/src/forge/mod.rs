@@ -119,6 +119,16 @@ impl NetworkState {
     }
 }
 
+/// A digest of `bytes` for comparisons within this process (the stores
+/// keep digests of what they need not keep whole; never written to the
+/// API, so the hash need not be stable across builds).
+pub fn digest(bytes: &[u8]) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
 /// The virtual node's labels: the provider's cluster labels, then ours,
 /// which win on a clash so that selectors on them cannot be fooled.
 pub fn node_labels(node_name: &str, fc: &ForeignCluster) -> BTreeMap<String, String> {

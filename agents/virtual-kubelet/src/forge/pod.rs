@@ -6,7 +6,6 @@
 //! a provider is refused here with a reason.
 
 use std::collections::BTreeMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
@@ -321,13 +320,9 @@ pub fn local_status(remote: &PodStatus, remap: Option<&Remap>) -> PodStatus {
 /// the same digest show the same thing. The store of local pods keeps
 /// this digest instead of the whole status (memory at 10,000 pods).
 pub fn status_digest(status: &PodStatus) -> String {
-    let mut h = DefaultHasher::new();
     // Serialising a struct is deterministic (fields in order, maps
     // sorted): equal projections give equal bytes.
-    serde_json::to_vec(&local_status(status, None))
-        .unwrap_or_default()
-        .hash(&mut h);
-    format!("{:016x}", h.finish())
+    super::digest(&serde_json::to_vec(&local_status(status, None)).unwrap_or_default())
 }
 
 /// Whether a local status of digest `have` (from [`status_digest`])

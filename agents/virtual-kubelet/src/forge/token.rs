@@ -153,7 +153,7 @@ pub fn token_secret(pod: &Pod, twin: &str, token: &str, ca: &str, refresh: Times
 pub fn still_good(have: &Secret, pod: &Pod, ca: &str, now: Timestamp) -> Option<Timestamp> {
     let same_pod = have.metadata.labels.as_ref()?.get(LOCAL_POD_UID) == pod.metadata.uid.as_ref();
     let same_ca = have.data.as_ref()?.get(ROOT_CA_KEY).map(|b| b.0.as_slice())
-        == Some(ca_digest(ca.as_bytes()).as_bytes());
+        == Some(super::digest(ca.as_bytes()).as_bytes());
     let has_token = have.data.as_ref()?.contains_key("token");
     let refresh: Timestamp = have
         .metadata
@@ -174,18 +174,10 @@ pub fn trim_stored(secret: &mut Secret) {
             *token = ByteString(Vec::new());
         }
         if let Some(ca) = data.get_mut(ROOT_CA_KEY) {
-            *ca = ByteString(ca_digest(&ca.0).into_bytes());
+            *ca = ByteString(super::digest(&ca.0).into_bytes());
         }
     }
     secret.metadata.owner_references = None;
-}
-
-/// A digest of a CA bundle, for comparisons within one process.
-fn ca_digest(ca: &[u8]) -> String {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut h = DefaultHasher::new();
-    ca.hash(&mut h);
-    format!("{:016x}", h.finish())
 }
 
 /// Mounts the token Secret into a remote wrapper's pod spec (a
