@@ -17,11 +17,18 @@
 //! not read. A store can also keep an index by the value of one label
 //! ([`Options::index_label`]), updated with the store from the same
 //! events, so that finding the objects of one value costs no scan.
+//!
+//! Cost of reading: a reader that would otherwise look at every stored
+//! object whenever one changes can ask a store to record what changed
+//! into a [`Journal`] ([`Followed::record_into`]): the keys of the
+//! objects applied or deleted since it last looked, or "anything" after a
+//! list, a failed watch or more changes than a journal keeps. The store
+//! stays the truth; the journal only says where to look first.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -46,6 +53,93 @@ pub struct SyncState {
     pub generation: u64,
 }
 
+/// A journal keeps at most this many keys: past it, it says "anything"
+/// (a reader that far behind looks at everything anyway).
+const JOURNAL_MAX: usize = 50_000;
+
+/// What changed in one or more stores since the reader last took it: the
+/// keys of the objects applied or deleted, in the reader's own terms
+/// (each store is told how to make a key of an object), or "anything".
+/// It says "anything" when it is new, after a store listed again or
+/// failed, and past [`JOURNAL_MAX`] keys. Cheap to clone: clones share
+/// one journal.
+#[derive(Debug)]
+pub struct Journal<T> {
+    pending: Arc<Mutex<Pending<T>>>,
+}
+
+impl<T> Clone for Journal<T> {
+    fn clone(&self) -> Self {
+        Self {
+            pending: self.pending.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Pending<T> {
+    anything: bool,
+    keys: Vec<T>,
+}
+
+impl<T> Default for Journal<T> {
+    fn default() -> Self {
+        Self {
+            pending: Arc::new(Mutex::new(Pending {
+                anything: true,
+                keys: Vec::new(),
+            })),
+        }
+    }
+}
+
+impl<T> Journal<T> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending<T>> {
+        match self.pending.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The keys recorded since the last call (in the order recorded,
+    /// repeats included), or `None`: anything may have changed.
+    pub fn take(&self) -> Option<Vec<T>> {
+        let mut p = self.lock();
+        let keys = std::mem::take(&mut p.keys);
+        (!std::mem::take(&mut p.anything)).then_some(keys)
+    }
+
+    /// Records that anything may have changed (a store started, stopped
+    /// or was swapped by its reader's own doing).
+    pub fn anything(&self) {
+        let mut p = self.lock();
+        p.anything = true;
+        p.keys = Vec::new();
+    }
+
+    fn push(&self, key: T) {
+        let mut p = self.lock();
+        if p.anything {
+            return;
+        }
+        if p.keys.len() >= JOURNAL_MAX {
+            p.anything = true;
+            p.keys = Vec::new();
+        } else {
+            p.keys.push(key);
+        }
+    }
+}
+
+/// Records changes of a store into one journal: called with every applied
+/// or deleted object (as stored: trimmed), or `None` when
+/// the whole store changed. Returns false once the journal is dropped.
+type Recorder<K> = Box<dyn Fn(Option<&K>) -> bool + Send + Sync>;
+
 /// A store that a background task keeps following the API.
 #[derive(Clone)]
 pub struct Followed<K>
@@ -57,6 +151,7 @@ where
     pub state: watch::Receiver<SyncState>,
     /// The index by [`Options::index_label`], when one was asked for.
     index: Option<LabelIndex<K>>,
+    recorders: Arc<Mutex<Vec<Recorder<K>>>>,
 }
 
 /// The followed objects by the value of one label: value → the objects'
@@ -192,6 +287,54 @@ where
         };
         refs.iter().filter_map(|r| self.store.get(r)).collect()
     }
+
+    /// From now on, records into `journal` the key `key` makes of every
+    /// object applied or deleted, as stored (none when it gives `None`),
+    /// and that
+    /// anything changed whenever the store is listed again or fails. The
+    /// journal is told "anything" at once: what the store held before is
+    /// not in it.
+    pub fn record_into<T>(
+        &self,
+        journal: &Journal<T>,
+        key: impl Fn(&K) -> Option<T> + Send + Sync + 'static,
+    ) where
+        T: Send + 'static,
+    {
+        journal.anything();
+        let weak: Weak<Mutex<Pending<T>>> = Arc::downgrade(&journal.pending);
+        let recorder: Recorder<K> = Box::new(move |obj| {
+            let Some(pending) = weak.upgrade() else {
+                return false;
+            };
+            let journal = Journal { pending };
+            match obj {
+                Some(obj) => {
+                    if let Some(k) = key(obj) {
+                        journal.push(k);
+                    }
+                }
+                None => journal.anything(),
+            }
+            true
+        });
+        lock_recorders(&self.recorders).push(recorder);
+    }
+}
+
+fn lock_recorders<K>(
+    recorders: &Mutex<Vec<Recorder<K>>>,
+) -> std::sync::MutexGuard<'_, Vec<Recorder<K>>> {
+    match recorders.lock() {
+        Ok(r) => r,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Tells every live recorder of `recorders` about `obj` (`None`: the
+/// whole store), and forgets those whose journal is gone.
+fn record<K>(recorders: &Mutex<Vec<Recorder<K>>>, obj: Option<&K>) {
+    lock_recorders(recorders).retain(|r| r(obj));
 }
 
 /// Starts following `api` with `config`; `what` names it in logs. The
@@ -229,6 +372,8 @@ where
     });
     let reader = store.clone();
     let feed_index = index.clone();
+    let recorders: Arc<Mutex<Vec<Recorder<K>>>> = Arc::default();
+    let feed_recorders = recorders.clone();
     let trim = options.trim;
     let task = async move {
         let mut backoff = BACKOFF_INITIAL;
@@ -250,6 +395,15 @@ where
                         }
                         writer.apply_watcher_event(&event);
                         let done = matches!(event, watcher::Event::InitDone);
+                        // Recorded once the store has it, so that a reader
+                        // told of a change finds it there.
+                        match &event {
+                            watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+                                record(&feed_recorders, Some(obj));
+                            }
+                            watcher::Event::InitDone => record(&feed_recorders, None),
+                            _ => {}
+                        }
                         if done {
                             backoff = BACKOFF_INITIAL;
                             tracing::info!(what, "in sync with the API");
@@ -261,6 +415,7 @@ where
                     }
                     Err(error) => {
                         tracing::warn!(what, %error, "watch failed; listing again");
+                        record(&feed_recorders, None);
                         tx.send_modify(|s| {
                             s.current = false;
                             s.generation += 1;
@@ -278,6 +433,7 @@ where
             store,
             state: rx,
             index,
+            recorders,
         },
         task,
     )
@@ -360,6 +516,7 @@ mod tests {
             store,
             state: watch::channel(SyncState::default()).1,
             index: Some(index),
+            recorders: Arc::default(),
         };
         owners
             .iter()
@@ -454,7 +611,43 @@ mod tests {
             store,
             state: watch::channel(SyncState::default()).1,
             index: None,
+            recorders: Arc::default(),
         };
         assert!(followed.by_label("x").is_empty());
+    }
+
+    #[test]
+    fn a_journal_says_what_changed_or_anything() {
+        let followed = {
+            let (store, _writer) = reflector::store::<Pod>();
+            Followed {
+                store,
+                state: watch::channel(SyncState::default()).1,
+                index: None,
+                recorders: Arc::default(),
+            }
+        };
+        let journal = Journal::new();
+        followed.record_into(&journal, |p: &Pod| p.metadata.name.clone());
+        assert_eq!(journal.take(), None, "new: anything");
+        assert_eq!(journal.take(), Some(vec![]), "then nothing");
+        record(&followed.recorders, Some(&pod("a", None, "1")));
+        record(&followed.recorders, Some(&pod("b", None, "1")));
+        assert_eq!(journal.take(), Some(vec!["a".to_owned(), "b".to_owned()]));
+        // A relist or a failed watch: anything, and what was recorded
+        // before it is dropped.
+        record(&followed.recorders, Some(&pod("c", None, "1")));
+        record(&followed.recorders, None);
+        record(&followed.recorders, Some(&pod("d", None, "1")));
+        assert_eq!(journal.take(), None);
+        // Past its bound, a journal says anything.
+        for _ in 0..=JOURNAL_MAX {
+            record(&followed.recorders, Some(&pod("e", None, "1")));
+        }
+        assert_eq!(journal.take(), None, "past the bound");
+        // A dropped journal's recorder goes with the next change.
+        drop(journal);
+        record(&followed.recorders, Some(&pod("f", None, "1")));
+        assert!(lock_recorders(&followed.recorders).is_empty());
     }
 }

@@ -17,14 +17,14 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use liqo_agent_runtime::follow::Followed;
+use liqo_agent_runtime::follow::{Followed, Journal};
 use liqo_api::names::labels;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use super::namespace::{Peering, Twins};
 use super::stores::{Clients, PerNamespace};
-use super::{Error, Kind, Next};
+use super::{Context, Error, Kind, Next};
 use crate::forge::event as forge_event;
 
 #[allow(missing_debug_implementations)]
@@ -38,6 +38,10 @@ pub struct Events {
     /// Pods' Events, per twin.
     remote: PerNamespace<Event>,
     clients: Clients,
+    /// The remote Events that changed. A copy or a local pod that
+    /// changed is not journaled: the sweep finds it by its fingerprint.
+    changed: Journal<(String, String)>,
+    context: Context,
 }
 
 impl Events {
@@ -60,6 +64,8 @@ impl Events {
             vec![wake.clone()],
         )
         .trimmed(forge_event::trim_remote);
+        let changed = Journal::new();
+        remote.record_into(&changed, |e: &Event| Some((e.namespace()?, e.name_any())));
         let clients = Clients::new(peering.provider.clone());
         Self {
             peering,
@@ -68,6 +74,8 @@ impl Events {
             local,
             remote,
             clients,
+            changed,
+            context: Context::default(),
         }
     }
 }
@@ -96,6 +104,17 @@ impl Kind for Events {
                     .map(move |name| (twin.clone(), name))
             })
             .collect()
+    }
+
+    /// The remote Events that changed; any when the twins did.
+    fn changed(&self) -> Option<Vec<Self::Key>> {
+        let keys = self.changed.take();
+        let mut h = DefaultHasher::new();
+        self.twins.borrow().hash(&mut h);
+        if self.context.changed(h.finish()) {
+            return None;
+        }
+        keys
     }
 
     /// The twin's local namespace, whether both stores are current, the

@@ -13,21 +13,25 @@
 //!
 //! Level-triggered: a kind never reacts to an event, it compares the
 //! reflector stores of both sides with what they should be, for every key
-//! in them, whenever any store changes and at least every [`RESYNC`]. So a
+//! in them, whenever any store changes and at least every [`FULL_RESYNC`]. So a
 //! restarted agent, a missed event or an object changed by someone else
 //! all converge the same way, and nothing is done twice: what exists is
 //! seen in the stores before anything is created.
 //!
 //! Cost at scale: a kind may give each key a fingerprint of what its
 //! convergence reads ([`Kind::fingerprint`], e.g. the resource versions
-//! of the objects of one pod on both sides). A key whose last convergence
-//! ended well is skipped while its fingerprint stays the same, except on
-//! the full pass every [`RESYNC`], which looks at every key whatever its
-//! fingerprint. So a store change costs a pass over the keys whose
-//! objects changed, not over 10,000 pods, and the loop stays
-//! level-triggered: the fingerprint is taken from the stores, not from
-//! events, and a missed change is caught by the full pass.
-//!
+//! of the objects of one pod on both sides), and say which keys its
+//! stores changed since it was last asked ([`Kind::changed`], from
+//! journals the stores write as they apply the watch's events). A scan
+//! woken by a store change then looks at the keys that changed and those
+//! whose time has come, not at 10,000 pods; every [`RESYNC`] a sweep
+//! looks at every key and converges those whose fingerprint changed
+//! (what no journal says, such as a copy changed by someone else); and
+//! every [`FULL_RESYNC`] a full pass converges every key whatever its
+//! fingerprint. The loop stays level-triggered: journals and
+//! fingerprints say where to look, the stores what to do, and a missed
+//! change is caught by the next sweep or full pass.
+
 //! Keys are converged continuously rather than in passes: a scan queues
 //! the keys to look at and each starts as soon as one of [`CONCURRENCY`]
 //! slots is free, so a pod bound now does not wait for the slowest
@@ -55,10 +59,12 @@ use liqo_agent_runtime::follow::Followed;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// Every key is looked at again this often even when no store changed:
-/// what is not watched (a provider namespace, the passing of time) still
-/// converges.
+/// Every key's fingerprint is looked at this often, even when no store
+/// changed or no journal says so.
 pub const RESYNC: Duration = Duration::from_secs(5);
+/// Every key converges this often, whatever its fingerprint: what is
+/// neither watched nor in a fingerprint still converges.
+pub const FULL_RESYNC: Duration = Duration::from_secs(60);
 /// How many keys converge at once: enough to keep a slow API busy, few
 /// enough not to flood it after a restart.
 const CONCURRENCY: usize = 32;
@@ -129,14 +135,24 @@ pub trait Kind: Send + Sync {
     fn fingerprint(&self, _key: &Self::Key) -> Option<u64> {
         None
     }
+    /// The keys whose objects changed since the last call (repeats
+    /// allowed), or `None`: any key may have (the default, and what a
+    /// kind says when something outside its journals changed, such as
+    /// the twins). Called once per scan, before [`Kind::keys`] if that
+    /// is called.
+    fn changed(&self) -> Option<Vec<Self::Key>> {
+        None
+    }
     /// Makes one key as it should be.
     fn converge(&self, key: &Self::Key) -> impl Future<Output = Result<Next, Error>> + Send;
 }
 
-/// Runs `kind` forever: on every wake-up of `wake`, every key whose
-/// fingerprint changed (or that has none) converges; every key does at
-/// least every [`RESYNC`], failed ones again after their backoff, and
-/// those that asked for it after their time.
+/// Runs `kind` forever: on every wake-up of `wake`, every key the kind
+/// says changed ([`Kind::changed`]; every key when it cannot say) whose
+/// fingerprint changed (or that has none) converges; every key's
+/// fingerprint is looked at every [`RESYNC`]; every key converges at
+/// least every [`FULL_RESYNC`], failed ones again after their backoff,
+/// and those that asked for it after their time.
 ///
 /// Keys are converged continuously, [`CONCURRENCY`] at a time: a scan
 /// (on a wake-up, debounced) queues the keys to look at, and a key is
@@ -145,6 +161,11 @@ pub trait Kind: Send + Sync {
 /// at once; one that a scan skipped because it was under way is scanned
 /// again when it ends.
 pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
+    run_every(kind, wake, RESYNC, FULL_RESYNC).await;
+}
+
+/// [`run`], sweeping every `sweep` and converging every key every `full`.
+async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: Duration) {
     // Per key: when to look again, and the current backoff (zero when the
     // last attempt did not fail) and the last error logged.
     let mut again: BTreeMap<K::Key, (Instant, Duration, Option<String>)> = BTreeMap::new();
@@ -155,6 +176,7 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
     // least, so that scanning many keys stays a fraction of the work.
     let mut scan_cost = Duration::ZERO;
     let mut last_full: Option<Instant> = None;
+    let mut last_sweep: Option<Instant> = None;
     // Keys under way, and whether a scan skipped them meanwhile.
     let mut in_flight: BTreeMap<K::Key, bool> = BTreeMap::new();
     // Keys to start, with the fingerprint taken when they were queued.
@@ -167,17 +189,39 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
         if scan_at.is_some_and(|at| at <= now) {
             scan_at = None;
             kind.prepare();
-            let full = last_full.is_none_or(|at| now.saturating_duration_since(at) >= RESYNC);
-            if full {
+            let is_full = last_full.is_none_or(|at| now.saturating_duration_since(at) >= full);
+            if is_full {
                 last_full = Some(now);
             }
-            let all: BTreeSet<K::Key> = kind.keys().into_iter().collect();
-            // Keys gone from both sides are forgotten.
-            again.retain(|k, _| all.contains(k));
-            done.retain(|k, _| all.contains(k));
-            queue.retain(|(k, _)| all.contains(k));
+            let changed = kind.changed();
+            let is_sweep = is_full
+                || changed.is_none()
+                || last_sweep.is_none_or(|at| now.saturating_duration_since(at) >= sweep);
+            let candidates: BTreeSet<K::Key> = match changed {
+                Some(keys) if !is_sweep => {
+                    // What the journals say, and the keys whose time has
+                    // come (a backoff over, a wait asked for).
+                    let mut keys: BTreeSet<K::Key> = keys.into_iter().collect();
+                    keys.extend(
+                        again
+                            .iter()
+                            .filter(|(_, (at, _, _))| *at <= now)
+                            .map(|(k, _)| k.clone()),
+                    );
+                    keys
+                }
+                _ => {
+                    last_sweep = Some(now);
+                    let all: BTreeSet<K::Key> = kind.keys().into_iter().collect();
+                    // Keys gone from both sides are forgotten.
+                    again.retain(|k, _| all.contains(k));
+                    done.retain(|k, _| all.contains(k));
+                    queue.retain(|(k, _)| all.contains(k));
+                    all
+                }
+            };
             let queued: BTreeSet<K::Key> = queue.iter().map(|(k, _)| k.clone()).collect();
-            for k in all {
+            for k in candidates {
                 if let Some(skipped) = in_flight.get_mut(&k) {
                     *skipped = true;
                     continue;
@@ -198,7 +242,7 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
                     .get(&k)
                     .is_none_or(|(at, backoff, _)| backoff.is_zero() && *at > now);
                 let unchanged =
-                    !full && not_due && print.is_some() && done.get(&k).copied() == print;
+                    !is_full && not_due && print.is_some() && done.get(&k).copied() == print;
                 if !unchanged {
                     queue.push_back((k, print));
                 }
@@ -216,9 +260,12 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
             });
         }
         let now = Instant::now();
-        let to_full = last_full.map_or(Duration::ZERO, |at| {
-            RESYNC.saturating_sub(now.saturating_duration_since(at))
-        });
+        let until = |last: Option<Instant>, period: Duration| {
+            last.map_or(Duration::ZERO, |at| {
+                period.saturating_sub(now.saturating_duration_since(at))
+            })
+        };
+        let to_sweep = until(last_sweep, sweep).min(until(last_full, full));
         // Only what is still to come: a key past its time is queued or
         // under way since the last scan.
         let mut next = again
@@ -226,8 +273,8 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
             .map(|(at, _, _)| *at)
             .filter(|at| *at > now)
             .min()
-            .map_or(RESYNC, |at| at.saturating_duration_since(now))
-            .min(to_full);
+            .map_or(sweep, |at| at.saturating_duration_since(now))
+            .min(to_sweep);
         if let Some(at) = scan_at {
             next = next.min(at.saturating_duration_since(now));
         }
@@ -310,6 +357,37 @@ fn record<K: Kind>(
             again.insert(key, (now + backoff, backoff, Some(why)));
         }
     }
+}
+
+/// Whether what a kind reads besides its journaled stores (the twins,
+/// the provider's client, the remap) changed since it was last asked:
+/// its hash is kept, and a change means "any key may have changed".
+#[derive(Debug, Default)]
+pub struct Context(std::sync::Mutex<Option<u64>>);
+
+impl Context {
+    /// Whether `now` differs from the hash of the last call (true on the
+    /// first).
+    pub fn changed(&self, now: u64) -> bool {
+        let Ok(mut last) = self.0.lock() else {
+            return true;
+        };
+        last.replace(now) != Some(now)
+    }
+}
+
+/// The twins' keys in a journal, `(twin, name)`, as keys of the local
+/// namespaces, `(local namespace, name)`; those of a twin no longer
+/// known are dropped (the twin's stores are stopped, which says
+/// "anything").
+pub fn in_local_namespaces(
+    twins: &namespace::Twins,
+    keys: Vec<(String, String)>,
+) -> impl Iterator<Item = (String, String)> {
+    let local_of: BTreeMap<String, String> =
+        twins.iter().map(|(l, t)| (t.clone(), l.clone())).collect();
+    keys.into_iter()
+        .filter_map(move |(twin, name)| Some((local_of.get(&twin)?.clone(), name)))
 }
 
 /// Wakes `wake` whenever `followed`'s store changes; never ends while the
@@ -460,6 +538,7 @@ mod tests {
     #[tokio::test]
     async fn an_unchanged_key_waits_for_the_full_pass() {
         const SETTLE: Duration = Duration::from_millis(300);
+        const FULL: Duration = Duration::from_secs(2);
         let counting = Arc::new(Counting::default());
         counting
             .prints
@@ -468,7 +547,12 @@ mod tests {
             .extend([(1, 10), (2, 20)]);
         let wake = Arc::new(Notify::new());
         let started = Instant::now();
-        let task = tokio::spawn(run(Kind3(counting.clone()), wake.clone()));
+        let task = tokio::spawn(run_every(
+            Kind3(counting.clone()),
+            wake.clone(),
+            RESYNC,
+            FULL,
+        ));
         tokio::time::sleep(SETTLE).await;
         assert_eq!(calls(&counting), [1, 1, 1], "the first pass is full");
         wake.notify_one();
@@ -479,9 +563,85 @@ mod tests {
         tokio::time::sleep(SETTLE).await;
         assert_eq!(calls(&counting), [1, 2, 3], "key 2 changed");
         // The next full pass looks at every key.
-        tokio::time::sleep_until(started + RESYNC + SETTLE).await;
+        tokio::time::sleep_until(started + FULL + SETTLE).await;
         let after = calls(&counting);
         task.abort();
         assert_eq!(after[..2], [2, 3], "the full pass: {after:?}");
+    }
+
+    /// Keys 1 to 3 have fingerprints; the kind's journal is what the test
+    /// puts in `told` (`None`: anything).
+    struct Journaled {
+        counting: Arc<Counting>,
+        told: Mutex<Option<Vec<u32>>>,
+    }
+
+    impl Kind for Arc<Journaled> {
+        type Key = u32;
+        const NAME: &'static str = "journaled";
+        fn keys(&self) -> Vec<u32> {
+            vec![1, 2, 3]
+        }
+        fn fingerprint(&self, key: &u32) -> Option<u64> {
+            self.counting.prints.lock().expect("lock").get(key).copied()
+        }
+        fn changed(&self) -> Option<Vec<u32>> {
+            self.told.lock().expect("lock").replace(Vec::new())
+        }
+        async fn converge(&self, key: &u32) -> Result<Next, Error> {
+            *self
+                .counting
+                .calls
+                .lock()
+                .expect("lock")
+                .entry(*key)
+                .or_default() += 1;
+            Ok(Next::Done)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_scan_looks_where_the_journal_says_and_a_sweep_everywhere() {
+        const SETTLE: Duration = Duration::from_millis(200);
+        const SWEEP: Duration = Duration::from_secs(1);
+        let counting = Arc::new(Counting::default());
+        let prints = |p: [(u32, u64); 3]| counting.prints.lock().expect("lock").extend(p);
+        prints([(1, 10), (2, 20), (3, 30)]);
+        let kind = Arc::new(Journaled {
+            counting: counting.clone(),
+            told: Mutex::new(None),
+        });
+        let wake = Arc::new(Notify::new());
+        let started = Instant::now();
+        let task = tokio::spawn(run_every(kind.clone(), wake.clone(), SWEEP, FULL_RESYNC));
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting), [1, 1, 1], "the first pass is full");
+        // Keys 2 and 3 changed, the journal says 2 only: 3 waits for the
+        // sweep.
+        prints([(1, 10), (2, 21), (3, 31)]);
+        *kind.told.lock().expect("lock") = Some(vec![2]);
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(calls(&counting), [1, 2, 1], "only what the journal says");
+        // A journal that names a key whose fingerprint did not change
+        // does not make it converge again.
+        *kind.told.lock().expect("lock") = Some(vec![1]);
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(
+            calls(&counting),
+            [1, 2, 1],
+            "an unchanged key was converged"
+        );
+        tokio::time::sleep_until(started + SWEEP + SETTLE).await;
+        assert_eq!(calls(&counting), [1, 2, 2], "the sweep catches key 3");
+        // "Anything": every key's fingerprint is looked at at once.
+        prints([(1, 11), (2, 21), (3, 31)]);
+        *kind.told.lock().expect("lock") = None;
+        wake.notify_one();
+        tokio::time::sleep(SETTLE).await;
+        let after = calls(&counting);
+        task.abort();
+        assert_eq!(after, [2, 2, 2], "anything: key 1 changed");
     }
 }

@@ -41,14 +41,14 @@ use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use liqo_agent_runtime::follow::{Followed, Options, follow_with};
+use liqo_agent_runtime::follow::{Followed, Journal, Options, follow_with};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::namespace::{Peering, Twins};
 use super::references::References;
-use super::{Error, Kind, Next, wake_on};
+use super::{Context, Error, Kind, Next, in_local_namespaces, wake_on};
 use crate::forge::pod::{self as forge_pod, Wrapper};
 use crate::node::FIELD_MANAGER;
 use crate::provider::ProviderClient;
@@ -74,7 +74,14 @@ impl Drop for Side {
 }
 
 impl Side {
-    fn start(client: kube::Client, namespace: &str, wake: &Arc<Notify>) -> Self {
+    /// Its stores record into `journal` the twin and the local pod's name
+    /// of every object that changes.
+    fn start(
+        client: kube::Client,
+        namespace: &str,
+        wake: &Arc<Notify>,
+        journal: &Journal<(String, String)>,
+    ) -> Self {
         // Only what we created: the twin may hold other objects.
         let config = watcher::Config::default().labels(forge_pod::LOCAL_POD_UID);
         let (replica_sets, follow_rs) = follow_with(
@@ -104,6 +111,15 @@ impl Side {
                 index_label: Some(forge_pod::LOCAL_POD_UID),
             },
         );
+        // A wrapper is named after its local pod; a remote pod after its
+        // wrapper.
+        replica_sets.record_into(journal, |rs| Some((rs.namespace()?, rs.name_any())));
+        jobs.record_into(journal, |job| Some((job.namespace()?, job.name_any())));
+        pods.record_into(journal, |pod| {
+            let name = pod.metadata.name.as_deref()?;
+            let local = crate::forge::event::local_pod_name(name)?;
+            Some((pod.namespace()?, local.to_owned()))
+        });
         let wake_rs = wake_on(replica_sets.clone(), wake.clone());
         let wake_jobs = wake_on(jobs.clone(), wake.clone());
         let wake_pods = wake_on(pods.clone(), wake.clone());
@@ -321,6 +337,11 @@ pub struct Pods {
     references: Option<References>,
     /// Where remote pods reach the consumer's API with their token.
     token_api: Option<crate::forge::token::ApiAddress>,
+    /// The local pods that changed, by namespace and name.
+    changed_local: Journal<(String, String)>,
+    /// The remote objects that changed, by twin and local pod name.
+    changed_remote: Journal<(String, String)>,
+    context: Context,
 }
 
 impl Pods {
@@ -332,6 +353,8 @@ impl Pods {
         wake: Arc<Notify>,
     ) -> Self {
         let clients = Mutex::new((peering.provider.clone(), 0));
+        let changed_local = Journal::new();
+        local.record_into(&changed_local, |p| Some((p.namespace()?, p.name_any())));
         Self {
             peering,
             local,
@@ -342,6 +365,9 @@ impl Pods {
             clients,
             references: None,
             token_api: None,
+            changed_local,
+            changed_remote: Journal::new(),
+            context: Context::default(),
         }
     }
 
@@ -581,20 +607,26 @@ impl Kind for Pods {
         let Ok(mut sides) = self.sides.lock() else {
             return;
         };
+        // Stopped stores leave keys that no journal will name.
         let Ok(client) = client else {
             sides.by_twin.clear();
             sides.client_version = None;
+            self.changed_remote.anything();
             return;
         };
         if sides.client_version != Some(version) {
             sides.by_twin.clear();
             sides.client_version = Some(version);
+            self.changed_remote.anything();
         }
         let twins: Vec<String> = self.twins.borrow().values().cloned().collect();
-        sides.by_twin.retain(|t, _| twins.contains(t));
+        if sides.by_twin.keys().any(|t| !twins.contains(t)) {
+            sides.by_twin.retain(|t, _| twins.contains(t));
+            self.changed_remote.anything();
+        }
         for twin in twins {
             if let std::collections::btree_map::Entry::Vacant(e) = sides.by_twin.entry(twin) {
-                let side = Side::start(client.clone(), e.key(), &self.wake);
+                let side = Side::start(client.clone(), e.key(), &self.wake, &self.changed_remote);
                 e.insert(Arc::new(side));
             }
         }
@@ -632,6 +664,32 @@ impl Kind for Pods {
         keys.sort();
         keys.dedup();
         keys
+    }
+
+    /// The local pods that changed, and the local pods of the remote
+    /// objects that did; any pod when the twins, the remap, the provider's
+    /// client or whether the stores are current changed.
+    fn changed(&self) -> Option<Vec<Self::Key>> {
+        let local = self.changed_local.take();
+        let remote = self.changed_remote.take();
+        let twins = self.twins.borrow().clone();
+        let mut h = DefaultHasher::new();
+        twins.hash(&mut h);
+        self.synced.borrow().hash(&mut h);
+        self.peering.remap().hash(&mut h);
+        if let Ok(sides) = self.sides.lock() {
+            sides.client_version.hash(&mut h);
+            for (twin, side) in &sides.by_twin {
+                (twin, side.is_current()).hash(&mut h);
+            }
+        }
+        self.local.is_current().hash(&mut h);
+        if self.context.changed(h.finish()) {
+            return None;
+        }
+        let mut keys = local?;
+        keys.extend(in_local_namespaces(&twins, remote?));
+        Some(keys)
     }
 
     fn fingerprint(&self, (ns, name): &Self::Key) -> Option<u64> {

@@ -20,6 +20,10 @@ use super::{Error, Next};
 use crate::forge::references::{self as forge_refs, Source, Wait};
 use crate::node::FIELD_MANAGER;
 
+/// How often a pod held back for a missing ConfigMap or Secret is looked
+/// at again.
+const HELD_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The local ConfigMaps and Secrets of the offloaded namespaces.
 #[allow(missing_debug_implementations)]
 pub struct References {
@@ -80,7 +84,9 @@ impl References {
             .map_err(Error::api("updating the local pod's status"))?;
             tracing::info!(pod = %pod.name_any(), namespace = %ns, ?why, "pod waits for its ConfigMaps or Secrets");
         }
-        Ok(Some(Next::Done))
+        // No store of this kind says when the ConfigMap or Secret
+        // comes: the pod is looked at again after a while.
+        Ok(Some(Next::After(HELD_POLL)))
     }
 
     /// The `FailedMount` Event, named after the pod's UID so that it is

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::watcher;
-use liqo_agent_runtime::follow::{Followed, Options, follow_with};
+use liqo_agent_runtime::follow::{Followed, Journal, Options, follow_with};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -62,7 +62,13 @@ where
     /// Woken whenever any store changes.
     wakes: Vec<Arc<Notify>>,
     inner: Mutex<Inner<K>>,
+    /// Journals recording the changes of every store, now and to come.
+    journals: Mutex<Vec<Attach<K>>>,
 }
+
+/// Attaches one journal to a store just started (`Some`), or tells it
+/// that a store was stopped (`None`).
+type Attach<K> = Arc<dyn Fn(Option<&Followed<K>>) + Send + Sync>;
 
 impl<K> Debug for PerNamespace<K>
 where
@@ -96,7 +102,41 @@ where
                 client_version: None,
                 by_namespace: BTreeMap::new(),
             }),
+            journals: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Records into `journal` the key `key` makes of every object that
+    /// changes in any of the stores ([`Followed::record_into`]), and
+    /// "anything" whenever a store starts or stops.
+    pub fn record_into<T>(
+        &self,
+        journal: &Journal<T>,
+        key: impl Fn(&K) -> Option<T> + Send + Sync + 'static,
+    ) where
+        T: Send + 'static,
+    {
+        let key = Arc::new(key);
+        let journal = journal.clone();
+        let attach: Attach<K> = Arc::new(move |followed| match followed {
+            Some(followed) => {
+                let key = key.clone();
+                followed.record_into(&journal, move |obj| key(obj));
+            }
+            None => journal.anything(),
+        });
+        if let Ok(inner) = self.inner.lock() {
+            for entry in inner.by_namespace.values() {
+                attach(Some(&entry.followed));
+            }
+        }
+        if let Ok(mut journals) = self.journals.lock() {
+            journals.push(attach);
+        }
+    }
+
+    fn attached(&self) -> Vec<Attach<K>> {
+        self.journals.lock().map(|j| j.clone()).unwrap_or_default()
     }
 
     /// Stores every object as `trim` leaves it: what the kind never reads
@@ -116,16 +156,29 @@ where
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
+        let attached = self.attached();
+        let stopped = |inner: &Inner<K>| {
+            if !inner.by_namespace.is_empty() {
+                for attach in &attached {
+                    attach(None);
+                }
+            }
+        };
         let Some((client, version)) = client else {
+            stopped(&inner);
             inner.by_namespace.clear();
             inner.client_version = None;
             return;
         };
         if inner.client_version != Some(version) {
+            stopped(&inner);
             inner.by_namespace.clear();
             inner.client_version = Some(version);
         }
         let wanted: std::collections::BTreeSet<String> = namespaces.into_iter().collect();
+        if inner.by_namespace.keys().any(|ns| !wanted.contains(ns)) {
+            stopped(&inner);
+        }
         inner.by_namespace.retain(|ns, _| wanted.contains(ns));
         for ns in wanted {
             if let std::collections::btree_map::Entry::Vacant(e) = inner.by_namespace.entry(ns) {
@@ -138,6 +191,9 @@ where
                         index_label: None,
                     },
                 );
+                for attach in &attached {
+                    attach(Some(&followed));
+                }
                 let mut changes = followed.state.clone();
                 let wakes = self.wakes.clone();
                 let task = tokio::spawn(async move {

@@ -18,13 +18,13 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::core::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use liqo_agent_runtime::follow::Followed;
+use liqo_agent_runtime::follow::{Followed, Journal};
 use liqo_api::names::labels;
 use tokio::sync::{Notify, watch};
 
 use super::namespace::{Peering, Twins};
 use super::stores::{Clients, PerNamespace};
-use super::{Error, Kind, Next};
+use super::{Context, Error, Kind, Next, in_local_namespaces};
 use crate::forge::pod as forge_pod;
 use crate::forge::reflected::ROOT_CA_CONFIGMAP;
 use crate::forge::token as forge_token;
@@ -40,6 +40,12 @@ pub struct Tokens {
     /// Our token Secrets, per twin.
     remote: PerNamespace<Secret>,
     clients: Clients,
+    /// The local pods that changed, by namespace and name. The CA
+    /// ConfigMap is not journaled: the sweep finds it by its fingerprint.
+    changed_local: Journal<(String, String)>,
+    /// The token Secrets that changed, by twin and local pod name.
+    changed_remote: Journal<(String, String)>,
+    context: Context,
 }
 
 impl Tokens {
@@ -62,6 +68,13 @@ impl Tokens {
             vec![wake.clone()],
         )
         .trimmed(forge_token::trim_stored);
+        let changed_local = Journal::new();
+        local.record_into(&changed_local, |p| Some((p.namespace()?, p.name_any())));
+        let changed_remote = Journal::new();
+        remote.record_into(&changed_remote, |s: &Secret| {
+            let pod = forge_token::pod_name(s.metadata.name.as_deref()?)?;
+            Some((s.namespace()?, pod.to_owned()))
+        });
         let clients = Clients::new(peering.provider.clone());
         Self {
             peering,
@@ -70,6 +83,9 @@ impl Tokens {
             config_maps,
             remote,
             clients,
+            changed_local,
+            changed_remote,
+            context: Context::default(),
         }
     }
 }
@@ -106,6 +122,22 @@ impl Kind for Tokens {
         keys.sort();
         keys.dedup();
         keys
+    }
+
+    /// The local pods and token Secrets that changed; any when the twins
+    /// did.
+    fn changed(&self) -> Option<Vec<Self::Key>> {
+        let local = self.changed_local.take();
+        let remote = self.changed_remote.take();
+        let twins = self.twins.borrow().clone();
+        let mut h = DefaultHasher::new();
+        twins.hash(&mut h);
+        if self.context.changed(h.finish()) {
+            return None;
+        }
+        let mut keys = local?;
+        keys.extend(in_local_namespaces(&twins, remote?));
+        Some(keys)
     }
 
     /// The twin, whether its Secrets are current, the token Secret's and
