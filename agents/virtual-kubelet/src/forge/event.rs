@@ -59,21 +59,70 @@ fn occurrences(
     (count, first, last)
 }
 
+/// A remote Event as the agent stores it: what [`local_event`], the keys
+/// and the fingerprints read (its name, UID and version, the pod it is
+/// about, what it says and when), made when it is read from the API. Not
+/// the Event itself: a k8s-openapi `Event` is a kilobyte before any
+/// string, and a cluster keeps its Events for an hour (at 10,000 pods,
+/// tens of thousands of them).
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(from = "Event")]
+pub struct RemoteEvent {
+    /// Its name, namespace, UID and resource version only.
+    pub metadata: ObjectMeta,
+    /// The name of the remote pod it is about; `None` when it is not
+    /// about a pod.
+    pub pod: Option<String>,
+    field_path: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+    type_: Option<String>,
+    /// Who reported it (`source.component`, or the events.k8s.io
+    /// `reportingController`).
+    component: Option<String>,
+    count: i32,
+    first: Option<Time>,
+    last: Option<Time>,
+}
+
+super::compact_resource!(RemoteEvent, Event);
+
+impl From<Event> for RemoteEvent {
+    fn from(e: Event) -> Self {
+        let (count, first, last) = occurrences(&e);
+        let component = e
+            .source
+            .and_then(|s| s.component)
+            .or(e.reporting_component)
+            .filter(|c| !c.is_empty());
+        let about_pod = e.involved_object.kind.as_deref() == Some("Pod");
+        Self {
+            metadata: ObjectMeta {
+                name: e.metadata.name,
+                namespace: e.metadata.namespace,
+                uid: e.metadata.uid,
+                resource_version: e.metadata.resource_version,
+                ..ObjectMeta::default()
+            },
+            pod: e.involved_object.name.filter(|_| about_pod),
+            field_path: e.involved_object.field_path,
+            reason: e.reason,
+            message: e.message,
+            type_: e.type_,
+            component,
+            count,
+            first,
+            last,
+        }
+    }
+}
+
 /// The local Event for the remote Event `remote` about a pod of
 /// `local_pod`, or `None` when the remote Event is not about a pod.
-pub fn local_event(remote: &Event, local_pod: &Pod, node_name: &str) -> Option<Event> {
-    if remote.involved_object.kind.as_deref() != Some("Pod") {
-        return None;
-    }
+pub fn local_event(remote: &RemoteEvent, local_pod: &Pod, node_name: &str) -> Option<Event> {
+    remote.pod.as_ref()?;
     let pod_name = local_pod.metadata.name.clone()?;
     let uid = remote.metadata.uid.as_deref()?;
-    let (count, first, last) = occurrences(remote);
-    let component = remote
-        .source
-        .as_ref()
-        .and_then(|s| s.component.clone())
-        .or_else(|| remote.reporting_component.clone())
-        .filter(|c| !c.is_empty());
     Some(Event {
         metadata: ObjectMeta {
             name: Some(local_name(&pod_name, uid)),
@@ -90,17 +139,17 @@ pub fn local_event(remote: &Event, local_pod: &Pod, node_name: &str) -> Option<E
             name: Some(pod_name),
             namespace: local_pod.metadata.namespace.clone(),
             uid: local_pod.metadata.uid.clone(),
-            field_path: remote.involved_object.field_path.clone(),
+            field_path: remote.field_path.clone(),
             ..ObjectReference::default()
         },
         reason: remote.reason.clone(),
         message: remote.message.clone(),
         type_: remote.type_.clone(),
-        count: Some(count),
-        first_timestamp: first,
-        last_timestamp: last,
+        count: Some(remote.count),
+        first_timestamp: remote.first.clone(),
+        last_timestamp: remote.last.clone(),
         source: Some(EventSource {
-            component,
+            component: remote.component.clone(),
             host: Some(node_name.to_owned()),
         }),
         ..Event::default()
@@ -151,58 +200,50 @@ pub fn warning(
     }
 }
 
-/// A remote Event as the agent stores it: what [`local_event`], the keys
-/// and the fingerprints read (its name, UID and version, the pod it is
-/// about, what it says and when), not the rest of its metadata nor who
-/// reported it from where.
-pub fn trim_remote(e: &mut Event) {
-    e.metadata = ObjectMeta {
-        name: e.metadata.name.take(),
-        namespace: e.metadata.namespace.take(),
-        uid: e.metadata.uid.take(),
-        resource_version: e.metadata.resource_version.take(),
-        ..ObjectMeta::default()
-    };
-    e.involved_object = ObjectReference {
-        kind: e.involved_object.kind.take(),
-        name: e.involved_object.name.take(),
-        field_path: e.involved_object.field_path.take(),
-        ..ObjectReference::default()
-    };
-    e.related = None;
-    e.action = None;
-    e.reporting_instance = None;
-    if let Some(source) = e.source.as_mut() {
-        source.host = None;
+/// A local copy as the agent stores it: its name and version, and a
+/// digest of what [`shows`] compares, made when it is read from the API.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(from = "Event")]
+pub struct LocalCopy {
+    /// Its name, namespace and resource version only.
+    pub metadata: ObjectMeta,
+    shown: u64,
+}
+
+super::compact_resource!(LocalCopy, Event);
+
+impl From<Event> for LocalCopy {
+    fn from(e: Event) -> Self {
+        Self {
+            shown: shown(&e),
+            metadata: ObjectMeta {
+                name: e.metadata.name,
+                namespace: e.metadata.namespace,
+                resource_version: e.metadata.resource_version,
+                ..ObjectMeta::default()
+            },
+        }
     }
 }
 
-/// A local copy as the agent stores it: its name and version, and what
-/// [`shows`] compares.
-pub fn trim_local(e: &mut Event) {
-    *e = Event {
-        metadata: ObjectMeta {
-            name: e.metadata.name.take(),
-            namespace: e.metadata.namespace.take(),
-            resource_version: e.metadata.resource_version.take(),
-            ..ObjectMeta::default()
-        },
-        count: e.count,
-        last_timestamp: e.last_timestamp.take(),
-        message: e.message.take(),
-        reason: e.reason.take(),
-        type_: e.type_.take(),
-        ..Event::default()
-    };
+/// What a copy says that is kept up to date, hashed.
+fn shown(e: &Event) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    e.count.hash(&mut h);
+    e.last_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .hash(&mut h);
+    e.message.hash(&mut h);
+    e.reason.hash(&mut h);
+    e.type_.hash(&mut h);
+    h.finish()
 }
 
-/// Whether the local Event `have` already says what `want` says.
-pub fn shows(have: &Event, want: &Event) -> bool {
-    have.count == want.count
-        && have.last_timestamp == want.last_timestamp
-        && have.message == want.message
-        && have.reason == want.reason
-        && have.type_ == want.type_
+/// Whether the local copy `have` already says what `want` says.
+pub fn shows(have: &LocalCopy, want: &Event) -> bool {
+    have.shown == shown(want)
 }
 
 #[cfg(test)]
@@ -288,40 +329,50 @@ mod tests {
     }
 
     #[test]
-    fn trimmed_copies_forge_and_compare_as_whole_ones() {
+    fn stored_forms_forge_and_compare_as_whole_events() {
         let whole = remote("Pod");
-        let mut trimmed = whole.clone();
-        trim_remote(&mut trimmed);
-        assert_eq!(trimmed.involved_object.uid, None);
-        let want = local_event(&whole, &local_pod(), "liqo-prov");
-        assert_eq!(local_event(&trimmed, &local_pod(), "liqo-prov"), want);
-        let want = want.expect("an event");
-        let mut stored = want.clone();
-        trim_local(&mut stored);
-        assert_eq!(stored.source, None);
-        assert!(shows(&stored, &want));
-        let mut later = want;
-        later.count = Some(5);
-        assert!(!shows(&stored, &later));
-    }
-
-    #[test]
-    fn local_pod_name_table() {
-        let cases = [
-            ("web-1-abcde", Some("web-1")),
-            ("web-7d9f8-x2k4p-abcde", Some("web-7d9f8-x2k4p")),
-            ("web", None),
-            ("-abcde", None),
-            ("web-1-abc", None),
+        // Read from the API as the stores read it.
+        let stored: RemoteEvent =
+            serde_json::from_value(serde_json::to_value(&whole).expect("json")).expect("event");
+        assert_eq!(stored, RemoteEvent::from(whole.clone()));
+        assert_eq!(stored.pod.as_deref(), Some("web-1-abcde"));
+        assert_eq!(
+            (
+                stored.metadata.uid.as_deref(),
+                stored.metadata.labels.as_ref()
+            ),
+            (Some("ev-uid"), None),
+            "the UID kept, nothing else of the metadata"
+        );
+        let want = local_event(&stored, &local_pod(), "liqo-prov").expect("an event");
+        let copy: LocalCopy =
+            serde_json::from_value(serde_json::to_value(&want).expect("json")).expect("copy");
+        assert!(
+            shows(&copy, &want),
+            "a copy read back shows what was written"
+        );
+        assert_eq!(copy.metadata.name.as_deref(), Some("web-1.ev-uid"));
+        type Change = (&'static str, fn(&mut Event));
+        let changes: [Change; 5] = [
+            ("count", |e| e.count = Some(9)),
+            ("message", |e| e.message = Some("other".to_owned())),
+            ("reason", |e| e.reason = Some("Other".to_owned())),
+            ("type", |e| e.type_ = Some("Normal".to_owned())),
+            ("last time", |e| {
+                e.last_timestamp = Some(Time(t("2026-01-01T00:09:00Z")));
+            }),
         ];
-        for (remote, want) in cases {
-            assert_eq!(local_pod_name(remote), want, "{remote}");
+        for (what, change) in changes {
+            let mut other = want.clone();
+            change(&mut other);
+            assert!(!shows(&copy, &other), "a changed {what} is seen");
         }
     }
 
     #[test]
     fn copied_onto_the_local_pod() {
-        let local = local_event(&remote("Pod"), &local_pod(), "liqo-prov").expect("an event");
+        let local =
+            local_event(&remote("Pod").into(), &local_pod(), "liqo-prov").expect("an event");
         assert_eq!(local.metadata.name.as_deref(), Some("web-1.ev-uid"));
         assert_eq!(local.metadata.namespace.as_deref(), Some("shop"));
         assert_eq!(
@@ -360,16 +411,17 @@ mod tests {
             Some("liqo-prov"),
             "the provider's nodes stay hidden"
         );
-        assert!(shows(&local, &local.clone()));
+        let copy = LocalCopy::from(local.clone());
+        assert!(shows(&copy, &local));
         let mut later = remote("Pod");
         later.count = Some(5);
-        let later = local_event(&later, &local_pod(), "liqo-prov").expect("an event");
-        assert!(!shows(&local, &later));
+        let later = local_event(&later.into(), &local_pod(), "liqo-prov").expect("an event");
+        assert!(!shows(&copy, &later));
         assert_eq!(
             later.metadata.name, local.metadata.name,
             "one local Event per remote one"
         );
-        assert!(local_event(&remote("ReplicaSet"), &local_pod(), "liqo-prov").is_none());
+        assert!(local_event(&remote("ReplicaSet").into(), &local_pod(), "liqo-prov").is_none());
     }
 
     #[test]
@@ -385,13 +437,13 @@ mod tests {
             count: Some(3),
             last_observed_time: Some(MicroTime(t("2026-01-01T00:02:00.999999Z"))),
         });
-        let local = local_event(&e, &local_pod(), "liqo-prov").expect("an event");
+        let local = local_event(&e.clone().into(), &local_pod(), "liqo-prov").expect("an event");
         assert_eq!(local.count, Some(3));
         // In whole seconds, as a core/v1 Event keeps them.
         assert_eq!(local.first_timestamp, Some(Time(t("2026-01-01T00:00:00Z"))));
         assert_eq!(local.last_timestamp, Some(Time(t("2026-01-01T00:02:00Z"))));
         // What the API gives back is what was written: no patch follows.
-        let read_back: Event =
+        let read_back: LocalCopy =
             serde_json::from_value(serde_json::to_value(&local).expect("json")).expect("event");
         assert!(shows(&read_back, &local));
         assert_eq!(
@@ -399,7 +451,7 @@ mod tests {
             Some("default-scheduler")
         );
         e.series = None;
-        let local = local_event(&e, &local_pod(), "liqo-prov").expect("an event");
+        let local = local_event(&e.into(), &local_pod(), "liqo-prov").expect("an event");
         assert_eq!(local.count, Some(1));
         assert_eq!(local.last_timestamp, Some(Time(t("2026-01-01T00:00:00Z"))));
     }

@@ -119,6 +119,39 @@ impl NetworkState {
     }
 }
 
+/// Implements [`kube::Resource`] for `$ty`, a compact form of the API's
+/// `$of` that the agent stores instead of it (its own fields, and an
+/// `ObjectMeta` named `metadata`): the same kind, group, version and
+/// plural, so that an `Api<$ty>` reads and watches `$of`s.
+macro_rules! compact_resource {
+    ($ty:ty, $of:ty) => {
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+
+            fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$of as kube::Resource>::kind(dt)
+            }
+            fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$of as kube::Resource>::group(dt)
+            }
+            fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$of as kube::Resource>::version(dt)
+            }
+            fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+                <$of as kube::Resource>::plural(dt)
+            }
+            fn meta(&self) -> &kube::core::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut kube::core::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+pub(crate) use compact_resource;
+
 /// A digest of `bytes` for comparisons within this process (the stores
 /// keep digests of what they need not keep whole; never written to the
 /// API, so the hash need not be stable across builds).

@@ -25,7 +25,7 @@ use tokio::sync::{Notify, watch};
 use super::namespace::{Peering, Twins};
 use super::stores::{Clients, PerNamespace};
 use super::{Context, Error, Kind, Next};
-use crate::forge::event as forge_event;
+use crate::forge::event::{self as forge_event, LocalCopy, RemoteEvent};
 
 #[allow(missing_debug_implementations)]
 pub struct Events {
@@ -34,9 +34,9 @@ pub struct Events {
     /// Local pods bound to the virtual node.
     pods: Followed<Pod>,
     /// Our local copies, per offloaded namespace.
-    local: PerNamespace<Event>,
+    local: PerNamespace<LocalCopy>,
     /// Pods' Events, per twin.
-    remote: PerNamespace<Event>,
+    remote: PerNamespace<RemoteEvent>,
     clients: Clients,
     /// The remote Events that changed. A copy or a local pod that
     /// changed is not journaled: the sweep finds it by its fingerprint.
@@ -56,16 +56,16 @@ impl Events {
             "local events of ours",
             watcher::Config::default().labels(&ours),
             vec![wake.clone()],
-        )
-        .trimmed(forge_event::trim_local);
+        );
         let remote = PerNamespace::new(
             "remote pods' events",
             watcher::Config::default().fields("involvedObject.kind=Pod"),
             vec![wake.clone()],
-        )
-        .trimmed(forge_event::trim_remote);
+        );
         let changed = Journal::new();
-        remote.record_into(&changed, |e: &Event| Some((e.namespace()?, e.name_any())));
+        remote.record_into(&changed, |e: &RemoteEvent| {
+            Some((e.namespace()?, e.name_any()))
+        });
         let clients = Clients::new(peering.provider.clone());
         Self {
             peering,
@@ -142,7 +142,7 @@ impl Kind for Events {
         let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
         event.as_ref().map(|e| version(&e.metadata)).hash(&mut h);
         let pod = event.as_ref().and_then(|e| {
-            let pod = forge_event::local_pod_name(e.involved_object.name.as_deref()?)?;
+            let pod = forge_event::local_pod_name(e.pod.as_deref()?)?;
             self.pods.store.get(&ObjectRef::new(pod).within(&ns))
         });
         pod.as_ref().map(|p| p.metadata.uid.clone()).hash(&mut h);
@@ -179,8 +179,7 @@ impl Kind for Events {
         // Only Events of the pods of our ReplicaSets, whose local pod is
         // bound to this node.
         let Some(pod) = event
-            .involved_object
-            .name
+            .pod
             .as_deref()
             .and_then(forge_event::local_pod_name)
             .and_then(|p| self.pods.store.get(&ObjectRef::new(p).within(ns)))
