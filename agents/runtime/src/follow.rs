@@ -14,8 +14,8 @@
 //! runs, so what is stored is trimmed on the way in ([`Options::trim`]):
 //! managedFields always (nobody reads them from a store, and they are
 //! often a third of an object), and whatever else the caller says it does
-//! not read. A store can also keep an index by the value of one label
-//! ([`Options::index_label`]), updated with the store from the same
+//! not read. A store can also keep an index by a key of each object
+//! ([`Options::index`], e.g. the value of a label), updated with the store from the same
 //! events, so that finding the objects of one value costs no scan.
 //!
 //! Cost of reading: a reader that would otherwise look at every stored
@@ -149,12 +149,12 @@ where
 {
     pub store: Store<K>,
     pub state: watch::Receiver<SyncState>,
-    /// The index by [`Options::index_label`], when one was asked for.
+    /// The index by [`Options::index`], when one was asked for.
     index: Option<LabelIndex<K>>,
     recorders: Arc<Mutex<Vec<Recorder<K>>>>,
 }
 
-/// The followed objects by the value of one label: value → the objects'
+/// The followed objects by their index key: key → the objects'
 /// references (few per value). Kept in step with the store by the task
 /// that feeds it, from the same events.
 struct LabelIndex<K>
@@ -162,7 +162,7 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
-    label: &'static str,
+    key: fn(&K) -> Option<String>,
     map: Arc<RwLock<HashMap<String, Vec<ObjectRef<K>>>>>,
 }
 
@@ -173,7 +173,7 @@ where
 {
     fn clone(&self) -> Self {
         Self {
-            label: self.label,
+            key: self.key,
             map: self.map.clone(),
         }
     }
@@ -194,8 +194,9 @@ where
     }
 }
 
-fn label_of<'a, K: Resource>(obj: &'a K, label: &str) -> Option<&'a String> {
-    obj.meta().labels.as_ref()?.get(label)
+/// The value of `label` on `obj`: an index key ([`Options::index`]).
+pub fn label_of<K: Resource>(obj: &K, label: &str) -> Option<String> {
+    obj.meta().labels.as_ref()?.get(label).cloned()
 }
 
 fn index_insert<K>(map: &mut HashMap<String, Vec<ObjectRef<K>>>, value: &str, key: ObjectRef<K>)
@@ -227,15 +228,16 @@ pub struct Options<K> {
     /// Applied to every object before it is stored: drop what is never
     /// read. managedFields are dropped whatever this does.
     pub trim: Option<fn(&mut K)>,
-    /// Keep an index by the value of this label ([`Followed::by_label`]).
-    pub index_label: Option<&'static str>,
+    /// Keep an index by the key this gives of each object (none: not
+    /// indexed) ([`Followed::by_index`]).
+    pub index: Option<fn(&K) -> Option<String>>,
 }
 
 impl<K> Debug for Options<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("trim", &self.trim.is_some())
-            .field("index_label", &self.index_label)
+            .field("index", &self.index.is_some())
             .finish()
     }
 }
@@ -244,7 +246,7 @@ impl<K> Default for Options<K> {
     fn default() -> Self {
         Self {
             trim: None,
-            index_label: None,
+            index: None,
         }
     }
 }
@@ -271,9 +273,9 @@ where
         self.state.borrow().current
     }
 
-    /// The stored objects whose [`Options::index_label`] has `value`
+    /// The stored objects whose [`Options::index`] key is `value`
     /// (none when the store keeps no index).
-    pub fn by_label(&self, value: &str) -> Vec<Arc<K>> {
+    pub fn by_index(&self, value: &str) -> Vec<Arc<K>> {
         let Some(index) = &self.index else {
             return Vec::new();
         };
@@ -366,8 +368,8 @@ where
 {
     let (store, mut writer) = reflector::store();
     let (tx, rx) = watch::channel(SyncState::default());
-    let index = options.index_label.map(|label| LabelIndex {
-        label,
+    let index = options.index.map(|key| LabelIndex {
+        key,
         map: Arc::default(),
     });
     let reader = store.clone();
@@ -458,20 +460,20 @@ fn update_index<K>(
         watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
             let key = bare_ref(obj);
             if let Some(old) = store.get(&key)
-                && let Some(value) = label_of(old.as_ref(), index.label)
+                && let Some(value) = (index.key)(old.as_ref())
             {
-                index_remove(&mut map, value, &key);
+                index_remove(&mut map, &value, &key);
             }
             if let watcher::Event::Apply(obj) = event
-                && let Some(value) = label_of(obj, index.label)
+                && let Some(value) = (index.key)(obj)
             {
-                index_insert(&mut map, value, key);
+                index_insert(&mut map, &value, key);
             }
         }
         watcher::Event::Init => buffer.clear(),
         watcher::Event::InitApply(obj) => {
-            if let Some(value) = label_of(obj, index.label) {
-                index_insert(buffer, value, bare_ref(obj));
+            if let Some(value) = (index.key)(obj) {
+                index_insert(buffer, &value, bare_ref(obj));
             }
         }
         watcher::Event::InitDone => *map = std::mem::take(buffer),
@@ -504,7 +506,7 @@ mod tests {
     fn indexed(events: Vec<watcher::Event<Pod>>, owners: &[&str]) -> Vec<Vec<String>> {
         let (store, mut writer) = reflector::store();
         let index = LabelIndex {
-            label: LABEL,
+            key: |p: &Pod| label_of(p, LABEL),
             map: Arc::default(),
         };
         let mut buffer = HashMap::new();
@@ -522,7 +524,7 @@ mod tests {
             .iter()
             .map(|o| {
                 let mut names: Vec<String> = followed
-                    .by_label(o)
+                    .by_index(o)
                     .iter()
                     .filter_map(|p| p.metadata.name.clone())
                     .collect();
@@ -613,7 +615,7 @@ mod tests {
             index: None,
             recorders: Arc::default(),
         };
-        assert!(followed.by_label("x").is_empty());
+        assert!(followed.by_index("x").is_empty());
     }
 
     #[test]

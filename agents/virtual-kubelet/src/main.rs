@@ -289,7 +289,7 @@ async fn reflect(wiring: Wiring) {
         "local pods",
         Options {
             trim: Some(reflection::pod::trim_local_pod),
-            index_label: None,
+            index: None,
         },
     );
     let (twins_tx, twins_rx) = watch::channel(Default::default());

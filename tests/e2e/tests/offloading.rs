@@ -226,6 +226,32 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         "one remote pod per pod: {:?}",
         names_of(&remote)
     );
+    // Each made by the virtual kubelet, then adopted by its ReplicaSet.
+    wait_for(
+        "the remote pods adopted by their ReplicaSets",
+        WAIT,
+        || async {
+            let rs_uids: Vec<String> = remote_rs
+                .list(&ours)
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|r| r.metadata.uid)
+                .collect();
+            let pods = remote_pods.list(&ours).await?.items;
+            Ok(pods.len() == 3
+                && pods.iter().all(|p| {
+                    p.metadata.owner_references.iter().flatten().any(|o| {
+                        o.controller == Some(true)
+                            && o.kind == "ReplicaSet"
+                            && rs_uids.contains(&o.uid)
+                    })
+                }))
+        },
+    )
+    .await?;
+    let remote = remote_pods.list(&ours).await?.items;
+    assert_eq!(remote.len(), 3, "still one remote pod per pod");
     let kwok_nodes: Vec<String> = Api::<Node>::all(prov.clone())
         .list(&ListParams::default())
         .await?

@@ -169,6 +169,32 @@ impl Remote {
         Ok(out)
     }
 
+    /// Whether every remote pod is controlled by the ReplicaSet of its
+    /// local pod: the virtual kubelet makes a pod before its ReplicaSet,
+    /// which adopts it.
+    async fn all_adopted(&self) -> Result<bool> {
+        let rs_by_uid: BTreeMap<String, String> = self
+            .rs
+            .list(&ListParams::default().labels(LOCAL_POD_UID))
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|r| {
+                let local = r.metadata.labels.as_ref()?.get(LOCAL_POD_UID)?.clone();
+                Some((local, r.metadata.uid?))
+            })
+            .collect();
+        Ok(self.pods_by_uid().await?.iter().all(|(local, pods)| {
+            pods.iter().all(|p| {
+                p.metadata.owner_references.iter().flatten().any(|o| {
+                    o.controller == Some(true)
+                        && o.kind == "ReplicaSet"
+                        && rs_by_uid.get(local) == Some(&o.uid)
+                })
+            })
+        }))
+    }
+
     async fn rs_uids(&self) -> Result<Vec<String>> {
         Ok(self
             .rs
@@ -296,6 +322,15 @@ async fn killed_in_the_middle_of_a_500_pod_scale_up() -> Result<()> {
     );
     // The restarted agent's later passes must not create anything again.
     tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_one_each(&pods, &remote, want).await?;
+    // Every pod is in the hands of its ReplicaSet (the provider's
+    // controller adopts at its own pace).
+    wait_for(
+        "every remote pod adopted by its ReplicaSet",
+        SCALE_WAIT,
+        || remote.all_adopted(),
+    )
+    .await?;
     assert_one_each(&pods, &remote, want).await?;
     for p in local_pods(&pods).await? {
         let on = p.spec.as_ref().and_then(|s| s.node_name.clone());

@@ -154,6 +154,48 @@ pub fn replica_set(local: &Pod, remote_namespace: &str) -> ReplicaSet {
     }
 }
 
+/// The pod of the ReplicaSet `rs` (from [`replica_set`]) as the virtual
+/// kubelet creates it itself, before the ReplicaSet, which then adopts it
+/// (its labels match the selector, it has no owner): a pod started this
+/// way does not wait for the provider's ReplicaSet controller, whose
+/// client is rate-limited (20 requests a second by default) and which
+/// would spend three of them per pod. Named as the ReplicaSet names its
+/// pods, `<its name>-<5 characters>`, the characters drawn from the
+/// local pod's UID, so that creating it again is refused (409) rather
+/// than done twice, and that the local pod's name is read from it as
+/// from any remote pod ([`super::event::local_pod_name`]).
+pub fn first_pod(rs: &ReplicaSet) -> Option<Pod> {
+    let template = rs.spec.as_ref()?.template.clone()?;
+    let metadata = template.metadata.unwrap_or_default();
+    let uid = metadata.labels.as_ref()?.get(LOCAL_POD_UID)?;
+    Some(Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-{}", rs.metadata.name.as_deref()?, suffix(uid))),
+            namespace: rs.metadata.namespace.clone(),
+            ..metadata
+        },
+        spec: template.spec,
+        status: None,
+    })
+}
+
+/// Five characters from the alphabet of generated names (no vowels, no
+/// look-alikes), drawn from `seed` by FNV-1a: the same in every build,
+/// so that an upgraded agent names a pod as the one before it did.
+fn suffix(seed: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut n = seed.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize];
+            n /= ALPHABET.len() as u64;
+            char::from(c)
+        })
+        .collect()
+}
+
 /// The annotation on a remote ReplicaSet that holds the generation of its
 /// spec as the virtual kubelet last wrote it (none: as it created it,
 /// generation 1).
@@ -586,6 +628,28 @@ mod tests {
             status: None,
         };
         let rs = replica_set(&pod, "shop-consumer");
+        // Its first pod, made before it: what the ReplicaSet would make,
+        // named as it names pods, the same for the same local pod.
+        let first = first_pod(&rs).expect("a pod");
+        let template = rs.spec.as_ref().and_then(|s| s.template.clone());
+        let template = template.expect("template");
+        assert_eq!(first.spec, template.spec);
+        assert_eq!(
+            first.metadata.labels,
+            template.metadata.and_then(|m| m.labels)
+        );
+        assert_eq!(first.metadata.namespace.as_deref(), Some("shop-consumer"));
+        assert_eq!(first.metadata.owner_references, None, "adopted later");
+        let name = first.metadata.name.clone().expect("name");
+        assert_eq!(super::super::event::local_pod_name(&name), Some("web-1"));
+        assert_eq!(
+            first_pod(&rs).and_then(|p| p.metadata.name),
+            Some(name.clone())
+        );
+        let mut other = pod.clone();
+        other.metadata.uid = Some("u-2".to_owned());
+        let other = first_pod(&replica_set(&other, "shop-consumer")).expect("a pod");
+        assert_ne!(other.metadata.name, Some(name), "another UID, another name");
         assert_eq!(rs.metadata.name.as_deref(), Some("web-1"));
         assert_eq!(rs.metadata.namespace.as_deref(), Some("shop-consumer"));
         let spec = rs.spec.expect("spec");

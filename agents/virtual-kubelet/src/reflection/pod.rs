@@ -90,7 +90,7 @@ impl Side {
             "remote replica sets",
             Options {
                 trim: Some(trim_remote_replica_set),
-                index_label: None,
+                index: None,
             },
         );
         let (jobs, follow_jobs) = follow_with(
@@ -99,7 +99,7 @@ impl Side {
             "remote jobs",
             Options {
                 trim: Some(trim_remote_job),
-                index_label: None,
+                index: None,
             },
         );
         let (pods, follow_pods) = follow_with(
@@ -108,7 +108,10 @@ impl Side {
             "remote pods",
             Options {
                 trim: Some(trim_remote_pod),
-                index_label: Some(forge_pod::LOCAL_POD_UID),
+                index: Some(|pod| {
+                    let name = pod.metadata.name.as_deref()?;
+                    crate::forge::event::local_pod_name(name).map(str::to_owned)
+                }),
             },
         );
         // A wrapper is named after its local pod; a remote pod after its
@@ -185,6 +188,11 @@ struct Found {
     /// Its spec was changed by someone else (a ReplicaSet scaled or
     /// edited on the provider), to be put back.
     changed: bool,
+}
+
+/// The local pod's UID a remote pod carries.
+fn for_pod(pod: &RemotePod) -> Option<&String> {
+    pod.metadata.labels.as_ref()?.get(forge_pod::LOCAL_POD_UID)
 }
 
 /// Of a remote Job, as of a ReplicaSet, the reflection reads its name,
@@ -658,6 +666,12 @@ impl Kind for Pods {
                             .iter()
                             .map(|job| (local_ns.clone(), job.name_any())),
                     );
+                    // A pod made before its wrapper may be all there is.
+                    keys.extend(side.pods.store.state().iter().filter_map(|p| {
+                        let local =
+                            crate::forge::event::local_pod_name(p.metadata.name.as_deref()?)?;
+                        Some((local_ns.clone(), local.to_owned()))
+                    }));
                 }
             }
         }
@@ -713,16 +727,14 @@ impl Kind for Pods {
             if let Some(side) = side {
                 side.is_current().hash(&mut h);
                 side.wrappers(&twin, name).hash(&mut h);
-                if let Some(uid) = local.as_ref().and_then(|p| p.uid()) {
-                    let mut remote: Vec<_> = side
-                        .pods
-                        .by_label(&uid)
-                        .iter()
-                        .map(|p| version(&p.metadata))
-                        .collect();
-                    remote.sort();
-                    remote.hash(&mut h);
-                }
+                let mut remote: Vec<_> = side
+                    .pods
+                    .by_index(name)
+                    .iter()
+                    .map(|p| (version(&p.metadata), for_pod(p).cloned()))
+                    .collect();
+                remote.sort();
+                remote.hash(&mut h);
             }
         }
         Some(h.finish())
@@ -762,10 +774,19 @@ impl Kind for Pods {
         let wrappers = side.wrappers(&twin, name);
         let local_uid = local.as_ref().and_then(|p| p.uid());
 
+        // The remote pods named for a local pod of this name: of this one,
+        // or of one that is gone (or an older one of the same name).
+        let (remote_pods, stale): (Vec<Arc<RemotePod>>, Vec<Arc<RemotePod>>) = side
+            .pods
+            .by_index(name)
+            .into_iter()
+            .partition(|p| local_uid.is_some() && for_pod(p) == local_uid.as_ref());
+
         // A wrapper of a pod that is gone (or of an older pod of that
-        // name) goes, its pod with it.
+        // name) goes, its pod with it; so does a pod made before its
+        // wrapper ([`forge_pod::first_pod`]) whose local pod went first.
         let orphans: Vec<&Found> = wrappers.iter().filter(|w| w.for_pod != local_uid).collect();
-        if !orphans.is_empty() {
+        if !orphans.is_empty() || !stale.is_empty() {
             for w in orphans.into_iter().filter(|w| !w.deleting) {
                 let params = DeleteParams {
                     propagation_policy: Some(PropagationPolicy::Background),
@@ -778,13 +799,39 @@ impl Kind for Pods {
                 delete_wrapper(&provider, &twin, w.kind, name, &params).await?;
                 tracing::info!(pod = %name, namespace = %ns, kind = ?w.kind, "orphan remote wrapper deleted");
             }
+            for p in stale
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+            {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: p.uid(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match pod_api.delete(&p.name_any(), &params).await {
+                    Ok(_) => {
+                        tracing::info!(pod = %name, namespace = %ns, remote = %p.name_any(), "orphan remote pod deleted");
+                    }
+                    // Gone already, or taken by its wrapper's deletion.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => {
+                        return Err(Error::Api {
+                            what: format!(
+                                "deleting the pod {twin}/{} on the provider",
+                                p.name_any()
+                            ),
+                            source: e,
+                        });
+                    }
+                }
+            }
             return Ok(Next::Done);
         }
         let Some(pod) = local else {
             return Ok(Next::Done);
         };
-        let uid = pod.uid().unwrap_or_default();
-        let remote_pods: Vec<Arc<RemotePod>> = side.pods.by_label(&uid);
 
         if pod.metadata.deletion_timestamp.is_some() {
             let grace = pod.metadata.deletion_grace_period_seconds;
@@ -849,8 +896,19 @@ impl Kind for Pods {
                             .and_then(|s| s.template.as_mut())
                             .and_then(|t| t.spec.as_mut()),
                     );
-                    let api: Api<ReplicaSet> = Api::namespaced(provider.clone(), &twin);
-                    api.create(&PostParams::default(), &want).await.map(|_| ())
+                    // Its pod first, then the ReplicaSet once the pod is
+                    // seen: the ReplicaSet adopts the pod it finds.
+                    if remote_pods.is_empty()
+                        && let Some(first) = forge_pod::first_pod(&want)
+                    {
+                        pod_api
+                            .create(&PostParams::default(), &first)
+                            .await
+                            .map(|_| ())
+                    } else {
+                        let api: Api<ReplicaSet> = Api::namespaced(provider.clone(), &twin);
+                        api.create(&PostParams::default(), &want).await.map(|_| ())
+                    }
                 }
                 Wrapper::Job => {
                     let mut want = forge_pod::job(&pod, &twin);

@@ -188,7 +188,7 @@ where
                     self.what,
                     Options {
                         trim: self.trim,
-                        index_label: None,
+                        index: None,
                     },
                 );
                 for attach in &attached {
