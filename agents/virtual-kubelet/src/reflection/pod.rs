@@ -2,7 +2,10 @@
 //! ready twin runs on the provider as a ReplicaSet of one in the twin, or
 //! a Job of one for a pod meant to end ([`crate::forge::pod`] translates
 //! it), so that the provider's controllers keep it running while the
-//! consumer is away. The remote pod's status comes back to the local
+//! consumer is away. The ReplicaSet's pod is made first, by this agent
+//! ([`forge_pod::first_pod`]), and the ReplicaSet once the pod is seen,
+//! which adopts it: the pod does not wait for the provider's ReplicaSet
+//! controller and its rate-limited client. The remote pod's status comes back to the local
 //! pod. Deleting the local pod deletes the wrapper and the remote pod
 //! with the same grace period,
 //! and once the remote pod is gone the local one is removed as a kubelet
@@ -16,7 +19,7 @@
 //! as twins come and go, and restarted with a renewed provider client.
 //!
 //! Scale (see "Scale and restart safety" in docs/virtual-kubelet.md): the
-//! remote pods are indexed by their local pod's UID label, so one pod
+//! remote pods are indexed by their local pod's name, so one pod
 //! converges without a scan of its twin; the stores keep only what this
 //! module reads (no managedFields; of a remote wrapper its metadata; of
 //! a remote pod its metadata with our label only and its status; of a
@@ -218,11 +221,21 @@ pub const STORED_TOKEN_ACCOUNT: &str = "liqo.io/in-memory-token-account";
 /// and, in two in-memory annotations, the digest of its status (so that
 /// whether it shows the remote one is a comparison of two strings) and
 /// the service account whose token it mounts. Not its spec, labels,
-/// annotations nor owners: the wrapper is made (or put back) from the pod
-/// read again from the API, once per pod, and the kubelet API reads the
+/// annotations nor owners once it runs: the wrapper is made while it is
+/// pending, from the pod kept whole until then ([`kept_whole`]), and put
+/// back from the pod read again from the API; the kubelet API reads the
 /// pods it serves from the API too. A whole pod costs about 10 KiB in
 /// memory, this about 2.5.
 pub fn trim_local_pod(pod: &mut Pod) {
+    // A pending pod is about to be made on the provider, from its spec,
+    // labels and annotations: it is kept whole until then (until its
+    // status says it runs), so that making it costs no read.
+    let pending = pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p == "Pending");
     let mut kept = BTreeMap::new();
     if let Some(status) = &pod.status {
         kept.insert(STATUS_DIGEST.to_owned(), forge_pod::status_digest(status));
@@ -234,6 +247,15 @@ pub fn trim_local_pod(pod: &mut Pod) {
             STORED_TOKEN_ACCOUNT.to_owned(),
             crate::forge::token::service_account(spec).to_owned(),
         );
+    }
+    if pending {
+        if !kept.is_empty() {
+            pod.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .extend(kept);
+        }
+        return;
     }
     let m = &mut pod.metadata;
     *m = ObjectMeta {
@@ -257,6 +279,26 @@ pub fn trim_local_pod(pod: &mut Pod) {
             start_time: s.start_time,
             ..Default::default()
         });
+}
+
+/// A pod the store keeps whole (pending: [`trim_local_pod`]) as the API
+/// has it, without what is kept in memory only; `None` for a trimmed one.
+fn kept_whole(stored: &Pod) -> Option<Pod> {
+    stored.spec.as_ref()?;
+    let mut pod = stored.clone();
+    if let Some(a) = pod.metadata.annotations.as_mut() {
+        a.remove(STATUS_DIGEST);
+        a.remove(STORED_TOKEN_ACCOUNT);
+    }
+    if pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(BTreeMap::is_empty)
+    {
+        pod.metadata.annotations = None;
+    }
+    Some(pod)
 }
 
 /// Of a remote ReplicaSet, the reflection reads its name, UID, labels,
@@ -400,11 +442,15 @@ impl Pods {
         self.twins.borrow().get(local_ns).cloned()
     }
 
-    /// The local pod `stored` (as the store keeps it, without its spec)
-    /// read whole from the API; `None` when it is gone, or another pod of
-    /// that name now (the store will say so, and the key be looked at
-    /// again).
+    /// The local pod `stored` whole, as the API has it: from the store
+    /// while it is pending (kept whole then, without what is kept in
+    /// memory only), else read from the API; `None` when it is gone, or
+    /// another pod of that name now (the store will say so, and the key be
+    /// looked at again).
     async fn whole(&self, stored: &Pod) -> Result<Option<Pod>, Error> {
+        if let Some(pod) = kept_whole(stored) {
+            return Ok(Some(pod));
+        }
         let api: Api<Pod> = Api::namespaced(
             self.peering.local.clone(),
             &stored.namespace().unwrap_or_default(),
@@ -867,8 +913,8 @@ impl Kind for Pods {
             if forge_pod::ended(&pod) {
                 return Ok(Next::Done);
             }
-            // The store keeps no spec: the wrapper is made from the pod as
-            // the API has it.
+            // The wrapper is made from the pod as the API has it (the
+            // store keeps it whole only while it is pending).
             let Some(pod) = self.whole(&pod).await? else {
                 return Ok(Next::Done);
             };
@@ -930,7 +976,11 @@ impl Kind for Pods {
                     });
                 }
             }
-            return Ok(Next::Done);
+            // A ReplicaSet made for a pod that exists: its status is
+            // brought back now, not on the next pass.
+            if remote_pods.is_empty() || kind == Wrapper::Job {
+                return Ok(Next::Done);
+            }
         }
         if wrappers
             .iter()
@@ -1045,6 +1095,26 @@ mod tests {
         for (what, check) in table {
             assert!(check(&local, &remote), "{what}: {local:?} / {remote:?}");
         }
+        // A pending pod is kept whole, and given back as the API has it.
+        let mut api_pod = full.clone();
+        api_pod.metadata.deletion_timestamp = None;
+        api_pod.metadata.managed_fields = None;
+        api_pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Pending".to_owned()),
+            ..Default::default()
+        });
+        let mut pending = api_pod.clone();
+        trim_local_pod(&mut pending);
+        let in_memory = pending.metadata.annotations.clone().unwrap_or_default();
+        assert!(in_memory.contains_key(STATUS_DIGEST), "{in_memory:?}");
+        assert_eq!(in_memory.get("note").map(String::as_str), Some("x"));
+        assert_eq!(kept_whole(&pending), Some(api_pod.clone()));
+        assert_eq!(kept_whole(&local), None, "a running pod is trimmed");
+        // Without annotations of its own, none are made up.
+        api_pod.metadata.annotations = None;
+        let mut pending = api_pod.clone();
+        trim_local_pod(&mut pending);
+        assert_eq!(kept_whole(&pending), Some(api_pod));
         // A pod that mounts its token keeps the name of its account.
         let mut with_token: Pod = serde_json::from_value(json!({
             "metadata": { "name": "web-2", "namespace": "shop", "uid": "u-2" },
