@@ -84,6 +84,10 @@ impl Kind for Events {
     /// The twin and the remote Event's name.
     type Key = (String, String);
     const NAME: &'static str = "events";
+    /// Copies are many (several per pod) and can wait: few at once, so
+    /// that in a burst they do not take the consumer's API server from
+    /// the pods' own requests (their status, above all).
+    const CONCURRENCY: usize = 4;
 
     fn prepare(&self) {
         let twins = self.twins.borrow().clone();

@@ -33,7 +33,7 @@
 //! change is caught by the next sweep or full pass.
 
 //! Keys are converged continuously rather than in passes: a scan queues
-//! the keys to look at and each starts as soon as one of [`CONCURRENCY`]
+//! the keys to look at and each starts as soon as one of [`Kind::CONCURRENCY`]
 //! slots is free, so a pod bound now does not wait for the slowest
 //! request of the pods bound before it (the tail of the added start
 //! latency).
@@ -65,9 +65,6 @@ pub const RESYNC: Duration = Duration::from_secs(5);
 /// Every key converges this often, whatever its fingerprint: what is
 /// neither watched nor in a fingerprint still converges.
 pub const FULL_RESYNC: Duration = Duration::from_secs(60);
-/// How many keys converge at once: enough to keep a slow API busy, few
-/// enough not to flood it after a restart.
-const CONCURRENCY: usize = 32;
 /// Retries of a failed key start here and double up to [`BACKOFF_MAX`].
 const BACKOFF_INITIAL: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -124,6 +121,9 @@ pub trait Kind: Send + Sync {
     type Key: Ord + Clone + Debug + Send + Sync;
     /// The kind's name in logs.
     const NAME: &'static str;
+    /// How many keys converge at once: enough to keep a slow API busy, few
+    /// enough not to flood it after a restart.
+    const CONCURRENCY: usize = 32;
     /// Called once per pass before [`Kind::keys`]: adjust what is followed.
     fn prepare(&self) {}
     /// Every key present on either side.
@@ -154,7 +154,7 @@ pub trait Kind: Send + Sync {
 /// least every [`FULL_RESYNC`], failed ones again after their backoff,
 /// and those that asked for it after their time.
 ///
-/// Keys are converged continuously, [`CONCURRENCY`] at a time: a scan
+/// Keys are converged continuously, [`Kind::CONCURRENCY`] at a time: a scan
 /// (on a wake-up, debounced) queues the keys to look at, and a key is
 /// started as soon as a slot is free, without waiting for the slowest
 /// request of the keys started before it. A key is never converged twice
@@ -249,7 +249,7 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
             }
             scan_cost = now.elapsed();
         }
-        while running.len() < CONCURRENCY
+        while running.len() < K::CONCURRENCY
             && let Some((key, print)) = queue.pop_front()
         {
             in_flight.insert(key.clone(), false);

@@ -913,6 +913,9 @@ impl Kind for Pods {
             if forge_pod::ended(&pod) {
                 return Ok(Next::Done);
             }
+            // A pod made before its ReplicaSet: what it says first (the
+            // user waits for it), then the ReplicaSet (below).
+            self.bring_back_status(&pod, &remote_pods).await?;
             // The wrapper is made from the pod as the API has it (the
             // store keeps it whole only while it is pending).
             let Some(pod) = self.whole(&pod).await? else {
@@ -976,11 +979,7 @@ impl Kind for Pods {
                     });
                 }
             }
-            // A ReplicaSet made for a pod that exists: its status is
-            // brought back now, not on the next pass.
-            if remote_pods.is_empty() || kind == Wrapper::Job {
-                return Ok(Next::Done);
-            }
+            return Ok(Next::Done);
         }
         if wrappers
             .iter()
@@ -988,20 +987,34 @@ impl Kind for Pods {
         {
             self.put_back_replica_set(&provider, &twin, &pod).await?;
         }
+        self.bring_back_status(&pod, &remote_pods).await?;
+        Ok(Next::Done)
+    }
+}
+
+impl Pods {
+    /// Writes the status of the current remote pod of `remote_pods` into
+    /// the local pod `stored` (as the store keeps it), unless it shows it
+    /// already.
+    async fn bring_back_status(
+        &self,
+        stored: &Pod,
+        remote_pods: &[Arc<RemotePod>],
+    ) -> Result<(), Error> {
         if let Some(remote) = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref))
             && let Some(remote_status) = &remote.status
         {
             let want = forge_pod::local_status(remote_status, self.peering.remap().as_ref());
-            let have = pod
+            let have = stored
                 .metadata
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(STATUS_DIGEST));
             if !forge_pod::digest_shows(have.map(String::as_str), &want) {
-                self.patch_local_status(&pod, &want).await?;
+                self.patch_local_status(stored, &want).await?;
             }
         }
-        Ok(Next::Done)
+        Ok(())
     }
 }
 
