@@ -21,7 +21,9 @@
 #       (a) does too;
 #   (c) the virtual kubelet's peak resident memory (VmHWM in
 #       /proc/PID/status) with N offloaded pods Running, and with 10,000
-#       when --with-10k is given (long: the clusters are sized for it).
+#       when --with-10k is given (long: the clusters are sized for it),
+#       then again 90 s after the agent is killed and restarted with the
+#       10,000 pods Running.
 #
 #   With --kcm-qps Q, both clusters' controller-managers get
 #   --kube-api-qps Q (burst 2Q) instead of their default 20 (burst 30):

@@ -21,7 +21,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -284,13 +284,10 @@ async fn reflect(wiring: Wiring) {
     // trimmed to what is read of every pod all the time (the spec is read
     // from the API when it is needed).
     let (pods, follow_pods) = follow_with(
-        Api::<Pod>::all(client.clone()),
+        Api::<reflection::pod::LocalPod>::all(client.clone()),
         watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
         "local pods",
-        Options {
-            trim: Some(reflection::pod::trim_local_pod),
-            index: None,
-        },
+        Options::default(),
     );
     let (twins_tx, twins_rx) = watch::channel(Default::default());
     let api = kubelet_api::KubeletApi {

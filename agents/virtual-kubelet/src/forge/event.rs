@@ -119,14 +119,14 @@ impl From<Event> for RemoteEvent {
 
 /// The local Event for the remote Event `remote` about a pod of
 /// `local_pod`, or `None` when the remote Event is not about a pod.
-pub fn local_event(remote: &RemoteEvent, local_pod: &Pod, node_name: &str) -> Option<Event> {
+pub fn local_event(remote: &RemoteEvent, local_pod: &ObjectMeta, node_name: &str) -> Option<Event> {
     remote.pod.as_ref()?;
-    let pod_name = local_pod.metadata.name.clone()?;
+    let pod_name = local_pod.name.clone()?;
     let uid = remote.metadata.uid.as_deref()?;
     Some(Event {
         metadata: ObjectMeta {
             name: Some(local_name(&pod_name, uid)),
-            namespace: local_pod.metadata.namespace.clone(),
+            namespace: local_pod.namespace.clone(),
             labels: Some(BTreeMap::from([(
                 labels::MANAGED_BY.to_owned(),
                 labels::MANAGED_BY_VALUE.to_owned(),
@@ -137,8 +137,8 @@ pub fn local_event(remote: &RemoteEvent, local_pod: &Pod, node_name: &str) -> Op
             api_version: Some("v1".to_owned()),
             kind: Some("Pod".to_owned()),
             name: Some(pod_name),
-            namespace: local_pod.metadata.namespace.clone(),
-            uid: local_pod.metadata.uid.clone(),
+            namespace: local_pod.namespace.clone(),
+            uid: local_pod.uid.clone(),
             field_path: remote.field_path.clone(),
             ..ObjectReference::default()
         },
@@ -344,7 +344,7 @@ mod tests {
             (Some("ev-uid"), None),
             "the UID kept, nothing else of the metadata"
         );
-        let want = local_event(&stored, &local_pod(), "liqo-prov").expect("an event");
+        let want = local_event(&stored, &local_pod().metadata, "liqo-prov").expect("an event");
         let copy: LocalCopy =
             serde_json::from_value(serde_json::to_value(&want).expect("json")).expect("copy");
         assert!(
@@ -371,8 +371,8 @@ mod tests {
 
     #[test]
     fn copied_onto_the_local_pod() {
-        let local =
-            local_event(&remote("Pod").into(), &local_pod(), "liqo-prov").expect("an event");
+        let local = local_event(&remote("Pod").into(), &local_pod().metadata, "liqo-prov")
+            .expect("an event");
         assert_eq!(local.metadata.name.as_deref(), Some("web-1.ev-uid"));
         assert_eq!(local.metadata.namespace.as_deref(), Some("shop"));
         assert_eq!(
@@ -415,13 +415,21 @@ mod tests {
         assert!(shows(&copy, &local));
         let mut later = remote("Pod");
         later.count = Some(5);
-        let later = local_event(&later.into(), &local_pod(), "liqo-prov").expect("an event");
+        let later =
+            local_event(&later.into(), &local_pod().metadata, "liqo-prov").expect("an event");
         assert!(!shows(&copy, &later));
         assert_eq!(
             later.metadata.name, local.metadata.name,
             "one local Event per remote one"
         );
-        assert!(local_event(&remote("ReplicaSet").into(), &local_pod(), "liqo-prov").is_none());
+        assert!(
+            local_event(
+                &remote("ReplicaSet").into(),
+                &local_pod().metadata,
+                "liqo-prov"
+            )
+            .is_none()
+        );
     }
 
     #[test]
@@ -437,7 +445,8 @@ mod tests {
             count: Some(3),
             last_observed_time: Some(MicroTime(t("2026-01-01T00:02:00.999999Z"))),
         });
-        let local = local_event(&e.clone().into(), &local_pod(), "liqo-prov").expect("an event");
+        let local =
+            local_event(&e.clone().into(), &local_pod().metadata, "liqo-prov").expect("an event");
         assert_eq!(local.count, Some(3));
         // In whole seconds, as a core/v1 Event keeps them.
         assert_eq!(local.first_timestamp, Some(Time(t("2026-01-01T00:00:00Z"))));
@@ -451,7 +460,7 @@ mod tests {
             Some("default-scheduler")
         );
         e.series = None;
-        let local = local_event(&e.into(), &local_pod(), "liqo-prov").expect("an event");
+        let local = local_event(&e.into(), &local_pod().metadata, "liqo-prov").expect("an event");
         assert_eq!(local.count, Some(1));
         assert_eq!(local.last_timestamp, Some(Time(t("2026-01-01T00:00:00Z"))));
     }

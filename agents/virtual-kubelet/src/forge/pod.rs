@@ -301,13 +301,10 @@ fn wrapper_labels(uid: &str) -> BTreeMap<String, String> {
     ])
 }
 
-/// Whether a pod has ended (Succeeded or Failed): it never runs again, so
-/// no wrapper is made for it.
-pub fn ended(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
+/// Whether a pod in `phase` has ended (Succeeded or Failed): it never
+/// runs again, so no wrapper is made for it.
+pub fn ended(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Succeeded" | "Failed"))
 }
 
 /// Of the remote pods of one local pod, the one whose status the local
@@ -766,7 +763,9 @@ mod tests {
             (Some("Failed"), true),
         ];
         for (phase, want) in table {
-            assert_eq!(ended(&job_pod(Some("Never"), phase)), want, "{phase:?}");
+            let pod = job_pod(Some("Never"), phase);
+            let phase_of = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            assert_eq!(ended(phase_of), want, "{phase:?}");
         }
     }
 

@@ -17,9 +17,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{
-    EnvVar, KeyToPath, Pod, PodSpec, Secret, SecretVolumeSource, Volume,
-};
+use k8s_openapi::api::core::v1::{EnvVar, KeyToPath, PodSpec, Secret, SecretVolumeSource, Volume};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::core::ObjectMeta;
 use liqo_api::names::labels;
@@ -82,7 +80,7 @@ pub fn service_account(spec: &PodSpec) -> &str {
 
 /// The TokenRequest for `pod`'s account, bound to the pod (the token dies
 /// with it) for the API server's default audience.
-pub fn token_request(pod: &Pod) -> TokenRequest {
+pub fn token_request(pod: &ObjectMeta) -> TokenRequest {
     TokenRequest {
         spec: TokenRequestSpec {
             audiences: Vec::new(),
@@ -90,8 +88,8 @@ pub fn token_request(pod: &Pod) -> TokenRequest {
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".to_owned()),
                 kind: Some("Pod".to_owned()),
-                name: pod.metadata.name.clone(),
-                uid: pod.metadata.uid.clone(),
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
             }),
         },
         ..TokenRequest::default()
@@ -107,8 +105,14 @@ pub fn refresh_at(issued: Timestamp, expires: Timestamp) -> Timestamp {
 }
 
 /// The token Secret of `pod` in `twin`.
-pub fn token_secret(pod: &Pod, twin: &str, token: &str, ca: &str, refresh: Timestamp) -> Secret {
-    let name = pod.metadata.name.clone().unwrap_or_default();
+pub fn token_secret(
+    pod: &ObjectMeta,
+    twin: &str,
+    token: &str,
+    ca: &str,
+    refresh: Timestamp,
+) -> Secret {
+    let name = pod.name.clone().unwrap_or_default();
     Secret {
         metadata: ObjectMeta {
             name: Some(secret_name(&name)),
@@ -120,7 +124,7 @@ pub fn token_secret(pod: &Pod, twin: &str, token: &str, ca: &str, refresh: Times
                 ),
                 (
                     LOCAL_POD_UID.to_owned(),
-                    pod.metadata.uid.clone().unwrap_or_default(),
+                    pod.uid.clone().unwrap_or_default(),
                 ),
             ])),
             annotations: Some(BTreeMap::from([(
@@ -135,13 +139,7 @@ pub fn token_secret(pod: &Pod, twin: &str, token: &str, ca: &str, refresh: Times
             (ROOT_CA_KEY.to_owned(), ByteString(ca.as_bytes().to_vec())),
             (
                 "namespace".to_owned(),
-                ByteString(
-                    pod.metadata
-                        .namespace
-                        .clone()
-                        .unwrap_or_default()
-                        .into_bytes(),
-                ),
+                ByteString(pod.namespace.clone().unwrap_or_default().into_bytes()),
             ),
         ])),
         ..Secret::default()
@@ -150,8 +148,8 @@ pub fn token_secret(pod: &Pod, twin: &str, token: &str, ca: &str, refresh: Times
 
 /// Whether the existing token Secret `have` still serves `pod` at `now`
 /// with the CA `ca`: same pod, same CA, not yet due.
-pub fn still_good(have: &Secret, pod: &Pod, ca: &str, now: Timestamp) -> Option<Timestamp> {
-    let same_pod = have.metadata.labels.as_ref()?.get(LOCAL_POD_UID) == pod.metadata.uid.as_ref();
+pub fn still_good(have: &Secret, pod: &ObjectMeta, ca: &str, now: Timestamp) -> Option<Timestamp> {
+    let same_pod = have.metadata.labels.as_ref()?.get(LOCAL_POD_UID) == pod.uid.as_ref();
     let same_ca = have.data.as_ref()?.get(ROOT_CA_KEY).map(|b| b.0.as_slice())
         == Some(super::digest(ca.as_bytes()).as_bytes());
     let has_token = have.data.as_ref()?.contains_key("token");
@@ -248,7 +246,7 @@ pub fn mount_in(remote: &mut PodSpec, local: &PodSpec, pod_name: &str, api: &Api
 mod tests {
     use super::*;
     use crate::forge::pod::replica_set;
-    use k8s_openapi::api::core::v1::{Container, ProjectedVolumeSource, VolumeMount};
+    use k8s_openapi::api::core::v1::{Container, Pod, ProjectedVolumeSource, VolumeMount};
 
     const PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -368,7 +366,7 @@ mod tests {
     #[test]
     fn request_is_bound_to_the_pod() {
         let pod = local_pod(true, false);
-        let r = token_request(&pod);
+        let r = token_request(&pod.metadata);
         let b = r.spec.bound_object_ref.expect("bound");
         assert_eq!(
             (b.kind.as_deref(), b.name.as_deref(), b.uid.as_deref()),
@@ -386,7 +384,7 @@ mod tests {
         let expires: Timestamp = "2026-01-01T01:00:00Z".parse().expect("time");
         let refresh = refresh_at(issued, expires);
         assert_eq!(refresh.to_string(), "2026-01-01T00:48:00Z");
-        let secret = token_secret(&pod, "shop-c", "tok", "CA", refresh);
+        let secret = token_secret(&pod.metadata, "shop-c", "tok", "CA", refresh);
         assert_eq!(secret.metadata.name.as_deref(), Some("liqo-sa-token-web-1"));
         assert_eq!(pod_name("liqo-sa-token-web-1"), Some("web-1"));
         let data = secret.data.clone().expect("data");
@@ -408,7 +406,8 @@ mod tests {
             ("another pod of that name", &other_pod, "CA", before, false),
         ];
         for (what, p, ca, now, good) in cases {
-            assert_eq!(still_good(&secret, p, ca, now).is_some(), good, "{what}");
+            let good_now = still_good(&secret, &p.metadata, ca, now).is_some();
+            assert_eq!(good_now, good, "{what}");
         }
     }
 

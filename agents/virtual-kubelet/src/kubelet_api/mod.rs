@@ -39,6 +39,7 @@ use tokio::sync::watch;
 use crate::forge::pod as forge_pod;
 use crate::provider::ProviderClient;
 use crate::reflection::namespace::Twins;
+use crate::reflection::pod::LocalPod;
 use auth::User;
 use route::Endpoint;
 
@@ -58,7 +59,7 @@ pub struct KubeletApi {
     /// When the agent started: the node's start time in the summary.
     pub start_time: String,
     /// The local pods bound to the node.
-    pub pods: Followed<Pod>,
+    pub pods: Followed<LocalPod>,
     pub twins: watch::Receiver<Twins>,
     pub provider: watch::Receiver<ProviderClient>,
 }
@@ -543,7 +544,7 @@ async fn measure(api: &KubeletApi) -> (bool, Vec<stats::PodFigures>) {
         return (false, Vec::new());
     };
     let twins: Vec<String> = api.twins.borrow().values().cloned().collect();
-    let local: Vec<Pod> = api
+    let local: Vec<LocalPod> = api
         .pods
         .store
         .state()

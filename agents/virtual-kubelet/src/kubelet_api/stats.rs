@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::reflection::pod::LocalPod;
 use serde::{Deserialize, Serialize};
 
 /// One PodMetrics as the metrics API serves it (the fields used).
@@ -128,11 +128,11 @@ impl PodFigures {
 /// `remote_to_local` maps a remote pod's `namespace/name` to its local
 /// pod's UID; `metrics` are `(twin namespace, PodMetrics)`.
 pub fn figures(
-    local: &[Pod],
+    local: &[LocalPod],
     remote_to_local: &BTreeMap<(String, String), String>,
     metrics: &[(String, PodMetrics)],
 ) -> Vec<PodFigures> {
-    let by_uid: BTreeMap<&str, &Pod> = local
+    let by_uid: BTreeMap<&str, &LocalPod> = local
         .iter()
         .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
         .collect();
@@ -145,11 +145,7 @@ pub fn figures(
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 name: pod.metadata.name.clone().unwrap_or_default(),
                 uid: uid.clone(),
-                start_time: pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.start_time.as_ref())
-                    .map(|t| t.0.to_string()),
+                start_time: pod.start_time.as_ref().map(|t| t.0.to_string()),
                 timestamp: m.timestamp.clone(),
                 containers: m
                     .containers
@@ -381,7 +377,7 @@ mod tests {
         }
     }
 
-    fn local(ns: &str, name: &str, uid: &str) -> Pod {
+    fn local(ns: &str, name: &str, uid: &str) -> LocalPod {
         serde_json::from_value(json!({
             "metadata": { "name": name, "namespace": ns, "uid": uid },
             "status": { "startTime": "2026-01-01T00:00:00Z" },

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
@@ -23,6 +23,7 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use super::namespace::{Peering, Twins};
+use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
 use super::{Context, Error, Kind, Next};
 use crate::forge::event::{self as forge_event, LocalCopy, RemoteEvent};
@@ -32,7 +33,7 @@ pub struct Events {
     peering: Peering,
     twins: watch::Receiver<Twins>,
     /// Local pods bound to the virtual node.
-    pods: Followed<Pod>,
+    pods: Followed<LocalPod>,
     /// Our local copies, per offloaded namespace.
     local: PerNamespace<LocalCopy>,
     /// Pods' Events, per twin.
@@ -48,7 +49,7 @@ impl Events {
     pub fn new(
         peering: Peering,
         twins: watch::Receiver<Twins>,
-        pods: Followed<Pod>,
+        pods: Followed<LocalPod>,
         wake: &Arc<Notify>,
     ) -> Self {
         let ours = format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE);
@@ -190,7 +191,8 @@ impl Kind for Events {
         else {
             return Ok(Next::Done);
         };
-        let Some(want) = forge_event::local_event(&event, &pod, &self.peering.node_name) else {
+        let Some(want) = forge_event::local_event(&event, &pod.metadata, &self.peering.node_name)
+        else {
             return Ok(Next::Done);
         };
         let local_name = want.name_any();

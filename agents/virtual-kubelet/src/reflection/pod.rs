@@ -206,99 +206,82 @@ fn trim_remote_job(job: &mut PartialObjectMeta<Job>) {
     job.metadata.owner_references = None;
 }
 
-/// Where a stored local pod keeps the digest of its status
-/// ([`forge_pod::status_digest`]). In memory only: never written to the
-/// API.
-const STATUS_DIGEST: &str = "liqo.io/in-memory-status-digest";
-
-/// Where a stored local pod keeps the service account whose token it
-/// mounts, when it mounts one ([`crate::forge::token::token_volume`]),
-/// read from its spec before the spec is dropped. In memory only.
-pub const STORED_TOKEN_ACCOUNT: &str = "liqo.io/in-memory-token-account";
-
 /// What the agent keeps of a local pod bound to its node: its identity,
-/// version and deletion, the phase, reason and start time of its status
-/// and, in two in-memory annotations, the digest of its status (so that
-/// whether it shows the remote one is a comparison of two strings) and
-/// the service account whose token it mounts. Not its spec, labels,
-/// annotations nor owners once it runs: the wrapper is made while it is
-/// pending, from the pod kept whole until then ([`kept_whole`]), and put
-/// back from the pod read again from the API; the kubelet API reads the
-/// pods it serves from the API too. A whole pod costs about 10 KiB in
-/// memory, this about 2.5.
-pub fn trim_local_pod(pod: &mut Pod) {
-    // A pending pod is about to be made on the provider, from its spec,
-    // labels and annotations: it is kept whole until then (until its
-    // status says it runs), so that making it costs no read.
-    let pending = pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_none_or(|p| p == "Pending");
-    let mut kept = BTreeMap::new();
-    if let Some(status) = &pod.status {
-        kept.insert(STATUS_DIGEST.to_owned(), forge_pod::status_digest(status));
-    }
-    if let Some(spec) = &pod.spec
-        && crate::forge::token::token_volume(spec).is_some()
-    {
-        kept.insert(
-            STORED_TOKEN_ACCOUNT.to_owned(),
-            crate::forge::token::service_account(spec).to_owned(),
-        );
-    }
-    if pending {
-        if !kept.is_empty() {
-            pod.metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .extend(kept);
-        }
-        return;
-    }
-    let m = &mut pod.metadata;
-    *m = ObjectMeta {
-        name: m.name.take(),
-        namespace: m.namespace.take(),
-        uid: m.uid.take(),
-        resource_version: m.resource_version.take(),
-        creation_timestamp: m.creation_timestamp.take(),
-        deletion_timestamp: m.deletion_timestamp.take(),
-        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-        annotations: (!kept.is_empty()).then_some(kept),
-        ..ObjectMeta::default()
-    };
-    pod.spec = None;
-    pod.status = pod
-        .status
-        .take()
-        .map(|s| k8s_openapi::api::core::v1::PodStatus {
-            phase: s.phase,
-            reason: s.reason,
-            start_time: s.start_time,
-            ..Default::default()
-        });
+/// version and deletion, the phase, reason and start time of its status,
+/// the digest of the status (so that whether it shows the remote one is
+/// a comparison of two strings), the service account whose token it
+/// mounts, and, while it is pending only, the pod whole. Not its spec,
+/// labels, annotations nor owners once it runs: the wrapper is made while
+/// it is pending, from the pod kept whole until then, and put back from
+/// the pod read again from the API; the kubelet API reads the pods it
+/// serves from the API too. Made when the pod is read from the API: a
+/// k8s-openapi `Pod` is 2,248 bytes inline even without its spec, a whole
+/// one about 10 KiB in memory, this a few hundred bytes.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(from = "Pod")]
+pub struct LocalPod {
+    /// Its name, namespace, UID, version, creation and deletion only.
+    pub metadata: ObjectMeta,
+    pub phase: Option<String>,
+    pub reason: Option<String>,
+    pub start_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// [`forge_pod::status_digest`] of its status.
+    pub status_digest: Option<String>,
+    /// The service account whose token it mounts, when it mounts one
+    /// ([`crate::forge::token::token_volume`]).
+    pub token_account: Option<String>,
+    /// The pod as the API has it, while it is pending: it is about to be
+    /// made on the provider, from its spec, labels and annotations, and
+    /// keeping it until then (until its status says it runs) makes that
+    /// cost no read.
+    pending: Option<Box<Pod>>,
 }
 
-/// A pod the store keeps whole (pending: [`trim_local_pod`]) as the API
-/// has it, without what is kept in memory only; `None` for a trimmed one.
-fn kept_whole(stored: &Pod) -> Option<Pod> {
-    stored.spec.as_ref()?;
-    let mut pod = stored.clone();
-    if let Some(a) = pod.metadata.annotations.as_mut() {
-        a.remove(STATUS_DIGEST);
-        a.remove(STORED_TOKEN_ACCOUNT);
+crate::forge::compact_resource!(LocalPod, Pod);
+
+impl From<Pod> for LocalPod {
+    fn from(mut pod: Pod) -> Self {
+        pod.metadata.managed_fields = None;
+        let status = pod.status.clone().unwrap_or_default();
+        let pending = pod.metadata.deletion_timestamp.is_none()
+            && status.phase.as_deref().is_none_or(|p| p == "Pending");
+        let token_account = pod
+            .spec
+            .as_ref()
+            .filter(|spec| crate::forge::token::token_volume(spec).is_some())
+            .map(|spec| crate::forge::token::service_account(spec).to_owned());
+        let m = &pod.metadata;
+        Self {
+            metadata: ObjectMeta {
+                name: m.name.clone(),
+                namespace: m.namespace.clone(),
+                uid: m.uid.clone(),
+                resource_version: m.resource_version.clone(),
+                creation_timestamp: m.creation_timestamp.clone(),
+                deletion_timestamp: m.deletion_timestamp.clone(),
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+                ..ObjectMeta::default()
+            },
+            status_digest: pod.status.as_ref().map(forge_pod::status_digest),
+            phase: status.phase,
+            reason: status.reason,
+            start_time: status.start_time,
+            token_account,
+            pending: pending.then(|| Box::new(pod)),
+        }
     }
-    if pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(BTreeMap::is_empty)
-    {
-        pod.metadata.annotations = None;
+}
+
+impl LocalPod {
+    /// Whether it has ended (Succeeded or Failed).
+    pub fn ended(&self) -> bool {
+        forge_pod::ended(self.phase.as_deref())
     }
-    Some(pod)
+
+    /// The pod as the API has it, while it is pending; `None` after.
+    fn kept_whole(&self) -> Option<Pod> {
+        self.pending.as_deref().cloned()
+    }
 }
 
 /// Of a remote ReplicaSet, the reflection reads its name, UID, labels,
@@ -318,39 +301,50 @@ fn trim_remote_replica_set(rs: &mut PartialObjectMeta<ReplicaSet>) {
     rs.metadata.owner_references = None;
 }
 
-/// A remote pod as the reflection follows it: its metadata and status,
-/// read as such from the API. Its spec (the local pod's, translated) is
-/// never read from the store, and a [`Pod`] holds room for one inline
-/// (about 1.4 KiB) even when it has none.
-#[derive(Clone, Debug, Default, serde::Deserialize)]
+/// A remote pod as the reflection follows it: its metadata, and of its
+/// status what the local pod shows ([`forge_pod::local_status`]), kept
+/// as JSON text. Not a [`Pod`]: one holds room for a spec inline (about
+/// 1.4 KiB) even when it has none, and a `PodStatus` with its conditions
+/// and container statuses is about 2 KiB of mostly empty fields where
+/// their JSON is a few hundred bytes.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(from = "RemotePodRead")]
 pub struct RemotePod {
     pub metadata: ObjectMeta,
-    pub status: Option<k8s_openapi::api::core::v1::PodStatus>,
+    status: Option<Box<str>>,
 }
 
-impl Resource for RemotePod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
+/// A remote pod as the API gives it, less its spec.
+#[derive(serde::Deserialize)]
+struct RemotePodRead {
+    metadata: ObjectMeta,
+    status: Option<k8s_openapi::api::core::v1::PodStatus>,
+}
 
-    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
-        Pod::kind(dt)
-    }
-    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
-        Pod::group(dt)
-    }
-    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
-        Pod::version(dt)
-    }
-    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
-        Pod::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+impl From<RemotePodRead> for RemotePod {
+    fn from(read: RemotePodRead) -> Self {
+        let status = read.status.and_then(|s| {
+            let shown = forge_pod::local_status(&s, None);
+            serde_json::to_string(&shown)
+                .ok()
+                .map(String::into_boxed_str)
+        });
+        Self {
+            metadata: read.metadata,
+            status,
+        }
     }
 }
+
+impl RemotePod {
+    /// What of its status a local pod shows (its addresses as the
+    /// provider has them).
+    pub fn status(&self) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+        serde_json::from_str(self.status.as_deref()?).ok()
+    }
+}
+
+crate::forge::compact_resource!(RemotePod, Pod);
 
 /// Of a remote pod, the reflection reads its name, UID, our label, its
 /// creation and deletion, and its status: the local pod's labels and
@@ -376,7 +370,7 @@ struct Sides {
 pub struct Pods {
     pub peering: Peering,
     /// Local pods bound to the virtual node.
-    pub local: Followed<Pod>,
+    pub local: Followed<LocalPod>,
     pub twins: watch::Receiver<Twins>,
     /// Whether [`super::namespace`] has looked at every offloading.
     pub synced: watch::Receiver<bool>,
@@ -397,7 +391,7 @@ pub struct Pods {
 impl Pods {
     pub fn new(
         peering: Peering,
-        local: Followed<Pod>,
+        local: Followed<LocalPod>,
         twins: watch::Receiver<Twins>,
         synced: watch::Receiver<bool>,
         wake: Arc<Notify>,
@@ -447,8 +441,8 @@ impl Pods {
     /// memory only), else read from the API; `None` when it is gone, or
     /// another pod of that name now (the store will say so, and the key be
     /// looked at again).
-    async fn whole(&self, stored: &Pod) -> Result<Option<Pod>, Error> {
-        if let Some(pod) = kept_whole(stored) {
+    async fn whole(&self, stored: &LocalPod) -> Result<Option<Pod>, Error> {
+        if let Some(pod) = stored.kept_whole() {
             return Ok(Some(pod));
         }
         let api: Api<Pod> = Api::namespaced(
@@ -465,7 +459,7 @@ impl Pods {
         Ok(pod.filter(|p| p.metadata.uid == stored.metadata.uid))
     }
 
-    async fn delete_local(&self, pod: &Pod) -> Result<Next, Error> {
+    async fn delete_local(&self, pod: &LocalPod) -> Result<Next, Error> {
         let api: Api<Pod> = Api::namespaced(
             self.peering.local.clone(),
             &pod.namespace().unwrap_or_default(),
@@ -530,7 +524,7 @@ impl Pods {
         &self,
         provider: &kube::Client,
         twin: &str,
-        pod: &Pod,
+        pod: &LocalPod,
     ) -> Result<(), Error> {
         let name = pod.name_any();
         let api: Api<ReplicaSet> = Api::namespaced(provider.clone(), twin);
@@ -582,7 +576,7 @@ impl Pods {
 
     async fn patch_local_status(
         &self,
-        pod: &Pod,
+        pod: &impl Resource,
         status: &k8s_openapi::api::core::v1::PodStatus,
     ) -> Result<(), Error> {
         let api: Api<Pod> = Api::namespaced(
@@ -903,14 +897,13 @@ impl Kind for Pods {
             return Ok(Next::Done);
         }
 
-        let status = pod.status.as_ref();
-        if status.and_then(|s| s.reason.as_deref()) == Some(forge_pod::REFUSED_REASON) {
+        if pod.reason.as_deref() == Some(forge_pod::REFUSED_REASON) {
             return Ok(Next::Done);
         }
         if wrappers.is_empty() {
             // A pod that ended never runs again, even if its Job was
             // deleted by someone else.
-            if forge_pod::ended(&pod) {
+            if pod.ended() {
                 return Ok(Next::Done);
             }
             // A pod made before its ReplicaSet: what it says first (the
@@ -998,19 +991,14 @@ impl Pods {
     /// already.
     async fn bring_back_status(
         &self,
-        stored: &Pod,
+        stored: &LocalPod,
         remote_pods: &[Arc<RemotePod>],
     ) -> Result<(), Error> {
         if let Some(remote) = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref))
-            && let Some(remote_status) = &remote.status
+            && let Some(remote_status) = remote.status()
         {
-            let want = forge_pod::local_status(remote_status, self.peering.remap().as_ref());
-            let have = stored
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(STATUS_DIGEST));
-            if !forge_pod::digest_shows(have.map(String::as_str), &want) {
+            let want = forge_pod::local_status(&remote_status, self.peering.remap().as_ref());
+            if !forge_pod::digest_shows(stored.status_digest.as_deref(), &want) {
                 self.patch_local_status(stored, &want).await?;
             }
         }
@@ -1048,13 +1036,15 @@ mod tests {
     #[test]
     fn stored_objects_keep_what_is_read() {
         let full = pod();
-        let mut local = full.clone();
-        trim_local_pod(&mut local);
-        // Read as the agent follows it, from a whole pod of the API.
+        // Both read as the agent follows them, from a whole pod of the API.
+        let read_local = |p: &Pod| -> LocalPod {
+            serde_json::from_value(serde_json::to_value(p).expect("json")).expect("pod")
+        };
+        let local = read_local(&full);
         let mut remote: RemotePod =
             serde_json::from_value(serde_json::to_value(&full).expect("json")).expect("pod");
         trim_remote_pod(&mut remote);
-        type Check = (&'static str, fn(&Pod, &RemotePod) -> bool);
+        type Check = (&'static str, fn(&LocalPod, &RemotePod) -> bool);
         let table: [Check; 8] = [
             ("local: identity and deletion kept", |l, _| {
                 l.metadata.name.as_deref() == Some("web-1")
@@ -1064,33 +1054,26 @@ mod tests {
                     && l.metadata.deletion_grace_period_seconds == Some(5)
             }),
             (
-                "local: no spec, labels, owners; phase and reason of the status",
+                "local: no labels, annotations, owners; phase and reason",
                 |l, _| {
-                    let status = l.status.clone().unwrap_or_default();
-                    l.spec.is_none()
-                        && l.metadata.labels.is_none()
+                    l.metadata.labels.is_none()
+                        && l.metadata.annotations.is_none()
                         && l.metadata.owner_references.is_none()
-                        && status.phase.as_deref() == Some("Running")
-                        && status.reason.as_deref() == Some("R")
-                        && status.pod_ip.is_none()
-                        && status.conditions.is_none()
+                        && l.metadata.managed_fields.is_none()
+                        && l.phase.as_deref() == Some("Running")
+                        && l.reason.as_deref() == Some("R")
                 },
             ),
-            ("local: mounts no token", |l, _| {
-                l.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| !a.contains_key(STORED_TOKEN_ACCOUNT))
+            ("local: running, so not kept whole", |l, _| {
+                l.kept_whole().is_none()
             }),
-            ("local: the digest is the full status's", |l, _| {
-                let want = pod().status.map(|s| forge_pod::status_digest(&s));
-                l.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(STATUS_DIGEST))
-                    .cloned()
-                    == want
-            }),
+            (
+                "local: mounts no token; the digest is the full status's",
+                |l, _| {
+                    l.token_account.is_none()
+                        && l.status_digest == pod().status.map(|s| forge_pod::status_digest(&s))
+                },
+            ),
             ("remote: no annotations, owners", |_, r| {
                 r.metadata.annotations.is_none() && r.metadata.owner_references.is_none()
             }),
@@ -1100,7 +1083,9 @@ mod tests {
                         && l.get(forge_pod::LOCAL_POD_UID).map(String::as_str) == Some("u-0")
                 })
             }),
-            ("remote: status whole", |_, r| r.status == pod().status),
+            ("remote: what the local pod shows of its status", |_, r| {
+                r.status() == pod().status.map(|s| forge_pod::local_status(&s, None))
+            }),
             ("remote: identity and deletion kept", |_, r| {
                 r.metadata.uid.as_deref() == Some("u-1") && r.metadata.deletion_timestamp.is_some()
             }),
@@ -1108,28 +1093,27 @@ mod tests {
         for (what, check) in table {
             assert!(check(&local, &remote), "{what}: {local:?} / {remote:?}");
         }
-        // A pending pod is kept whole, and given back as the API has it.
+        // A pending pod is kept whole, and given back as the API has it
+        // (less its managedFields, which no one reads).
         let mut api_pod = full.clone();
         api_pod.metadata.deletion_timestamp = None;
-        api_pod.metadata.managed_fields = None;
         api_pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
             phase: Some("Pending".to_owned()),
             ..Default::default()
         });
-        let mut pending = api_pod.clone();
-        trim_local_pod(&mut pending);
-        let in_memory = pending.metadata.annotations.clone().unwrap_or_default();
-        assert!(in_memory.contains_key(STATUS_DIGEST), "{in_memory:?}");
-        assert_eq!(in_memory.get("note").map(String::as_str), Some("x"));
-        assert_eq!(kept_whole(&pending), Some(api_pod.clone()));
-        assert_eq!(kept_whole(&local), None, "a running pod is trimmed");
-        // Without annotations of its own, none are made up.
-        api_pod.metadata.annotations = None;
-        let mut pending = api_pod.clone();
-        trim_local_pod(&mut pending);
-        assert_eq!(kept_whole(&pending), Some(api_pod));
+        let mut want = api_pod.clone();
+        want.metadata.managed_fields = None;
+        assert_eq!(read_local(&api_pod).kept_whole(), Some(want));
+        // Once it runs, or is being deleted, it is not.
+        let mut running = api_pod.clone();
+        running.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Running".to_owned()),
+            ..Default::default()
+        });
+        assert_eq!(read_local(&running).kept_whole(), None);
+        assert_eq!(read_local(&full).kept_whole(), None, "being deleted");
         // A pod that mounts its token keeps the name of its account.
-        let mut with_token: Pod = serde_json::from_value(json!({
+        let with_token: Pod = serde_json::from_value(json!({
             "metadata": { "name": "web-2", "namespace": "shop", "uid": "u-2" },
             "spec": {
                 "serviceAccountName": "builder",
@@ -1138,14 +1122,8 @@ mod tests {
             },
         }))
         .expect("pod");
-        trim_local_pod(&mut with_token);
         assert_eq!(
-            with_token
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(STORED_TOKEN_ACCOUNT))
-                .map(String::as_str),
+            read_local(&with_token).token_account.as_deref(),
             Some("builder")
         );
         // Read as the agent follows them, metadata alone, from a whole

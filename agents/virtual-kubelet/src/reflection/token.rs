@@ -11,7 +11,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
@@ -23,6 +23,7 @@ use liqo_api::names::labels;
 use tokio::sync::{Notify, watch};
 
 use super::namespace::{Peering, Twins};
+use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
 use super::{Context, Error, Kind, Next, in_local_namespaces};
 use crate::forge::pod as forge_pod;
@@ -34,7 +35,7 @@ pub struct Tokens {
     peering: Peering,
     twins: watch::Receiver<Twins>,
     /// Local pods bound to the virtual node.
-    local: Followed<Pod>,
+    local: Followed<LocalPod>,
     /// The local ConfigMaps of the offloaded namespaces (for the CA).
     config_maps: Arc<PerNamespace<ConfigMap>>,
     /// Our token Secrets, per twin.
@@ -52,7 +53,7 @@ impl Tokens {
     pub fn new(
         peering: Peering,
         twins: watch::Receiver<Twins>,
-        local: Followed<Pod>,
+        local: Followed<LocalPod>,
         config_maps: Arc<PerNamespace<ConfigMap>>,
         wake: &Arc<Notify>,
     ) -> Self {
@@ -195,10 +196,7 @@ impl Kind for Tokens {
             .store
             .get(&ObjectRef::new(name).within(ns))
             .filter(|p| token_account(p).is_some())
-            .filter(|p| {
-                p.status.as_ref().and_then(|s| s.reason.as_deref())
-                    != Some(forge_pod::REFUSED_REASON)
-            });
+            .filter(|p| p.reason.as_deref() != Some(forge_pod::REFUSED_REASON));
         let provider = self.peering.provider_client()?;
         let api: Api<Secret> = Api::namespaced(provider, &twin);
         let Some(pod) = pod else {
@@ -236,7 +234,7 @@ impl Kind for Tokens {
             .ok_or_else(|| Error::NotYet(format!("the CA of {ns} is not known yet")))?;
         let now = Timestamp::now();
         if let Some(have) = &have
-            && let Some(refresh) = forge_token::still_good(have, &pod, &ca, now)
+            && let Some(refresh) = forge_token::still_good(have, &pod.metadata, &ca, now)
         {
             return Ok(Next::After(refresh.duration_since(now).unsigned_abs()));
         }
@@ -248,7 +246,7 @@ impl Kind for Tokens {
                 "token",
                 account,
                 &PostParams::default(),
-                &forge_token::token_request(&pod),
+                &forge_token::token_request(&pod.metadata),
             )
             .await
             .map_err(Error::api(format!(
@@ -258,7 +256,7 @@ impl Kind for Tokens {
             .status
             .ok_or_else(|| Error::NotYet("the token request has no status".to_owned()))?;
         let refresh = forge_token::refresh_at(issued, status.expiration_timestamp.0);
-        let mut want = forge_token::token_secret(&pod, &twin, &status.token, &ca, refresh);
+        let mut want = forge_token::token_secret(&pod.metadata, &twin, &status.token, &ca, refresh);
         let written = match &have {
             None => api.create(&PostParams::default(), &want).await,
             Some(have) => {
@@ -289,13 +287,7 @@ impl Kind for Tokens {
     }
 }
 
-/// The service account whose token the stored local pod mounts, if it
-/// mounts one (the store keeps it, not the spec:
-/// [`super::pod::trim_local_pod`]).
-fn token_account(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(super::pod::STORED_TOKEN_ACCOUNT)
-        .map(String::as_str)
+/// The service account whose token `pod` mounts, if it mounts one.
+fn token_account(pod: &LocalPod) -> Option<&str> {
+    pod.token_account.as_deref()
 }
