@@ -125,6 +125,14 @@ pub mod peering {
         format!("liqo-vk-{provider}")
     }
 
+    /// On the consumer: the ClusterRole with what the virtual kubelet may
+    /// do in an offloaded namespace (read what it reflects, copy Events,
+    /// mint tokens), bound in each offloaded namespace by a RoleBinding
+    /// named [`virtual_kubelet`].
+    pub fn virtual_kubelet_offloaded_role(provider: &ClusterId) -> String {
+        format!("liqo-vk-{provider}-offloaded")
+    }
+
     /// On the consumer: the finalizer a provider's virtual kubelet puts on a
     /// NamespaceOffloading it offloads, until its twin namespace is gone.
     pub fn twin_finalizer(provider: &ClusterId) -> String {

@@ -545,6 +545,11 @@ pub struct TestNetworkArgs {
 #[derive(Subcommand, Debug)]
 pub enum OffloadCommand {
     /// Offload one or more namespaces.
+    ///
+    /// Writes each namespace's NamespaceOffloading and lets every outgoing peering's virtual
+    /// kubelet read what it reflects there (a RoleBinding in that namespace only). With -o, prints
+    /// the offloading instead; once applied by other means, run this command on the namespace
+    /// too, or the virtual kubelets report AgentNotBound and offload nothing.
     Namespace(OffloadNamespaceArgs),
 }
 

@@ -55,8 +55,17 @@ liqoctl=target/release/liqoctl
 kubectl="$toolchain/kubectl"
 dir=$(mktemp -d)
 watchers=()
+# Stops the watches: each loop of `stamped`, then its kubectl.
+stop_watchers() {
+  local pid children
+  for pid in "${watchers[@]}"; do
+    children=$(pgrep -P "$pid" || true)
+    kill "$pid" $children 2>/dev/null || true
+  done
+  watchers=()
+}
 cleanup() {
-  for pid in "${watchers[@]}"; do kill "$pid" 2>/dev/null || true; done
+  stop_watchers
   "$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
@@ -135,13 +144,22 @@ until_running() {
 }
 
 # Starts `kubectl "$@"` (a `get -w`) in the background, each line it
-# prints written to file $1 with the time it was seen; the watch is
-# stopped with the others.
+# prints written to file $1 with the time it was seen (its errors to
+# $1.err); the watch is stopped with the others. A watch the API server
+# ends (seen once with 1,000 pods starting under a raised
+# --kcm-qps) is started again, at most 20 times: it lists every object
+# again, so a pod's first time seen in a phase is never earlier than
+# when it got there.
 stamped() {
   local out=$1
   shift
-  "$kubectl" "$@" 2>/dev/null \
-    > >(perl -MTime::HiRes=time -ne '$|=1; printf "%.3f %s", time, $_' >"$out") &
+  (
+    for _ in $(seq 20); do
+      "$kubectl" "$@" 2>>"$out.err"
+      echo "$(date +%T) watch ended ($?), started again" >>"$out.err"
+      sleep 0.5
+    done
+  ) > >(perl -MTime::HiRes=time -ne '$|=1; printf "%.3f %s", time, $_' >"$out") &
   watchers+=($!)
 }
 
@@ -195,8 +213,7 @@ vk_peak_mib() {
 # Stops the watches started with `stamped`.
 unwatch() {
   sleep 2
-  for pid in "${watchers[@]}"; do kill "$pid" 2>/dev/null || true; done
-  watchers=()
+  stop_watchers
 }
 
 # (a) direct on the provider, then removed.

@@ -6,9 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::conditions;
+use liqo_api::ClusterId;
 use liqo_api::names::{self, labels};
 use liqo_api::offloading::{
     self, LabelSelector, NamespaceMappingStrategy, NamespaceOffloading, NamespaceOffloadingSpec,
@@ -22,10 +24,13 @@ use crate::cli::{
     UnoffloadCommand, UnoffloadNamespaceArgs,
 };
 use crate::commands::install::{read_identity, serves_mutating_admission_policy};
+use crate::commands::peer::refuse_foreign;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::apply::FIELD_MANAGER;
+use crate::k8s::apply::{self, FIELD_MANAGER};
 use crate::k8s::wait::{self, Waited};
+use crate::manifests::Manifest;
+use crate::peering::virtual_kubelet;
 use crate::printer::Printer;
 
 pub async fn offload(
@@ -86,12 +91,26 @@ pub async fn offload(
 
     let step = printer.step(format!("Offloading {}", args.names.join(", ")));
     let params = PatchParams::apply(FIELD_MANAGER).force();
+    let agents = virtual_kubelets(&cluster).await?;
     for object in &objects {
         let ns = object.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
-        api.patch(names::NAMESPACE_OFFLOADING, &params, &Patch::Apply(object))
+        // The agents' rights in the namespace first, so that none of
+        // them finds it offloaded and unreadable; owned by the offloading
+        // (once it exists, below) so that they go with it.
+        let existing = api
+            .get_opt(names::NAMESPACE_OFFLOADING)
+            .await
+            .map_err(|e| cluster.explain(e, &format!("reading the offloading of {ns}")))?
+            .and_then(|o| o.metadata.uid);
+        bind_virtual_kubelets(&cluster, ns, existing.as_deref(), &agents).await?;
+        let applied = api
+            .patch(names::NAMESPACE_OFFLOADING, &params, &Patch::Apply(object))
             .await
             .map_err(|e| cluster.explain(e, &format!("offloading namespace {ns}")))?;
+        if applied.metadata.uid != existing {
+            bind_virtual_kubelets(&cluster, ns, applied.metadata.uid.as_deref(), &agents).await?;
+        }
         // After the offloading exists, so that no pod is placed on a
         // virtual node before a peer is told to take it.
         let placement = json!({ "metadata": { "labels": {
@@ -347,6 +366,46 @@ fn spec_of(args: &OffloadNamespaceArgs) -> anyhow::Result<NamespaceOffloadingSpe
 }
 
 /// The cluster IDs of the providers whose virtual node the spec selects.
+/// The providers of this cluster's outgoing peerings, from their virtual
+/// kubelets' ServiceAccounts.
+pub(crate) async fn virtual_kubelets(cluster: &ClusterClient) -> anyhow::Result<Vec<ClusterId>> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    let list = accounts
+        .list(&ListParams::default().labels(&virtual_kubelet::agents_selector()))
+        .await
+        .map_err(|e| cluster.explain(e, "listing the virtual kubelets"))?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|a| {
+            let id = a.labels().get(labels::PEER_CLUSTER_ID)?;
+            ClusterId::new(id).ok()
+        })
+        .collect())
+}
+
+/// Lets the virtual kubelet of each of `providers` act in the offloaded
+/// namespace `ns` (read what it reflects, copy Events, mint tokens): one
+/// RoleBinding each, owned by the namespace's NamespaceOffloading
+/// (`offloading_uid`) when given. Idempotent; refuses a namesake that is
+/// not ours.
+pub(crate) async fn bind_virtual_kubelets(
+    cluster: &ClusterClient,
+    ns: &str,
+    offloading_uid: Option<&str>,
+    providers: &[ClusterId],
+) -> anyhow::Result<()> {
+    let bindings: Vec<Manifest> = providers
+        .iter()
+        .map(|p| virtual_kubelet::offloaded_namespace_binding(p, ns, offloading_uid))
+        .collect();
+    refuse_foreign(cluster, &bindings).await?;
+    for binding in &bindings {
+        apply::apply(cluster, binding).await?;
+    }
+    Ok(())
+}
+
 async fn selected_peers(
     cluster: &ClusterClient,
     spec: &NamespaceOffloadingSpec,

@@ -16,6 +16,7 @@ use liqo_api::ClusterIdentity;
 use liqo_api::authentication::{Tenant, peer_user};
 use liqo_api::core::{ForeignCluster, ForeignClusterSpec};
 use liqo_api::names::{self, labels, peering};
+use liqo_api::offloading::NamespaceOffloading;
 use liqo_api::sharing::{
     self, AboveOffer, Amounts, Resources, SharingError, SharingPolicy, SharingPolicySpec,
 };
@@ -796,12 +797,33 @@ pub(crate) async fn start_virtual_kubelet(
     uid: &str,
 ) -> anyhow::Result<()> {
     let placement = installed_pod_placement(consumer).await?;
-    let objects = virtual_kubelet::manifests(
+    let mut objects = virtual_kubelet::manifests(
         provider,
         Some(uid),
         &placement.node_selector,
         &placement.tolerations,
     );
+    // Its rights in the namespaces offloaded already (`liqoctl offload`
+    // binds them in those offloaded later).
+    let offloadings: Api<NamespaceOffloading> = Api::all(consumer.client.clone());
+    let offloaded = offloadings
+        .list(&Default::default())
+        .await
+        .map_err(|e| consumer.explain(e, "listing offloaded namespaces"))?;
+    let bindings = offloaded.items.iter().filter_map(|o| {
+        let ns = o.metadata.namespace.as_deref()?;
+        Some(virtual_kubelet::offloaded_namespace_binding(
+            provider,
+            ns,
+            o.metadata.uid.as_deref(),
+        ))
+    });
+    // Before the agent starts, so that it finds them readable.
+    let at = objects
+        .iter()
+        .position(|m| matches!(m, Manifest::Deployment(_)))
+        .unwrap_or(objects.len());
+    objects.splice(at..at, bindings);
     refuse_foreign(consumer, &objects).await?;
     for m in objects {
         journal.apply(Side::Consumer, consumer, m).await?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::wait::conditions;
@@ -247,6 +248,9 @@ async fn remove_consumer_side(
     }))));
     // The tunnel's end here; the provider's goes with the tenant namespace.
     objects.push(crate::peering::network::consumer_end(provider));
+    // Its rights in offloaded namespaces (those of namespaces still
+    // offloaded would otherwise stay, owned by their offloadings).
+    objects.extend(offloaded_namespace_bindings(consumer, provider).await?);
     let left = delete_all(consumer, &objects).await?;
     release_offloadings(consumer, provider).await?;
     let fcs: Api<ForeignCluster> = Api::all(consumer.client.clone());
@@ -279,6 +283,31 @@ async fn remove_consumer_side(
         gone(consumer, fcs, provider.as_str(), uid, deadline, timeout).await?;
     }
     Ok(left)
+}
+
+/// The RoleBindings of the virtual kubelet of `provider` in offloaded
+/// namespaces, wherever they are (found by their labels).
+async fn offloaded_namespace_bindings(
+    consumer: &ClusterClient,
+    provider: &ClusterId,
+) -> anyhow::Result<Vec<Manifest>> {
+    let bindings: Api<RoleBinding> = Api::all(consumer.client.clone());
+    let selector = format!(
+        "{},{}={provider}",
+        virtual_kubelet::agents_selector(),
+        labels::PEER_CLUSTER_ID
+    );
+    let list = bindings
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| consumer.explain(e, "listing the virtual kubelet's RoleBindings"))?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|b| b.metadata.name.as_deref() == Some(&peering::virtual_kubelet(provider)))
+        .filter_map(|b| b.metadata.namespace.as_deref())
+        .map(|ns| virtual_kubelet::offloaded_namespace_binding(provider, ns, None))
+        .collect())
 }
 
 /// Takes the provider's finalizer off every NamespaceOffloading: its

@@ -68,6 +68,8 @@ pub fn manifests(
     pod_security["fsGroup"] = json!(AGENT_GROUP);
     let subject =
         json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
+    let mut offloaded_meta = meta(None);
+    offloaded_meta["name"] = json!(names::peering::virtual_kubelet_offloaded_role(provider));
 
     vec![
         Manifest::ServiceAccount(from_json(json!({
@@ -136,41 +138,6 @@ pub fn manifests(
                 { "apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"] },
                 // Refused pods are said with an Event.
                 { "apiGroups": [""], "resources": ["events"], "verbs": ["create"] },
-                // Remote pods' Events are copied onto the local pods; the
-                // agent follows its own copies (by label) and updates
-                // their counts.
-                {
-                    "apiGroups": [""],
-                    "resources": ["events"],
-                    "verbs": ["list", "watch", "patch"],
-                },
-                // Reflection: the ConfigMaps, Secrets, Services and
-                // EndpointSlices of offloaded namespaces are copied into
-                // their twins. RBAC cannot name "the offloaded
-                // namespaces" (they come and go at run time), so this is
-                // cluster-wide; the agent watches only the offloaded
-                // namespaces, one watch each, and needs no get: list and
-                // watch fill its stores. Nothing is written locally.
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps", "secrets", "services"],
-                    "verbs": ["list", "watch"],
-                },
-                {
-                    "apiGroups": ["discovery.k8s.io"],
-                    "resources": ["endpointslices"],
-                    "verbs": ["list", "watch"],
-                },
-                // Offloaded pods get a token of their own service account,
-                // bound to the pod, as a kubelet requests it. RBAC cannot
-                // limit this to the accounts of pods bound to the node
-                // (the node authorizer does that for real kubelets only):
-                // see docs/offloading.md, "Reflection".
-                {
-                    "apiGroups": [""],
-                    "resources": ["serviceaccounts/token"],
-                    "verbs": ["create"],
-                },
                 // The kubelet API authenticates bearer tokens and
                 // authorizes every request as a kubelet in webhook mode.
                 {
@@ -199,6 +166,17 @@ pub fn manifests(
             "metadata": meta(None),
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
             "subjects": subject,
+        }))),
+        // What it may do in an offloaded namespace, bound there by
+        // `liqoctl offload` and `liqoctl peer` ([`offloaded_namespace_binding`]):
+        // RBAC cannot name "the offloaded namespaces" in one rule, so each
+        // gets its RoleBinding, and nothing of a namespace that is not
+        // offloaded can be read.
+        Manifest::ClusterRole(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": offloaded_meta,
+            "rules": offloaded_rules(),
         }))),
         Manifest::Role(from_json(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -284,6 +262,94 @@ pub fn manifests(
     ]
 }
 
+/// What the virtual kubelet may do in an offloaded namespace, through the
+/// RoleBinding [`offloaded_namespace_binding`] there: read what it
+/// reflects into the twin (list and watch fill its stores; it needs no
+/// get and writes nothing of these), follow and update its own copies of
+/// the remote pods' Events, and mint the pods' service account tokens.
+fn offloaded_rules() -> serde_json::Value {
+    json!([
+        // ConfigMaps, Secrets, Services and EndpointSlices are copied into
+        // the twins.
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps", "secrets", "services"],
+            "verbs": ["list", "watch"],
+        },
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["list", "watch"],
+        },
+        // Remote pods' Events are copied onto the local pods (`create` is
+        // in the agent's ClusterRole: it also says why a pod is refused);
+        // the agent follows its own copies (by label) and updates their
+        // counts.
+        {
+            "apiGroups": [""],
+            "resources": ["events"],
+            "verbs": ["list", "watch", "patch"],
+        },
+        // Offloaded pods get a token of their own service account, bound
+        // to the pod, as a kubelet requests it. RBAC cannot limit this to
+        // the accounts of pods bound to the node (the node authorizer
+        // does that for real kubelets only): see docs/offloading.md,
+        // "Reflection".
+        {
+            "apiGroups": [""],
+            "resources": ["serviceaccounts/token"],
+            "verbs": ["create"],
+        },
+    ])
+}
+
+/// Selects the virtual kubelets' ServiceAccounts (in `liqo`), one per
+/// outgoing peering, each labelled with its provider's cluster ID.
+pub fn agents_selector() -> String {
+    format!(
+        "{}={},{}={COMPONENT}",
+        labels::MANAGED_BY,
+        labels::MANAGED_BY_VALUE,
+        labels::COMPONENT
+    )
+}
+
+/// The RoleBinding that lets the virtual kubelet of `provider` act in the
+/// offloaded namespace `namespace` ([`offloaded_rules`]). It is named as
+/// the agent and owned by the namespace's NamespaceOffloading
+/// (`offloading_uid`), so that it goes when the offloading does, once the
+/// agent has removed its finalizer; `liqoctl unpeer` deletes those of its
+/// peering.
+pub fn offloaded_namespace_binding(
+    provider: &ClusterId,
+    namespace: &str,
+    offloading_uid: Option<&str>,
+) -> Manifest {
+    let name = names::peering::virtual_kubelet(provider);
+    let mut labels = common_labels(COMPONENT);
+    labels.insert(labels::PEER_CLUSTER_ID.to_owned(), provider.to_string());
+    let mut meta = json!({ "name": name, "namespace": namespace, "labels": labels });
+    if let Some(uid) = offloading_uid {
+        meta["ownerReferences"] = json!([{
+            "apiVersion": format!("{}/v1alpha1", names::GROUP),
+            "kind": "NamespaceOffloading",
+            "name": names::NAMESPACE_OFFLOADING,
+            "uid": uid,
+        }]);
+    }
+    Manifest::RoleBinding(from_json(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": meta,
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": names::peering::virtual_kubelet_offloaded_role(provider),
+        },
+        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }],
+    })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,7 +372,11 @@ mod tests {
             let labels = &m["metadata"]["labels"];
             assert_eq!(labels[labels::MANAGED_BY], labels::MANAGED_BY_VALUE, "{m}");
             assert_eq!(labels[labels::PEER_CLUSTER_ID], "prov-1", "{m}");
-            assert_eq!(m["metadata"]["name"], "liqo-vk-prov-1");
+            let name = m["metadata"]["name"].as_str().expect("a name");
+            assert!(
+                ["liqo-vk-prov-1", "liqo-vk-prov-1-offloaded"].contains(&name),
+                "{m}"
+            );
             let owner = &m["metadata"]["ownerReferences"][0];
             assert_eq!(owner["kind"], "ForeignCluster");
             assert_eq!(owner["apiVersion"], "liqo.io/v1alpha1");
@@ -318,72 +388,136 @@ mod tests {
         }
     }
 
+    /// Each rule of `role` as (resources, resource names, verbs).
+    fn rules_of(role: &serde_json::Value) -> Vec<(String, Option<Vec<String>>, Vec<String>)> {
+        let strings = |v: &serde_json::Value| -> Vec<String> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        };
+        role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .map(|r| {
+                let names = r.get("resourceNames").map(strings);
+                (
+                    strings(&r["resources"]).join(","),
+                    names,
+                    strings(&r["verbs"]),
+                )
+            })
+            .collect()
+    }
+
     #[test]
     fn rbac_names_only_the_peerings_own_objects() {
-        for m in render(None) {
-            let Some(rules) = m["rules"].as_array() else {
-                continue;
-            };
-            for rule in rules {
-                let verbs: Vec<&str> = rule["verbs"]
-                    .as_array()
-                    .expect("verbs")
-                    .iter()
-                    .filter_map(|v| v.as_str())
-                    .collect();
-                let resources = rule["resources"].to_string();
-                let pods = resources.contains("pods");
-                // Only pods are deleted: the kubelet's final removal.
-                assert!(
-                    !verbs.contains(&"*") && (pods || !verbs.contains(&"delete")),
+        let all = render(None);
+        let role = all
+            .iter()
+            .find(|m| m["kind"] == "ClusterRole" && m["metadata"]["name"] == "liqo-vk-prov-1")
+            .expect("the agent's ClusterRole");
+        for (resources, names, verbs) in rules_of(role) {
+            let rule = format!("{resources} {names:?} {verbs:?}");
+            let pods = resources.starts_with("pods");
+            // Only pods are deleted: the kubelet's final removal.
+            assert!(
+                !verbs.contains(&"*".to_owned()) && (pods || !verbs.contains(&"delete".to_owned())),
+                "{rule}"
+            );
+            match names {
+                // Pods of any namespace may be bound to the node.
+                None if pods => assert!(
+                    verbs
+                        .iter()
+                        .all(|v| ["get", "list", "watch", "delete", "patch"].contains(&v.as_str())),
                     "{rule}"
-                );
-                let offloadings = resources.contains("namespaceoffloadings");
-                match rule["resourceNames"].as_array() {
-                    // Pods of any namespace may be bound to the node.
-                    None if pods => assert!(
-                        verbs
-                            .iter()
-                            .all(|v| ["get", "list", "watch", "delete", "patch"].contains(v)),
-                        "{rule}"
-                    ),
-                    // Offloadings are every namespace's: read them all,
-                    // write only their status.
-                    None if offloadings => assert!(
-                        verbs
-                            .iter()
-                            .all(|v| ["get", "list", "watch", "patch"].contains(v)),
-                        "{rule}"
-                    ),
-                    // What offloaded namespaces hold is reflected: read
-                    // only, and only by watching.
-                    None if resources.contains("events") && verbs != ["create"] => {
-                        assert_eq!(verbs, ["list", "watch", "patch"], "{rule}");
-                    }
-                    None if resources.contains("secrets")
-                        || resources.contains("endpointslices") =>
-                    {
-                        assert_eq!(verbs, ["list", "watch"], "{rule}");
-                    }
-                    // Only create may go unnamed: there is no name yet.
-                    None => assert_eq!(verbs, ["create"], "{rule}"),
-                    Some(names) => {
-                        // The ForeignCluster and the tunnel's Connection are
-                        // named after the provider.
-                        let want = if resources.contains("foreignclusters")
-                            || resources.contains("connections")
-                        {
-                            "prov-1"
-                        } else if resources.contains("configmaps") {
-                            names::IDENTITY_CONFIGMAP
-                        } else {
-                            "liqo-prov-1"
-                        };
-                        assert_eq!(names, &[serde_json::json!(want)], "{rule}");
-                    }
+                ),
+                // Offloadings are every namespace's: read them all, write
+                // only their status and the agent's finalizer.
+                None if resources.starts_with("namespaceoffloadings") => assert!(
+                    verbs
+                        .iter()
+                        .all(|v| ["get", "list", "watch", "patch"].contains(&v.as_str())),
+                    "{rule}"
+                ),
+                // Only create may go unnamed: there is no name yet. No
+                // read of any namespace's ConfigMaps, Secrets or Events.
+                None => assert_eq!(verbs, ["create"], "{rule}"),
+                Some(names) => {
+                    // The ForeignCluster and the tunnel's Connection are
+                    // named after the provider.
+                    let want = if resources == "foreignclusters" || resources == "connections" {
+                        "prov-1"
+                    } else if resources == "configmaps" {
+                        names::IDENTITY_CONFIGMAP
+                    } else {
+                        "liqo-prov-1"
+                    };
+                    assert_eq!(names, [want], "{rule}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn what_offloaded_namespaces_hold_is_read_only_where_it_is_bound() {
+        let all = render(Some("fc-uid"));
+        let role = all
+            .iter()
+            .find(|m| m["metadata"]["name"] == "liqo-vk-prov-1-offloaded")
+            .expect("the offloaded namespaces' ClusterRole");
+        assert_eq!(role["kind"], "ClusterRole");
+        // Reflected kinds are read by watching only; the Events' patch is
+        // of the agent's own copies.
+        let want = [
+            ("configmaps,secrets,services", vec!["list", "watch"]),
+            ("endpointslices", vec!["list", "watch"]),
+            ("events", vec!["list", "watch", "patch"]),
+            ("serviceaccounts/token", vec!["create"]),
+        ];
+        let have = rules_of(role);
+        assert_eq!(have.len(), want.len(), "{have:?}");
+        for ((resources, names, verbs), (want_resources, want_verbs)) in have.iter().zip(want) {
+            assert_eq!(resources, want_resources);
+            assert_eq!(names, &None);
+            assert_eq!(verbs, &want_verbs);
+        }
+        // Nothing binds it cluster-wide.
+        assert!(
+            all.iter()
+                .all(|m| m["roleRef"]["name"] != "liqo-vk-prov-1-offloaded"),
+            "bound by the peering's own objects"
+        );
+
+        let binding = serde_json::to_value(offloaded_namespace_binding(
+            &provider(),
+            "shop",
+            Some("off-uid"),
+        ))
+        .expect("serialize");
+        assert_eq!(binding["kind"], "RoleBinding");
+        assert_eq!(binding["metadata"]["name"], "liqo-vk-prov-1");
+        assert_eq!(binding["metadata"]["namespace"], "shop");
+        let labels = &binding["metadata"]["labels"];
+        assert_eq!(labels[labels::MANAGED_BY], labels::MANAGED_BY_VALUE);
+        assert_eq!(labels[labels::PEER_CLUSTER_ID], "prov-1");
+        let owner = &binding["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["kind"], "NamespaceOffloading");
+        assert_eq!(owner["apiVersion"], "liqo.io/v1alpha1");
+        assert_eq!(owner["name"], names::NAMESPACE_OFFLOADING);
+        assert_eq!(owner["uid"], "off-uid");
+        assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+        assert_eq!(binding["roleRef"]["name"], "liqo-vk-prov-1-offloaded");
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{ "kind": "ServiceAccount", "name": "liqo-vk-prov-1", "namespace": "liqo" }])
+        );
+        let unowned = serde_json::to_value(offloaded_namespace_binding(&provider(), "shop", None))
+            .expect("serialize");
+        assert!(unowned["metadata"]["ownerReferences"].is_null());
     }
 
     #[test]

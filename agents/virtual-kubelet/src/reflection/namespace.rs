@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -34,6 +35,13 @@ const DELETING_POLL: Duration = Duration::from_secs(1);
 /// How often a ready twin is checked on the provider (the consumer cannot
 /// watch namespaces there): one deleted by someone else comes back.
 const VERIFY_PERIOD: Duration = Duration::from_secs(30);
+
+/// How often an offloaded namespace where this agent has no rights is
+/// looked at again.
+const UNBOUND_POLL: Duration = Duration::from_secs(3);
+/// The status reason of an offloaded namespace where this agent has no
+/// rights (its RoleBinding there is missing).
+const AGENT_NOT_BOUND: &str = "AgentNotBound";
 
 /// The local namespaces whose twin on this provider is ready, and the
 /// twin's name.
@@ -174,6 +182,40 @@ impl TwinNamespaces {
         .await
         .map_err(Error::api("updating the offloading's finalizers"))?;
         Ok(())
+    }
+
+    /// Whether this agent may read what it reflects from `local_ns` here:
+    /// its rights there come from the RoleBinding `liqoctl offload` makes
+    /// in each offloaded namespace (an offloading applied by hand has
+    /// none). `Err((reason, message))` when it may not, which the status
+    /// reports with what to do.
+    async fn local_rights(
+        &self,
+        local_ns: &str,
+    ) -> Result<Result<(), (&'static str, String)>, Error> {
+        let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+            "spec": { "resourceAttributes": {
+                "namespace": local_ns, "verb": "list", "resource": "secrets",
+            } },
+        }))
+        .map_err(|e| Error::NotYet(format!("forming an access review: {e}")))?;
+        let answer = Api::<SelfSubjectAccessReview>::all(self.peering.local.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(Error::api(format!(
+                "reviewing this agent's rights in {local_ns}"
+            )))?;
+        if answer.status.is_some_and(|s| s.allowed) {
+            return Ok(Ok(()));
+        }
+        Ok(Err((
+            AGENT_NOT_BOUND,
+            format!(
+                "the virtual kubelet may not read namespace {local_ns} on this cluster \
+                 (no RoleBinding {} there); run `liqoctl offload namespace {local_ns}`",
+                peering::virtual_kubelet(&self.peering.provider_id)
+            ),
+        )))
     }
 
     /// Makes the twin and its RoleBinding exist; `Err((reason, message))`
@@ -398,8 +440,12 @@ impl Kind for TwinNamespaces {
             return Ok(Next::Done);
         }
         let provider = self.peering.provider_client()?;
-        let outcome = self.ensure_twin(&provider, &local_ns, &twin).await?;
+        let outcome = match self.local_rights(&local_ns).await? {
+            Ok(()) => self.ensure_twin(&provider, &local_ns, &twin).await?,
+            Err(why) => Err(why),
+        };
         let ready = outcome.is_ok();
+        let unbound = matches!(outcome, Err((AGENT_NOT_BOUND, _)));
         let entry = forge_off::status_entry(provider_id, &twin, outcome);
         self.write_status(&off, Some(entry)).await?;
         if ready {
@@ -411,8 +457,14 @@ impl Kind for TwinNamespaces {
         } else {
             self.set_twin(&local_ns, None);
             // Refused: the provider may change its mind (a clashing
-            // namespace deleted), so look again now and then.
-            Ok(Next::After(VERIFY_PERIOD))
+            // namespace deleted), so look again now and then; soon when
+            // the binding here is what is missing (`liqoctl offload` is
+            // likely under way).
+            Ok(Next::After(if unbound {
+                UNBOUND_POLL
+            } else {
+                VERIFY_PERIOD
+            }))
         }
     }
 }
