@@ -1,9 +1,11 @@
 //! Jobs through the virtual node, on two real clusters: a local Job in an
 //! offloaded namespace, its pod bound to the virtual node, runs on the
 //! provider as a Job of one (`backoffLimit: 0` for restartPolicy Never);
-//! the provider's kwok completes Job-owned pods (its default pod-complete
-//! stage), the end (Succeeded, exit code 0) comes back to the local pod,
-//! so the local Job completes; deleting the local Job removes the remote
+//! suspended and widened by the provider's admin while its pod waits on
+//! cordoned workers, the remote Job is put back; the provider's kwok
+//! completes Job-owned pods (its default pod-complete stage), the end
+//! (Succeeded, exit code 0) comes back to the local pod, so the local
+//! Job completes; deleting the local Job removes the remote
 //! one.
 
 use std::time::Duration;
@@ -11,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
 use liqo_e2e::{liqoctl, wait_for};
@@ -89,6 +91,36 @@ async fn a_job_runs_to_completion_on_the_provider() -> Result<()> {
     let remote_jobs: Api<Job> = Api::namespaced(prov.clone(), TWIN);
     let remote_pods: Api<Pod> = Api::namespaced(prov.clone(), TWIN);
     let ours = ListParams::default().labels(LOCAL_POD_UID);
+    // The provider's workers cordoned: the remote Job's pod waits
+    // unscheduled (kwok would complete it at once), so that the Job can
+    // be changed on the provider while it is still running.
+    let provider_nodes: Api<Node> = Api::all(prov.clone());
+    let workers: Vec<String> = provider_nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .filter(|n| n.contains("worker"))
+        .collect();
+    assert!(!workers.is_empty(), "the provider has workers");
+    let cordon = |unschedulable: bool| {
+        let provider_nodes = provider_nodes.clone();
+        let workers = workers.clone();
+        async move {
+            for w in &workers {
+                provider_nodes
+                    .patch(
+                        w,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "spec": { "unschedulable": unschedulable } })),
+                    )
+                    .await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    cordon(true).await?;
     jobs.create(&PostParams::default(), &job()).await?;
 
     // The remote Job of one, for the local pod's UID.
@@ -115,6 +147,38 @@ async fn a_job_runs_to_completion_on_the_provider() -> Result<()> {
     let spec = remote_job.spec.clone().context("spec")?;
     assert_eq!(spec.backoff_limit, Some(0));
     assert_eq!(spec.completions, Some(1));
+
+    // Suspended and widened by the provider's admin: put back (one pod,
+    // not suspended), and the generation that leaves recorded.
+    let remote_name = local_pod.metadata.name.clone().context("name")?;
+    remote_jobs
+        .patch(
+            &remote_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "suspend": true, "parallelism": 3 } })),
+        )
+        .await?;
+    let mut seen = None;
+    let waited = wait_for("the remote Job put back", WAIT, || async {
+        let job = remote_jobs.get(&remote_name).await?;
+        let spec = job.spec.clone().unwrap_or_default();
+        let recorded = job
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("liqo.io/wrapper-generation"))
+            .and_then(|g| g.parse::<i64>().ok());
+        Ok(spec.suspend != Some(true)
+            && spec.parallelism == Some(1)
+            && recorded.is_some()
+            && recorded == job.metadata.generation)
+    })
+    .await;
+    if waited.is_err() {
+        seen = Some(remote_jobs.get(&remote_name).await?);
+    }
+    waited.with_context(|| format!("{:?}", seen.map(|j| (j.spec, j.metadata.annotations))))?;
+    cordon(false).await?;
 
     // Completed on the provider, and so on the consumer.
     wait_for("the local pod Succeeded", WAIT, || async {

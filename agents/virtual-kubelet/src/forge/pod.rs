@@ -196,7 +196,7 @@ fn suffix(seed: &str) -> String {
         .collect()
 }
 
-/// The annotation on a remote ReplicaSet that holds the generation of its
+/// The annotation on a remote ReplicaSet or Job that holds the generation of its
 /// spec as the virtual kubelet last wrote it (none: as it created it,
 /// generation 1).
 pub const WRAPPER_GENERATION: &str = "liqo.io/wrapper-generation";

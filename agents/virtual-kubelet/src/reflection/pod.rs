@@ -92,7 +92,7 @@ impl Side {
             config.clone(),
             "remote replica sets",
             Options {
-                trim: Some(trim_remote_replica_set),
+                trim: Some(trim_remote_wrapper::<ReplicaSet>),
                 index: None,
             },
         );
@@ -101,7 +101,7 @@ impl Side {
             config.clone(),
             "remote jobs",
             Options {
-                trim: Some(trim_remote_job),
+                trim: Some(trim_remote_wrapper::<Job>),
                 index: None,
             },
         );
@@ -163,7 +163,7 @@ impl Side {
                 .and_then(|l| l.get(forge_pod::LOCAL_POD_UID))
                 .cloned(),
             deleting: m.deletion_timestamp.is_some(),
-            changed: kind == Wrapper::ReplicaSet && forge_pod::changed_by_others(m),
+            changed: forge_pod::changed_by_others(m),
         };
         let rs = self
             .replica_sets
@@ -189,21 +189,14 @@ struct Found {
     for_pod: Option<String>,
     deleting: bool,
     /// Its spec was changed by someone else (a ReplicaSet scaled or
-    /// edited on the provider), to be put back.
+    /// edited, a Job suspended or its parallelism changed on the
+    /// provider), to be put back.
     changed: bool,
 }
 
 /// The local pod's UID a remote pod carries.
 fn for_pod(pod: &RemotePod) -> Option<&String> {
     pod.metadata.labels.as_ref()?.get(forge_pod::LOCAL_POD_UID)
-}
-
-/// Of a remote Job, as of a ReplicaSet, the reflection reads its name,
-/// UID, labels and deletion: its end is read from its pod.
-fn trim_remote_job(job: &mut PartialObjectMeta<Job>) {
-    job.types = None;
-    job.metadata.annotations = None;
-    job.metadata.owner_references = None;
 }
 
 /// What the agent keeps of a local pod bound to its node: its identity,
@@ -284,12 +277,13 @@ impl LocalPod {
     }
 }
 
-/// Of a remote ReplicaSet, the reflection reads its name, UID, labels,
-/// deletion, and its generation against the one it wrote (a spec changed
-/// by someone else is put back): its spec and status are not stored.
-fn trim_remote_replica_set(rs: &mut PartialObjectMeta<ReplicaSet>) {
-    rs.types = None;
-    rs.metadata.annotations = rs
+/// Of a remote wrapper (a ReplicaSet or a Job), the reflection reads its
+/// name, UID, labels, deletion, and its generation against the one it
+/// wrote (a spec changed by someone else is put back): its spec and
+/// status are not stored (a Job's end is read from its pod).
+fn trim_remote_wrapper<K>(wrapper: &mut PartialObjectMeta<K>) {
+    wrapper.types = None;
+    wrapper.metadata.annotations = wrapper
         .metadata
         .annotations
         .take()
@@ -298,7 +292,7 @@ fn trim_remote_replica_set(rs: &mut PartialObjectMeta<ReplicaSet>) {
             a
         })
         .filter(|a| !a.is_empty());
-    rs.metadata.owner_references = None;
+    wrapper.metadata.owner_references = None;
 }
 
 /// A remote pod as the reflection follows it: its metadata, and of its
@@ -553,24 +547,54 @@ impl Pods {
             spec.min_ready_seconds = want_spec.min_ready_seconds;
             spec.template = want_spec.template;
         }
-        let replaced = api
-            .replace(&name, &PostParams::default(), &rs)
-            .await
-            .map_err(|e| Error::Api {
-                what: what(),
-                source: e,
-            })?;
-        let generation = replaced.metadata.generation.unwrap_or(1);
-        let record = json!({ "metadata": { "annotations": {
-            forge_pod::WRAPPER_GENERATION: generation.to_string(),
-        } } });
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&record))
+        let generation = replace_recorded(&api, &name, &rs)
             .await
             .map_err(|e| Error::Api {
                 what: what(),
                 source: e,
             })?;
         tracing::info!(pod = %name, twin, generation, "remote ReplicaSet changed on the provider: put back");
+        Ok(())
+    }
+
+    /// Puts back what can change of a remote Job someone else changed
+    /// (suspended it, changed its parallelism, its deadline or its
+    /// backoff; the rest of a Job's spec is immutable): one pod at a
+    /// time, as the virtual kubelet made it, then records the generation
+    /// that leaves.
+    async fn put_back_job(
+        &self,
+        provider: &kube::Client,
+        twin: &str,
+        pod: &LocalPod,
+    ) -> Result<(), Error> {
+        let name = pod.name_any();
+        let api: Api<Job> = Api::namespaced(provider.clone(), twin);
+        let what = || format!("putting back the Job {twin}/{name} on the provider");
+        let Some(mut job) = api.get_opt(&name).await.map_err(|e| Error::Api {
+            what: what(),
+            source: e,
+        })?
+        else {
+            return Ok(());
+        };
+        let Some(pod) = self.whole(pod).await? else {
+            return Ok(());
+        };
+        let want = forge_pod::job(&pod, twin).spec.unwrap_or_default();
+        if let Some(spec) = job.spec.as_mut() {
+            spec.parallelism = want.parallelism;
+            spec.suspend = want.suspend;
+            spec.active_deadline_seconds = want.active_deadline_seconds;
+            spec.backoff_limit = want.backoff_limit;
+        }
+        let generation = replace_recorded(&api, &name, &job)
+            .await
+            .map_err(|e| Error::Api {
+                what: what(),
+                source: e,
+            })?;
+        tracing::info!(pod = %name, twin, generation, "remote Job changed on the provider: put back");
         Ok(())
     }
 
@@ -594,6 +618,25 @@ impl Pods {
         .map_err(Error::api("updating the local pod's status"))?;
         Ok(())
     }
+}
+
+/// Replaces a remote wrapper with `object` (as read, with the spec the
+/// virtual kubelet wants: a conflict, when it changed again meanwhile,
+/// fails and is retried), then records the generation that leaves in
+/// [`forge_pod::WRAPPER_GENERATION`], so that only a later change is
+/// someone else's. Returns that generation.
+async fn replace_recorded<K>(api: &Api<K>, name: &str, object: &K) -> Result<i64, kube::Error>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let replaced = api.replace(name, &PostParams::default(), object).await?;
+    let generation = replaced.meta().generation.unwrap_or(1);
+    let record = json!({ "metadata": { "annotations": {
+        forge_pod::WRAPPER_GENERATION: generation.to_string(),
+    } } });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&record))
+        .await?;
+    Ok(generation)
 }
 
 /// Deletes a remote wrapper unless it is gone already.
@@ -974,11 +1017,14 @@ impl Kind for Pods {
             }
             return Ok(Next::Done);
         }
-        if wrappers
+        // A pod that ended is left as it is: its Job is over.
+        let changed = wrappers
             .iter()
-            .any(|w| w.changed && !w.deleting && w.for_pod == local_uid)
-        {
-            self.put_back_replica_set(&provider, &twin, &pod).await?;
+            .find(|w| w.changed && !w.deleting && w.for_pod == local_uid);
+        match changed.map(|w| w.kind) {
+            Some(Wrapper::ReplicaSet) => self.put_back_replica_set(&provider, &twin, &pod).await?,
+            Some(Wrapper::Job) if !pod.ended() => self.put_back_job(&provider, &twin, &pod).await?,
+            _ => {}
         }
         self.bring_back_status(&pod, &remote_pods).await?;
         Ok(Next::Done)
@@ -1135,7 +1181,7 @@ mod tests {
         };
         let mut rs: PartialObjectMeta<ReplicaSet> =
             serde_json::from_value(serde_json::to_value(&whole_rs).expect("json")).expect("rs");
-        trim_remote_replica_set(&mut rs);
+        trim_remote_wrapper(&mut rs);
         assert!(rs.metadata.annotations.is_none() && rs.types.is_none());
         assert!(rs.metadata.labels.is_some(), "the UID label is read");
         // The generation we wrote is kept, nothing else of the annotations.
@@ -1143,7 +1189,7 @@ mod tests {
             ("note".to_owned(), "x".to_owned()),
             (forge_pod::WRAPPER_GENERATION.to_owned(), "3".to_owned()),
         ]));
-        trim_remote_replica_set(&mut rs);
+        trim_remote_wrapper(&mut rs);
         assert_eq!(
             rs.metadata.annotations,
             Some(BTreeMap::from([(
@@ -1158,8 +1204,18 @@ mod tests {
         };
         let mut job: PartialObjectMeta<Job> =
             serde_json::from_value(serde_json::to_value(&whole_job).expect("json")).expect("job");
-        trim_remote_job(&mut job);
-        assert!(job.metadata.annotations.is_none());
+        job.metadata.annotations = Some(BTreeMap::from([
+            ("note".to_owned(), "x".to_owned()),
+            (forge_pod::WRAPPER_GENERATION.to_owned(), "2".to_owned()),
+        ]));
+        trim_remote_wrapper(&mut job);
+        assert_eq!(
+            job.metadata.annotations,
+            Some(BTreeMap::from([(
+                forge_pod::WRAPPER_GENERATION.to_owned(),
+                "2".to_owned()
+            )]))
+        );
         assert!(job.metadata.labels.is_some(), "the UID label is read");
     }
 }
