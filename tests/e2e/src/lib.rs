@@ -126,6 +126,25 @@ where
     }
 }
 
+/// Waits until the virtual node of provider `provider_id` on the
+/// consumer (`client`) is Ready; fails after `timeout`.
+pub async fn virtual_node_ready(
+    client: &kube::Client,
+    provider_id: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let name = liqo_api::names::peering::virtual_node(&liqo_api::ClusterId::new(provider_id)?);
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    wait_for("the virtual node to be Ready", timeout, || async {
+        Ok(nodes
+            .get_opt(&name)
+            .await?
+            .and_then(|n| n.status?.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+    })
+    .await
+}
+
 /// Whether a process is running: it exists and is not a zombie.
 pub fn process_running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))

@@ -65,15 +65,7 @@ async fn a_job_runs_to_completion_on_the_provider() -> Result<()> {
     let local = consumer.client().await?;
     let prov = provider.client().await?;
     let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
-    let nodes: Api<Node> = Api::all(local.clone());
-    wait_for("the virtual node to be Ready", WAIT, || async {
-        Ok(nodes
-            .get_opt(&node_name)
-            .await?
-            .and_then(|n| n.status?.conditions)
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
-    })
-    .await?;
+    liqo_e2e::virtual_node_ready(&local, "provider-1", WAIT).await?;
     Api::<Namespace>::all(local.clone())
         .create(
             &PostParams::default(),

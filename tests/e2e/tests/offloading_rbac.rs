@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, PostParams};
 use liqo_api::ClusterId;
@@ -95,16 +95,7 @@ async fn the_agent_reads_offloaded_namespaces_only() -> Result<()> {
     liqo_e2e::install_and_peer(consumer, provider)?;
     let local = consumer.client().await?;
     let prov = provider.client().await?;
-    let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
-    let nodes: Api<Node> = Api::all(local.clone());
-    wait_for("the virtual node to be Ready", WAIT, || async {
-        let node = nodes.get_opt(&node_name).await?;
-        Ok(node
-            .and_then(|n| n.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
-    })
-    .await?;
+    liqo_e2e::virtual_node_ready(&local, "provider-1", WAIT).await?;
     let pp = PostParams::default();
     for ns in [SHOP, PRIVATE] {
         Api::<Namespace>::all(local.clone())

@@ -510,92 +510,74 @@ impl Pods {
         }
     }
 
-    /// Puts back the spec of a remote ReplicaSet someone else changed
-    /// (scaled, edited): one pod, as the local pod says, then records the
+    /// Puts back a remote wrapper of kind `K` someone else changed, with
+    /// the spec `set` writes into it from the local pod, then records the
     /// generation that leaves, so that only a later change is someone
     /// else's. A conflict (it changed again meanwhile) is retried.
-    async fn put_back_replica_set(
+    async fn put_back<K>(
         &self,
         provider: &kube::Client,
         twin: &str,
         pod: &LocalPod,
-    ) -> Result<(), Error> {
+        set: impl FnOnce(&Self, &Pod, &mut K),
+    ) -> Result<(), Error>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
         let name = pod.name_any();
-        let api: Api<ReplicaSet> = Api::namespaced(provider.clone(), twin);
-        let what = || format!("putting back the ReplicaSet {twin}/{name} on the provider");
-        let Some(mut rs) = api.get_opt(&name).await.map_err(|e| Error::Api {
-            what: what(),
-            source: e,
-        })?
-        else {
+        let kind = K::kind(&());
+        let api: Api<K> = Api::namespaced(provider.clone(), twin);
+        let api_error = |source| Error::Api {
+            what: format!("putting back the {kind} {twin}/{name} on the provider"),
+            source,
+        };
+        let Some(mut wrapper) = api.get_opt(&name).await.map_err(api_error)? else {
             return Ok(());
         };
-        let Some(pod) = self.whole(pod).await? else {
+        let Some(whole) = self.whole(pod).await? else {
             return Ok(());
         };
-        let pod = &pod;
-        let mut want = forge_pod::replica_set(pod, twin);
-        let mut want_spec = want.spec.take().unwrap_or_default();
-        self.mount_token(
-            pod,
-            &name,
-            want_spec.template.as_mut().and_then(|t| t.spec.as_mut()),
-        );
-        if let Some(spec) = rs.spec.as_mut() {
-            // The selector cannot change, and is ours already.
-            spec.replicas = want_spec.replicas;
-            spec.min_ready_seconds = want_spec.min_ready_seconds;
-            spec.template = want_spec.template;
-        }
-        let generation = replace_recorded(&api, &name, &rs)
+        set(self, &whole, &mut wrapper);
+        let generation = replace_recorded(&api, &name, &wrapper)
             .await
-            .map_err(|e| Error::Api {
-                what: what(),
-                source: e,
-            })?;
-        tracing::info!(pod = %name, twin, generation, "remote ReplicaSet changed on the provider: put back");
+            .map_err(api_error)?;
+        tracing::info!(pod = %name, twin, %kind, generation, "remote wrapper changed on the provider: put back");
         Ok(())
     }
 
-    /// Puts back what can change of a remote Job someone else changed
-    /// (suspended it, changed its parallelism, its deadline or its
-    /// backoff; the rest of a Job's spec is immutable): one pod at a
-    /// time, as the virtual kubelet made it, then records the generation
-    /// that leaves.
-    async fn put_back_job(
-        &self,
-        provider: &kube::Client,
-        twin: &str,
-        pod: &LocalPod,
-    ) -> Result<(), Error> {
-        let name = pod.name_any();
-        let api: Api<Job> = Api::namespaced(provider.clone(), twin);
-        let what = || format!("putting back the Job {twin}/{name} on the provider");
-        let Some(mut job) = api.get_opt(&name).await.map_err(|e| Error::Api {
-            what: what(),
-            source: e,
-        })?
-        else {
-            return Ok(());
-        };
-        let Some(pod) = self.whole(pod).await? else {
-            return Ok(());
-        };
-        let want = forge_pod::job(&pod, twin).spec.unwrap_or_default();
+    /// A remote ReplicaSet put back: one pod, as the local pod says (the
+    /// selector cannot change, and is ours already).
+    fn replica_set_as_made(&self, pod: &Pod, rs: &mut ReplicaSet) {
+        let twin = rs.metadata.namespace.clone().unwrap_or_default();
+        let mut want = forge_pod::replica_set(pod, &twin).spec.unwrap_or_default();
+        self.mount_token(
+            pod,
+            &pod.name_any(),
+            want.template.as_mut().and_then(|t| t.spec.as_mut()),
+        );
+        if let Some(spec) = rs.spec.as_mut() {
+            spec.replicas = want.replicas;
+            spec.min_ready_seconds = want.min_ready_seconds;
+            spec.template = want.template;
+        }
+    }
+
+    /// A remote Job put back: of its spec only parallelism, suspension,
+    /// the deadline and the backoff can change (the rest is immutable),
+    /// set back to what the agent made (one pod at a time, not suspended).
+    fn job_as_made(&self, pod: &Pod, job: &mut Job) {
+        let twin = job.metadata.namespace.clone().unwrap_or_default();
+        let want = forge_pod::job(pod, &twin).spec.unwrap_or_default();
         if let Some(spec) = job.spec.as_mut() {
             spec.parallelism = want.parallelism;
             spec.suspend = want.suspend;
             spec.active_deadline_seconds = want.active_deadline_seconds;
             spec.backoff_limit = want.backoff_limit;
         }
-        let generation = replace_recorded(&api, &name, &job)
-            .await
-            .map_err(|e| Error::Api {
-                what: what(),
-                source: e,
-            })?;
-        tracing::info!(pod = %name, twin, generation, "remote Job changed on the provider: put back");
-        Ok(())
     }
 
     async fn patch_local_status(
@@ -1022,8 +1004,14 @@ impl Kind for Pods {
             .iter()
             .find(|w| w.changed && !w.deleting && w.for_pod == local_uid);
         match changed.map(|w| w.kind) {
-            Some(Wrapper::ReplicaSet) => self.put_back_replica_set(&provider, &twin, &pod).await?,
-            Some(Wrapper::Job) if !pod.ended() => self.put_back_job(&provider, &twin, &pod).await?,
+            Some(Wrapper::ReplicaSet) => {
+                self.put_back(&provider, &twin, &pod, Self::replica_set_as_made)
+                    .await?
+            }
+            Some(Wrapper::Job) if !pod.ended() => {
+                self.put_back(&provider, &twin, &pod, Self::job_as_made)
+                    .await?
+            }
             _ => {}
         }
         self.bring_back_status(&pod, &remote_pods).await?;
