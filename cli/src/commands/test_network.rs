@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use crate::cli::{GlobalArgs, TestNetworkArgs};
 use crate::commands::install::{installed_pod_placement, node_selector_flag, tolerations_flag};
 use crate::commands::network::Peering;
+use crate::commands::offload::bind_virtual_kubelets;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::printer::Printer;
@@ -399,10 +400,20 @@ async fn offload(
     );
     offloading.metadata.namespace = Some(ns.to_owned());
     offloading.metadata.labels = Some(managed_labels("offloading"));
+    // The agents' rights in the namespace first, as `liqoctl offload`
+    // gives them, then owned by the offloading.
+    let providers = ids
+        .iter()
+        .map(|id| ClusterId::new(*id))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("invariant: peers have valid cluster IDs: {e}"))?;
+    bind_virtual_kubelets(consumer, ns, None, &providers).await?;
     let api: Api<NamespaceOffloading> = Api::namespaced(consumer.client.clone(), ns);
-    api.create(&PostParams::default(), &offloading)
+    let created = api
+        .create(&PostParams::default(), &offloading)
         .await
         .map_err(|e| consumer.explain(e, &format!("offloading namespace {ns}")))?;
+    bind_virtual_kubelets(consumer, ns, created.metadata.uid.as_deref(), &providers).await?;
     let placement = serde_json::json!({ "metadata": { "labels": {
         labels::OFFLOADING: "true",
         labels::POD_OFFLOADING_STRATEGY: PodOffloadingStrategy::LocalAndRemote.as_str(),
