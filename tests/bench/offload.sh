@@ -337,8 +337,9 @@ printf '%-52s %s\n' "(b) at a steady pace ($(wc -l <"$dir/steady.added") pods, ~
 printf '%-52s %s\n' "(b)   of which bound -> remote object seen, p50 / p99" "$(pct steady 50 2) / $(pct steady 99 2)"
 printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct steady 50 3) / $(pct steady 99 3)"
 # A restarted watch lists again: a pod that changed phase in between is
-# seen late, so a burst figure with restarts overstates the latency.
-restarts() { cat "$dir/$1".*.w.err 2>/dev/null | grep -c "watch ended" || true; }
+# seen late, so a burst figure with restarts overstates the latency. A
+# watch this script stopped (kubectl killed: 143) is not counted.
+restarts() { cat "$dir/$1".*.w.err 2>/dev/null | grep "watch ended" | grep -vc "(143)" || true; }
 printf '%-52s %s\n' "(b) watches the API server ended (burst / steady)" "$(restarts bench) / $(restarts steady)"
 printf '%-52s %s\n' "(c) VK peak RSS at $pods pods" "$rss_n MiB"
 printf '%-52s %s\n' "(c) VK peak RSS at 10000 pods (target <= 60 MB)" "$rss_10k"

@@ -365,7 +365,6 @@ fn spec_of(args: &OffloadNamespaceArgs) -> anyhow::Result<NamespaceOffloadingSpe
     })
 }
 
-/// The cluster IDs of the providers whose virtual node the spec selects.
 /// The providers of this cluster's outgoing peerings, from their virtual
 /// kubelets' ServiceAccounts.
 pub(crate) async fn virtual_kubelets(cluster: &ClusterClient) -> anyhow::Result<Vec<ClusterId>> {
@@ -406,6 +405,7 @@ pub(crate) async fn bind_virtual_kubelets(
     Ok(())
 }
 
+/// The cluster IDs of the providers whose virtual node the spec selects.
 async fn selected_peers(
     cluster: &ClusterClient,
     spec: &NamespaceOffloadingSpec,

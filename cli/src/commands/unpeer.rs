@@ -286,7 +286,9 @@ async fn remove_consumer_side(
 }
 
 /// The RoleBindings of the virtual kubelet of `provider` in offloaded
-/// namespaces, wherever they are (found by their labels).
+/// namespaces, wherever they are: found by their labels, which its other
+/// bindings (in `kube-node-lease` and `kube-system`) share, and told
+/// apart by the role they bind.
 async fn offloaded_namespace_bindings(
     consumer: &ClusterClient,
     provider: &ClusterId,
@@ -304,7 +306,7 @@ async fn offloaded_namespace_bindings(
     Ok(list
         .items
         .iter()
-        .filter(|b| b.metadata.name.as_deref() == Some(&peering::virtual_kubelet(provider)))
+        .filter(|b| b.role_ref.name == peering::virtual_kubelet_offloaded_role(provider))
         .filter_map(|b| b.metadata.namespace.as_deref())
         .map(|ns| virtual_kubelet::offloaded_namespace_binding(provider, ns, None))
         .collect())
