@@ -7,6 +7,7 @@
 //! - [`authentication`]: how a peer is known to a provider;
 //! - [`offloading`]: which namespaces run on which peers;
 //! - [`sharing`]: what a provider shares, at what cost, and its policy;
+//! - [`shares`]: how a grant is split across the namespaces a tenant runs pods in;
 //! - [`networking`]: the networks clusters bring, and their arithmetic;
 //! - [`netcheck`]: what `liqoctl test network`'s probe pods report;
 //! - [`names`] and [`validation`]: well-known names, and the checks the API
@@ -19,6 +20,7 @@ pub mod names;
 pub mod netcheck;
 pub mod networking;
 pub mod offloading;
+pub mod shares;
 pub mod sharing;
 pub mod token;
 pub mod validation;

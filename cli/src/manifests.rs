@@ -435,7 +435,63 @@ pub fn twin_namespace_policies() -> Vec<Manifest> {
             },
         })))),
         binding(rolebindings),
+        share_policy(),
+        Manifest::ValidatingAdmissionPolicyBinding(Box::new(from_json(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": cluster_meta(SHARE_POLICY, "admission"),
+            "spec": {
+                "policyName": SHARE_POLICY,
+                "validationActions": ["Deny"],
+                // The namespace's own share, found by the labels the
+                // gateway gives it (a tenant cannot make quotas).
+                "paramRef": {
+                    "selector": { "matchLabels": {
+                        labels::MANAGED_BY: labels::MANAGED_BY_VALUE,
+                        labels::COMPONENT: "gateway",
+                    } },
+                    "parameterNotFoundAction": "Deny",
+                },
+            },
+        })))),
     ]
+}
+
+/// The admission policy that refuses pods in a twin namespace until it
+/// has its share of the grant (the ResourceQuota the provider's gateway
+/// makes): a new twin is not usable before the grant bounds it.
+pub const SHARE_POLICY: &str = "liqo-twin-share";
+
+fn share_policy() -> Manifest {
+    let share = liqo_api::shares::SHARE_QUOTA;
+    Manifest::ValidatingAdmissionPolicy(Box::new(from_json(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": cluster_meta(SHARE_POLICY, "admission"),
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": { "apiVersion": "v1", "kind": "ResourceQuota" },
+            "matchConstraints": {
+                "namespaceSelector": { "matchExpressions": [
+                    { "key": labels::TENANT, "operator": "Exists" },
+                ] },
+                "resourceRules": [{
+                    "apiGroups": [""],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE"],
+                    "resources": ["pods"],
+                }],
+            },
+            "validations": [{
+                "expression": format!("params.metadata.name == '{share}'"),
+                "messageExpression": format!(
+                    "'pods in a twin namespace need its share of the grant (ResourceQuota {share}), \
+                     which the provider\\'s liqo-gateway makes'"
+                ),
+                "reason": "Forbidden",
+            }],
+        },
+    }))))
 }
 
 /// What a peering token's bootstrap credential may do beyond its RBAC
@@ -894,6 +950,31 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                 {
                     "apiGroups": [names::GROUP],
                     "resources": ["connections/status"],
+                    "verbs": ["patch"],
+                },
+                // On a provider: each tenant's grant, split across its
+                // namespaces as quotas (docs/offloading.md, "The grant
+                // across twin namespaces"). Create cannot be limited by
+                // name; a change can, to the shares.
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["tenants"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["namespaces", "resourcequotas"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["resourcequotas"],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["resourcequotas"],
+                    "resourceNames": [liqo_api::shares::SHARE_QUOTA],
                     "verbs": ["patch"],
                 },
             ],

@@ -26,6 +26,7 @@ mod io;
 mod metrics;
 mod nat;
 mod netcheck;
+mod shares;
 mod tunnel;
 
 use std::net::SocketAddr;
@@ -437,6 +438,8 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         .await
         .context("the gateway's key")?;
     tracing::info!(public_key = %key.public_of_private(), "key pair ready");
+    // On a provider: the tenants' grants, split across their namespaces.
+    let keep_shares = shares::keep(client.clone());
     let tunnels = control::Tunnels::new(
         client,
         control::Settings {
@@ -514,7 +517,8 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
                 follow_identity,
                 follow_peers,
                 follow_connections,
-                follow_service
+                follow_service,
+                keep_shares
             );
         },
         state,

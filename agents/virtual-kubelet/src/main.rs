@@ -382,6 +382,7 @@ async fn reflect(wiring: Wiring) {
         config_maps.local.clone(),
         &token_wake,
     );
+    let keep_demands = reflection::demand::keep(peering.clone(), pods.clone(), twins_rx.clone());
     let twins_changed = {
         let wakes = [
             pod_wake.clone(),
@@ -404,6 +405,7 @@ async fn reflect(wiring: Wiring) {
     tokio::join!(
         kubelet_api,
         keep_seen_there,
+        keep_demands,
         follow_offloadings,
         follow_pods,
         reflection::wake_on(offloadings, ns_wake.clone()),

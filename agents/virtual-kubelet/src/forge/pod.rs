@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::ObjectMeta;
 use liqo_api::names::{self, labels};
@@ -108,6 +109,19 @@ pub fn remote_pod_spec(local: &PodSpec) -> PodSpec {
         if c.volume_mounts.as_ref().is_some_and(Vec::is_empty) {
             c.volume_mounts = None;
         }
+        // The provider bounds the tenant's requests with a quota, which
+        // refuses containers that state none: none is zero (the QoS
+        // class stays the same; a kubelet reads zero as not set).
+        let requests = c
+            .resources
+            .get_or_insert_default()
+            .requests
+            .get_or_insert_default();
+        for resource in ["cpu", "memory"] {
+            requests
+                .entry(resource.to_owned())
+                .or_insert_with(|| Quantity("0".to_owned()));
+        }
     }
     // Set by the consumer's admission from its own classes, which the
     // provider may not have; the provider's admission sets its own.
@@ -118,6 +132,63 @@ pub fn remote_pod_spec(local: &PodSpec) -> PodSpec {
     spec.runtime_class_name = None;
     spec.overhead = None;
     spec
+}
+
+/// What a pod requests, as the scheduler and the provider's quota count
+/// it: the larger of its containers' sum (with sidecars) and its largest
+/// init container (with the sidecars started before it), plus its
+/// overhead; or its pod-level requests where it states them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Requests {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+}
+
+pub fn requests(spec: &PodSpec) -> Requests {
+    use liqo_api::sharing::{parse_bytes, parse_cpu_millis};
+    let of = |list: Option<&BTreeMap<String, Quantity>>| Requests {
+        cpu_millis: list
+            .and_then(|l| l.get("cpu"))
+            .and_then(|q| parse_cpu_millis(&q.0))
+            .unwrap_or(0),
+        memory_bytes: list
+            .and_then(|l| l.get("memory"))
+            .and_then(|q| parse_bytes(&q.0))
+            .unwrap_or(0),
+    };
+    let add = |a: Requests, b: Requests| Requests {
+        cpu_millis: a.cpu_millis.saturating_add(b.cpu_millis),
+        memory_bytes: a.memory_bytes.saturating_add(b.memory_bytes),
+    };
+    let max = |a: Requests, b: Requests| Requests {
+        cpu_millis: a.cpu_millis.max(b.cpu_millis),
+        memory_bytes: a.memory_bytes.max(b.memory_bytes),
+    };
+    let container = |c: &k8s_openapi::api::core::v1::Container| {
+        of(c.resources.as_ref().and_then(|r| r.requests.as_ref()))
+    };
+    let overhead = of(spec.overhead.as_ref());
+    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+        return add(of(Some(pod_level)), overhead);
+    }
+    let mut total = spec
+        .containers
+        .iter()
+        .map(container)
+        .fold(Requests::default(), add);
+    let mut sidecars = Requests::default();
+    let mut init = Requests::default();
+    for c in spec.init_containers.iter().flatten() {
+        let own = container(c);
+        if c.restart_policy.as_deref() == Some("Always") {
+            total = add(total, own);
+            sidecars = add(sidecars, own);
+            init = max(init, sidecars);
+        } else {
+            init = max(init, add(own, sidecars));
+        }
+    }
+    add(max(total, init), overhead)
 }
 
 /// The remote ReplicaSet of one that runs `local` in `remote_namespace`,
@@ -538,7 +609,104 @@ mod tests {
         spec.containers = vec![serde_json::from_value(json).expect("container")];
         let remote = remote_pod_spec(&spec);
         assert_eq!(remote.containers[0].env, spec.containers[0].env);
-        assert_eq!(remote.containers[0].resources, spec.containers[0].resources);
+        // What is stated is kept; a request not stated is zero (the
+        // provider's quota refuses containers without one).
+        let resources = serde_json::to_value(&remote.containers[0].resources).expect("json");
+        assert_eq!(
+            resources,
+            serde_json::json!({
+                "requests": { "cpu": "100m", "memory": "0" },
+                "limits": { "memory": "64Mi" },
+            })
+        );
+    }
+
+    #[test]
+    fn requests_are_counted_as_the_scheduler_counts_them() {
+        let container = |name: &str, cpu: &str, memory: &str, sidecar: bool| {
+            let mut c = serde_json::json!({
+                "name": name,
+                "resources": { "requests": { "cpu": cpu, "memory": memory } },
+            });
+            if sidecar {
+                c["restartPolicy"] = "Always".into();
+            }
+            c
+        };
+        // (containers, init containers, overhead, pod-level, expected
+        // (millicores, MiB))
+        type Case = (
+            Vec<serde_json::Value>,
+            Vec<serde_json::Value>,
+            Option<serde_json::Value>,
+            Option<serde_json::Value>,
+            (u64, u64),
+        );
+        let cases: Vec<Case> = vec![
+            // Containers add up.
+            (
+                vec![container("a", "100m", "64Mi", false), container("b", "1", "1Gi", false)],
+                vec![],
+                None,
+                None,
+                (1100, 1088),
+            ),
+            // Nothing stated: nothing.
+            (vec![serde_json::json!({ "name": "a" })], vec![], None, None, (0, 0)),
+            // A larger init container decides.
+            (
+                vec![container("a", "100m", "64Mi", false)],
+                vec![container("i", "2", "32Mi", false)],
+                None,
+                None,
+                (2000, 64),
+            ),
+            // A sidecar runs beside the containers and the init
+            // containers after it.
+            (
+                vec![container("a", "100m", "64Mi", false)],
+                vec![
+                    container("s", "50m", "16Mi", true),
+                    container("i", "200m", "8Mi", false),
+                ],
+                None,
+                None,
+                (250, 80),
+            ),
+            // The overhead is added.
+            (
+                vec![container("a", "100m", "64Mi", false)],
+                vec![],
+                Some(serde_json::json!({ "cpu": "10m", "memory": "1Mi" })),
+                None,
+                (110, 65),
+            ),
+            // Pod-level requests win.
+            (
+                vec![container("a", "100m", "64Mi", false)],
+                vec![],
+                None,
+                Some(serde_json::json!({ "requests": { "cpu": "3", "memory": "2Gi" } })),
+                (3000, 2048),
+            ),
+        ];
+        for (containers, init, overhead, pod_level, (cpu, mib)) in cases {
+            let spec: PodSpec = serde_json::from_value(serde_json::json!({
+                "containers": containers,
+                "initContainers": init,
+                "overhead": overhead,
+                "resources": pod_level,
+            }))
+            .expect("spec");
+            assert_eq!(
+                requests(&spec),
+                Requests {
+                    cpu_millis: cpu,
+                    memory_bytes: mib << 20
+                },
+                "{containers:?} {init:?}"
+            );
+        }
     }
 
     #[test]

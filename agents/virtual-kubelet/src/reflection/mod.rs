@@ -38,6 +38,7 @@
 //! request of the pods bound before it (the tail of the added start
 //! latency).
 
+pub mod demand;
 pub mod event;
 pub mod mirror;
 pub mod namespace;

@@ -223,6 +223,9 @@ pub struct LocalPod {
     /// The service account whose token it mounts, when it mounts one
     /// ([`crate::forge::token::token_volume`]).
     pub token_account: Option<String>,
+    /// What it requests ([`forge_pod::requests`]): its part of the
+    /// demand its twin states to the provider ([`super::demand`]).
+    pub requests: forge_pod::Requests,
     /// The pod as the API has it, while it is pending: it is about to be
     /// made on the provider, from its spec, labels and annotations, and
     /// keeping it until then (until its status says it runs) makes that
@@ -260,6 +263,11 @@ impl From<Pod> for LocalPod {
             reason: status.reason,
             start_time: status.start_time,
             token_account,
+            requests: pod
+                .spec
+                .as_ref()
+                .map(forge_pod::requests)
+                .unwrap_or_default(),
             pending: pending.then(|| Box::new(pod)),
         }
     }

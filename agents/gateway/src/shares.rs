@@ -1,0 +1,285 @@
+//! On a provider: each tenant's grant, split across the namespaces it may
+//! run pods in (its tenant namespace and its twins) as one ResourceQuota
+//! `liqo-share` each, which the API server then enforces on its own
+//! (docs/offloading.md, "The grant across twin namespaces"). The
+//! arithmetic is `liqo_api::shares`; this is its IO.
+//!
+//! Every round reads the shares fresh from the API (a quorum list, never
+//! the store, which may not have our own last write yet), decides with
+//! `shares::step` and writes; a round that wrote is followed by another
+//! shortly, until nothing is left to write. The stores of tenants, twins
+//! and shares only say when to look. One gateway runs per cluster (its
+//! Deployment is `Recreate`), so it is the only writer of the shares.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use liqo_agent_runtime::follow::{Followed, follow};
+use liqo_api::authentication::Tenant;
+use liqo_api::names::labels;
+use liqo_api::shares::{self, Grant, Holder, QuotaState, SHARE_QUOTA};
+use serde_json::json;
+
+/// The field manager of the shares.
+const MANAGER: &str = "liqo-gateway";
+/// Changes closer together than this are looked at once.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+/// After a round that wrote: the next one, to go on (raise after a
+/// lowering) once the quota controller has caught up.
+const AGAIN: Duration = Duration::from_millis(300);
+/// Without any change: a full round now and then.
+const PERIOD: Duration = Duration::from_secs(30);
+
+/// The labels of a share quota (the admission policy `liqo-twin-share`
+/// finds them by the first two).
+fn share_labels(tenant: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            labels::MANAGED_BY.to_owned(),
+            labels::MANAGED_BY_VALUE.to_owned(),
+        ),
+        (labels::COMPONENT.to_owned(), "gateway".to_owned()),
+        (labels::PEER_CLUSTER_ID.to_owned(), tenant.to_owned()),
+    ])
+}
+
+fn is_ours(quota: &ResourceQuota) -> bool {
+    quota
+        .labels()
+        .get(labels::MANAGED_BY)
+        .is_some_and(|v| v == labels::MANAGED_BY_VALUE)
+}
+
+/// Keeps every tenant's shares as `shares::step` says, for ever.
+pub async fn keep(client: kube::Client) {
+    let (tenants, follow_tenants) = follow(
+        Api::<Tenant>::all(client.clone()),
+        watcher::Config::default(),
+        "tenants",
+    );
+    let (twins, follow_twins) = follow(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default().labels(labels::TENANT),
+        "twin namespaces",
+    );
+    let (quotas, follow_quotas) = follow(
+        Api::<ResourceQuota>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={SHARE_QUOTA}")),
+        "shares",
+    );
+    let keeper = Keeper {
+        client,
+        tenants,
+        twins,
+        quotas,
+        failing: None,
+    };
+    tokio::join!(follow_tenants, follow_twins, follow_quotas, keeper.run());
+}
+
+struct Keeper {
+    client: kube::Client,
+    tenants: Followed<Tenant>,
+    twins: Followed<Namespace>,
+    quotas: Followed<ResourceQuota>,
+    /// The last failure, logged once until it changes.
+    failing: Option<String>,
+}
+
+impl Keeper {
+    async fn run(mut self) {
+        let mut tenants = self.tenants.state.clone();
+        let mut twins = self.twins.state.clone();
+        let mut quotas = self.quotas.state.clone();
+        let mut wait = PERIOD;
+        loop {
+            tokio::select! {
+                _ = tenants.changed() => {}
+                _ = twins.changed() => {}
+                _ = quotas.changed() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+            tokio::time::sleep(DEBOUNCE).await;
+            if !(self.tenants.is_current() && self.twins.is_current() && self.quotas.is_current()) {
+                wait = PERIOD;
+                continue;
+            }
+            wait = match self.round().await {
+                Ok(wrote) => {
+                    if self.failing.take().is_some() {
+                        tracing::info!("shares written again");
+                    }
+                    if wrote { AGAIN } else { PERIOD }
+                }
+                Err(error) => {
+                    let text = format!("{error:#}");
+                    if self.failing.as_ref() != Some(&text) {
+                        tracing::warn!(error = %text, "cannot keep the tenants' shares");
+                        self.failing = Some(text);
+                    }
+                    AGAIN * 4
+                }
+            };
+        }
+    }
+
+    /// One round for every tenant; whether anything was written.
+    async fn round(&self) -> anyhow::Result<bool> {
+        let tenants = self.tenants.store.state();
+        let twins = self.twins.store.state();
+        // From the stores first: a round that would write nothing costs
+        // no read (most changes are admissions counted in a share).
+        let stored: Vec<ResourceQuota> = self
+            .quotas
+            .store
+            .state()
+            .iter()
+            .map(|q| (**q).clone())
+            .collect();
+        if !tenants
+            .iter()
+            .any(|t| !plan(t, &twins, &stored).writes.is_empty())
+        {
+            return Ok(false);
+        }
+        let fresh = Api::<ResourceQuota>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("metadata.name={SHARE_QUOTA}")))
+            .await?
+            .items;
+        let mut wrote = false;
+        let mut failed = None;
+        // One tenant's failure (its namespace not made yet) does not hold
+        // back the others.
+        for tenant in &tenants {
+            let plan = plan(tenant, &twins, &fresh);
+            for write in &plan.writes {
+                let (namespace, existing) = &plan.holders[write.holder];
+                if existing.as_ref().is_some_and(|q| !is_ours(q)) {
+                    tracing::warn!(%namespace, "a ResourceQuota {SHARE_QUOTA} that is not ours: left as it is");
+                    continue;
+                }
+                let id = tenant.spec.cluster_id.to_string();
+                match self.write(namespace, &id, &write.hard).await {
+                    Ok(()) => {
+                        tracing::info!(
+                            tenant = %id,
+                            %namespace,
+                            hard = ?shares::hard_quantities(&write.hard),
+                            "share written"
+                        );
+                        wrote = true;
+                    }
+                    // The rest of this tenant's writes may depend on it.
+                    Err(error) => {
+                        failed.get_or_insert(error);
+                        break;
+                    }
+                }
+            }
+        }
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(wrote),
+        }
+    }
+
+    async fn write(
+        &self,
+        namespace: &str,
+        tenant: &str,
+        hard: &BTreeMap<shares::Counted, u64>,
+    ) -> anyhow::Result<()> {
+        let quota = json!({
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": { "name": SHARE_QUOTA, "namespace": namespace, "labels": share_labels(tenant) },
+            "spec": { "hard": shares::hard_quantities(hard) },
+        });
+        Api::<ResourceQuota>::namespaced(self.client.clone(), namespace)
+            .patch(
+                SHARE_QUOTA,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&quota),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("writing {SHARE_QUOTA} in {namespace}: {e}"))?;
+        Ok(())
+    }
+}
+
+/// One tenant's namespaces with their share quotas, and what to write.
+struct Plan {
+    holders: Vec<(String, Option<ResourceQuota>)>,
+    writes: Vec<shares::Write>,
+}
+
+/// The tenant namespace first, then the twins by name. A twin being
+/// deleted keeps its share (its pods are still counted) and gets no new
+/// one.
+fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[ResourceQuota]) -> Plan {
+    let id = tenant.spec.cluster_id.to_string();
+    let grant =
+        Grant::of(&tenant.spec.grant).filter(|_| tenant.meta().deletion_timestamp.is_none());
+    let Some(grant) = grant else {
+        return Plan {
+            holders: Vec::new(),
+            writes: Vec::new(),
+        };
+    };
+    let quota_in = |ns: &str| {
+        quotas
+            .iter()
+            .find(|q| q.meta().namespace.as_deref() == Some(ns))
+            .cloned()
+    };
+    let mut mine: Vec<&Namespace> = twins
+        .iter()
+        .map(|n| &**n)
+        .filter(|n| n.labels().get(labels::TENANT) == Some(&id))
+        .collect();
+    mine.sort_by_key(|n| n.name_any());
+    let mut holders = vec![(tenant.spec.namespace.clone(), false, Default::default())];
+    for ns in mine {
+        let deleting = ns.meta().deletion_timestamp.is_some();
+        let demand = if deleting {
+            Default::default()
+        } else {
+            shares::demand_of(ns.metadata.annotations.as_ref())
+        };
+        if deleting && quota_in(&ns.name_any()).is_none() {
+            continue;
+        }
+        holders.push((ns.name_any(), true, demand));
+    }
+    let holders: Vec<(String, Option<ResourceQuota>, Holder)> = holders
+        .into_iter()
+        .map(|(ns, twin, demand)| {
+            let quota = quota_in(&ns);
+            let holder = Holder {
+                twin,
+                demand,
+                quota: quota.as_ref().map(QuotaState::of),
+            };
+            (ns, quota, holder)
+        })
+        .collect();
+    let states: Vec<Holder> = holders.iter().map(|(_, _, h)| h.clone()).collect();
+    let writes = shares::step(&grant, &states)
+        .into_iter()
+        // Never into a namespace being deleted (the API refuses it).
+        .filter(|w| {
+            w.holder == 0
+                || twins.iter().any(|n| {
+                    n.name_any() == holders[w.holder].0 && n.meta().deletion_timestamp.is_none()
+                })
+        })
+        .collect();
+    Plan {
+        holders: holders.into_iter().map(|(ns, q, _)| (ns, q)).collect(),
+        writes,
+    }
+}

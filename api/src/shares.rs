@@ -1,0 +1,684 @@
+//! How a tenant's grant is split across the namespaces it may run pods in
+//! on its provider: its tenant namespace and its twin namespaces.
+//!
+//! A ResourceQuota counts one namespace, and upstream Kubernetes has no
+//! quota across namespaces, so the grant is enforced as one quota per
+//! namespace, [`SHARE_QUOTA`], whose hards never add up to more than the
+//! grant (docs/offloading.md, "The grant across twin namespaces"). The
+//! provider's gateway writes them; the API server enforces them. This
+//! module is the arithmetic, with no IO: what each namespace should get
+//! ([`targets`]), and what may be written now without the sum ever
+//! passing the grant, even while admissions race ([`step`]).
+//!
+//! The consumer says how much each twin needs (its virtual kubelet writes
+//! [`DEMAND_ANNOTATION`] on the twin: the requests of the pods it runs
+//! there). That only decides how the grant is divided: whatever a
+//! consumer writes, the hards add up to at most the grant.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceQuota;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::sharing::{Amounts, Resources, parse_bytes, parse_cpu_millis};
+
+/// The ResourceQuota holding a namespace's share of its tenant's grant.
+pub const SHARE_QUOTA: &str = "liqo-share";
+
+/// On a twin namespace: what the consumer's pods there request, as JSON
+/// of [`Resources`] (`{"cpu":"1500m","memory":"3Gi","pods":"12"}`),
+/// written by the consumer's virtual kubelet.
+pub const DEMAND_ANNOTATION: &str = "liqo.io/demand";
+
+/// A resource a share bounds: what a virtual node's capacity says and
+/// the scheduler counts (requests and pods; limits are not scheduled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Counted {
+    Cpu,
+    Memory,
+    Pods,
+}
+
+impl Counted {
+    pub const ALL: [Counted; 3] = [Counted::Cpu, Counted::Memory, Counted::Pods];
+
+    /// Its name in a ResourceQuota's `hard` and `used`.
+    pub fn quota_key(self) -> &'static str {
+        match self {
+            Counted::Cpu => "requests.cpu",
+            Counted::Memory => "requests.memory",
+            Counted::Pods => "pods",
+        }
+    }
+
+    pub fn of(self, a: &Amounts) -> u64 {
+        match self {
+            Counted::Cpu => a.cpu_millis,
+            Counted::Memory => a.memory_bytes,
+            Counted::Pods => a.pods,
+        }
+    }
+
+    fn set(self, a: &mut Amounts, value: u64) {
+        match self {
+            Counted::Cpu => a.cpu_millis = value,
+            Counted::Memory => a.memory_bytes = value,
+            Counted::Pods => a.pods = value,
+        }
+    }
+
+    pub fn parse(self, q: &str) -> Option<u64> {
+        match self {
+            Counted::Cpu => parse_cpu_millis(q),
+            Counted::Memory => parse_bytes(q),
+            Counted::Pods => q.parse().ok(),
+        }
+    }
+
+    pub fn format(self, value: u64) -> String {
+        match self {
+            Counted::Cpu => format!("{value}m"),
+            Counted::Memory | Counted::Pods => value.to_string(),
+        }
+    }
+
+    fn granted(self, grant: &Resources) -> bool {
+        match self {
+            Counted::Cpu => grant.cpu.is_some(),
+            Counted::Memory => grant.memory.is_some(),
+            Counted::Pods => grant.pods.is_some(),
+        }
+    }
+}
+
+/// A tenant's grant as a share bounds it: only what the grant names is
+/// bounded (as the tenant namespace's `liqo-grant` quota does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub amounts: Amounts,
+    pub cpu: bool,
+    pub memory: bool,
+    pub pods: bool,
+}
+
+impl Grant {
+    /// `None` when a quantity cannot be read.
+    pub fn of(grant: &Resources) -> Option<Self> {
+        Some(Self {
+            amounts: Amounts::from_resources(grant).ok()?,
+            cpu: Counted::Cpu.granted(grant),
+            memory: Counted::Memory.granted(grant),
+            pods: Counted::Pods.granted(grant),
+        })
+    }
+
+    /// The resources it bounds.
+    pub fn counted(&self) -> impl Iterator<Item = Counted> + '_ {
+        Counted::ALL.into_iter().filter(|c| match c {
+            Counted::Cpu => self.cpu,
+            Counted::Memory => self.memory,
+            Counted::Pods => self.pods,
+        })
+    }
+}
+
+/// One namespace of a tenant, as a round of the split sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// A twin namespace (the tenant namespace is not one).
+    pub twin: bool,
+    /// What the consumer says its pods there request (twins only).
+    pub demand: Amounts,
+    /// Its share quota, when it has one.
+    pub quota: Option<QuotaState>,
+}
+
+/// A share quota as read: per resource, `None` where it says nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QuotaState {
+    /// `spec.hard`: what we last wrote.
+    pub spec: BTreeMap<Counted, u64>,
+    /// `status.hard`: what admission enforces (the quota controller copies
+    /// the spec there when it catches up).
+    pub enforced: BTreeMap<Counted, u64>,
+    /// `status.used`: what admission has counted.
+    pub used: BTreeMap<Counted, u64>,
+}
+
+impl QuotaState {
+    pub fn of(quota: &ResourceQuota) -> Self {
+        let read = |list: Option<&BTreeMap<String, Quantity>>| {
+            Counted::ALL
+                .into_iter()
+                .filter_map(|c| {
+                    let q = list?.get(c.quota_key())?;
+                    Some((c, c.parse(&q.0)?))
+                })
+                .collect()
+        };
+        let status = quota.status.as_ref();
+        Self {
+            spec: read(quota.spec.as_ref().and_then(|s| s.hard.as_ref())),
+            enforced: read(status.and_then(|s| s.hard.as_ref())),
+            used: read(status.and_then(|s| s.used.as_ref())),
+        }
+    }
+}
+
+impl Holder {
+    fn used(&self, r: Counted) -> Option<u64> {
+        self.quota.as_ref()?.used.get(&r).copied()
+    }
+
+    /// The most admission may let this namespace hold of `r` now, as far
+    /// as the grant's sum is concerned: the larger of what we wrote and
+    /// what is enforced, and never less than what it holds. A tenant
+    /// namespace without a share is bounded by `liqo-grant` (the whole
+    /// grant); a twin without one admits no pod (the admission policy
+    /// `liqo-twin-share`). `None` while its use is not counted yet.
+    fn bound(&self, r: Counted, grant: u64) -> Option<u64> {
+        let Some(quota) = &self.quota else {
+            return Some(if self.twin { 0 } else { grant });
+        };
+        let used = *quota.used.get(&r)?;
+        let written = quota.spec.get(&r).copied().unwrap_or(grant);
+        let enforced = quota.enforced.get(&r).copied().unwrap_or(written);
+        Some(written.max(enforced).max(used))
+    }
+
+    /// What we last wrote, or what stands for it without a quota.
+    fn written(&self, r: Counted, grant: u64) -> u64 {
+        match &self.quota {
+            Some(q) => q.spec.get(&r).copied().unwrap_or(grant),
+            None if self.twin => 0,
+            None => grant,
+        }
+    }
+}
+
+/// What each holder should hold: what it needs (the larger of what it
+/// uses and what the consumer asks for it), plus, for twins, a part of
+/// what is left in proportion to that need (equal parts while no twin
+/// needs anything; the tenant namespace gets the rest only when there is
+/// no twin). When needs add up to more than the grant, each gets
+/// what it uses plus a part of what is free in proportion to what it
+/// lacks. Never below what a namespace uses; the sum never above the
+/// grant.
+pub fn targets(grant: &Grant, holders: &[Holder]) -> Vec<Amounts> {
+    let mut out = vec![Amounts::default(); holders.len()];
+    for r in grant.counted() {
+        let total = r.of(&grant.amounts);
+        let used: Vec<u64> = holders.iter().map(|h| h.used(r).unwrap_or(0)).collect();
+        let need: Vec<u64> = holders
+            .iter()
+            .zip(&used)
+            .map(|(h, u)| (*u).max(if h.twin { r.of(&h.demand) } else { 0 }))
+            .collect();
+        let needed: u64 = need.iter().sum();
+        let values: Vec<u64> = if needed <= total {
+            // The part left goes to the twins (the tenant namespace is
+            // not where pods are meant to run).
+            let twin_need: Vec<u64> = holders
+                .iter()
+                .zip(&need)
+                .map(|(h, n)| if h.twin { *n } else { 0 })
+                .collect();
+            let weights: Vec<u64> = if twin_need.iter().any(|n| *n > 0) {
+                twin_need
+            } else if holders.iter().any(|h| h.twin) {
+                holders.iter().map(|h| u64::from(h.twin)).collect()
+            } else {
+                vec![1; holders.len()]
+            };
+            let parts = divide(total - needed, &weights);
+            need.iter().zip(parts).map(|(n, p)| n + p).collect()
+        } else {
+            let in_use: u64 = used.iter().sum();
+            let lacking: Vec<u64> = need.iter().zip(&used).map(|(n, u)| n - u).collect();
+            let parts = divide(total.saturating_sub(in_use), &lacking);
+            used.iter().zip(parts).map(|(u, p)| u + p).collect()
+        };
+        for (o, v) in out.iter_mut().zip(values) {
+            r.set(o, v);
+        }
+    }
+    out
+}
+
+/// `amount` in parts proportional to `weights`, whole units: rounded
+/// down, then what rounding left goes a unit each to the largest
+/// remainders (the first on a tie), so that all of it is given.
+fn divide(amount: u64, weights: &[u64]) -> Vec<u64> {
+    let sum: u128 = weights.iter().map(|w| u128::from(*w)).sum();
+    if sum == 0 {
+        return vec![0; weights.len()];
+    }
+    let exact: Vec<(u128, u128)> = weights
+        .iter()
+        .map(|w| {
+            let share = u128::from(amount) * u128::from(*w);
+            (share / sum, share % sum)
+        })
+        .collect();
+    let mut parts: Vec<u64> = exact
+        .iter()
+        .map(|(q, _)| u64::try_from(*q).unwrap_or(u64::MAX))
+        .collect();
+    let given: u64 = parts.iter().sum();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by(|a, b| exact[*b].1.cmp(&exact[*a].1).then(a.cmp(b)));
+    for i in order
+        .into_iter()
+        .take(usize::try_from(amount - given).unwrap_or(0))
+    {
+        parts[i] += 1;
+    }
+    parts
+}
+
+/// What to write to one holder's share quota: the whole `hard`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    pub holder: usize,
+    pub hard: BTreeMap<Counted, u64>,
+}
+
+/// The writes of this round, from a fresh read of every share: lowering
+/// first (each share down to its target, never below what it uses); and
+/// only when nothing is left to lower, raising, each share up to its
+/// target as far as the grant, less what every share may hold now, allows.
+/// A share is raised only from counts admission has made (`status.used`
+/// of every share known), and "what it may hold" is the larger of what is
+/// written and what is enforced, so that a lowering not yet enforced is
+/// not given away twice. Nothing to write: the split is as it should be.
+pub fn step(grant: &Grant, holders: &[Holder]) -> Vec<Write> {
+    let want = targets(grant, holders);
+    let counted: Vec<Counted> = grant.counted().collect();
+    let total = |r: Counted| r.of(&grant.amounts);
+    let written: Vec<BTreeMap<Counted, u64>> = holders
+        .iter()
+        .map(|h| {
+            counted
+                .iter()
+                .map(|r| (*r, h.written(*r, total(*r))))
+                .collect()
+        })
+        .collect();
+    let lower: Vec<Write> = holders
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| counted.iter().any(|r| r.of(&want[*i]) < written[*i][r]))
+        .map(|(i, _)| Write {
+            holder: i,
+            hard: counted
+                .iter()
+                .map(|r| (*r, r.of(&want[i]).min(written[i][r])))
+                .collect(),
+        })
+        .collect();
+    if !lower.is_empty() {
+        return lower;
+    }
+    // Every share is at or below its target: raise them.
+    let mut raised = written.clone();
+    for r in &counted {
+        let bounds: Option<Vec<u64>> = holders.iter().map(|h| h.bound(*r, total(*r))).collect();
+        let Some(bounds) = bounds else {
+            continue;
+        };
+        let mut room = total(*r).saturating_sub(bounds.iter().sum());
+        for (i, bound) in bounds.iter().enumerate() {
+            let target = r.of(&want[i]);
+            // Up to what it may hold already costs nothing more.
+            let take = target.saturating_sub(*bound).min(room);
+            room -= take;
+            raised[i].insert(*r, target.min(*bound + take).max(written[i][r]));
+        }
+    }
+    holders
+        .iter()
+        .enumerate()
+        .filter(|(i, h)| h.quota.as_ref().map(|q| &q.spec) != Some(&raised[*i]))
+        .map(|(i, _)| Write {
+            holder: i,
+            hard: raised[i].clone(),
+        })
+        .collect()
+}
+
+/// A quota's `hard` as written.
+pub fn hard_quantities(hard: &BTreeMap<Counted, u64>) -> BTreeMap<String, Quantity> {
+    hard.iter()
+        .map(|(r, v)| (r.quota_key().to_owned(), Quantity(r.format(*v))))
+        .collect()
+}
+
+/// The demand a twin's annotation states (nothing when absent or not
+/// readable: the consumer only divides its own grant with it).
+pub fn demand_of(annotations: Option<&BTreeMap<String, String>>) -> Amounts {
+    annotations
+        .and_then(|a| a.get(DEMAND_ANNOTATION))
+        .and_then(|text| serde_json::from_str::<Resources>(text).ok())
+        .and_then(|r| Amounts::from_resources(&r).ok())
+        .unwrap_or_default()
+}
+
+/// The annotation's value for a demand.
+pub fn demand_annotation(demand: &Amounts) -> String {
+    let r = Resources {
+        cpu: Some(Quantity(Counted::Cpu.format(demand.cpu_millis))),
+        memory: Some(Quantity(Counted::Memory.format(demand.memory_bytes))),
+        pods: Some(Quantity(demand.pods.to_string())),
+    };
+    serde_json::to_string(&r).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn amounts(cpu: u64, memory: u64, pods: u64) -> Amounts {
+        Amounts {
+            cpu_millis: cpu,
+            memory_bytes: memory,
+            pods,
+        }
+    }
+
+    fn grant(cpu: u64, memory: u64, pods: u64) -> Grant {
+        Grant {
+            amounts: amounts(cpu, memory, pods),
+            cpu: true,
+            memory: true,
+            pods: true,
+        }
+    }
+
+    fn all(v: [u64; 3]) -> BTreeMap<Counted, u64> {
+        Counted::ALL.into_iter().zip(v).collect()
+    }
+
+    /// A holder whose quota is written and enforced at `hard`, using
+    /// `used`.
+    fn holder(twin: bool, demand: [u64; 3], hard: [u64; 3], used: [u64; 3]) -> Holder {
+        Holder {
+            twin,
+            demand: amounts(demand[0], demand[1], demand[2]),
+            quota: Some(QuotaState {
+                spec: all(hard),
+                enforced: all(hard),
+                used: all(used),
+            }),
+        }
+    }
+
+    fn tenant_ns(hard: [u64; 3], used: [u64; 3]) -> Holder {
+        holder(false, [0; 3], hard, used)
+    }
+
+    fn pods(a: &[Amounts]) -> Vec<u64> {
+        a.iter().map(|a| a.pods).collect()
+    }
+
+    #[test]
+    fn targets_follow_need_and_never_pass_the_grant() {
+        let g = grant(4000, 8 << 30, 100);
+        // (holders as (twin, demand pods, used pods), expected pods)
+        type Case<'a> = (&'a [(bool, u64, u64)], &'a [u64]);
+        let cases: [Case; 8] = [
+            // One twin: all but what the tenant namespace uses.
+            (&[(false, 0, 0), (true, 0, 0)], &[0, 100]),
+            (&[(false, 0, 3), (true, 10, 2)], &[3, 97]),
+            // Nothing needed anywhere: equal parts among twins.
+            (&[(false, 0, 0), (true, 0, 0), (true, 0, 0)], &[0, 50, 50]),
+            // No twin: the tenant namespace holds the grant.
+            (&[(false, 0, 0)], &[100]),
+            // What is left, in proportion to need.
+            (&[(false, 0, 0), (true, 30, 0), (true, 10, 0)], &[0, 75, 25]),
+            // Use above demand counts (pods being replaced).
+            (
+                &[(false, 0, 0), (true, 10, 20), (true, 20, 0)],
+                &[0, 50, 50],
+            ),
+            // Needs above the grant (a consumer lying): each keeps what
+            // it uses, the free part goes in proportion to what it lacks.
+            (
+                &[(false, 0, 0), (true, 300, 40), (true, 100, 20)],
+                &[0, 71, 29],
+            ),
+            // Over the grant already (the grant was lowered): nothing
+            // more for anyone, nothing taken away.
+            (
+                &[(false, 0, 10), (true, 200, 90), (true, 50, 30)],
+                &[10, 90, 30],
+            ),
+        ];
+        for (holders, expected) in cases {
+            let hs: Vec<Holder> = holders
+                .iter()
+                .map(|(twin, d, u)| holder(*twin, [0, 0, *d], [0; 3], [0, 0, *u]))
+                .collect();
+            let t = targets(&g, &hs);
+            assert_eq!(pods(&t), expected, "{holders:?}");
+            let used: u64 = holders.iter().map(|h| h.2).sum();
+            assert!(pods(&t).iter().sum::<u64>() <= g.amounts.pods.max(used));
+            for (t, (_, _, u)) in t.iter().zip(holders) {
+                assert!(t.pods >= *u, "{holders:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_granted_resources_are_bounded() {
+        let g = Grant {
+            amounts: amounts(0, 0, 10),
+            cpu: false,
+            memory: false,
+            pods: true,
+        };
+        let hs = [Holder {
+            twin: true,
+            ..Holder::default()
+        }];
+        let w = step(&g, &hs);
+        assert_eq!(
+            w,
+            vec![Write {
+                holder: 0,
+                hard: BTreeMap::from([(Counted::Pods, 10)])
+            }]
+        );
+    }
+
+    #[test]
+    fn lowering_comes_first_and_raising_waits_for_it_to_be_enforced() {
+        let g = grant(1000, 1000, 10);
+        // Twin a holds everything; twin b now needs 4 pods.
+        let a = holder(true, [0, 0, 2], [1000, 1000, 10], [0, 0, 2]);
+        let b = holder(true, [0, 0, 4], [0, 0, 0], [0, 0, 0]);
+        let tenant = tenant_ns([0; 3], [0; 3]);
+        let round = step(&g, &[tenant.clone(), a.clone(), b.clone()]);
+        // cpu and memory: nothing needed, so equal parts between twins.
+        assert_eq!(
+            round,
+            vec![Write {
+                holder: 1,
+                hard: all([500, 500, 3])
+            }]
+        );
+        // Written, not enforced yet: b may not have it.
+        let mut a_written = a.clone();
+        a_written.quota.as_mut().expect("a quota").spec = all([500, 500, 3]);
+        let round = step(&g, &[tenant.clone(), a_written.clone(), b.clone()]);
+        assert_eq!(
+            round,
+            vec![],
+            "nothing may be raised before a's lowering is enforced"
+        );
+        // Enforced: b is raised to its target.
+        let mut a_enforced = a_written.clone();
+        a_enforced.quota.as_mut().expect("a quota").enforced = all([500, 500, 3]);
+        let round = step(&g, &[tenant.clone(), a_enforced.clone(), b.clone()]);
+        assert_eq!(
+            round,
+            vec![Write {
+                holder: 2,
+                hard: all([500, 500, 7])
+            }]
+        );
+    }
+
+    #[test]
+    fn a_share_that_grew_before_its_lowering_is_not_given_away() {
+        let g = grant(1000, 1000, 10);
+        // a was lowered to 3 but admitted up to 9 before that was
+        // enforced: b may only have what is left.
+        let a = holder(true, [0, 0, 2], [500, 500, 3], [0, 0, 9]);
+        let b = holder(true, [0, 0, 4], [500, 500, 0], [0, 0, 0]);
+        let tenant = tenant_ns([0; 3], [0; 3]);
+        let writes = step(&g, &[tenant, a, b]);
+        // a's target is what it uses (9), which costs nothing more; b
+        // gets the 1 pod left, not the 7 a was lowered by.
+        assert_eq!(
+            writes,
+            vec![
+                Write {
+                    holder: 1,
+                    hard: all([500, 500, 9])
+                },
+                Write {
+                    holder: 2,
+                    hard: all([500, 500, 1])
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_is_raised_while_a_use_is_not_counted() {
+        let g = grant(1000, 1000, 10);
+        let mut fresh = holder(true, [0, 0, 5], [0, 0, 0], [0; 3]);
+        fresh.quota.as_mut().expect("a quota").used.clear();
+        let other = holder(true, [0, 0, 5], [0, 0, 0], [0; 3]);
+        let writes = step(&g, &[tenant_ns([0; 3], [0; 3]), fresh, other]);
+        assert!(writes.is_empty(), "{writes:?}");
+    }
+
+    #[test]
+    fn a_new_tenant_namespace_share_lowers_liqo_grant_first() {
+        let g = grant(1000, 1000, 10);
+        let tenant = Holder::default();
+        let twin = Holder {
+            twin: true,
+            demand: amounts(0, 0, 1),
+            quota: None,
+        };
+        // The tenant namespace, bounded by liqo-grant alone, is lowered
+        // (its share made) before the twin gets anything.
+        let writes = step(&g, &[tenant, twin]);
+        assert_eq!(
+            writes,
+            vec![Write {
+                holder: 0,
+                hard: all([0, 0, 0])
+            }]
+        );
+    }
+
+    #[test]
+    fn a_split_as_it_should_be_writes_nothing() {
+        let g = grant(1000, 1000, 10);
+        let hs = [
+            tenant_ns([0; 3], [0; 3]),
+            holder(true, [100, 100, 3], [1000, 1000, 10], [100, 100, 3]),
+        ];
+        assert!(step(&g, &hs).is_empty());
+    }
+
+    #[test]
+    fn the_sum_stays_within_the_grant_through_every_round() {
+        // Rounds of the split while needs move between three twins and
+        // admission fills each share as soon as it is enforced.
+        let g = grant(8000, 1 << 30, 40);
+        let mut hs = vec![
+            Holder::default(),
+            Holder {
+                twin: true,
+                ..Holder::default()
+            },
+            Holder {
+                twin: true,
+                ..Holder::default()
+            },
+            Holder {
+                twin: true,
+                ..Holder::default()
+            },
+        ];
+        let demands = [[30, 0, 5], [0, 35, 2], [10, 10, 10], [1, 1, 1], [40, 0, 0]];
+        for d in demands {
+            for (h, p) in hs.iter_mut().skip(1).zip(d) {
+                h.demand = amounts(p * 100, p << 20, p);
+            }
+            for _ in 0..10 {
+                let writes = step(&g, &hs);
+                for w in writes {
+                    let h = &mut hs[w.holder];
+                    let q = h.quota.get_or_insert_with(QuotaState::default);
+                    q.spec = w.hard;
+                }
+                // The quota controller catches up, and admission takes
+                // what the consumer asks for within what is enforced.
+                for h in hs.iter_mut() {
+                    let demand = h.demand;
+                    if let Some(q) = h.quota.as_mut() {
+                        q.enforced = q.spec.clone();
+                        for r in Counted::ALL {
+                            let used = q.used.entry(r).or_insert(0);
+                            *used = (*used).max(r.of(&demand).min(q.enforced[&r]));
+                        }
+                    }
+                }
+                for r in Counted::ALL {
+                    let held: u64 = hs
+                        .iter()
+                        .filter_map(|h| h.quota.as_ref())
+                        .map(|q| q.enforced[&r].max(q.used[&r]))
+                        .sum();
+                    assert!(held <= r.of(&g.amounts), "{r:?}: {held} after {d:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn demands_round_trip_and_bad_ones_count_nothing() {
+        let d = amounts(1500, 3 << 30, 12);
+        let text = demand_annotation(&d);
+        let annotations = BTreeMap::from([(DEMAND_ANNOTATION.to_owned(), text)]);
+        assert_eq!(demand_of(Some(&annotations)), d);
+        let bad = BTreeMap::from([(DEMAND_ANNOTATION.to_owned(), "{\"cpu\":\"x\"}".to_owned())]);
+        assert_eq!(demand_of(Some(&bad)), Amounts::default());
+        assert_eq!(demand_of(None), Amounts::default());
+    }
+
+    #[test]
+    fn quotas_are_read_as_written() {
+        let q: ResourceQuota = serde_json::from_value(serde_json::json!({
+            "spec": { "hard": { "requests.cpu": "2", "requests.memory": "1Gi", "pods": "10" } },
+            "status": {
+                "hard": { "requests.cpu": "1500m", "requests.memory": "1Gi", "pods": "10" },
+                "used": { "requests.cpu": "0", "requests.memory": "0", "pods": "0" },
+            },
+        }))
+        .expect("a quota");
+        let s = QuotaState::of(&q);
+        assert_eq!(s.spec, all([2000, 1 << 30, 10]));
+        assert_eq!(s.enforced, all([1500, 1 << 30, 10]));
+        assert_eq!(s.used, all([0, 0, 0]));
+        assert_eq!(
+            hard_quantities(&s.spec)["requests.cpu"],
+            Quantity("2000m".into())
+        );
+    }
+}
