@@ -645,14 +645,23 @@ mod tests {
         let cases: Vec<Case> = vec![
             // Containers add up.
             (
-                vec![container("a", "100m", "64Mi", false), container("b", "1", "1Gi", false)],
+                vec![
+                    container("a", "100m", "64Mi", false),
+                    container("b", "1", "1Gi", false),
+                ],
                 vec![],
                 None,
                 None,
                 (1100, 1088),
             ),
             // Nothing stated: nothing.
-            (vec![serde_json::json!({ "name": "a" })], vec![], None, None, (0, 0)),
+            (
+                vec![serde_json::json!({ "name": "a" })],
+                vec![],
+                None,
+                None,
+                (0, 0),
+            ),
             // A larger init container decides.
             (
                 vec![container("a", "100m", "64Mi", false)],
