@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::admissionregistration::v1beta1::{
     MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
@@ -54,6 +54,7 @@ pub enum Manifest {
     ValidatingAdmissionPolicyBinding(Box<ValidatingAdmissionPolicyBinding>),
     MutatingAdmissionPolicy(Box<MutatingAdmissionPolicy>),
     MutatingAdmissionPolicyBinding(Box<MutatingAdmissionPolicyBinding>),
+    MutatingWebhookConfiguration(Box<MutatingWebhookConfiguration>),
 }
 
 impl Manifest {
@@ -83,6 +84,7 @@ impl Manifest {
             Self::MutatingAdmissionPolicyBinding(o) => {
                 ("MutatingAdmissionPolicyBinding", &o.metadata)
             }
+            Self::MutatingWebhookConfiguration(o) => ("MutatingWebhookConfiguration", &o.metadata),
         }
     }
 
@@ -108,6 +110,7 @@ impl Manifest {
             Self::ValidatingAdmissionPolicyBinding(o) => &mut o.metadata,
             Self::MutatingAdmissionPolicy(o) => &mut o.metadata,
             Self::MutatingAdmissionPolicyBinding(o) => &mut o.metadata,
+            Self::MutatingWebhookConfiguration(o) => &mut o.metadata,
         }
     }
 
@@ -158,6 +161,9 @@ impl Manifest {
             Self::MutatingAdmissionPolicyBinding(_) => {
                 ApiResource::erase::<MutatingAdmissionPolicyBinding>(&())
             }
+            Self::MutatingWebhookConfiguration(_) => {
+                ApiResource::erase::<MutatingWebhookConfiguration>(&())
+            }
         };
         (resource, namespace)
     }
@@ -173,6 +179,9 @@ pub struct Options {
     /// The cluster does not serve MutatingAdmissionPolicy
     /// (admissionregistration.k8s.io/v1beta1): placement is left out.
     pub without_placement_policy: bool,
+    /// With `without_placement_policy`: the CA (PEM) of the placement
+    /// webhook's serving certificate, to install the webhook instead.
+    pub placement_webhook_ca: Option<String>,
     /// The API server URL peers should use, given to the gateway (which
     /// announces it with `announce`); absent when rendering `manifests/`.
     pub advertise_address: Option<ApiAddress>,
@@ -276,6 +285,8 @@ pub fn render(options: &Options) -> Vec<Manifest> {
     out.extend(peering_token_policy());
     if !options.without_placement_policy {
         out.extend(placement_policies());
+    } else if let Some(ca) = &options.placement_webhook_ca {
+        out.extend(placement_webhook(ca));
     }
     out
 }
@@ -292,15 +303,104 @@ pub fn every_object() -> Vec<Manifest> {
         service_cidr: "10.1.0.0/16".parse().expect("invariant: a CIDR"),
         version: liqo_api::VERSION.to_owned(),
     };
-    // With every optional object: a Service in front of the gateway.
-    render(&Options {
+    // With every optional object: a Service in front of the gateway, and
+    // the placement webhook with its Secret (made by install itself).
+    let mut out = render(&Options {
         identity: Some(stand_in),
         tunnels: TunnelSettings {
             service_type: Some(GatewayServiceType::NodePort),
             ..TunnelSettings::default()
         },
         ..Options::default()
-    })
+    });
+    out.extend(placement_webhook_objects());
+    out
+}
+
+/// The placement webhook's objects and its Secret, by kind and name.
+pub fn placement_webhook_objects() -> Vec<Manifest> {
+    let mut out = placement_webhook("");
+    out.push(Manifest::Secret(from_json(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta(PLACEMENT_TLS_SECRET, "placement"),
+    }))));
+    out
+}
+
+/// The placement webhook's Service and configuration.
+pub const PLACEMENT_WEBHOOK: &str = "liqo-placement";
+/// The Secret with its serving certificate (`tls.crt`, `tls.key`,
+/// `ca.crt`), made by install, read by the virtual kubelets.
+pub const PLACEMENT_TLS_SECRET: &str = "liqo-placement-tls";
+/// The port the virtual kubelets serve the webhook on.
+pub const PLACEMENT_PORT: u16 = 9443;
+
+/// Placement where MutatingAdmissionPolicy is not served (docs/
+/// offloading.md, "Placement"): the same mutations, by a webhook that
+/// every virtual kubelet serves behind the Service `liqo-placement`. One
+/// entry per strategy, selecting namespaces by their labels as the
+/// policies do, so the path tells the strategy. `Ignore` on failure: a
+/// pod the webhook did not see tolerates no virtual node and stays local
+/// (with no peering there is no virtual kubelet to answer).
+fn placement_webhook(ca_pem: &str) -> Vec<Manifest> {
+    use base64::Engine as _;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let entry = |name: &str, strategy: &str, path: &str| {
+        json!({
+            "name": name,
+            "clientConfig": {
+                "service": {
+                    "namespace": names::NAMESPACE,
+                    "name": PLACEMENT_WEBHOOK,
+                    "path": path,
+                    "port": 443,
+                },
+                "caBundle": ca_bundle,
+            },
+            "rules": [{
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }],
+            "namespaceSelector": { "matchExpressions": [
+                { "key": labels::OFFLOADING, "operator": "In", "values": ["true"] },
+                { "key": labels::POD_OFFLOADING_STRATEGY, "operator": "In", "values": [strategy] },
+            ] },
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "Never",
+        })
+    };
+    vec![
+        Manifest::Service(Box::new(from_json(json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta(PLACEMENT_WEBHOOK, "placement"),
+            "spec": {
+                // Every virtual kubelet, whichever provider it stands for.
+                "selector": selector_labels("virtual-kubelet"),
+                "ports": [{ "name": "webhook", "port": 443, "targetPort": PLACEMENT_PORT }],
+            },
+        })))),
+        Manifest::MutatingWebhookConfiguration(Box::new(from_json(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": cluster_meta(PLACEMENT_WEBHOOK, "placement"),
+            "webhooks": [
+                entry("remote.placement.liqo.io", "Remote", "/placement/remote"),
+                entry(
+                    "local-and-remote.placement.liqo.io",
+                    "LocalAndRemote",
+                    "/placement/local-and-remote",
+                ),
+            ],
+        })))),
+    ]
 }
 
 /// The prefix of every peer identity's user name (see
@@ -1164,6 +1264,68 @@ mod tests {
     }
 
     #[test]
+    fn without_policies_the_webhook_places_pods() {
+        let ca = "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n";
+        let all = render(&Options {
+            without_placement_policy: true,
+            placement_webhook_ca: Some(ca.to_owned()),
+            ..Options::default()
+        });
+        assert!(
+            !all.iter()
+                .any(|m| matches!(m, Manifest::MutatingAdmissionPolicy(_)))
+        );
+        let hook = all
+            .iter()
+            .find_map(|m| match m {
+                Manifest::MutatingWebhookConfiguration(h) => Some(h),
+                _ => None,
+            })
+            .expect("the webhook");
+        let v = serde_json::to_value(hook).expect("json");
+        for (i, (strategy, path)) in [
+            ("Remote", "/placement/remote"),
+            ("LocalAndRemote", "/placement/local-and-remote"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let w = &v["webhooks"][i];
+            assert_eq!(w["clientConfig"]["service"]["path"], path);
+            assert_eq!(w["failurePolicy"], "Ignore");
+            assert_eq!(
+                w["namespaceSelector"]["matchExpressions"][1]["values"][0],
+                strategy
+            );
+            use base64::Engine as _;
+            let bundle = base64::engine::general_purpose::STANDARD
+                .decode(w["clientConfig"]["caBundle"].as_str().expect("bundle"))
+                .expect("base64");
+            assert_eq!(bundle, ca.as_bytes());
+        }
+        let service = all
+            .iter()
+            .find(|m| m.describe() == "Service/liqo-placement")
+            .expect("the Service");
+        let v = serde_json::to_value(service).expect("json");
+        assert_eq!(
+            v["spec"]["selector"]["app.kubernetes.io/name"],
+            "liqo-virtual-kubelet"
+        );
+        // Without a certificate (dry runs before install made one), no
+        // webhook either.
+        let none = render(&Options {
+            without_placement_policy: true,
+            ..Options::default()
+        });
+        assert!(
+            !none
+                .iter()
+                .any(|m| matches!(m, Manifest::MutatingWebhookConfiguration(_)))
+        );
+    }
+
+    #[test]
     fn every_object_carries_our_labels() {
         let options = Options {
             identity: Some(ClusterIdentity {
@@ -1177,6 +1339,7 @@ mod tests {
             node_selector: BTreeMap::from([("k".into(), "v".into())]),
             tolerations: Vec::new(),
             without_placement_policy: false,
+            placement_webhook_ca: None,
             advertise_address: None,
             announce: false,
             tunnels: TunnelSettings::default(),

@@ -14,6 +14,7 @@
 mod forge;
 mod kubelet_api;
 mod node;
+mod placement;
 mod provider;
 mod reflection;
 
@@ -67,6 +68,11 @@ struct Args {
     /// agent's pod IP); by default the address of `--kubelet-addr`.
     #[arg(long, env = "POD_IP")]
     node_ip: Option<IpAddr>,
+    /// Where to serve the placement webhook (TLS, with the Secret
+    /// `liqo/liqo-placement-tls`), for clusters without
+    /// MutatingAdmissionPolicy. Not served when unset.
+    #[arg(long, env = "LIQO_PLACEMENT_ADDR")]
+    placement_addr: Option<SocketAddr>,
 }
 
 #[tokio::main]
@@ -164,7 +170,16 @@ async fn main() -> anyhow::Result<()> {
         kubelet_endpoint,
         tunnel: tunnel.clone(),
     };
+    let placement = match args.placement_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("binding the placement webhook to {addr}: {e}"))?,
+        ),
+        None => None,
+    };
     let reflect = reflect(Wiring {
+        placement,
         client: client.clone(),
         consumer_api,
         foreign_cluster: args.foreign_cluster.clone(),
@@ -211,6 +226,8 @@ async fn local_identity(client: &kube::Client) -> liqo_api::ClusterIdentity {
 
 /// What [`reflect`] runs with.
 struct Wiring {
+    /// The placement webhook's listener, when served.
+    placement: Option<tokio::net::TcpListener>,
     client: kube::Client,
     consumer_api: Option<forge::token::ApiAddress>,
     foreign_cluster: String,
@@ -233,6 +250,7 @@ struct Wiring {
 /// kind, and serves the kubelet API.
 async fn reflect(wiring: Wiring) {
     let Wiring {
+        placement,
         client,
         consumer_api,
         foreign_cluster,
@@ -382,6 +400,16 @@ async fn reflect(wiring: Wiring) {
         config_maps.local.clone(),
         &token_wake,
     );
+    let placement = {
+        let client = client.clone();
+        let offloadings = offloadings.clone();
+        async move {
+            match placement {
+                Some(listener) => placement::serve(client, listener, offloadings).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     let keep_demands = reflection::demand::keep(peering.clone(), pods.clone(), twins_rx.clone());
     let twins_changed = {
         let wakes = [
@@ -404,6 +432,7 @@ async fn reflect(wiring: Wiring) {
     };
     tokio::join!(
         kubelet_api,
+        placement,
         keep_seen_there,
         keep_demands,
         follow_offloadings,

@@ -22,6 +22,7 @@ use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
 
 use crate::cli::{GlobalArgs, InstallArgs, OutputFormat};
+use crate::commands::placement_tls;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::k8s::apply::{self, Change};
@@ -69,13 +70,18 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
 
     let installed = installed_pod_placement(&cluster).await?;
     let placement = serves_mutating_admission_policy(&cluster).await;
-    if !placement {
+    // Without MutatingAdmissionPolicy, the virtual kubelets place pods
+    // with a webhook, whose certificate is kept while valid.
+    let placement_tls = if placement {
+        None
+    } else {
         printer.info(
             "  note: this cluster does not serve MutatingAdmissionPolicy \
-             (admissionregistration.k8s.io/v1beta1): pods of offloaded namespaces \
-             must tolerate the virtual nodes' taint themselves (docs/offloading.md)",
+             (admissionregistration.k8s.io/v1beta1): the virtual kubelets place the pods \
+             of offloaded namespaces with a webhook instead (docs/offloading.md)",
         );
-    }
+        Some(placement_tls::current_or_new(&cluster).await?)
+    };
     let installed_gateway = installed_gateway_args(&cluster).await?;
     let announce = flags.announce.unwrap_or(installed_gateway.announce);
     let kept = installed_gateway.tunnels.clone();
@@ -95,6 +101,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         node_selector: flags.node_selector.unwrap_or(installed.node_selector),
         tolerations: flags.tolerations.unwrap_or(installed.tolerations),
         without_placement_policy: !placement,
+        placement_webhook_ca: placement_tls.as_ref().map(|t| t.ca.clone()),
         advertise_address: advertise_address.clone(),
         announce,
         tunnels: tunnels.clone(),
@@ -107,9 +114,19 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         );
     }
 
-    let step = printer.step(format!("Applying {} objects", manifests.len()));
+    // A new certificate is written before the webhook that trusts it
+    // (never printed: it holds the key).
+    let mut to_apply = manifests.clone();
+    if let Some(tls) = placement_tls.as_ref().filter(|t| t.fresh) {
+        let at = to_apply
+            .iter()
+            .position(|m| matches!(m, Manifest::MutatingWebhookConfiguration(_)))
+            .unwrap_or(to_apply.len());
+        to_apply.insert(at, tls.secret());
+    }
+    let step = printer.step(format!("Applying {} objects", to_apply.len()));
     let mut changes = BTreeMap::<String, usize>::new();
-    for manifest in &manifests {
+    for manifest in &to_apply {
         let change = apply::apply(&cluster, manifest).await?;
         if change != Change::Unchanged {
             tracing::info!("{} {change}", manifest.describe());
@@ -132,6 +149,15 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         }));
         if let apply::Deletion::Deleted { .. } = apply::delete(&cluster, &service).await? {
             *changes.entry("deleted".to_owned()).or_default() += 1;
+        }
+    }
+    // Where MutatingAdmissionPolicy is served (again), the webhook that
+    // stood in for it goes (only ours).
+    if placement {
+        for manifest in manifests::placement_webhook_objects() {
+            if let apply::Deletion::Deleted { .. } = apply::delete(&cluster, &manifest).await? {
+                *changes.entry("deleted".to_owned()).or_default() += 1;
+            }
         }
     }
     let summary: Vec<String> = changes.iter().map(|(c, n)| format!("{n} {c}")).collect();

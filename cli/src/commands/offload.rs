@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::conditions;
@@ -29,7 +31,7 @@ use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::k8s::apply::{self, FIELD_MANAGER};
 use crate::k8s::wait::{self, Waited};
-use crate::manifests::Manifest;
+use crate::manifests::{self, Manifest};
 use crate::peering::virtual_kubelet;
 use crate::printer::Printer;
 
@@ -77,21 +79,29 @@ pub async fn offload(
             .into());
         }
     }
+    let agents = virtual_kubelets(&cluster).await?;
     if spec.pod_offloading_strategy != PodOffloadingStrategy::Local
         && !serves_mutating_admission_policy(&cluster).await
     {
-        printer.info(format!(
-            "note: cluster {} does not serve MutatingAdmissionPolicy: pods of {} must tolerate \
-             {}=true:NoExecute themselves to run on virtual nodes (docs/offloading.md)",
-            cluster.name,
-            args.names.join(", "),
-            names::VIRTUAL_NODE_TAINT
-        ));
+        // The virtual kubelets' webhook places the pods: the namespaces
+        // are labelled (which turns placement on) once one serves it, so
+        // that no pod created meanwhile misses it and stays local.
+        let step = printer.step("Waiting for a virtual kubelet to serve the placement webhook");
+        match placement_served(&cluster, &agents, args.timeout.min(60)).await? {
+            Ok(()) => step.done(""),
+            Err(why) => {
+                step.done("not yet");
+                printer.info(format!(
+                    "note: {why}; until one does, new pods of {} are not placed on virtual nodes \
+                     (docs/offloading.md, \"Placement\")",
+                    args.names.join(", ")
+                ));
+            }
+        }
     }
 
     let step = printer.step(format!("Offloading {}", args.names.join(", ")));
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let agents = virtual_kubelets(&cluster).await?;
     for object in &objects {
         let ns = object.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
@@ -367,6 +377,58 @@ fn spec_of(args: &OffloadNamespaceArgs) -> anyhow::Result<NamespaceOffloadingSpe
 
 /// The providers of this cluster's outgoing peerings, from their virtual
 /// kubelets' ServiceAccounts.
+/// Whether the placement webhook has a virtual kubelet behind it (a ready
+/// endpoint of its Service), waiting up to `timeout` seconds while there
+/// is a peering whose agent may come; `Err(why)` when it has none.
+async fn placement_served(
+    cluster: &ClusterClient,
+    agents: &[ClusterId],
+    timeout: u64,
+) -> anyhow::Result<Result<(), String>> {
+    let hooks: Api<MutatingWebhookConfiguration> = Api::all(cluster.client.clone());
+    let installed = hooks
+        .get_opt(manifests::PLACEMENT_WEBHOOK)
+        .await
+        .map_err(|e| cluster.explain(e, "reading the placement webhook"))?;
+    if installed.is_none() {
+        return Ok(Err(format!(
+            "cluster {} has neither MutatingAdmissionPolicy nor the placement webhook \
+             (run `liqoctl install` again)",
+            cluster.name
+        )));
+    }
+    if agents.is_empty() {
+        return Ok(Err(
+            "no virtual kubelet runs yet (no outgoing peering)".to_owned()
+        ));
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    let of_service = ListParams::default().labels(&format!(
+        "kubernetes.io/service-name={}",
+        manifests::PLACEMENT_WEBHOOK
+    ));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(timeout);
+    loop {
+        let ready = slices
+            .list(&of_service)
+            .await
+            .map_err(|e| cluster.explain(e, "reading the placement webhook's endpoints"))?
+            .items
+            .iter()
+            .flat_map(|s| &s.endpoints)
+            .any(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false));
+        if ready {
+            return Ok(Ok(()));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(Err(format!(
+                "no virtual kubelet is ready to serve the placement webhook after {timeout}s"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
 pub(crate) async fn virtual_kubelets(cluster: &ClusterClient) -> anyhow::Result<Vec<ClusterId>> {
     let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let list = accounts

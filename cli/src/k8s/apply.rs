@@ -64,6 +64,7 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
         Manifest::MutatingAdmissionPolicyBinding(o) => {
             apply_if_changed(Api::all(c), o.as_ref()).await
         }
+        Manifest::MutatingWebhookConfiguration(o) => apply_to(Api::all(c), o.as_ref()).await,
     };
     result.map_err(|e| cluster.explain(e, &format!("applying {}", manifest.describe())))
 }

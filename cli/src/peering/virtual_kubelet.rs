@@ -199,6 +199,25 @@ pub fn manifests(
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
             "subjects": subject,
         }))),
+        // The placement webhook's serving certificate, by name.
+        Manifest::Role(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta(Some(names::NAMESPACE)),
+            "rules": [{
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "resourceNames": [crate::manifests::PLACEMENT_TLS_SECRET],
+                "verbs": ["get"],
+            }],
+        }))),
+        Manifest::RoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(Some(names::NAMESPACE)),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+            "subjects": subject,
+        }))),
         // The cluster's client CA (kube-system's
         // extension-apiserver-authentication), through the Role every
         // cluster has for it, to verify the kubelet API's clients.
@@ -238,6 +257,9 @@ pub fn manifests(
                                 // Its own pod IP: several virtual kubelets on
                                 // one host network do not clash.
                                 format!("--kubelet-addr=$(POD_IP):{KUBELET_PORT}"),
+                                // The placement webhook, where install made
+                                // one (docs/offloading.md, "Placement").
+                                format!("--placement-addr=$(POD_IP):{}", crate::manifests::PLACEMENT_PORT),
                             ],
                             "env": [
                                 { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },

@@ -70,6 +70,11 @@ pub struct ClusterSpec {
     /// clusters. Benchmarks raise it to show where a limit lies.
     #[serde(default)]
     pub controller_manager_qps: Option<u32>,
+    /// Leave MutatingAdmissionPolicy off, as it is by default in 1.34
+    /// (most clusters): what liqo-rs does there is tested on such a
+    /// cluster.
+    #[serde(default)]
+    pub without_mutating_admission_policy: bool,
 }
 
 impl ClusterSpec {
@@ -88,6 +93,7 @@ impl ClusterSpec {
             host_images: crate::default_host_images(),
             pod_network: false,
             controller_manager_qps: None,
+            without_mutating_admission_policy: false,
         }
     }
 
@@ -360,7 +366,7 @@ impl Cluster {
             })
             .await?;
 
-        let apiserver_args: Vec<String> = vec![
+        let mut apiserver_args: Vec<String> = vec![
             format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
@@ -379,13 +385,19 @@ impl Cluster {
             format!("--service-account-issuer={server}"),
             format!("--service-account-key-file={}", p(&sa_pub)),
             format!("--service-account-signing-key-file={}", p(&sa_key)),
-            // MutatingAdmissionPolicy (placement of offloaded pods) is beta
-            // in 1.34 and off by default; ValidatingAdmissionPolicy is GA.
-            "--feature-gates=MutatingAdmissionPolicy=true".into(),
-            "--runtime-config=admissionregistration.k8s.io/v1beta1=true".into(),
+            // Webhooks (and aggregated APIs) are reached at their
+            // Service's endpoints: there is no route to ClusterIPs here.
+            "--enable-aggregator-routing=true".into(),
             "--profiling=false".into(),
             "--v=1".into(),
         ];
+        // MutatingAdmissionPolicy (placement of offloaded pods) is beta in
+        // 1.34 and off by default; ValidatingAdmissionPolicy is GA.
+        if !spec.without_mutating_admission_policy {
+            apiserver_args.push("--feature-gates=MutatingAdmissionPolicy=true".into());
+            apiserver_args
+                .push("--runtime-config=admissionregistration.k8s.io/v1beta1=true".into());
+        }
         cluster.spawn(toolchain, "kube-apiserver", apiserver_args.clone())?;
         cluster.apiserver = Some(ApiServer {
             index: cluster.processes.len() - 1,

@@ -168,6 +168,10 @@ struct UpArgs {
     /// (burst twice that) [default: theirs, 20 with a burst of 30].
     #[arg(long, value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..))]
     controller_manager_qps: Option<u32>,
+    /// Leave MutatingAdmissionPolicy off, as most 1.34 clusters have it:
+    /// placement then goes through the virtual kubelets' webhook.
+    #[arg(long)]
+    without_mutating_admission_policy: bool,
     /// Folder of agent binaries (liqo-gateway, …) whose pods each cluster's
     /// host-process node runs as local processes [default: LIQO_AGENT_BIN_DIR,
     /// else the folder of this binary].
@@ -223,6 +227,7 @@ impl UpArgs {
                 }
                 spec.pod_network = self.pod_network;
                 spec.controller_manager_qps = self.controller_manager_qps;
+                spec.without_mutating_admission_policy = self.without_mutating_admission_policy;
                 spec
             })
             .collect())

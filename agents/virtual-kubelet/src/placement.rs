@@ -1,0 +1,515 @@
+//! Placement of the pods of offloaded namespaces, as a mutating admission
+//! webhook: the fallback for clusters that do not serve
+//! MutatingAdmissionPolicy (docs/offloading.md, "Placement"), doing what
+//! the three policies `liqoctl install` writes elsewhere do. A pod created
+//! in a namespace labelled for offloading with LocalAndRemote or Remote
+//! tolerates the virtual nodes' taint; with Remote it also selects
+//! virtual nodes; and the namespace's NamespaceOffloading's selector
+//! becomes its required node affinity, combined with the pod's own.
+//!
+//! Every virtual kubelet of the cluster serves it (the Service
+//! `liqo-placement` selects them all), from its store of the
+//! offloadings; the webhook's two entries (one per strategy, told by the
+//! path) select the namespaces by their labels, so the strategy needs no
+//! read. The serving certificate is the Secret `liqo/liqo-placement-tls`
+//! that `liqoctl install` makes, read from the API (never stored); the
+//! webhook's `failurePolicy` is `Ignore`: a pod this webhook never saw
+//! tolerates no virtual node, so it stays on local nodes.
+//!
+//! [`patch`] is pure; the rest is its server.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::{
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, Secret,
+    Toleration,
+};
+use kube::Api;
+use kube::runtime::reflector::ObjectRef;
+use liqo_agent_runtime::follow::Followed;
+use liqo_api::names::{self, labels};
+use liqo_api::offloading::NamespaceOffloading;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// The Secret in `liqo` with the webhook's serving certificate.
+pub const TLS_SECRET: &str = "liqo-placement-tls";
+/// How often the certificate is read again (a new one comes with
+/// `liqoctl install`), and how soon while there is none.
+const TLS_REFRESH: Duration = Duration::from_secs(60);
+const TLS_RETRY: Duration = Duration::from_secs(3);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest AdmissionReview read.
+const MAX_BODY: usize = 4 << 20;
+
+/// The namespace's pod offloading strategy, told by the webhook's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    LocalAndRemote,
+    Remote,
+}
+
+impl Strategy {
+    pub fn of_path(path: &str) -> Option<Self> {
+        match path {
+            "/placement/local-and-remote" => Some(Self::LocalAndRemote),
+            "/placement/remote" => Some(Self::Remote),
+            _ => None,
+        }
+    }
+}
+
+/// The JSON patch that places `pod` as `strategy` and the offloading's
+/// `selector` say (empty: nothing to change). Each changed field is
+/// written whole (`add` replaces a member that exists).
+pub fn patch(pod: &Pod, strategy: Strategy, selector: Option<&NodeSelector>) -> Vec<Value> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut ops = Vec::new();
+    let taint = names::VIRTUAL_NODE_TAINT;
+    let mut tolerations = spec.tolerations.clone().unwrap_or_default();
+    if !tolerations.iter().any(|t| t.key.as_deref() == Some(taint)) {
+        tolerations.push(Toleration {
+            key: Some(taint.to_owned()),
+            operator: Some("Equal".to_owned()),
+            value: Some("true".to_owned()),
+            effect: Some("NoExecute".to_owned()),
+            toleration_seconds: None,
+        });
+        ops.push(json!({ "op": "add", "path": "/spec/tolerations", "value": tolerations }));
+    }
+    if strategy == Strategy::Remote {
+        let mut selector = spec.node_selector.clone().unwrap_or_default();
+        if selector.get(labels::VIRTUAL_NODE).map(String::as_str) != Some("true") {
+            selector.insert(labels::VIRTUAL_NODE.to_owned(), "true".to_owned());
+            ops.push(json!({ "op": "add", "path": "/spec/nodeSelector", "value": selector }));
+        }
+    }
+    let terms = selector
+        .map(|s| s.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    if terms.is_empty() {
+        return ops;
+    }
+    // Ours: the offloading's terms (their expressions: a selector of
+    // providers says nothing of fields), and with LocalAndRemote a term
+    // for local nodes.
+    let mut ours: Vec<NodeSelectorTerm> = terms
+        .iter()
+        .map(|t| NodeSelectorTerm {
+            match_expressions: t.match_expressions.clone(),
+            match_fields: None,
+        })
+        .collect();
+    if strategy == Strategy::LocalAndRemote {
+        ours.push(NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: labels::VIRTUAL_NODE.to_owned(),
+                operator: "DoesNotExist".to_owned(),
+                values: None,
+            }]),
+            match_fields: None,
+        });
+    }
+    let mut affinity = spec.affinity.clone().unwrap_or_default();
+    let mut node = affinity.node_affinity.take().unwrap_or_default();
+    let own = node
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .map(|r| r.node_selector_terms.clone())
+        .unwrap_or_default();
+    // Terms are ORed: the pod must satisfy one of its own and one of ours,
+    // that is one of each pair joined.
+    let combined = if own.is_empty() {
+        ours
+    } else {
+        own.iter()
+            .flat_map(|o| {
+                ours.iter().map(move |t| NodeSelectorTerm {
+                    match_expressions: join(&o.match_expressions, &t.match_expressions),
+                    match_fields: o.match_fields.clone(),
+                })
+            })
+            .collect()
+    };
+    node.required_during_scheduling_ignored_during_execution = Some(NodeSelector {
+        node_selector_terms: combined,
+    });
+    let affinity = Affinity {
+        node_affinity: Some(NodeAffinity { ..node }),
+        ..affinity
+    };
+    ops.push(json!({ "op": "add", "path": "/spec/affinity", "value": affinity }));
+    ops
+}
+
+fn join<T: Clone>(a: &Option<Vec<T>>, b: &Option<Vec<T>>) -> Option<Vec<T>> {
+    let all: Vec<T> = a.iter().chain(b.iter()).flatten().cloned().collect();
+    (!all.is_empty()).then_some(all)
+}
+
+/// The AdmissionReview answering `review` for `strategy`, with the
+/// offloadings `offloading_of` finds by namespace.
+pub fn review(
+    review: &Value,
+    strategy: Strategy,
+    offloading_of: impl Fn(&str) -> Option<Arc<NamespaceOffloading>>,
+) -> Value {
+    let request = &review["request"];
+    let uid = request["uid"].clone();
+    let namespace = request["namespace"].as_str().unwrap_or_default();
+    let answer = |response: Value| {
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": response,
+        })
+    };
+    let refuse = |code: u16, message: String| {
+        answer(json!({
+            "uid": uid,
+            "allowed": false,
+            "status": { "code": code, "message": message },
+        }))
+    };
+    let pod: Pod = match serde_json::from_value(request["object"].clone()) {
+        Ok(pod) => pod,
+        Err(e) => return refuse(400, format!("not a pod: {e}")),
+    };
+    // Without its offloading, the pod would be placed without its
+    // selector: refused (its controller tries again), as the policies'
+    // `parameterNotFoundAction: Deny` does.
+    let Some(offloading) = offloading_of(namespace) else {
+        return refuse(
+            409,
+            format!(
+                "the NamespaceOffloading of namespace {namespace} is not known yet to the \
+                 virtual kubelets; try again"
+            ),
+        );
+    };
+    let ops = patch(&pod, strategy, offloading.spec.cluster_selector.as_ref());
+    let mut response = json!({ "uid": uid, "allowed": true });
+    if !ops.is_empty() {
+        let text = serde_json::to_vec(&ops).unwrap_or_default();
+        response["patchType"] = json!("JSONPatch");
+        response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+    }
+    answer(response)
+}
+
+/// Serves the webhook on `listener` for ever, once a certificate is
+/// known.
+pub async fn serve(
+    client: kube::Client,
+    listener: TcpListener,
+    offloadings: Followed<NamespaceOffloading>,
+) {
+    let (tls_tx, mut tls) = watch::channel(None);
+    let keep = keep_tls(client, tls_tx);
+    let accept = async move {
+        if tls.wait_for(Option::is_some).await.is_err() {
+            return;
+        }
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(conn) => conn,
+                Err(error) => {
+                    tracing::warn!(%error, "placement webhook: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let Some(config) = tls.borrow().clone() else {
+                continue;
+            };
+            let offloadings = offloadings.clone();
+            tokio::spawn(async move {
+                if let Err(why) = connection(tcp, config, offloadings).await {
+                    tracing::debug!(%peer, %why, "placement webhook: connection ended");
+                }
+            });
+        }
+    };
+    tokio::join!(keep, accept);
+}
+
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    offloadings: Followed<NamespaceOffloading>,
+) -> Result<(), String> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
+        .await
+        .map_err(|_| "TLS handshake timed out".to_owned())?
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let service = hyper::service::service_fn(move |req| {
+        let offloadings = offloadings.clone();
+        async move { Ok::<_, Infallible>(handle(req, &offloadings).await) }
+    });
+    hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    offloadings: &Followed<NamespaceOffloading>,
+) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, body: Vec<u8>| {
+        let mut resp = Response::new(Full::new(Bytes::from(body)));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        resp
+    };
+    let Some(strategy) = Strategy::of_path(req.uri().path()) else {
+        return reply(StatusCode::NOT_FOUND, b"{}".to_vec());
+    };
+    if req.method() != hyper::Method::POST {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, b"{}".to_vec());
+    }
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(_) => return reply(StatusCode::BAD_REQUEST, b"{}".to_vec()),
+    };
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return reply(StatusCode::BAD_REQUEST, b"{}".to_vec());
+    };
+    let answer = review(&request, strategy, |ns| {
+        offloadings
+            .store
+            .get(&ObjectRef::new(names::NAMESPACE_OFFLOADING).within(ns))
+    });
+    reply(
+        StatusCode::OK,
+        serde_json::to_vec(&answer).unwrap_or_default(),
+    )
+}
+
+/// Keeps `tx` holding a TLS configuration with the certificate of
+/// [`TLS_SECRET`], read now and every [`TLS_REFRESH`].
+async fn keep_tls(client: kube::Client, tx: watch::Sender<Option<Arc<rustls::ServerConfig>>>) {
+    let secrets: Api<Secret> = Api::namespaced(client, names::NAMESPACE);
+    let mut last: Option<(Vec<u8>, Vec<u8>)> = None;
+    let mut logged: Option<String> = None;
+    loop {
+        let read = secrets
+            .get(TLS_SECRET)
+            .await
+            .map_err(|e| format!("reading the Secret {}/{TLS_SECRET}: {e}", names::NAMESPACE))
+            .and_then(|s| {
+                let data = s.data.unwrap_or_default();
+                let get = |k: &str| {
+                    data.get(k)
+                        .map(|b| b.0.clone())
+                        .ok_or_else(|| format!("the Secret {TLS_SECRET} has no {k}"))
+                };
+                Ok((get("tls.crt")?, get("tls.key")?))
+            });
+        match read {
+            Ok(pair) if last.as_ref() == Some(&pair) => {}
+            Ok(pair) => match server_config(&pair.0, &pair.1) {
+                Ok(config) => {
+                    tracing::info!("placement webhook: serving certificate loaded");
+                    tx.send_replace(Some(config));
+                    last = Some(pair);
+                    logged = None;
+                }
+                Err(why) => log_once(&mut logged, why),
+            },
+            Err(why) => log_once(&mut logged, why),
+        }
+        tokio::time::sleep(if last.is_some() {
+            TLS_REFRESH
+        } else {
+            TLS_RETRY
+        })
+        .await;
+    }
+}
+
+fn log_once(last: &mut Option<String>, why: String) {
+    if last.as_ref() != Some(&why) {
+        tracing::warn!(%why, "placement webhook: no serving certificate");
+        *last = Some(why);
+    }
+}
+
+fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("the certificate is not PEM: {e}"))?;
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("the key is not PEM: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("the certificate and key do not go together: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(spec: Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": { "name": "p", "namespace": "shop" },
+            "spec": spec,
+        }))
+        .expect("a pod")
+    }
+
+    fn selector(terms: Value) -> NodeSelector {
+        serde_json::from_value(json!({ "nodeSelectorTerms": terms })).expect("a selector")
+    }
+
+    /// The pod once `ops` are applied, as the API server would.
+    fn applied(pod: &Pod, ops: &[Value]) -> Value {
+        let mut value = serde_json::to_value(pod).expect("json");
+        for op in ops {
+            let path = op["path"].as_str().expect("a path");
+            let field = path.trim_start_matches("/spec/");
+            value["spec"][field] = op["value"].clone();
+        }
+        value["spec"].clone()
+    }
+
+    const TAINT: &str = names::VIRTUAL_NODE_TAINT;
+
+    #[test]
+    fn a_pod_tolerates_and_selects_as_its_strategy_says() {
+        let plain = pod(json!({ "containers": [{ "name": "c" }] }));
+        let spec = applied(&plain, &patch(&plain, Strategy::LocalAndRemote, None));
+        assert_eq!(spec["tolerations"][0]["key"], TAINT);
+        assert_eq!(spec["tolerations"][0]["effect"], "NoExecute");
+        assert!(spec["nodeSelector"].is_null());
+        let spec = applied(&plain, &patch(&plain, Strategy::Remote, None));
+        assert_eq!(spec["nodeSelector"][labels::VIRTUAL_NODE], "true");
+        // Its own tolerations and selector are kept; nothing twice.
+        let own = pod(json!({
+            "containers": [{ "name": "c" }],
+            "tolerations": [{ "key": "other", "operator": "Exists" }],
+            "nodeSelector": { "disk": "ssd" },
+        }));
+        let ops = patch(&own, Strategy::Remote, None);
+        let spec = applied(&own, &ops);
+        assert_eq!(spec["tolerations"].as_array().map(Vec::len), Some(2));
+        assert_eq!(spec["nodeSelector"]["disk"], "ssd");
+        let again = pod(spec.clone());
+        let mut again_pod = again;
+        again_pod.spec = serde_json::from_value(spec).ok();
+        assert!(patch(&again_pod, Strategy::Remote, None).is_empty());
+    }
+
+    #[test]
+    fn the_selector_is_anded_with_the_pods_own_affinity() {
+        let ours = selector(json!([
+            { "matchExpressions": [{ "key": "region", "operator": "In", "values": ["eu"] }] },
+            { "matchExpressions": [{ "key": "tier", "operator": "Exists" }] },
+        ]));
+        // No affinity of its own: ours, and for LocalAndRemote a term for
+        // local nodes.
+        let plain = pod(json!({ "containers": [{ "name": "c" }] }));
+        let spec = applied(
+            &plain,
+            &patch(&plain, Strategy::LocalAndRemote, Some(&ours)),
+        );
+        let terms = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"];
+        assert_eq!(terms.as_array().map(Vec::len), Some(3));
+        assert_eq!(terms[2]["matchExpressions"][0]["operator"], "DoesNotExist");
+        // Five terms of its own (more than the policies unroll), a field,
+        // and a pod affinity: each of its terms joined with each of ours,
+        // fields kept, the pod affinity untouched.
+        let own_terms: Vec<Value> = (0..5)
+            .map(|i| {
+                json!({
+                    "matchExpressions": [{ "key": "disk", "operator": "In", "values": [format!("d{i}")] }],
+                    "matchFields": [{ "key": "metadata.name", "operator": "NotIn", "values": ["n"] }],
+                })
+            })
+            .collect();
+        let own = pod(json!({
+            "containers": [{ "name": "c" }],
+            "affinity": {
+                "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": own_terms,
+                } },
+                "podAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [] },
+            },
+        }));
+        let spec = applied(&own, &patch(&own, Strategy::Remote, Some(&ours)));
+        let terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(terms.len(), 10);
+        assert_eq!(terms[9]["matchExpressions"][0]["values"][0], "d4");
+        assert_eq!(terms[9]["matchExpressions"][1]["key"], "tier");
+        assert_eq!(terms[9]["matchFields"][0]["key"], "metadata.name");
+        assert!(spec["affinity"]["podAffinity"].is_object());
+    }
+
+    #[test]
+    fn reviews_answer_with_a_patch_or_a_refusal() {
+        let request = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "namespace": "shop",
+                "object": { "metadata": { "name": "p" }, "spec": { "containers": [{ "name": "c" }] } },
+            },
+        });
+        let offloading: NamespaceOffloading = serde_json::from_value(json!({
+            "metadata": { "name": "offloading", "namespace": "shop" },
+            "spec": {},
+        }))
+        .expect("an offloading");
+        let offloading = Arc::new(offloading);
+        let answer = review(&request, Strategy::Remote, |_| Some(offloading.clone()));
+        assert_eq!(answer["response"]["uid"], "u-1");
+        assert_eq!(answer["response"]["allowed"], true);
+        assert_eq!(answer["response"]["patchType"], "JSONPatch");
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(answer["response"]["patch"].as_str().expect("a patch"))
+            .expect("base64");
+        let ops: Vec<Value> = serde_json::from_slice(&patch).expect("json");
+        assert_eq!(ops.len(), 2);
+        let answer = review(&request, Strategy::Remote, |_| None);
+        assert_eq!(answer["response"]["allowed"], false);
+        assert!(
+            answer["response"]["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not known yet"))
+        );
+        assert_eq!(
+            Strategy::of_path("/placement/remote"),
+            Some(Strategy::Remote)
+        );
+        assert_eq!(Strategy::of_path("/other"), None);
+    }
+}

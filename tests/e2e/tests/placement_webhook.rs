@@ -1,0 +1,286 @@
+//! Placement on a consumer without MutatingAdmissionPolicy (off by
+//! default in 1.34, so most clusters): `liqoctl install` makes the
+//! placement webhook instead (its certificate in a Secret, a Service in
+//! front of every virtual kubelet, a MutatingWebhookConfiguration), and
+//! the virtual kubelets serve it. The unmodified scheduler then binds a
+//! plain pod of a `Remote` namespace to the virtual node its selector
+//! matches, where it runs on the provider; a `LocalAndRemote` pod whose
+//! selector matches no provider tolerates the virtual nodes but is bound
+//! to a local node; a pod of a namespace that is not offloaded is never
+//! touched. Installing again keeps the certificate. (The testbed's pod
+//! IPs are loopback addresses, which endpoints refuse: the agent serves
+//! the webhook at this machine's own address, and the Service's endpoints
+//! are written to say so, as `kubelet_api.rs` moves the kubelet API.)
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Secret, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use liqo_api::ClusterId;
+use liqo_api::names::{self, peering};
+use liqo_e2e::{liqoctl, run, wait_for};
+use liqo_testbed::{ClusterSpec, Testbed};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{ "name": "c", "image": "busybox" }],
+        },
+    }))
+    .expect("pod")
+}
+
+/// Creates a pod, retrying while the virtual kubelets have not seen the
+/// namespace's offloading yet (they refuse its pods until then).
+async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<Pod> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match pods.create(&PostParams::default(), pod).await {
+            Err(kube::Error::Api(s))
+                if s.message.contains("not known yet") && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
+/// This machine's first global IPv4 address.
+fn host_address() -> Result<String> {
+    let out = run(std::process::Command::new("hostname").arg("-I")).success();
+    out.stdout
+        .split_whitespace()
+        .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
+        .find(|ip| !ip.is_loopback() && !ip.is_link_local() && !ip.is_unspecified())
+        .map(|ip| ip.to_string())
+        .context("this machine has no global IPv4 address for the webhook")
+}
+
+fn tolerates_virtual_nodes(p: &Pod) -> bool {
+    p.spec
+        .iter()
+        .flat_map(|s| s.tolerations.iter().flatten())
+        .any(|t| t.key.as_deref() == Some(names::VIRTUAL_NODE_TAINT))
+}
+
+async fn bound_to(pods: &Api<Pod>, name: &str) -> Result<String> {
+    wait_for(&format!("pod {name} to be bound"), WAIT, || async {
+        Ok(pods
+            .get(name)
+            .await?
+            .spec
+            .and_then(|s| s.node_name)
+            .is_some())
+    })
+    .await?;
+    pods.get(name)
+        .await?
+        .spec
+        .and_then(|s| s.node_name)
+        .context("bound")
+}
+
+async fn placement_ca(client: &kube::Client) -> Result<Option<String>> {
+    let secret = Api::<Secret>::namespaced(client.clone(), names::NAMESPACE)
+        .get_opt("liqo-placement-tls")
+        .await?;
+    Ok(secret
+        .and_then(|s| s.data)
+        .and_then(|d| d.get("ca.crt").cloned())
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Result<()> {
+    let mut consumer_spec = ClusterSpec::new("consumer", 1);
+    consumer_spec.nodes = 1;
+    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    consumer_spec.without_mutating_admission_policy = true;
+    let mut provider_spec = ClusterSpec::new("provider", 2);
+    provider_spec.nodes = 1;
+    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
+    let consumer = testbed.cluster("consumer");
+    let provider = testbed.cluster("provider");
+    let out = liqo_e2e::install(consumer, "consumer-1", "10.201.0.0/16", &[]).success();
+    assert!(
+        out.stdout.contains("with a webhook instead")
+            || out.stderr.contains("with a webhook instead"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    liqo_e2e::install(provider, "provider-1", "10.202.0.0/16", &[]).success();
+    let local = consumer.client().await?;
+    let hooks = Api::<MutatingWebhookConfiguration>::all(local.clone())
+        .get("liqo-placement")
+        .await?;
+    assert_eq!(hooks.webhooks.as_ref().map(Vec::len), Some(2));
+    let ca = placement_ca(&local)
+        .await?
+        .context("no placement certificate")?;
+    assert!(ca.contains("BEGIN CERTIFICATE"));
+
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", remote, "--timeout=90"],
+    )
+    .success();
+    liqo_e2e::virtual_node_ready(&local, "provider-1", WAIT).await?;
+    let virtual_node = peering::virtual_node(&ClusterId::new("provider-1")?);
+
+    // The testbed's pod IPs are loopback addresses, which EndpointSlices
+    // refuse (docs/testbed.md): the agent serves the webhook at this
+    // machine's own address instead (local delivery, nothing leaves the
+    // host), and the Service's endpoints say so, as a cluster's endpoint
+    // controller would say the pod's.
+    let host_ip = host_address()?;
+    let port = std::net::TcpListener::bind((host_ip.as_str(), 0))?
+        .local_addr()?
+        .port();
+    let deployments: Api<Deployment> = Api::namespaced(local.clone(), names::NAMESPACE);
+    let vk_name = peering::virtual_kubelet(&ClusterId::new("provider-1")?);
+    let vk = deployments.get(&vk_name).await?;
+    let args: Vec<String> = vk
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.args)
+        .context("the agent's args")?
+        .into_iter()
+        .map(|a| {
+            if a.starts_with("--placement-addr=") {
+                format!("--placement-addr={host_ip}:{port}")
+            } else {
+                a
+            }
+        })
+        .collect();
+    let patch = json!([{ "op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args }]);
+    deployments
+        .patch(
+            &vk_name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(serde_json::from_value(patch)?),
+        )
+        .await?;
+    let services: Api<Service> = Api::namespaced(local.clone(), names::NAMESPACE);
+    let patch = json!([
+        { "op": "remove", "path": "/spec/selector" },
+        { "op": "replace", "path": "/spec/ports/0/targetPort", "value": port },
+    ]);
+    services
+        .patch(
+            "liqo-placement",
+            &PatchParams::default(),
+            &Patch::<()>::Json(serde_json::from_value(patch)?),
+        )
+        .await?;
+    Api::<Endpoints>::namespaced(local.clone(), names::NAMESPACE)
+        .patch(
+            "liqo-placement",
+            &PatchParams::apply("placement-test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "v1",
+                "kind": "Endpoints",
+                "metadata": { "name": "liqo-placement" },
+                "subsets": [{
+                    "addresses": [{ "ip": host_ip }],
+                    "ports": [{ "name": "webhook", "port": port }],
+                }],
+            })),
+        )
+        .await?;
+    wait_for(
+        "the agent to listen at the host's address",
+        WAIT,
+        || async { Ok(std::net::TcpStream::connect((host_ip.as_str(), port)).is_ok()) },
+    )
+    .await?;
+
+    let pp = PostParams::default();
+    for ns in ["shop", "both", "private"] {
+        Api::<Namespace>::all(local.clone())
+            .create(
+                &pp,
+                &serde_json::from_value(json!({ "metadata": { "name": ns } }))?,
+            )
+            .await?;
+    }
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "offload",
+            "namespace",
+            "shop",
+            "--pod-offloading-strategy=Remote",
+            "--selector=liqo.io/remote-cluster-id=provider-1",
+            "--wait",
+            "--timeout=60",
+        ],
+    )
+    .success();
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &[
+            "offload",
+            "namespace",
+            "both",
+            "--pod-offloading-strategy=LocalAndRemote",
+            "--selector=liqo.io/remote-cluster-id=nobody",
+        ],
+    )
+    .success();
+
+    // Remote: the toleration, the node selector and the selector's
+    // affinity; bound to the virtual node and Running on the provider.
+    let shop: Api<Pod> = Api::namespaced(local.clone(), "shop");
+    let created = create(&shop, &pod("web")).await?;
+    assert!(tolerates_virtual_nodes(&created), "{created:?}");
+    let spec = serde_json::to_value(&created.spec)?;
+    assert_eq!(spec["nodeSelector"][names::labels::VIRTUAL_NODE], "true");
+    let affinity = spec["affinity"].to_string();
+    assert!(affinity.contains("provider-1"), "{affinity}");
+    assert_eq!(bound_to(&shop, "web").await?, virtual_node);
+    let waited = wait_for("the offloaded pod to run", WAIT, || async {
+        let p = shop.get("web").await?;
+        Ok(p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
+    })
+    .await;
+    if waited.is_err() {
+        eprintln!("--- consumer agents ---\n{}", consumer.pod_logs());
+    }
+    waited?;
+
+    // LocalAndRemote with a selector that matches no provider: it
+    // tolerates the virtual nodes, but only a local node is allowed.
+    let both: Api<Pod> = Api::namespaced(local.clone(), "both");
+    let created = create(&both, &pod("job")).await?;
+    assert!(tolerates_virtual_nodes(&created), "{created:?}");
+    assert!(
+        serde_json::to_string(&created.spec)?.contains("DoesNotExist"),
+        "{created:?}"
+    );
+    assert_ne!(bound_to(&both, "job").await?, virtual_node);
+
+    // Not offloaded: never touched.
+    let private: Api<Pod> = Api::namespaced(local.clone(), "private");
+    let created = private.create(&pp, &pod("db")).await?;
+    assert!(!tolerates_virtual_nodes(&created), "{created:?}");
+    assert_ne!(bound_to(&private, "db").await?, virtual_node);
+
+    // Installing again keeps the certificate the webhook trusts.
+    liqo_e2e::install(consumer, "consumer-1", "10.201.0.0/16", &[]).success();
+    assert_eq!(placement_ca(&local).await?, Some(ca));
+    Ok(())
+}
