@@ -49,6 +49,8 @@ pub const TLS_SECRET: &str = "liqo-placement-tls";
 const TLS_REFRESH: Duration = Duration::from_secs(60);
 const TLS_RETRY: Duration = Duration::from_secs(3);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What is logged once where the webhook is not installed.
+const NOT_INSTALLED: &str = "not installed";
 /// The largest AdmissionReview read.
 const MAX_BODY: usize = 4 << 20;
 
@@ -214,32 +216,12 @@ pub async fn serve(
     listener: TcpListener,
     offloadings: Followed<NamespaceOffloading>,
 ) {
-    let (tls_tx, mut tls) = watch::channel(None);
+    let (tls_tx, tls) = watch::channel(None);
     let keep = keep_tls(client, tls_tx);
-    let accept = async move {
-        if tls.wait_for(Option::is_some).await.is_err() {
-            return;
-        }
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(conn) => conn,
-                Err(error) => {
-                    tracing::warn!(%error, "placement webhook: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let Some(config) = tls.borrow().clone() else {
-                continue;
-            };
-            let offloadings = offloadings.clone();
-            tokio::spawn(async move {
-                if let Err(why) = connection(tcp, config, offloadings).await {
-                    tracing::debug!(%peer, %why, "placement webhook: connection ended");
-                }
-            });
-        }
-    };
+    let accept =
+        crate::kubelet_api::accept_tls(listener, tls, "placement webhook", |tcp, config| {
+            connection(tcp, config, offloadings.clone())
+        });
     tokio::join!(keep, accept);
 }
 
@@ -310,19 +292,32 @@ async fn keep_tls(client: kube::Client, tx: watch::Sender<Option<Arc<rustls::Ser
     let mut last: Option<(Vec<u8>, Vec<u8>)> = None;
     let mut logged: Option<String> = None;
     loop {
-        let read = secrets
-            .get(TLS_SECRET)
-            .await
-            .map_err(|e| format!("reading the Secret {}/{TLS_SECRET}: {e}", names::NAMESPACE))
-            .and_then(|s| {
-                let data = s.data.unwrap_or_default();
-                let get = |k: &str| {
-                    data.get(k)
-                        .map(|b| b.0.clone())
-                        .ok_or_else(|| format!("the Secret {TLS_SECRET} has no {k}"))
-                };
-                Ok((get("tls.crt")?, get("tls.key")?))
-            });
+        let read = match secrets.get_opt(TLS_SECRET).await {
+            // Where MutatingAdmissionPolicy places pods, install makes no
+            // webhook: nothing to serve, and nothing wrong.
+            Ok(None) => {
+                if logged.as_deref() != Some(NOT_INSTALLED) {
+                    tracing::info!("placement webhook: not installed on this cluster");
+                    logged = Some(NOT_INSTALLED.to_owned());
+                }
+                tokio::time::sleep(TLS_REFRESH).await;
+                continue;
+            }
+            Ok(Some(s)) => Ok(s),
+            Err(e) => Err(format!(
+                "reading the Secret {}/{TLS_SECRET}: {e}",
+                names::NAMESPACE
+            )),
+        };
+        let read = read.and_then(|s| {
+            let data = s.data.unwrap_or_default();
+            let get = |k: &str| {
+                data.get(k)
+                    .map(|b| b.0.clone())
+                    .ok_or_else(|| format!("the Secret {TLS_SECRET} has no {k}"))
+            };
+            Ok((get("tls.crt")?, get("tls.key")?))
+        });
         match read {
             Ok(pair) if last.as_ref() == Some(&pair) => {}
             Ok(pair) => match server_config(&pair.0, &pair.1) {

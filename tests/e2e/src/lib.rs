@@ -145,6 +145,85 @@ pub async fn virtual_node_ready(
     .await
 }
 
+/// A client that acts on provider `provider_id` as the consumer
+/// (`consumer`, reached with `local`) is known there: the kubeconfig the
+/// peering keeps in the consumer's Secret `liqo/liqo-identity-<provider>`,
+/// written into the cluster's folder.
+pub async fn peer_client(
+    consumer: &liqo_testbed::Cluster,
+    local: &kube::Client,
+    provider_id: &str,
+) -> anyhow::Result<kube::Client> {
+    use anyhow::Context as _;
+    let provider = liqo_api::ClusterId::new(provider_id)?;
+    let secret: k8s_openapi::api::core::v1::Secret =
+        kube::Api::namespaced(local.clone(), liqo_api::names::NAMESPACE)
+            .get(&liqo_api::names::peering::identity_secret(&provider))
+            .await?;
+    let kubeconfig = secret
+        .data
+        .and_then(|d| d.get("kubeconfig").cloned())
+        .context("no kubeconfig in the identity secret")?
+        .0;
+    let identity_file = consumer.dir().join("peer-identity.kubeconfig");
+    std::fs::write(&identity_file, &kubeconfig)?;
+    Ok(liqo_testbed::client_from_kubeconfig(&identity_file).await?)
+}
+
+/// This machine's first global IPv4 address: where a test moves an agent's
+/// server that the API server must reach, since the testbed's pod IPs are
+/// loopback addresses (docs/testbed.md); local delivery, nothing leaves
+/// the host.
+pub fn host_address() -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let out = run(Command::new("hostname").arg("-I")).success();
+    out.stdout
+        .split_whitespace()
+        .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
+        .find(|ip| !ip.is_loopback() && !ip.is_link_local() && !ip.is_unspecified())
+        .map(|ip| ip.to_string())
+        .context("this machine has no global IPv4 address")
+}
+
+/// Rewrites the args of the virtual kubelet of provider `provider_id`
+/// on the consumer (`local`): each arg through `change`, then `extra`
+/// appended. Its Deployment rolls the agent.
+pub async fn set_agent_args(
+    local: &kube::Client,
+    provider_id: &str,
+    change: impl Fn(String) -> String,
+    extra: &[String],
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use k8s_openapi::api::apps::v1::Deployment;
+    let deployments: kube::Api<Deployment> =
+        kube::Api::namespaced(local.clone(), liqo_api::names::NAMESPACE);
+    let name = liqo_api::names::peering::virtual_kubelet(&liqo_api::ClusterId::new(provider_id)?);
+    let args: Vec<String> = deployments
+        .get(&name)
+        .await?
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.args)
+        .context("the agent's args")?
+        .into_iter()
+        .map(change)
+        .chain(extra.iter().cloned())
+        .collect();
+    let patch = serde_json::json!([
+        { "op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args },
+    ]);
+    deployments
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::<()>::Json(serde_json::from_value(patch)?),
+        )
+        .await?;
+    Ok(())
+}
+
 /// Whether a process is running: it exists and is not a zombie.
 pub fn process_running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
@@ -231,17 +231,7 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
     // The consumer's own credential, straight into its namespaces: across
     // all of them it gets no more than the grant leaves (2 pods), however
     // the gateway moves the shares between attempts.
-    let secret = Api::<Secret>::namespaced(local.clone(), names::NAMESPACE)
-        .get(&peering::identity_secret(&ClusterId::new("provider-1")?))
-        .await?;
-    let kubeconfig = secret
-        .data
-        .and_then(|d| d.get("kubeconfig").cloned())
-        .context("no kubeconfig in the identity secret")?
-        .0;
-    let identity_file = consumer.dir().join("peer-identity.kubeconfig");
-    std::fs::write(&identity_file, &kubeconfig)?;
-    let peer = liqo_testbed::client_from_kubeconfig(&identity_file).await?;
+    let peer = liqo_e2e::peer_client(consumer, &local, "provider-1").await?;
     let mut admitted = 0;
     let mut refusals = Vec::new();
     for attempt in 0..9 {

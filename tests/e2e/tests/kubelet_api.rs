@@ -11,9 +11,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
 use liqo_e2e::{liqoctl, run, wait_for};
@@ -40,17 +39,6 @@ fn pod() -> Pod {
         },
     }))
     .expect("pod")
-}
-
-/// This machine's first global IPv4 address.
-fn host_address() -> Result<String> {
-    let out = run(std::process::Command::new("hostname").arg("-I")).success();
-    out.stdout
-        .split_whitespace()
-        .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
-        .find(|ip| !ip.is_loopback() && !ip.is_link_local() && !ip.is_unspecified())
-        .map(|ip| ip.to_string())
-        .context("this machine has no global IPv4 address for the node proxy")
 }
 
 /// Appends `lines` to kwok's log file, in the container runtimes' log
@@ -263,34 +251,20 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
     // and the host-process node's pod IPs are loopback ones: the agent is
     // moved to this machine's own address (local delivery, nothing leaves
     // the host) with port 0, the way several agents share one address.
-    let host_ip = host_address()?;
-    let deployments: Api<Deployment> = Api::namespaced(local.clone(), names::NAMESPACE);
-    let vk_name = peering::virtual_kubelet(&ClusterId::new("provider-1")?);
-    let vk = deployments.get(&vk_name).await?;
-    let args: Vec<String> = vk
-        .spec
-        .and_then(|s| s.template.spec)
-        .and_then(|s| s.containers.into_iter().next())
-        .and_then(|c| c.args)
-        .context("the agent's args")?
-        .into_iter()
-        .map(|a| {
+    let host_ip = liqo_e2e::host_address()?;
+    liqo_e2e::set_agent_args(
+        &local,
+        "provider-1",
+        |a| {
             if a.starts_with("--kubelet-addr=") {
                 format!("--kubelet-addr={host_ip}:0")
             } else {
                 a
             }
-        })
-        .chain([format!("--node-ip={host_ip}")])
-        .collect();
-    let patch = json!([{ "op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args }]);
-    deployments
-        .patch(
-            &vk_name,
-            &PatchParams::default(),
-            &Patch::<()>::Json(serde_json::from_value(patch)?),
-        )
-        .await?;
+        },
+        &[format!("--node-ip={host_ip}")],
+    )
+    .await?;
     let registered = || async {
         let status = nodes.get(&node_name).await?.status.unwrap_or_default();
         let ip = status

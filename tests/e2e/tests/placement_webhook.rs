@@ -16,12 +16,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Secret, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
-use liqo_e2e::{liqoctl, run, wait_for};
+use liqo_e2e::{liqoctl, wait_for};
 use liqo_testbed::{ClusterSpec, Testbed};
 use serde_json::json;
 
@@ -52,17 +51,6 @@ async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<Pod> {
             other => return Ok(other?),
         }
     }
-}
-
-/// This machine's first global IPv4 address.
-fn host_address() -> Result<String> {
-    let out = run(std::process::Command::new("hostname").arg("-I")).success();
-    out.stdout
-        .split_whitespace()
-        .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
-        .find(|ip| !ip.is_loopback() && !ip.is_link_local() && !ip.is_unspecified())
-        .map(|ip| ip.to_string())
-        .context("this machine has no global IPv4 address for the webhook")
 }
 
 fn tolerates_virtual_nodes(p: &Pod) -> bool {
@@ -144,36 +132,23 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
     // machine's own address instead (local delivery, nothing leaves the
     // host), and the Service's endpoints say so, as a cluster's endpoint
     // controller would say the pod's.
-    let host_ip = host_address()?;
+    let host_ip = liqo_e2e::host_address()?;
     let port = std::net::TcpListener::bind((host_ip.as_str(), 0))?
         .local_addr()?
         .port();
-    let deployments: Api<Deployment> = Api::namespaced(local.clone(), names::NAMESPACE);
-    let vk_name = peering::virtual_kubelet(&ClusterId::new("provider-1")?);
-    let vk = deployments.get(&vk_name).await?;
-    let args: Vec<String> = vk
-        .spec
-        .and_then(|s| s.template.spec)
-        .and_then(|s| s.containers.into_iter().next())
-        .and_then(|c| c.args)
-        .context("the agent's args")?
-        .into_iter()
-        .map(|a| {
+    liqo_e2e::set_agent_args(
+        &local,
+        "provider-1",
+        |a| {
             if a.starts_with("--placement-addr=") {
                 format!("--placement-addr={host_ip}:{port}")
             } else {
                 a
             }
-        })
-        .collect();
-    let patch = json!([{ "op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args }]);
-    deployments
-        .patch(
-            &vk_name,
-            &PatchParams::default(),
-            &Patch::<()>::Json(serde_json::from_value(patch)?),
-        )
-        .await?;
+        },
+        &[],
+    )
+    .await?;
     let services: Api<Service> = Api::namespaced(local.clone(), names::NAMESPACE);
     let patch = json!([
         { "op": "remove", "path": "/spec/selector" },

@@ -7,7 +7,7 @@
 //! subjects. After unpeer, nothing at all.
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
@@ -89,18 +89,7 @@ async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
 
     let consumer_client = consumer.client().await?;
     let provider_client = provider.client().await?;
-    let provider_id = ClusterId::new("provider-1")?;
-    let secret = Api::<Secret>::namespaced(consumer_client.clone(), names::NAMESPACE)
-        .get(&peering::identity_secret(&provider_id))
-        .await?;
-    let kubeconfig = secret
-        .data
-        .and_then(|d| d.get("kubeconfig").cloned())
-        .context("no kubeconfig in the identity secret")?
-        .0;
-    let identity_file = consumer.dir().join("peer-identity.kubeconfig");
-    std::fs::write(&identity_file, &kubeconfig)?;
-    let peer = liqo_testbed::client_from_kubeconfig(&identity_file).await?;
+    let peer = liqo_e2e::peer_client(consumer, &consumer_client, "provider-1").await?;
     let namespaces: Api<Namespace> = Api::all(peer.clone());
     let pp = PostParams::default();
     let role = peering::tenant_role(&ClusterId::new(CONSUMER)?);

@@ -68,9 +68,27 @@ pub struct KubeletApi {
 /// (no connection is taken before there is one).
 pub async fn serve(
     listener: TcpListener,
-    mut tls: watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
+    tls: watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
     api: Arc<KubeletApi>,
 ) {
+    accept_tls(listener, tls, "kubelet API", move |tcp, config| {
+        connection(tcp, config, api.clone())
+    })
+    .await;
+}
+
+/// Accepts connections on `listener` for ever, once `tls` holds a
+/// configuration (the newest for each connection), and runs `handle` on
+/// each in a task of its own; `what` names the server in logs.
+pub async fn accept_tls<F, Fut>(
+    listener: TcpListener,
+    mut tls: watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
+    what: &'static str,
+    handle: F,
+) where
+    F: Fn(tokio::net::TcpStream, Arc<rustls::ServerConfig>) -> Fut,
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
     if tls.wait_for(Option::is_some).await.is_err() {
         return;
     }
@@ -78,7 +96,7 @@ pub async fn serve(
         let (tcp, peer) = match listener.accept().await {
             Ok(conn) => conn,
             Err(error) => {
-                tracing::warn!(%error, "kubelet API: accept failed");
+                tracing::warn!(%error, "{what}: accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -86,10 +104,10 @@ pub async fn serve(
         let Some(config) = tls.borrow().clone() else {
             continue;
         };
-        let api = api.clone();
+        let connection = handle(tcp, config);
         tokio::spawn(async move {
-            if let Err(why) = connection(tcp, config, api).await {
-                tracing::debug!(%peer, %why, "kubelet API: connection ended");
+            if let Err(why) = connection.await {
+                tracing::debug!(%peer, %why, "{what}: connection ended");
             }
         });
     }
