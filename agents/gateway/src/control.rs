@@ -219,7 +219,7 @@ pub async fn ensure_key(client: &kube::Client, namespace: &str) -> anyhow::Resul
     Ok(key)
 }
 
-fn our_labels() -> BTreeMap<String, String> {
+pub(crate) fn our_labels() -> BTreeMap<String, String> {
     BTreeMap::from([
         (
             labels::MANAGED_BY.to_owned(),
@@ -229,7 +229,7 @@ fn our_labels() -> BTreeMap<String, String> {
     ])
 }
 
-fn is_ours(l: &BTreeMap<String, String>) -> bool {
+pub(crate) fn is_ours(l: &BTreeMap<String, String>) -> bool {
     l.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_VALUE)
 }
 

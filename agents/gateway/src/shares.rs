@@ -24,6 +24,8 @@ use liqo_api::names::labels;
 use liqo_api::shares::{self, Grant, Holder, QuotaState, SHARE_QUOTA};
 use serde_json::json;
 
+use crate::control;
+
 /// The field manager of the shares.
 const MANAGER: &str = "liqo-gateway";
 /// Changes closer together than this are looked at once.
@@ -34,24 +36,16 @@ const AGAIN: Duration = Duration::from_millis(300);
 /// Without any change: a full round now and then.
 const PERIOD: Duration = Duration::from_secs(30);
 
-/// The labels of a share quota (the admission policy `liqo-twin-share`
-/// finds them by the first two).
+/// The labels of a share quota: the gateway's (the admission policy
+/// `liqo-twin-share` finds a share by them) and its tenant's ID.
 fn share_labels(tenant: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            labels::MANAGED_BY.to_owned(),
-            labels::MANAGED_BY_VALUE.to_owned(),
-        ),
-        (labels::COMPONENT.to_owned(), "gateway".to_owned()),
-        (labels::PEER_CLUSTER_ID.to_owned(), tenant.to_owned()),
-    ])
+    let mut l = control::our_labels();
+    l.insert(labels::PEER_CLUSTER_ID.to_owned(), tenant.to_owned());
+    l
 }
 
 fn is_ours(quota: &ResourceQuota) -> bool {
-    quota
-        .labels()
-        .get(labels::MANAGED_BY)
-        .is_some_and(|v| v == labels::MANAGED_BY_VALUE)
+    quota.metadata.labels.as_ref().is_some_and(control::is_ours)
 }
 
 /// Keeps every tenant's shares as `shares::step` says, for ever.
@@ -133,13 +127,8 @@ impl Keeper {
         let twins = self.twins.store.state();
         // From the stores first: a round that would write nothing costs
         // no read (most changes are admissions counted in a share).
-        let stored: Vec<ResourceQuota> = self
-            .quotas
-            .store
-            .state()
-            .iter()
-            .map(|q| (**q).clone())
-            .collect();
+        let stored = self.quotas.store.state();
+        let stored: Vec<&ResourceQuota> = stored.iter().map(|q| &**q).collect();
         if !tenants
             .iter()
             .any(|t| !plan(t, &twins, &stored).writes.is_empty())
@@ -150,6 +139,7 @@ impl Keeper {
             .list(&ListParams::default().fields(&format!("metadata.name={SHARE_QUOTA}")))
             .await?
             .items;
+        let fresh: Vec<&ResourceQuota> = fresh.iter().collect();
         let mut wrote = false;
         let mut failed = None;
         // One tenant's failure (its namespace not made yet) does not hold
@@ -220,7 +210,7 @@ struct Plan {
 /// The tenant namespace first, then the twins by name. A twin being
 /// deleted keeps its share (its pods are still counted) and gets no new
 /// one.
-fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[ResourceQuota]) -> Plan {
+fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[&ResourceQuota]) -> Plan {
     let id = tenant.spec.cluster_id.to_string();
     let grant =
         Grant::of(&tenant.spec.grant).filter(|_| tenant.meta().deletion_timestamp.is_none());
@@ -234,7 +224,7 @@ fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[Resource
         quotas
             .iter()
             .find(|q| q.meta().namespace.as_deref() == Some(ns))
-            .cloned()
+            .map(|q| (*q).clone())
     };
     let mut mine: Vec<&Namespace> = twins
         .iter()
