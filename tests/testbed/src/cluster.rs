@@ -75,6 +75,11 @@ pub struct ClusterSpec {
     /// cluster.
     #[serde(default)]
     pub without_mutating_admission_policy: bool,
+    /// Serve the control plane's profiles (`--profiling`: the API
+    /// server's `/debug/pprof`). Off by default: nothing reads them in
+    /// tests.
+    #[serde(default)]
+    pub profiling: bool,
 }
 
 impl ClusterSpec {
@@ -94,6 +99,7 @@ impl ClusterSpec {
             pod_network: false,
             controller_manager_qps: None,
             without_mutating_admission_policy: false,
+            profiling: false,
         }
     }
 
@@ -388,7 +394,7 @@ impl Cluster {
             // Webhooks (and aggregated APIs) are reached at their
             // Service's endpoints: there is no route to ClusterIPs here.
             "--enable-aggregator-routing=true".into(),
-            "--profiling=false".into(),
+            format!("--profiling={}", spec.profiling),
             "--v=1".into(),
         ];
         // MutatingAdmissionPolicy (placement of offloaded pods) is beta in
@@ -423,7 +429,7 @@ impl Cluster {
             format!("--cluster-cidr={}", spec.pod_cidr),
             format!("--service-cluster-ip-range={}", spec.service_cidr),
             "--controllers=*,bootstrapsigner,tokencleaner".into(),
-            "--profiling=false".into(),
+            format!("--profiling={}", spec.profiling),
             "--v=1".into(),
         ];
         if let Some(qps) = spec.controller_manager_qps {
@@ -440,7 +446,7 @@ impl Cluster {
                 format!("--authorization-kubeconfig={}", p(&scheduler_kubeconfig)),
                 "--secure-port=0".into(),
                 "--leader-elect=false".into(),
-                "--profiling=false".into(),
+                format!("--profiling={}", spec.profiling),
                 "--v=1".into(),
             ],
         )?;

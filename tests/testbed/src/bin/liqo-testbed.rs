@@ -172,6 +172,10 @@ struct UpArgs {
     /// placement then goes through the virtual kubelets' webhook.
     #[arg(long)]
     without_mutating_admission_policy: bool,
+    /// Serve the control plane's profiles (`/debug/pprof` of the API
+    /// server, `--profiling`), for benchmarks that look into its CPU.
+    #[arg(long)]
+    profiling: bool,
     /// Folder of agent binaries (liqo-gateway, …) whose pods each cluster's
     /// host-process node runs as local processes [default: LIQO_AGENT_BIN_DIR,
     /// else the folder of this binary].
@@ -228,6 +232,7 @@ impl UpArgs {
                 spec.pod_network = self.pod_network;
                 spec.controller_manager_qps = self.controller_manager_qps;
                 spec.without_mutating_admission_policy = self.without_mutating_admission_policy;
+                spec.profiling = self.profiling;
                 spec
             })
             .collect())
@@ -398,6 +403,15 @@ fn up(args: &UpArgs) -> Result<()> {
         }
         if let Some(qps) = args.controller_manager_qps {
             cmd.arg(format!("--controller-manager-qps={qps}"));
+        }
+        if args.without_mutating_admission_policy {
+            cmd.arg("--without-mutating-admission-policy");
+        }
+        if args.profiling {
+            cmd.arg("--profiling");
+        }
+        for (repository, binary) in &args.host_images {
+            cmd.arg(format!("--host-image={repository}={binary}"));
         }
         // Resolved here: the default is this binary's folder, which the
         // supervisor (the same binary) would find too, but an explicit
