@@ -315,6 +315,7 @@ async fn reflect(wiring: Wiring) {
         pods: pods.clone(),
         twins: twins_rx.clone(),
         provider: provider.clone(),
+        cpu: std::sync::Mutex::default(),
     };
     let kubelet_api = async move {
         match kubelet {

@@ -2,9 +2,11 @@
 //! real API server: the node registers its address and port; `kubectl
 //! logs` (with `--tail`, `-f`, `--previous`) of an offloaded pod returns
 //! the lines the provider's kwok node serves for its remote pod; the node
-//! proxy answers `/pods` and `/stats/summary`; and the API itself refuses
-//! an anonymous caller (401) and a caller without `nodes/proxy` (403,
-//! through a real SubjectAccessReview).
+//! proxy answers `/pods`, `/stats/summary` and `/metrics/resource`, with
+//! no figure while the provider has no metrics API, and with the
+//! provider's figures and CPU counters once it has one; and the API itself
+//! refuses an anonymous caller (401) and a caller without `nodes/proxy`
+//! (403, through a real SubjectAccessReview).
 
 use std::io::Write as _;
 use std::process::Stdio;
@@ -39,6 +41,188 @@ fn pod() -> Pod {
         },
     }))
     .expect("pod")
+}
+
+async fn local_uid(pods: &Api<Pod>) -> Result<String> {
+    pods.get(POD).await?.metadata.uid.context("the pod's UID")
+}
+
+/// The value and time (ms) of the line of `family` for the offloaded pod
+/// (and its container, for a container family) in `/metrics/resource`.
+fn sample(text: &str, family: &str) -> Option<(f64, i64)> {
+    let labels = if family.starts_with("container_") {
+        format!("{{container=\"{POD}\",namespace=\"{NS}\",pod=\"{POD}\"}}")
+    } else if family.starts_with("pod_") {
+        format!("{{namespace=\"{NS}\",pod=\"{POD}\"}}")
+    } else {
+        String::new()
+    };
+    let rest = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{family}{labels} ")))?;
+    let mut fields = rest.split_whitespace();
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
+/// Figures once the provider has a metrics API. metrics-server is not
+/// part of the testbed (kwok's nodes measure nothing): the provider's real
+/// API server serves `metrics.k8s.io/v1beta1` PodMetrics from a CRD of the
+/// same group, version and shape, which the test writes as metrics-server
+/// would (a rate over a window, at a time); the virtual kubelet reads them
+/// with the tenant's credentials, through real RBAC.
+async fn provider_metrics(
+    provider: &liqo_testbed::Cluster,
+    kubectl: &impl Fn(&[&str]) -> liqo_e2e::Run,
+    node_name: &str,
+    uid: &str,
+) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+
+    let remote = provider.client().await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(remote.clone());
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {
+                "name": "pods.metrics.k8s.io",
+                // A group of Kubernetes' own: the API server serves it,
+                // marked unapproved.
+                "annotations": { "api-approved.kubernetes.io": "unapproved, test stand-in for metrics-server" },
+            },
+            "spec": {
+                "group": "metrics.k8s.io",
+                "scope": "Namespaced",
+                "names": { "plural": "pods", "kind": "PodMetrics", "listKind": "PodMetricsList" },
+                "versions": [{
+                    "name": "v1beta1", "served": true, "storage": true,
+                    "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
+                }],
+            },
+        }))?,
+    )
+    .await?;
+    wait_for("the PodMetrics CRD established", WAIT, || async {
+        let crd = crds.get("pods.metrics.k8s.io").await?;
+        Ok(crd.status.and_then(|s| s.conditions).is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        }))
+    })
+    .await?;
+    let remote_pod = Api::<Pod>::all(remote.clone())
+        .list(&ListParams::default().labels(&format!("liqo.io/local-pod-uid={uid}")))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("the remote pod")?;
+    let twin = remote_pod.metadata.namespace.context("its namespace")?;
+    let name = remote_pod.metadata.name.context("its name")?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("metrics.k8s.io", "v1beta1", "PodMetrics"),
+        "pods",
+    );
+    let metrics: Api<DynamicObject> = Api::namespaced_with(remote, &twin, &resource);
+    // Measured 200m over 10 s, then 400m over the 15 s after.
+    let t1 = k8s_openapi::jiff::Timestamp::from_second(
+        k8s_openapi::jiff::Timestamp::now().as_second() - 30,
+    )?;
+    let t2 = t1 + k8s_openapi::jiff::SignedDuration::from_secs(15);
+    let write = |at: k8s_openapi::jiff::Timestamp, window: &str, cpu: &str| {
+        let metrics = metrics.clone();
+        let (name, window, cpu) = (name.clone(), window.to_owned(), cpu.to_owned());
+        async move {
+            let object = json!({
+                "apiVersion": "metrics.k8s.io/v1beta1",
+                "kind": "PodMetrics",
+                "metadata": { "name": name },
+                "timestamp": at.to_string(),
+                "window": window,
+                "containers": [{ "name": POD, "usage": { "cpu": cpu, "memory": "10Mi" } }],
+            });
+            metrics
+                .patch(
+                    &name,
+                    &PatchParams::apply("liqo-e2e").force(),
+                    &Patch::Apply(&object),
+                )
+                .await?;
+            anyhow::Ok(())
+        }
+    };
+    let read = || {
+        let raw = kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{node_name}/proxy/metrics/resource"),
+        ]);
+        assert_eq!(raw.code, 0, "{raw:?}");
+        raw.stdout
+    };
+
+    write(t1, "10s", "200m").await?;
+    let text = read();
+    assert!(text.lines().any(|l| l == "scrape_error 0"), "{text}");
+    // The first sample counts its rate over its window: 2 CPU-seconds,
+    // at the provider's time.
+    let t1_ms = t1.as_millisecond();
+    let first = sample(&text, "container_cpu_usage_seconds_total").context(text.clone())?;
+    assert_eq!(first, (2.0, t1_ms), "{text}");
+    assert_eq!(
+        sample(&text, "container_memory_working_set_bytes"),
+        Some((10.0 * 1024.0 * 1024.0, t1_ms)),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "pod_cpu_usage_seconds_total"),
+        Some((2.0, t1_ms)),
+        "{text}"
+    );
+    // Read again before a new sample: the counter stays.
+    let text = read();
+    assert_eq!(
+        sample(&text, "container_cpu_usage_seconds_total"),
+        Some(first),
+        "{text}"
+    );
+
+    write(t2, "15s", "400m").await?;
+    let text = read();
+    let second = sample(&text, "container_cpu_usage_seconds_total").context(text.clone())?;
+    assert_eq!(second, (8.0, t2.as_millisecond()), "{text}");
+    // What metrics-server computes from the two readings: the provider's
+    // rate.
+    #[allow(clippy::cast_precision_loss)]
+    let rate = (second.0 - first.0) / ((second.1 - first.1) as f64 / 1e3);
+    assert!((rate - 0.4).abs() < 1e-9, "{rate}");
+    let node = sample(&text, "node_cpu_usage_seconds_total").context(text.clone())?;
+    assert!((node.0 - 8.0).abs() < 1e-9, "{text}");
+
+    let raw = kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node_name}/proxy/stats/summary"),
+    ]);
+    assert_eq!(raw.code, 0, "{raw:?}");
+    let summary: serde_json::Value = serde_json::from_str(&raw.stdout)?;
+    let pod = &summary["pods"][0];
+    assert_eq!(pod["podRef"]["name"], POD, "{summary}");
+    assert_eq!(pod["cpu"]["usageNanoCores"], 400_000_000, "{summary}");
+    assert_eq!(
+        pod["cpu"]["usageCoreNanoSeconds"], 8_000_000_000_u64,
+        "{summary}"
+    );
+    assert_eq!(
+        pod["memory"]["workingSetBytes"],
+        10 * 1024 * 1024,
+        "{summary}"
+    );
+    assert_eq!(
+        summary["node"]["cpu"]["usageCoreNanoSeconds"], 8_000_000_000_u64,
+        "{summary}"
+    );
+    Ok(())
 }
 
 /// Appends `lines` to kwok's log file, in the container runtimes' log
@@ -326,6 +510,8 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
     ]);
     assert_eq!(raw.code, 0, "{raw:?}");
     assert!(raw.stdout.lines().any(|l| l == "scrape_error 1"), "{raw:?}");
+
+    provider_metrics(provider, &kubectl, &node_name, &local_uid(&pods).await?).await?;
 
     // Straight to the kubelet API: no credentials at all, then a service
     // account without nodes/proxy, then the same once granted it.

@@ -62,6 +62,9 @@ pub struct KubeletApi {
     pub pods: Followed<LocalPod>,
     pub twins: watch::Receiver<Twins>,
     pub provider: watch::Receiver<ProviderClient>,
+    /// The CPU counters served to metrics-server, made from the
+    /// provider's rates (never held across an await).
+    pub cpu: std::sync::Mutex<stats::CpuCounters>,
 }
 
 /// Serves the API on `listener` with the TLS configuration `tls` holds
@@ -237,23 +240,24 @@ async fn handle(
             container,
         } => exec(api, &mut req, &namespace, &pod, &container).await,
         Endpoint::StatsSummary => {
-            let (measured, figures) = measure(api).await;
+            let m = measure(api).await;
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             json(&stats::summary(
                 &api.node_name,
                 Some(&api.start_time),
                 &now,
-                measured,
-                &figures,
+                m.measured,
+                m.node_cpu_seconds,
+                &m.pods,
             ))
         }
         Endpoint::MetricsResource => {
-            let (measured, figures) = measure(api).await;
+            let m = measure(api).await;
             let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
             full(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
-                stats::resource_metrics(measured, &figures, now_ms),
+                stats::resource_metrics(m.measured, m.node_cpu_seconds, &m.pods, now_ms),
             )
         }
     }
@@ -555,11 +559,24 @@ async fn logs(
     resp
 }
 
-/// The figures of the measured pods, and whether the provider serves
-/// metrics at all.
-async fn measure(api: &KubeletApi) -> (bool, Vec<stats::PodFigures>) {
+/// What the provider measured, as `/stats/summary` and
+/// `/metrics/resource` serve it.
+struct Measured {
+    /// Whether the provider serves metrics at all.
+    measured: bool,
+    /// The measured pods, their CPU counted.
+    pods: Vec<stats::PodFigures>,
+    /// The node's CPU counter.
+    node_cpu_seconds: f64,
+}
+
+async fn measure(api: &KubeletApi) -> Measured {
     let Ok(client) = api.provider.borrow().clone() else {
-        return (false, Vec::new());
+        return Measured {
+            measured: false,
+            pods: Vec::new(),
+            node_cpu_seconds: 0.0,
+        };
     };
     let twins: Vec<String> = api.twins.borrow().values().cloned().collect();
     let local: Vec<LocalPod> = api
@@ -613,7 +630,21 @@ async fn measure(api: &KubeletApi) -> (bool, Vec<stats::PodFigures>) {
             Err(_) => measured = false,
         }
     }
-    (measured, stats::figures(&local, &remote_to_local, &metrics))
+    let mut pods = stats::figures(&local, &remote_to_local, &metrics);
+    let alive: std::collections::HashSet<&str> = local
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let mut cpu = api
+        .cpu
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    cpu.count(&mut pods, |uid| alive.contains(uid));
+    Measured {
+        measured,
+        pods,
+        node_cpu_seconds: cpu.node_seconds(),
+    }
 }
 
 /// Binds the API's address; port 0 picks a free port.
