@@ -549,7 +549,10 @@ pub enum OffloadCommand {
     /// Writes each namespace's NamespaceOffloading and lets every outgoing peering's virtual
     /// kubelet read what it reflects there (a RoleBinding in that namespace only). With -o, prints
     /// the offloading instead; once applied by other means, run this command on the namespace
-    /// too, or the virtual kubelets report AgentNotBound and offload nothing.
+    /// too, or the virtual kubelets report AgentNotBound and offload nothing. On a cluster without
+    /// MutatingAdmissionPolicy, the namespaces' pods are placed by the virtual kubelets' webhook:
+    /// the command first waits (up to a minute) for one to serve it, so that no pod created right
+    /// after it stays local unplaced.
     Namespace(OffloadNamespaceArgs),
 }
 

@@ -9,6 +9,9 @@
 #       on the provider; wall time from the create until every pod of the
 #       Deployment is Running (on the consumer for the first: the status
 #       the virtual kubelet brings back), and the ratio of the two;
+#       and once more direct, in a namespace with a ResourceQuota shaped
+#       like a twin's share (requests.cpu, requests.memory, pods), whose
+#       admission every remote pod goes through: the quota's own cost;
 #   (b) added start latency per offloaded pod, p50 and p99: what the
 #       virtual kubelet adds to a pod's start, both ways, as seen by
 #       watches this script runs on both clusters (one clock):
@@ -29,18 +32,28 @@
 #   --kube-api-qps Q (burst 2Q) instead of their default 20 (burst 30):
 #   the limit that (a) hits first at the default (docs/virtual-kubelet.md).
 #
-#   bash tests/bench/offload.sh [--pods N] [--with-10k] [--kcm-qps Q]
+#   With --pin, each cluster's processes (control plane, kwok, agents, and
+#   this script's watches of it) run on a core of their own, the consumer's
+#   on core 0 and the provider's on core 1, from before each measured
+#   phase: two peered clusters, each with its own machines, rather than
+#   two clusters taking each other's CPU on one machine. The direct runs
+#   then have the provider's core alone, as the provider has in the
+#   virtual run.
+#
+#   bash tests/bench/offload.sh [--pods N] [--with-10k] [--kcm-qps Q] [--pin]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 pods=1000
 with_10k=false
+pin=false
 kcm_qps=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --pods) pods=$2; shift 2 ;;
     --with-10k) with_10k=true; shift ;;
     --kcm-qps) kcm_qps=(--controller-manager-qps "$2"); shift 2 ;;
-    *) echo "usage: $0 [--pods N] [--with-10k] [--kcm-qps Q]" >&2; exit 2 ;;
+    --pin) pin=true; shift ;;
+    *) echo "usage: $0 [--pods N] [--with-10k] [--kcm-qps Q] [--pin]" >&2; exit 2 ;;
   esac
 done
 max=$pods
@@ -93,7 +106,6 @@ kc create namespace bench >/dev/null
 "$liqoctl" --kubeconfig "$consumer" offload namespace bench --wait --timeout 120 \
   >"$dir/offload.log" 2>&1 || { cat "$dir/offload.log" >&2; exit 1; }
 twin=bench-consumer
-kp create namespace bench-direct >/dev/null
 
 # The Deployment in namespace $1, on the virtual node when $2 is
 # "virtual"; named and labelled app=$3 (default bench), of $4 replicas
@@ -163,17 +175,38 @@ stamped() {
   watchers+=($!)
 }
 
+# The cluster (testbed folder) process $1 belongs to, as its command line
+# or environment names it; nothing for a process of no cluster.
+cluster_of() {
+  { tr '\0' '\n' <"/proc/$1/cmdline"; tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null |
+    grep -o "$dir/tb/[a-z]*/" | head -n 1 | sed "s|$dir/tb/||; s|/$||" || true
+}
+
 # CPU time so far of every process of the testbed, one line each:
-# "<cluster>/<program> <ticks>" (utime + stime, in clock ticks), the
-# cluster being the testbed folder its command line or environment names.
+# "<cluster>/<program> <ticks>" (utime + stime, in clock ticks).
 cpu_ticks() {
   local pid where comm
   for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-    where=$( { tr '\0' '\n' <"/proc/$pid/cmdline"; tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null |
-      grep -o "$dir/tb/[a-z]*/" | head -n 1 | sed "s|$dir/tb/||; s|/$||") || true
+    where=$(cluster_of "$pid")
     [ -n "$where" ] || continue
     comm=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
     awk -v w="$where/$comm" '{ sub(/^.*\) /, ""); print w, $12 + $13 }' "/proc/$pid/stat" 2>/dev/null || true
+  done
+}
+
+# With --pin: every process of the consumer (all its threads) on core 0,
+# every process of the provider on core 1. Run before each measured phase,
+# so that the watches started for it are pinned too.
+pin_clusters() {
+  $pin || return 0
+  local pid core
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    case "$(cluster_of "$pid")" in
+      consumer) core=0 ;;
+      provider) core=1 ;;
+      *) continue ;;
+    esac
+    taskset -a -p -c "$core" "$pid" >/dev/null 2>&1 || true
   done
 }
 # CPU seconds per program between two cpu_ticks files ($1 before, $2
@@ -216,17 +249,32 @@ unwatch() {
   stop_watchers
 }
 
-# (a) direct on the provider, then removed.
-stamped "$dir/direct.local.w" --kubeconfig "$provider" -n bench-direct get pods -l app=bench -w --no-headers \
-  -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
-sleep 2
-cpu_ticks >"$dir/cpu.direct.0"
-deployment bench-direct direct | kp apply -f - >/dev/null
-direct_time=$(until_running "$dir/direct.local.w" "$pods")
-cpu_ticks >"$dir/cpu.direct.1"
-unwatch
-kp -n bench-direct delete deployment bench --wait >/dev/null
-kp delete namespace bench-direct --wait --timeout 600s >/dev/null
+# (a) direct on the provider, in namespace $1, made and removed here; with
+# $2 = quota, the namespace has a ResourceQuota shaped like a twin's share
+# (liqo-share: requests.cpu, requests.memory, pods, room for every pod).
+# Sets direct_time; CPU ticks in $dir/cpu.$1.{0,1}.
+direct() {
+  local ns=$1 quota=${2:-}
+  kp create namespace "$ns" >/dev/null
+  if [ -n "$quota" ]; then
+    kp -n "$ns" create quota liqo-share \
+      --hard="requests.cpu=64,requests.memory=256Gi,pods=$((pods + 100))" >/dev/null
+  fi
+  stamped "$dir/$ns.w" --kubeconfig "$provider" -n "$ns" get pods -l app=bench -w --no-headers \
+    -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
+  sleep 2
+  pin_clusters
+  cpu_ticks >"$dir/cpu.$ns.0"
+  deployment "$ns" direct | kp apply -f - >/dev/null
+  direct_time=$(until_running "$dir/$ns.w" "$pods")
+  cpu_ticks >"$dir/cpu.$ns.1"
+  unwatch
+  kp -n "$ns" delete deployment bench --wait >/dev/null
+  kp delete namespace "$ns" --wait --timeout 600s >/dev/null
+}
+direct bench-direct-quota quota
+quota_time=$direct_time
+direct bench-direct
 
 # The watches of (b), on the pods labelled app=$1, written to files
 # $dir/$1.{local,rs,remote}.w; stopped by unwatch.
@@ -276,6 +324,7 @@ pct() {
 steady=100
 deployment bench virtual steady 0 | kc apply -f - >/dev/null
 watch_pods steady
+pin_clusters
 for i in $(seq "$steady"); do
   kc -n bench scale deployment steady --replicas "$i" >/dev/null
   sleep 0.25
@@ -288,6 +337,7 @@ kp -n "$twin" wait --for=delete pods -l app=steady --timeout 300s >/dev/null 2>&
 
 # (a) and (b) through the virtual node: the burst.
 watch_pods bench
+pin_clusters
 cpu_ticks >"$dir/cpu.virtual.0"
 deployment bench virtual | kc apply -f - >/dev/null
 virtual_time=$(until_running "$dir/bench.local.w" "$pods")
@@ -305,6 +355,7 @@ if $with_10k; then
   stamped "$dir/big.local.w" --kubeconfig "$consumer" -n bench get pods -l app=bench -w --no-headers \
     -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
   sleep 2
+  pin_clusters
   kc -n bench scale deployment bench --replicas 10000 >/dev/null
   until_running "$dir/big.local.w" 10000 >/dev/null
   unwatch
@@ -326,9 +377,12 @@ ratio=$(awk "BEGIN { printf \"%.2f\", $virtual_time / $direct_time }")
 echo
 printf '%-52s %s\n' "figure" "value"
 printf '%-52s %s\n' "controller-managers' --kube-api-qps" "${kcm_qps[1]:-default (20)}"
+printf '%-52s %s\n' "clusters pinned to a core each (--pin)" "$pin"
 printf '%-52s %s\n' "(a) $pods pods Running, direct on the provider" "${direct_time}s"
+printf '%-52s %s\n' "(a) the same direct, in a namespace with a quota" "${quota_time}s"
 printf '%-52s %s\n' "(a) $pods pods Running, through the virtual node" "${virtual_time}s"
 printf '%-52s %s\n' "(a) ratio virtual / direct (target <= 1.3)" "$ratio"
+printf '%-52s %s\n' "(a) ratio virtual / direct with a quota" "$(awk "BEGIN { printf \"%.2f\", $virtual_time / $quota_time }")"
 printf '%-52s %s\n' "(b) added start latency p50 ($measured pods)" "$p50"
 printf '%-52s %s\n' "(b) added start latency p99 (target <= 100 ms)" "$p99"
 printf '%-52s %s\n' "(b)   of which bound -> remote object seen, p50 / p99" "$(pct bench 50 2) / $(pct bench 99 2)"
@@ -346,9 +400,11 @@ printf '%-52s %s\n' "(c) VK peak RSS at 10000 pods (target <= 60 MB)" "$rss_10k"
 printf '%-52s %s\n' "(c) the same, restarted with 10000 pods Running (90 s)" "$rss_10k_restart"
 echo
 echo "CPU seconds per process while the pods started (machine: $(nproc) cores)"
-printf '%-40s %10s %10s\n' "process" "direct" "virtual"
-join -a 1 -a 2 -e 0 -o 0,1.2,2.2 \
-  <(cpu_spent "$dir/cpu.direct.0" "$dir/cpu.direct.1" | sort) \
+printf '%-40s %10s %10s %10s\n' "process" "direct" "quota" "virtual"
+join -a 1 -a 2 -e 0 -o 0,1.2,1.3,2.2 \
+  <(join -a 1 -a 2 -e 0 -o 0,1.2,2.2 \
+    <(cpu_spent "$dir/cpu.bench-direct.0" "$dir/cpu.bench-direct.1" | sort) \
+    <(cpu_spent "$dir/cpu.bench-direct-quota.0" "$dir/cpu.bench-direct-quota.1" | sort)) \
   <(cpu_spent "$dir/cpu.virtual.0" "$dir/cpu.virtual.1" | sort) |
-  sort -k3 -n -r | awk '{ printf "%-40s %10.1f %10.1f\n", $1, $2, $3; d += $2; v += $3 }
-    END { printf "%-40s %10.1f %10.1f\n", "total", d, v }'
+  sort -k4 -n -r | awk '{ printf "%-40s %10.1f %10.1f %10.1f\n", $1, $2, $3, $4; d += $2; q += $3; v += $4 }
+    END { printf "%-40s %10.1f %10.1f %10.1f\n", "total", d, q, v }'
