@@ -43,6 +43,22 @@ fn pod() -> Pod {
     .expect("pod")
 }
 
+/// What the virtual node's kubelet API answers at `path`, through the
+/// consumer's API server (its node proxy); the call must succeed.
+fn node_proxy(
+    kubectl: &impl Fn(&[&str]) -> liqo_e2e::Run,
+    node_name: &str,
+    path: &str,
+) -> liqo_e2e::Run {
+    let raw = kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node_name}/proxy{path}"),
+    ]);
+    assert_eq!(raw.code, 0, "{raw:?}");
+    raw
+}
+
 async fn local_uid(pods: &Api<Pod>) -> Result<String> {
     pods.get(POD).await?.metadata.uid.context("the pod's UID")
 }
@@ -151,15 +167,7 @@ async fn provider_metrics(
             anyhow::Ok(())
         }
     };
-    let read = || {
-        let raw = kubectl(&[
-            "get",
-            "--raw",
-            &format!("/api/v1/nodes/{node_name}/proxy/metrics/resource"),
-        ]);
-        assert_eq!(raw.code, 0, "{raw:?}");
-        raw.stdout
-    };
+    let read = || node_proxy(kubectl, node_name, "/metrics/resource").stdout;
 
     write(t1, "10s", "200m").await?;
     let text = read();
@@ -199,12 +207,7 @@ async fn provider_metrics(
     let node = sample(&text, "node_cpu_usage_seconds_total").context(text.clone())?;
     assert!((node.0 - 8.0).abs() < 1e-9, "{text}");
 
-    let raw = kubectl(&[
-        "get",
-        "--raw",
-        &format!("/api/v1/nodes/{node_name}/proxy/stats/summary"),
-    ]);
-    assert_eq!(raw.code, 0, "{raw:?}");
+    let raw = node_proxy(kubectl, node_name, "/stats/summary");
     let summary: serde_json::Value = serde_json::from_str(&raw.stdout)?;
     let pod = &summary["pods"][0];
     assert_eq!(pod["podRef"]["name"], POD, "{summary}");
@@ -477,12 +480,7 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
     eprintln!("kubelet API moved to {address}:{port}");
 
     // The node proxy: the pods bound to the node, and the summary.
-    let raw = kubectl(&[
-        "get",
-        "--raw",
-        &format!("/api/v1/nodes/{node_name}/proxy/pods"),
-    ]);
-    assert_eq!(raw.code, 0, "{raw:?}");
+    let raw = node_proxy(&kubectl, &node_name, "/pods");
     let list: serde_json::Value = serde_json::from_str(&raw.stdout)?;
     assert_eq!(list["kind"], "PodList");
     let names: Vec<&str> = list["items"]
@@ -492,23 +490,13 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
         .filter_map(|p| p["metadata"]["name"].as_str())
         .collect();
     assert_eq!(names, [POD], "{list}");
-    let raw = kubectl(&[
-        "get",
-        "--raw",
-        &format!("/api/v1/nodes/{node_name}/proxy/stats/summary"),
-    ]);
-    assert_eq!(raw.code, 0, "{raw:?}");
+    let raw = node_proxy(&kubectl, &node_name, "/stats/summary");
     let summary: serde_json::Value = serde_json::from_str(&raw.stdout)?;
     assert_eq!(summary["node"]["nodeName"], node_name.as_str(), "{summary}");
     // kwok's provider serves no metrics API: no figure rather than zeros.
     assert!(summary["node"].get("cpu").is_none(), "{summary}");
     assert_eq!(summary["pods"], json!([]), "{summary}");
-    let raw = kubectl(&[
-        "get",
-        "--raw",
-        &format!("/api/v1/nodes/{node_name}/proxy/metrics/resource"),
-    ]);
-    assert_eq!(raw.code, 0, "{raw:?}");
+    let raw = node_proxy(&kubectl, &node_name, "/metrics/resource");
     assert!(raw.stdout.lines().any(|l| l == "scrape_error 1"), "{raw:?}");
 
     provider_metrics(provider, &kubectl, &node_name, &local_uid(&pods).await?).await?;
