@@ -366,58 +366,23 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
 {
-    let (store, mut writer) = reflector::store();
-    let (tx, rx) = watch::channel(SyncState::default());
-    let index = options.index.map(|key| LabelIndex {
-        key,
-        map: Arc::default(),
-    });
-    let reader = store.clone();
-    let feed_index = index.clone();
-    let recorders: Arc<Mutex<Vec<Recorder<K>>>> = Arc::default();
-    let feed_recorders = recorders.clone();
-    let trim = options.trim;
+    let (followed, mut feed) = Feed::new(options);
+    let tx = feed.tx.clone();
     let task = async move {
         let mut backoff = BACKOFF_INITIAL;
-        // The index of a list in progress, swapped in with the store's.
-        let mut buffer: HashMap<String, Vec<ObjectRef<K>>> = HashMap::new();
         loop {
             let mut events = watcher(api.clone(), config.clone()).boxed();
             while let Some(event) = events.next().await {
                 match event {
                     Ok(event) => {
-                        let event = event.modify(|obj| {
-                            obj.meta_mut().managed_fields = None;
-                            if let Some(trim) = trim {
-                                trim(obj);
-                            }
-                        });
-                        if let Some(index) = &feed_index {
-                            update_index(index, &mut buffer, &reader, &event);
-                        }
-                        writer.apply_watcher_event(&event);
-                        let done = matches!(event, watcher::Event::InitDone);
-                        // Recorded once the store has it, so that a reader
-                        // told of a change finds it there.
-                        match &event {
-                            watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
-                                record(&feed_recorders, Some(obj));
-                            }
-                            watcher::Event::InitDone => record(&feed_recorders, None),
-                            _ => {}
-                        }
-                        if done {
+                        if feed.apply(event) {
                             backoff = BACKOFF_INITIAL;
                             tracing::info!(what, "in sync with the API");
                         }
-                        tx.send_modify(|s| {
-                            s.current |= done;
-                            s.generation += 1;
-                        });
                     }
                     Err(error) => {
                         tracing::warn!(what, %error, "watch failed; listing again");
-                        record(&feed_recorders, None);
+                        record(&feed.recorders, None);
                         tx.send_modify(|s| {
                             s.current = false;
                             s.generation += 1;
@@ -430,15 +395,105 @@ where
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     };
-    (
-        Followed {
-            store,
+    (followed, task)
+}
+
+/// A store holding `objects`, as the follow task leaves it once it has
+/// listed them (trimmed and indexed as `options` say, and current),
+/// without an API: for tests and measurements of what stores hold.
+pub fn filled<K>(objects: impl IntoIterator<Item = K>, options: Options<K>) -> Followed<K>
+where
+    K: Resource + Clone + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+{
+    let (followed, mut feed) = Feed::new(options);
+    feed.apply(watcher::Event::Init);
+    for obj in objects {
+        feed.apply(watcher::Event::InitApply(obj));
+    }
+    feed.apply(watcher::Event::InitDone);
+    followed
+}
+
+/// What turns watch events into a store's content: the store's writer,
+/// its index, its recorders and its state.
+struct Feed<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    writer: reflector::store::Writer<K>,
+    reader: Store<K>,
+    index: Option<LabelIndex<K>>,
+    /// The index of a list in progress, swapped in with the store's.
+    buffer: HashMap<String, Vec<ObjectRef<K>>>,
+    recorders: Arc<Mutex<Vec<Recorder<K>>>>,
+    trim: Option<fn(&mut K)>,
+    tx: watch::Sender<SyncState>,
+}
+
+impl<K> Feed<K>
+where
+    K: Resource + Clone + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+{
+    fn new(options: Options<K>) -> (Followed<K>, Self) {
+        let writer = reflector::store::Writer::default();
+        let store = writer.as_reader();
+        let (tx, rx) = watch::channel(SyncState::default());
+        let index = options.index.map(|key| LabelIndex {
+            key,
+            map: Arc::default(),
+        });
+        let recorders: Arc<Mutex<Vec<Recorder<K>>>> = Arc::default();
+        let followed = Followed {
+            store: store.clone(),
             state: rx,
+            index: index.clone(),
+            recorders: recorders.clone(),
+        };
+        let feed = Self {
+            writer,
+            reader: store,
             index,
+            buffer: HashMap::new(),
             recorders,
-        },
-        task,
-    )
+            trim: options.trim,
+            tx,
+        };
+        (followed, feed)
+    }
+
+    /// Applies one event of the watch; true when it ends a list (the
+    /// store is current from then on).
+    fn apply(&mut self, event: watcher::Event<K>) -> bool {
+        let trim = self.trim;
+        let event = event.modify(|obj| {
+            obj.meta_mut().managed_fields = None;
+            if let Some(trim) = trim {
+                trim(obj);
+            }
+        });
+        if let Some(index) = &self.index {
+            update_index(index, &mut self.buffer, &self.reader, &event);
+        }
+        self.writer.apply_watcher_event(&event);
+        let done = matches!(event, watcher::Event::InitDone);
+        // Recorded once the store has it, so that a reader told of a
+        // change finds it there.
+        match &event {
+            watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+                record(&self.recorders, Some(obj));
+            }
+            watcher::Event::InitDone => record(&self.recorders, None),
+            _ => {}
+        }
+        self.tx.send_modify(|s| {
+            s.current |= done;
+            s.generation += 1;
+        });
+        done
+    }
 }
 
 /// Brings `index` in step with `event`, before the store applies it (so

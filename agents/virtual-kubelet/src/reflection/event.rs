@@ -226,3 +226,18 @@ impl Kind for Events {
         Ok(Next::Done)
     }
 }
+
+/// The Events' stores filled as the agent fills them, for
+/// [`super::footprint`].
+#[cfg(test)]
+pub mod footprint {
+    use super::*;
+
+    pub fn remote(events: impl Iterator<Item = Event>) -> Followed<RemoteEvent> {
+        liqo_agent_runtime::follow::filled(events.map(RemoteEvent::from), Default::default())
+    }
+
+    pub fn local(events: impl Iterator<Item = Event>) -> Followed<LocalCopy> {
+        liqo_agent_runtime::follow::filled(events.map(LocalCopy::from), Default::default())
+    }
+}

@@ -40,6 +40,8 @@
 
 pub mod demand;
 pub mod event;
+#[cfg(test)]
+mod footprint;
 pub mod mirror;
 pub mod namespace;
 pub mod pod;

@@ -91,31 +91,19 @@ impl Side {
             Api::namespaced(client.clone(), namespace),
             config.clone(),
             "remote replica sets",
-            Options {
-                trim: Some(trim_remote_wrapper::<ReplicaSet>),
-                index: None,
-            },
+            Self::wrapper_options(),
         );
         let (jobs, follow_jobs) = follow_with(
             Api::namespaced(client.clone(), namespace),
             config.clone(),
             "remote jobs",
-            Options {
-                trim: Some(trim_remote_wrapper::<Job>),
-                index: None,
-            },
+            Self::wrapper_options(),
         );
         let (pods, follow_pods) = follow_with(
             Api::namespaced(client, namespace),
             config,
             "remote pods",
-            Options {
-                trim: Some(trim_remote_pod),
-                index: Some(|pod| {
-                    let name = pod.metadata.name.as_deref()?;
-                    crate::forge::event::local_pod_name(name).map(str::to_owned)
-                }),
-            },
+            Self::pod_options(),
         );
         // A wrapper is named after its local pod; a remote pod after its
         // wrapper.
@@ -144,6 +132,24 @@ impl Side {
             jobs,
             pods,
             task,
+        }
+    }
+
+    fn wrapper_options<K>() -> Options<PartialObjectMeta<K>> {
+        Options {
+            trim: Some(trim_remote_wrapper::<K>),
+            index: None,
+        }
+    }
+
+    /// Remote pods are indexed by their local pod's name.
+    fn pod_options() -> Options<RemotePod> {
+        Options {
+            trim: Some(trim_remote_pod),
+            index: Some(|pod| {
+                let name = pod.metadata.name.as_deref()?;
+                crate::forge::event::local_pod_name(name).map(str::to_owned)
+            }),
         }
     }
 
@@ -1045,6 +1051,33 @@ impl Pods {
             }
         }
         Ok(())
+    }
+}
+
+/// The pods' stores filled as the agent fills them, for
+/// [`super::footprint`].
+#[cfg(test)]
+pub mod footprint {
+    use super::*;
+
+    pub fn local_pods(pods: impl Iterator<Item = Pod>) -> Followed<LocalPod> {
+        liqo_agent_runtime::follow::filled(pods.map(LocalPod::from), Options::default())
+    }
+
+    pub fn remote_pods(pods: impl Iterator<Item = Pod>) -> Followed<RemotePod> {
+        let read = |p: Pod| {
+            RemotePod::from(RemotePodRead {
+                metadata: p.metadata,
+                status: p.status,
+            })
+        };
+        liqo_agent_runtime::follow::filled(pods.map(read), Side::pod_options())
+    }
+
+    pub fn wrappers(
+        wrappers: impl Iterator<Item = PartialObjectMeta<ReplicaSet>>,
+    ) -> Followed<PartialObjectMeta<ReplicaSet>> {
+        liqo_agent_runtime::follow::filled(wrappers, Side::wrapper_options())
     }
 }
 

@@ -291,3 +291,20 @@ impl Kind for Tokens {
 fn token_account(pod: &LocalPod) -> Option<&str> {
     pod.token_account.as_deref()
 }
+
+/// The token Secrets' store filled as the agent fills it, for
+/// [`super::footprint`].
+#[cfg(test)]
+pub mod footprint {
+    use super::*;
+
+    pub fn secrets(secrets: impl Iterator<Item = Secret>) -> Followed<Secret> {
+        liqo_agent_runtime::follow::filled(
+            secrets,
+            liqo_agent_runtime::follow::Options {
+                trim: Some(forge_token::trim_stored),
+                index: None,
+            },
+        )
+    }
+}
