@@ -573,7 +573,10 @@ async fn run_tunnels(
         if connections.is_current() {
             let local = identity
                 .store
-                .get(&identity_ref)
+                .get(
+                    identity_ref.namespace.as_deref().unwrap_or_default(),
+                    &identity_ref.name,
+                )
                 .and_then(|map| {
                     ClusterIdentity::from_data(&map.data.clone().unwrap_or_default()).ok()
                 })
@@ -662,7 +665,10 @@ impl State {
     }
 
     fn known(&self) -> Known {
-        let identity = match self.identity.store.get(&self.identity_ref) {
+        let identity = match self.identity.store.get(
+            self.identity_ref.namespace.as_deref().unwrap_or_default(),
+            &self.identity_ref.name,
+        ) {
             None => Err(format!(
                 "the ConfigMap {} does not exist",
                 names::IDENTITY_CONFIGMAP

@@ -14,7 +14,14 @@
 //! runs, so what is stored is trimmed on the way in ([`Options::trim`]):
 //! managedFields always (nobody reads them from a store, and they are
 //! often a third of an object), and whatever else the caller says it does
-//! not read. A store can also keep an index by a key of each object
+//! not read; or it is made into a value of the caller's own type
+//! ([`Options::convert`]) that keeps only what is read. The store is ours,
+//! not kube-runtime's: kube's keeps, per object, a key that copies its
+//! name, namespace, UID and version again, and needs the stored type to
+//! carry a whole `ObjectMeta`. Ours keys an object by its namespace
+//! (shared by every object of it) and its name, both given to the
+//! conversion to keep ([`Key`]), so a compact stored value costs no copy
+//! of either. A store can also keep an index by a key of each object
 //! ([`Options::index`], e.g. the value of a label), updated with the store from the same
 //! events, so that finding the objects of one value costs no scan.
 //!
@@ -25,16 +32,15 @@
 //! list, a failed watch or more changes than a journal keeps. The store
 //! stays the truth; the journal only says where to look first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Api;
 use kube::Resource;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -136,41 +142,136 @@ impl<T> Journal<T> {
 }
 
 /// Records changes of a store into one journal: called with every applied
-/// or deleted object (as stored: trimmed), or `None` when
-/// the whole store changed. Returns false once the journal is dropped.
-type Recorder<K> = Box<dyn Fn(Option<&K>) -> bool + Send + Sync>;
+/// or deleted object (as stored), or `None` when the whole store changed.
+/// Returns false once the journal is dropped.
+type Recorder<S> = Box<dyn Fn(Option<&S>) -> bool + Send + Sync>;
+
+/// Where an object is stored: its namespace (empty for a cluster-scoped
+/// object) and its name. The store shares one copy of each namespace
+/// among its objects; a stored value made by [`Options::convert`] may
+/// keep clones of both at the cost of a reference count.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+/// The objects of a followed store, by namespace and name.
+type Objects<S> = HashMap<Arc<str>, HashMap<Arc<str>, Arc<S>>>;
+
+/// A followed store: the objects the follow task last saw, as they were
+/// stored. Cheap to clone: clones share one store.
+#[derive(Debug)]
+pub struct Store<S> {
+    objects: Arc<RwLock<Objects<S>>>,
+}
+
+impl<S> Clone for Store<S> {
+    fn clone(&self) -> Self {
+        Self {
+            objects: self.objects.clone(),
+        }
+    }
+}
+
+impl<S> Default for Store<S> {
+    fn default() -> Self {
+        Self {
+            objects: Arc::default(),
+        }
+    }
+}
+
+impl<S> Store<S> {
+    fn read(&self) -> RwLockReadGuard<'_, Objects<S>> {
+        match self.objects.read() {
+            Ok(o) => o,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Objects<S>> {
+        match self.objects.write() {
+            Ok(o) => o,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The object named `name` in `namespace` (empty: a cluster-scoped one).
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<S>> {
+        self.read().get(namespace)?.get(name).cloned()
+    }
+
+    /// Every stored object.
+    pub fn state(&self) -> Vec<Arc<S>> {
+        self.read()
+            .values()
+            .flat_map(|names| names.values().cloned())
+            .collect()
+    }
+
+    /// The stored objects of `namespace`.
+    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<S>> {
+        self.read()
+            .get(namespace)
+            .map(|names| names.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().values().map(HashMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn insert<S>(objects: &mut Objects<S>, key: &Key, value: Arc<S>) -> Option<Arc<S>> {
+    objects
+        .entry(key.namespace.clone())
+        .or_default()
+        .insert(key.name.clone(), value)
+}
+
+fn remove<S>(objects: &mut Objects<S>, key: &Key) -> Option<Arc<S>> {
+    let names = objects.get_mut(&*key.namespace)?;
+    let removed = names.remove(&*key.name);
+    if names.is_empty() {
+        objects.remove(&*key.namespace);
+    }
+    removed
+}
 
 /// A store that a background task keeps following the API.
-#[derive(Clone)]
-pub struct Followed<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    pub store: Store<K>,
+pub struct Followed<S> {
+    pub store: Store<S>,
     pub state: watch::Receiver<SyncState>,
     /// The index by [`Options::index`], when one was asked for.
-    index: Option<LabelIndex<K>>,
-    recorders: Arc<Mutex<Vec<Recorder<K>>>>,
+    index: Option<LabelIndex<S>>,
+    recorders: Arc<Mutex<Vec<Recorder<S>>>>,
 }
 
-/// The followed objects by their index key: key → the objects'
-/// references (few per value). Kept in step with the store by the task
-/// that feeds it, from the same events.
-struct LabelIndex<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    key: fn(&K) -> Option<String>,
-    map: Arc<RwLock<HashMap<String, Vec<ObjectRef<K>>>>>,
+impl<S> Clone for Followed<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            state: self.state.clone(),
+            index: self.index.clone(),
+            recorders: self.recorders.clone(),
+        }
+    }
 }
 
-impl<K> Clone for LabelIndex<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
+/// The followed objects by their index key: key → the objects' keys (few
+/// per value). Kept in step with the store by the task that feeds it,
+/// from the same events.
+struct LabelIndex<S> {
+    key: fn(&S) -> Option<String>,
+    map: Arc<RwLock<HashMap<Box<str>, Vec<Key>>>>,
+}
+
+impl<S> Clone for LabelIndex<S> {
     fn clone(&self) -> Self {
         Self {
             key: self.key,
@@ -179,83 +280,92 @@ where
     }
 }
 
-/// A reference by namespace and name only: the index keeps no resource
-/// version or UID per object.
-fn bare_ref<K>(obj: &K) -> ObjectRef<K>
-where
-    K: Resource,
-    K::DynamicType: Eq + Hash + Clone + Default,
-{
-    let meta = obj.meta();
-    let key = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
-    match meta.namespace.as_deref() {
-        Some(ns) => key.within(ns),
-        None => key,
-    }
-}
-
 /// The value of `label` on `obj`: an index key ([`Options::index`]).
 pub fn label_of<K: Resource>(obj: &K, label: &str) -> Option<String> {
     obj.meta().labels.as_ref()?.get(label).cloned()
 }
 
-fn index_insert<K>(map: &mut HashMap<String, Vec<ObjectRef<K>>>, value: &str, key: ObjectRef<K>)
-where
-    K: Resource,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    let refs = map.entry(value.to_owned()).or_default();
-    if !refs.contains(&key) {
-        refs.push(key);
+fn index_insert(map: &mut HashMap<Box<str>, Vec<Key>>, value: &str, key: &Key) {
+    if let Some(keys) = map.get_mut(value) {
+        if !keys.contains(key) {
+            keys.push(key.clone());
+        }
+    } else {
+        map.insert(value.into(), vec![key.clone()]);
     }
 }
 
-fn index_remove<K>(map: &mut HashMap<String, Vec<ObjectRef<K>>>, value: &str, key: &ObjectRef<K>)
-where
-    K: Resource,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    if let Some(refs) = map.get_mut(value) {
-        refs.retain(|r| r != key);
-        if refs.is_empty() {
+fn index_remove(map: &mut HashMap<Box<str>, Vec<Key>>, value: &str, key: &Key) {
+    if let Some(keys) = map.get_mut(value) {
+        keys.retain(|k| k != key);
+        if keys.is_empty() {
             map.remove(value);
         }
     }
 }
 
-/// How a store is fed, beyond what the watch returns.
-pub struct Options<K> {
+/// How a store is fed, beyond what the watch returns: what the API
+/// serves (`K`) is trimmed, then made into what is stored (`S`).
+pub struct Options<K, S = K> {
     /// Applied to every object before it is stored: drop what is never
     /// read. managedFields are dropped whatever this does.
     pub trim: Option<fn(&mut K)>,
-    /// Keep an index by the key this gives of each object (none: not
-    /// indexed) ([`Followed::by_index`]).
-    pub index: Option<fn(&K) -> Option<String>>,
+    /// Makes the stored value of an object (trimmed), given where it is
+    /// stored.
+    pub convert: fn(K, &Key) -> S,
+    /// Keep an index by the key this gives of each stored value (none:
+    /// not indexed) ([`Followed::by_index`]).
+    pub index: Option<fn(&S) -> Option<String>>,
 }
 
-impl<K> Debug for Options<K> {
+impl<K, S> Debug for Options<K, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("trim", &self.trim.is_some())
             .field("index", &self.index.is_some())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
-impl<K> Default for Options<K> {
+impl<K> Default for Options<K, K> {
+    /// Objects stored as the API serves them (less their managedFields).
     fn default() -> Self {
         Self {
             trim: None,
+            convert: |obj, _| obj,
             index: None,
         }
     }
 }
 
-impl<K> Debug for Followed<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
+impl<K> Options<K, K> {
+    /// Objects stored as `trim` leaves them.
+    pub fn trimmed(trim: fn(&mut K)) -> Self {
+        Self {
+            trim: Some(trim),
+            ..Self::default()
+        }
+    }
+}
+
+impl<K, S> Options<K, S> {
+    /// Objects stored as `convert` makes them.
+    pub fn converted(convert: fn(K, &Key) -> S) -> Self {
+        Self {
+            trim: None,
+            convert,
+            index: None,
+        }
+    }
+
+    /// The store also keeps an index by the key `index` gives.
+    pub fn indexed(mut self, index: fn(&S) -> Option<String>) -> Self {
+        self.index = Some(index);
+        self
+    }
+}
+
+impl<S> Debug for Followed<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Followed")
             .field("objects", &self.store.len())
@@ -264,22 +374,18 @@ where
     }
 }
 
-impl<K> Followed<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
+impl<S> Followed<S> {
     pub fn is_current(&self) -> bool {
         self.state.borrow().current
     }
 
     /// The stored objects whose [`Options::index`] key is `value`
     /// (none when the store keeps no index).
-    pub fn by_index(&self, value: &str) -> Vec<Arc<K>> {
+    pub fn by_index(&self, value: &str) -> Vec<Arc<S>> {
         let Some(index) = &self.index else {
             return Vec::new();
         };
-        let refs = match index.map.read() {
+        let keys = match index.map.read() {
             Ok(map) => map.get(value).cloned().unwrap_or_default(),
             Err(poisoned) => poisoned
                 .into_inner()
@@ -287,7 +393,9 @@ where
                 .cloned()
                 .unwrap_or_default(),
         };
-        refs.iter().filter_map(|r| self.store.get(r)).collect()
+        keys.iter()
+            .filter_map(|k| self.store.get(&k.namespace, &k.name))
+            .collect()
     }
 
     /// From now on, records into `journal` the key `key` makes of every
@@ -299,13 +407,13 @@ where
     pub fn record_into<T>(
         &self,
         journal: &Journal<T>,
-        key: impl Fn(&K) -> Option<T> + Send + Sync + 'static,
+        key: impl Fn(&S) -> Option<T> + Send + Sync + 'static,
     ) where
         T: Send + 'static,
     {
         journal.anything();
         let weak: Weak<Mutex<Pending<T>>> = Arc::downgrade(&journal.pending);
-        let recorder: Recorder<K> = Box::new(move |obj| {
+        let recorder: Recorder<S> = Box::new(move |obj| {
             let Some(pending) = weak.upgrade() else {
                 return false;
             };
@@ -324,9 +432,9 @@ where
     }
 }
 
-fn lock_recorders<K>(
-    recorders: &Mutex<Vec<Recorder<K>>>,
-) -> std::sync::MutexGuard<'_, Vec<Recorder<K>>> {
+fn lock_recorders<S>(
+    recorders: &Mutex<Vec<Recorder<S>>>,
+) -> std::sync::MutexGuard<'_, Vec<Recorder<S>>> {
     match recorders.lock() {
         Ok(r) => r,
         Err(poisoned) => poisoned.into_inner(),
@@ -335,7 +443,7 @@ fn lock_recorders<K>(
 
 /// Tells every live recorder of `recorders` about `obj` (`None`: the
 /// whole store), and forgets those whose journal is gone.
-fn record<K>(recorders: &Mutex<Vec<Recorder<K>>>, obj: Option<&K>) {
+fn record<S>(recorders: &Mutex<Vec<Recorder<S>>>, obj: Option<&S>) {
     lock_recorders(recorders).retain(|r| r(obj));
 }
 
@@ -349,25 +457,22 @@ pub fn follow<K>(
 ) -> (Followed<K>, impl Future<Output = ()> + Send)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
 {
     follow_with(api, config, what, Options::default())
 }
 
-/// [`follow`], with the stored objects trimmed and indexed as `options`
-/// say.
-pub fn follow_with<K>(
+/// [`follow`], with the objects stored as `options` say.
+pub fn follow_with<K, S>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,
-    options: Options<K>,
-) -> (Followed<K>, impl Future<Output = ()> + Send)
+    options: Options<K, S>,
+) -> (Followed<S>, impl Future<Output = ()> + Send)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+    S: Send + Sync + 'static,
 {
     let (followed, mut feed) = Feed::new(options);
-    let tx = feed.tx.clone();
     let task = async move {
         let mut backoff = BACKOFF_INITIAL;
         loop {
@@ -382,11 +487,7 @@ where
                     }
                     Err(error) => {
                         tracing::warn!(what, %error, "watch failed; listing again");
-                        record(&feed.recorders, None);
-                        tx.send_modify(|s| {
-                            s.current = false;
-                            s.generation += 1;
-                        });
+                        feed.failed();
                         break;
                     }
                 }
@@ -399,12 +500,11 @@ where
 }
 
 /// A store holding `objects`, as the follow task leaves it once it has
-/// listed them (trimmed and indexed as `options` say, and current),
-/// without an API: for tests and measurements of what stores hold.
-pub fn filled<K>(objects: impl IntoIterator<Item = K>, options: Options<K>) -> Followed<K>
+/// listed them (stored as `options` say, and current), without an API:
+/// for tests and measurements of what stores hold.
+pub fn filled<K, S>(objects: impl IntoIterator<Item = K>, options: Options<K, S>) -> Followed<S>
 where
-    K: Resource + Clone + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+    K: Resource,
 {
     let (followed, mut feed) = Feed::new(options);
     feed.apply(watcher::Event::Init);
@@ -415,37 +515,34 @@ where
     followed
 }
 
-/// What turns watch events into a store's content: the store's writer,
-/// its index, its recorders and its state.
-struct Feed<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    writer: reflector::store::Writer<K>,
-    reader: Store<K>,
-    index: Option<LabelIndex<K>>,
-    /// The index of a list in progress, swapped in with the store's.
-    buffer: HashMap<String, Vec<ObjectRef<K>>>,
-    recorders: Arc<Mutex<Vec<Recorder<K>>>>,
-    trim: Option<fn(&mut K)>,
+/// What turns watch events into a store's content: the store, its
+/// index, its recorders and its state, and the list in progress.
+struct Feed<K, S> {
+    store: Store<S>,
+    index: Option<LabelIndex<S>>,
+    recorders: Arc<Mutex<Vec<Recorder<S>>>>,
+    options: Options<K, S>,
     tx: watch::Sender<SyncState>,
+    /// The objects of a list in progress, and their index, swapped in
+    /// when it is done.
+    listing: Objects<S>,
+    listing_index: HashMap<Box<str>, Vec<Key>>,
+    /// One copy of each namespace seen.
+    namespaces: HashSet<Arc<str>>,
 }
 
-impl<K> Feed<K>
+impl<K, S> Feed<K, S>
 where
-    K: Resource + Clone + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+    K: Resource,
 {
-    fn new(options: Options<K>) -> (Followed<K>, Self) {
-        let writer = reflector::store::Writer::default();
-        let store = writer.as_reader();
+    fn new(options: Options<K, S>) -> (Followed<S>, Self) {
+        let store = Store::default();
         let (tx, rx) = watch::channel(SyncState::default());
         let index = options.index.map(|key| LabelIndex {
             key,
             map: Arc::default(),
         });
-        let recorders: Arc<Mutex<Vec<Recorder<K>>>> = Arc::default();
+        let recorders: Arc<Mutex<Vec<Recorder<S>>>> = Arc::default();
         let followed = Followed {
             store: store.clone(),
             state: rx,
@@ -453,40 +550,96 @@ where
             recorders: recorders.clone(),
         };
         let feed = Self {
-            writer,
-            reader: store,
+            store,
             index,
-            buffer: HashMap::new(),
             recorders,
-            trim: options.trim,
+            options,
             tx,
+            listing: HashMap::new(),
+            listing_index: HashMap::new(),
+            namespaces: HashSet::new(),
         };
         (followed, feed)
+    }
+
+    /// Where `obj` is stored, its namespace shared.
+    fn key(&mut self, obj: &K) -> Key {
+        let meta = obj.meta();
+        let namespace = meta.namespace.as_deref().unwrap_or_default();
+        let namespace = match self.namespaces.get(namespace) {
+            Some(ns) => ns.clone(),
+            None => {
+                let ns: Arc<str> = namespace.into();
+                self.namespaces.insert(ns.clone());
+                ns
+            }
+        };
+        Key {
+            namespace,
+            name: meta.name.as_deref().unwrap_or_default().into(),
+        }
+    }
+
+    /// The stored value of `obj`, and where it goes.
+    fn stored(&mut self, mut obj: K) -> (Key, S) {
+        obj.meta_mut().managed_fields = None;
+        if let Some(trim) = self.options.trim {
+            trim(&mut obj);
+        }
+        let key = self.key(&obj);
+        let value = (self.options.convert)(obj, &key);
+        (key, value)
     }
 
     /// Applies one event of the watch; true when it ends a list (the
     /// store is current from then on).
     fn apply(&mut self, event: watcher::Event<K>) -> bool {
-        let trim = self.trim;
-        let event = event.modify(|obj| {
-            obj.meta_mut().managed_fields = None;
-            if let Some(trim) = trim {
-                trim(obj);
+        let mut done = false;
+        match event {
+            watcher::Event::Init => {
+                self.listing = HashMap::new();
+                self.listing_index = HashMap::new();
             }
-        });
-        if let Some(index) = &self.index {
-            update_index(index, &mut self.buffer, &self.reader, &event);
-        }
-        self.writer.apply_watcher_event(&event);
-        let done = matches!(event, watcher::Event::InitDone);
-        // Recorded once the store has it, so that a reader told of a
-        // change finds it there.
-        match &event {
-            watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
-                record(&self.recorders, Some(obj));
+            watcher::Event::InitApply(obj) => {
+                let (key, value) = self.stored(obj);
+                if let Some(index) = &self.index
+                    && let Some(v) = (index.key)(&value)
+                {
+                    index_insert(&mut self.listing_index, &v, &key);
+                }
+                insert(&mut self.listing, &key, Arc::new(value));
             }
-            watcher::Event::InitDone => record(&self.recorders, None),
-            _ => {}
+            watcher::Event::InitDone => {
+                *self.store.write() = std::mem::take(&mut self.listing);
+                if let Some(index) = &self.index {
+                    let listed = std::mem::take(&mut self.listing_index);
+                    match index.map.write() {
+                        Ok(mut map) => *map = listed,
+                        Err(poisoned) => *poisoned.into_inner() = listed,
+                    }
+                }
+                // Namespaces no object is in any more are forgotten.
+                let objects = self.store.read();
+                self.namespaces.retain(|ns| objects.contains_key(ns));
+                drop(objects);
+                record(&self.recorders, None);
+                done = true;
+            }
+            watcher::Event::Apply(obj) => {
+                let (key, value) = self.stored(obj);
+                let value = Arc::new(value);
+                let old = insert(&mut self.store.write(), &key, value.clone());
+                self.reindex(&key, old.as_deref(), Some(&value));
+                // Recorded once the store has it, so that a reader told
+                // of a change finds it there.
+                record(&self.recorders, Some(&value));
+            }
+            watcher::Event::Delete(obj) => {
+                let (key, value) = self.stored(obj);
+                let old = remove(&mut self.store.write(), &key);
+                self.reindex(&key, old.as_deref(), None);
+                record(&self.recorders, Some(old.as_deref().unwrap_or(&value)));
+            }
         }
         self.tx.send_modify(|s| {
             s.current |= done;
@@ -494,44 +647,32 @@ where
         });
         done
     }
-}
 
-/// Brings `index` in step with `event`, before the store applies it (so
-/// that the object it replaces is still in `store`).
-fn update_index<K>(
-    index: &LabelIndex<K>,
-    buffer: &mut HashMap<String, Vec<ObjectRef<K>>>,
-    store: &Store<K>,
-    event: &watcher::Event<K>,
-) where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default,
-{
-    let mut map = match index.map.write() {
-        Ok(map) => map,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    match event {
-        watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
-            let key = bare_ref(obj);
-            if let Some(old) = store.get(&key)
-                && let Some(value) = (index.key)(old.as_ref())
-            {
-                index_remove(&mut map, &value, &key);
-            }
-            if let watcher::Event::Apply(obj) = event
-                && let Some(value) = (index.key)(obj)
-            {
-                index_insert(&mut map, &value, key);
-            }
+    /// Brings the index in step with the object at `key` going from `old`
+    /// to `new`.
+    fn reindex(&self, key: &Key, old: Option<&S>, new: Option<&S>) {
+        let Some(index) = &self.index else {
+            return;
+        };
+        let mut map = match index.map.write() {
+            Ok(map) => map,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(v) = old.and_then(index.key) {
+            index_remove(&mut map, &v, key);
         }
-        watcher::Event::Init => buffer.clear(),
-        watcher::Event::InitApply(obj) => {
-            if let Some(value) = (index.key)(obj) {
-                index_insert(buffer, &value, bare_ref(obj));
-            }
+        if let Some(v) = new.and_then(index.key) {
+            index_insert(&mut map, &v, key);
         }
-        watcher::Event::InitDone => *map = std::mem::take(buffer),
+    }
+
+    /// The watch failed: the store is no longer current.
+    fn failed(&self) {
+        record(&self.recorders, None);
+        self.tx.send_modify(|s| {
+            s.current = false;
+            s.generation += 1;
+        });
     }
 }
 
@@ -556,37 +697,32 @@ mod tests {
         }
     }
 
-    /// Feeds events to a store and its index as the follow task does, and
-    /// returns, per owner asked, the names found by label.
-    fn indexed(events: Vec<watcher::Event<Pod>>, owners: &[&str]) -> Vec<Vec<String>> {
-        let (store, mut writer) = reflector::store();
-        let index = LabelIndex {
-            key: |p: &Pod| label_of(p, LABEL),
-            map: Arc::default(),
-        };
-        let mut buffer = HashMap::new();
+    fn options() -> Options<Pod> {
+        Options::default().indexed(|p: &Pod| label_of(p, LABEL))
+    }
+
+    /// Feeds events to a store as the follow task does, and returns, per
+    /// owner asked, the names found by label, and every stored name.
+    fn indexed(
+        events: Vec<watcher::Event<Pod>>,
+        owners: &[&str],
+    ) -> (Vec<Vec<String>>, Vec<String>) {
+        let (followed, mut feed) = Feed::new(options());
         for event in events {
-            update_index(&index, &mut buffer, &store, &event);
-            writer.apply_watcher_event(&event);
+            feed.apply(event);
         }
-        let followed = Followed {
-            store,
-            state: watch::channel(SyncState::default()).1,
-            index: Some(index),
-            recorders: Arc::default(),
+        let names = |pods: Vec<Arc<Pod>>| {
+            let mut names: Vec<String> = pods
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            names.sort();
+            names
         };
-        owners
-            .iter()
-            .map(|o| {
-                let mut names: Vec<String> = followed
-                    .by_index(o)
-                    .iter()
-                    .filter_map(|p| p.metadata.name.clone())
-                    .collect();
-                names.sort();
-                names
-            })
-            .collect()
+        (
+            owners.iter().map(|o| names(followed.by_index(o))).collect(),
+            names(followed.store.state()),
+        )
     }
 
     #[test]
@@ -596,6 +732,7 @@ mod tests {
             &'static str,
             Vec<watcher::Event<Pod>>,
             Vec<Vec<&'static str>>,
+            Vec<&'static str>,
         );
         let cases: Vec<Case> = vec![
             (
@@ -609,6 +746,7 @@ mod tests {
                     Apply(pod("d", Some("y"), "2")),
                 ],
                 vec![vec!["a", "b"], vec!["d"]],
+                vec!["a", "b", "c", "d"],
             ),
             (
                 "a relabelled object moves",
@@ -619,6 +757,7 @@ mod tests {
                     Apply(pod("a", Some("y"), "2")),
                 ],
                 vec![vec![], vec!["a"]],
+                vec!["a"],
             ),
             (
                 "a deleted object goes, an unlabelled one is never there",
@@ -631,9 +770,10 @@ mod tests {
                     Apply(pod("b", None, "2")),
                 ],
                 vec![vec![], vec![]],
+                vec!["b"],
             ),
             (
-                "a relist replaces the index whole, and only when done",
+                "a relist replaces the store and the index whole, and only when done",
                 vec![
                     Init,
                     InitApply(pod("a", Some("x"), "1")),
@@ -642,6 +782,7 @@ mod tests {
                     InitApply(pod("b", Some("y"), "3")),
                 ],
                 vec![vec!["a"], vec![]],
+                vec!["a"],
             ),
             (
                 "after the relist",
@@ -654,36 +795,58 @@ mod tests {
                     InitDone,
                 ],
                 vec![vec![], vec!["b"]],
+                vec!["b"],
             ),
         ];
-        for (name, events, want) in cases {
-            assert_eq!(indexed(events, &["x", "y"]), want, "{name}");
+        for (name, events, want, stored) in cases {
+            assert_eq!(
+                indexed(events, &["x", "y"]),
+                (
+                    want.iter()
+                        .map(|v| v.iter().map(|s| s.to_string()).collect())
+                        .collect(),
+                    stored.iter().map(|s| s.to_string()).collect()
+                ),
+                "{name}"
+            );
         }
     }
 
     #[test]
+    fn objects_are_found_by_namespace_and_name_and_stored_converted() {
+        let followed = filled(
+            [pod("a", Some("x"), "1"), pod("b", None, "7")],
+            Options::converted(|p: Pod, key: &Key| {
+                (key.clone(), p.metadata.resource_version.unwrap_or_default())
+            }),
+        );
+        assert!(followed.is_current());
+        let a = followed.store.get("ns", "a").expect("a is stored");
+        assert_eq!(*a.0.namespace, *"ns");
+        assert_eq!(*a.0.name, *"a");
+        assert_eq!(a.1, "1");
+        assert_eq!(
+            followed.store.get("ns", "b").map(|b| b.1.clone()),
+            Some("7".to_owned())
+        );
+        assert!(followed.store.get("other", "a").is_none());
+        assert!(followed.store.get("ns", "c").is_none());
+        assert_eq!(followed.store.len(), 2);
+        assert_eq!(followed.store.in_namespace("ns").len(), 2);
+        // Both objects share one copy of their namespace.
+        let b = followed.store.get("ns", "b").expect("b is stored");
+        assert!(Arc::ptr_eq(&a.0.namespace, &b.0.namespace));
+    }
+
+    #[test]
     fn without_an_index_nothing_is_found() {
-        let (store, _writer) = reflector::store::<Pod>();
-        let followed = Followed {
-            store,
-            state: watch::channel(SyncState::default()).1,
-            index: None,
-            recorders: Arc::default(),
-        };
+        let followed = filled([pod("a", Some("x"), "1")], Options::default());
         assert!(followed.by_index("x").is_empty());
     }
 
     #[test]
     fn a_journal_says_what_changed_or_anything() {
-        let followed = {
-            let (store, _writer) = reflector::store::<Pod>();
-            Followed {
-                store,
-                state: watch::channel(SyncState::default()).1,
-                index: None,
-                recorders: Arc::default(),
-            }
-        };
+        let followed = filled(Vec::<Pod>::new(), Options::default());
         let journal = Journal::new();
         followed.record_into(&journal, |p: &Pod| p.metadata.name.clone());
         assert_eq!(journal.take(), None, "new: anything");

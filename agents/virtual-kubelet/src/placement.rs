@@ -32,7 +32,6 @@ use k8s_openapi::api::core::v1::{
     Toleration,
 };
 use kube::Api;
-use kube::runtime::reflector::ObjectRef;
 use liqo_agent_runtime::follow::Followed;
 use liqo_api::names::{self, labels};
 use liqo_api::offloading::NamespaceOffloading;
@@ -275,9 +274,7 @@ async fn handle(
         return reply(StatusCode::BAD_REQUEST, b"{}".to_vec());
     };
     let answer = review(&request, strategy, |ns| {
-        offloadings
-            .store
-            .get(&ObjectRef::new(names::NAMESPACE_OFFLOADING).within(ns))
+        offloadings.store.get(ns, names::NAMESPACE_OFFLOADING)
     });
     reply(
         StatusCode::OK,

@@ -199,7 +199,7 @@ pub async fn keep_checking(
         }
         let expected = peers
             .store
-            .get(&fc_ref)
+            .get("", &fc_ref.name)
             .map(|fc| fc.spec.cluster_id.clone());
         let client = clients.borrow().clone();
         let result = match (client, expected) {

@@ -31,7 +31,6 @@ use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
-use kube::runtime::reflector::ObjectRef;
 use liqo_agent_runtime::follow::Followed;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -351,7 +350,7 @@ async fn resolve(
     let not_found = || text(StatusCode::NOT_FOUND, format!("pod {pod:?} does not exist"));
     // Bound to this node, as the store says; its containers as the API
     // says (the store keeps no spec).
-    let Some(stored) = api.pods.store.get(&ObjectRef::new(pod).within(namespace)) else {
+    let Some(stored) = api.pods.store.get(namespace, pod) else {
         return Err(not_found());
     };
     let local = match Api::<Pod>::namespaced(api.local.clone(), namespace)

@@ -83,7 +83,7 @@ impl NodeKeeper {
     async fn converge(&self, nodes: &Api<Node>, written: &mut Written) {
         // The store keeps the last known ForeignCluster while its watch
         // recovers: the node keeps its heartbeat meanwhile.
-        let Some(fc) = self.peers.store.get(&self.fc_ref) else {
+        let Some(fc) = self.peers.store.get("", &self.fc_ref.name) else {
             if self.peers.is_current() {
                 log_once(
                     &mut written.error,

@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use liqo_agent_runtime::follow::{Followed, Journal};
 use liqo_api::names::labels;
@@ -143,12 +142,12 @@ impl Kind for Events {
         let (Some(remote), Some(local)) = (remote, local) else {
             return Some(h.finish());
         };
-        let event = remote.store.get(&ObjectRef::new(name).within(twin));
+        let event = remote.store.get(twin, name);
         let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
         event.as_ref().map(|e| version(&e.metadata)).hash(&mut h);
         let pod = event.as_ref().and_then(|e| {
             let pod = forge_event::local_pod_name(e.pod.as_deref()?)?;
-            self.pods.store.get(&ObjectRef::new(pod).within(&ns))
+            self.pods.store.get(&ns, pod)
         });
         pod.as_ref().map(|p| p.metadata.uid.clone()).hash(&mut h);
         if let (Some(event), Some(pod)) = (&event, &pod)
@@ -157,7 +156,7 @@ impl Kind for Events {
             let copy = forge_event::local_name(pod_name, uid);
             local
                 .store
-                .get(&ObjectRef::new(&copy).within(&ns))
+                .get(&ns, &copy)
                 .map(|c| c.metadata.resource_version.clone())
                 .hash(&mut h);
         }
@@ -178,7 +177,7 @@ impl Kind for Events {
             |what: &str| Error::NotYet(format!("the {what} events of {ns} are not in sync yet"));
         let remote = self.remote.current(twin).ok_or_else(|| not_yet("remote"))?;
         let local = self.local.current(ns).ok_or_else(|| not_yet("local"))?;
-        let Some(event) = remote.store.get(&ObjectRef::new(name).within(twin)) else {
+        let Some(event) = remote.store.get(twin, name) else {
             return Ok(Next::Done);
         };
         // Only Events of the pods of our ReplicaSets, whose local pod is
@@ -187,7 +186,7 @@ impl Kind for Events {
             .pod
             .as_deref()
             .and_then(forge_event::local_pod_name)
-            .and_then(|p| self.pods.store.get(&ObjectRef::new(p).within(ns)))
+            .and_then(|p| self.pods.store.get(ns, p))
         else {
             return Ok(Next::Done);
         };
@@ -197,7 +196,7 @@ impl Kind for Events {
         };
         let local_name = want.name_any();
         let api: Api<Event> = Api::namespaced(self.peering.local.clone(), ns);
-        match local.store.get(&ObjectRef::new(&local_name).within(ns)) {
+        match local.store.get(ns, &local_name) {
             Some(have) if forge_event::shows(&have, &want) => {}
             Some(_) => {
                 let patch = json!({

@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tokio::sync::{Notify, watch};
 
@@ -117,8 +116,8 @@ impl<K: Reflected> Kind for Reflector<K> {
             .remote
             .current(&twin)
             .ok_or_else(|| not_yet("remote"))?;
-        let local = local.store.get(&ObjectRef::new(name).within(ns));
-        let have = remote.store.get(&ObjectRef::new(name).within(&twin));
+        let local = local.store.get(ns, name);
+        let have = remote.store.get(&twin, name);
         let want = local.as_deref().and_then(|l| {
             let target = reflected::Target {
                 node_name: &self.peering.node_name,

@@ -365,11 +365,11 @@ impl Kind for TwinNamespaces {
     }
 
     async fn converge(&self, (ns, name): &Self::Key) -> Result<Next, Error> {
-        let Some(off) = self.offloadings.store.get(&ObjectRef::new(name).within(ns)) else {
+        let Some(off) = self.offloadings.store.get(ns, name) else {
             return Ok(Next::Done);
         };
         let local_ns = off.namespace().unwrap_or_default();
-        let fc = self.peers.store.get(&self.fc_ref).ok_or_else(|| {
+        let fc = self.peers.store.get("", &self.fc_ref.name).ok_or_else(|| {
             Error::NotYet(format!(
                 "the ForeignCluster {} is not known yet",
                 self.fc_ref.name

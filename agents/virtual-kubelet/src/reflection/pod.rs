@@ -41,7 +41,6 @@ use kube::api::{
     Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
 };
 use kube::core::{ObjectMeta, PartialObjectMeta};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use liqo_agent_runtime::follow::{Followed, Journal, Options, follow_with};
@@ -136,21 +135,15 @@ impl Side {
     }
 
     fn wrapper_options<K>() -> Options<PartialObjectMeta<K>> {
-        Options {
-            trim: Some(trim_remote_wrapper::<K>),
-            index: None,
-        }
+        Options::trimmed(trim_remote_wrapper::<K>)
     }
 
     /// Remote pods are indexed by their local pod's name.
     fn pod_options() -> Options<RemotePod> {
-        Options {
-            trim: Some(trim_remote_pod),
-            index: Some(|pod| {
-                let name = pod.metadata.name.as_deref()?;
-                crate::forge::event::local_pod_name(name).map(str::to_owned)
-            }),
-        }
+        Options::trimmed(trim_remote_pod).indexed(|pod| {
+            let name = pod.metadata.name.as_deref()?;
+            crate::forge::event::local_pod_name(name).map(str::to_owned)
+        })
     }
 
     fn is_current(&self) -> bool {
@@ -174,12 +167,12 @@ impl Side {
         let rs = self
             .replica_sets
             .store
-            .get(&ObjectRef::new(name).within(twin))
+            .get(twin, name)
             .map(|rs| key(&rs.metadata, Wrapper::ReplicaSet));
         let job = self
             .jobs
             .store
-            .get(&ObjectRef::new(name).within(twin))
+            .get(twin, name)
             .map(|job| key(&job.metadata, Wrapper::Job));
         rs.into_iter().chain(job).collect()
     }
@@ -787,7 +780,7 @@ impl Kind for Pods {
 
     fn fingerprint(&self, (ns, name): &Self::Key) -> Option<u64> {
         let mut h = DefaultHasher::new();
-        let local = self.local.store.get(&ObjectRef::new(name).within(ns));
+        let local = self.local.store.get(ns, name);
         let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
         local.as_ref().map(|p| version(&p.metadata)).hash(&mut h);
         let twin = self.twin_of(ns);
@@ -828,7 +821,7 @@ impl Kind for Pods {
                 "the local pods are not in sync yet".to_owned(),
             ));
         }
-        let local = self.local.store.get(&ObjectRef::new(name).within(ns));
+        let local = self.local.store.get(ns, name);
         let Some(twin) = self.twin_of(ns) else {
             // No ready twin: nothing of this pod can exist remotely that
             // the twin's deletion does not take. A local pod being

@@ -12,7 +12,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::stores::PerNamespace;
@@ -51,7 +50,7 @@ impl References {
         let lookup = |source: Source, name: &str| -> Option<BTreeSet<String>> {
             let key = |k: &String| k.clone();
             match source {
-                Source::ConfigMap => cms.store.get(&ObjectRef::new(name).within(&ns)).map(|c| {
+                Source::ConfigMap => cms.store.get(&ns, name).map(|c| {
                     c.data
                         .iter()
                         .flat_map(|d| d.keys())
@@ -61,7 +60,7 @@ impl References {
                 }),
                 Source::Secret => secrets
                     .store
-                    .get(&ObjectRef::new(name).within(&ns))
+                    .get(&ns, name)
                     .map(|s| s.data.iter().flat_map(|d| d.keys()).map(key).collect()),
             }
         };

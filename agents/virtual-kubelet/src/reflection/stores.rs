@@ -188,7 +188,7 @@ where
                     self.what,
                     Options {
                         trim: self.trim,
-                        index: None,
+                        ..Options::default()
                     },
                 );
                 for attach in &attached {

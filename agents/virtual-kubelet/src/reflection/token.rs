@@ -16,7 +16,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::core::ObjectMeta;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use liqo_agent_runtime::follow::{Followed, Journal};
 use liqo_api::names::labels;
@@ -156,18 +155,18 @@ impl Kind for Tokens {
             let secret = forge_token::secret_name(name);
             remote
                 .store
-                .get(&ObjectRef::new(&secret).within(twin))
+                .get(twin, &secret)
                 .map(|s| version(&s.metadata))
                 .hash(&mut h);
         }
         self.local
             .store
-            .get(&ObjectRef::new(name).within(ns))
+            .get(ns, name)
             .map(|p| version(&p.metadata))
             .hash(&mut h);
         self.config_maps
             .current(ns)
-            .and_then(|cms| cms.store.get(&ObjectRef::new(ROOT_CA_CONFIGMAP).within(ns)))
+            .and_then(|cms| cms.store.get(ns, ROOT_CA_CONFIGMAP))
             .map(|cm| version(&cm.metadata))
             .hash(&mut h);
         Some(h.finish())
@@ -188,13 +187,11 @@ impl Kind for Tokens {
             Error::NotYet(format!("the token Secrets of {twin} are not in sync yet"))
         })?;
         let secret_name = forge_token::secret_name(name);
-        let have = remote
-            .store
-            .get(&ObjectRef::new(&secret_name).within(&twin));
+        let have = remote.store.get(&twin, &secret_name);
         let pod = self
             .local
             .store
-            .get(&ObjectRef::new(name).within(ns))
+            .get(ns, name)
             .filter(|p| token_account(p).is_some())
             .filter(|p| p.reason.as_deref() != Some(forge_pod::REFUSED_REASON));
         let provider = self.peering.provider_client()?;
@@ -229,7 +226,7 @@ impl Kind for Tokens {
         let ca = self
             .config_maps
             .current(ns)
-            .and_then(|cms| cms.store.get(&ObjectRef::new(ROOT_CA_CONFIGMAP).within(ns)))
+            .and_then(|cms| cms.store.get(ns, ROOT_CA_CONFIGMAP))
             .and_then(|cm| cm.data.as_ref()?.get(forge_token::ROOT_CA_KEY).cloned())
             .ok_or_else(|| Error::NotYet(format!("the CA of {ns} is not known yet")))?;
         let now = Timestamp::now();
@@ -301,10 +298,7 @@ pub mod footprint {
     pub fn secrets(secrets: impl Iterator<Item = Secret>) -> Followed<Secret> {
         liqo_agent_runtime::follow::filled(
             secrets,
-            liqo_agent_runtime::follow::Options {
-                trim: Some(forge_token::trim_stored),
-                index: None,
-            },
+            liqo_agent_runtime::follow::Options::trimmed(forge_token::trim_stored),
         )
     }
 }
