@@ -218,6 +218,14 @@ impl<S> Store<S> {
             .unwrap_or_default()
     }
 
+    /// The names of the stored objects of `namespace`.
+    pub fn names(&self, namespace: &str) -> Vec<Arc<str>> {
+        self.read()
+            .get(namespace)
+            .map(|names| names.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     pub fn len(&self) -> usize {
         self.read().values().map(HashMap::len).sum()
     }
@@ -317,6 +325,14 @@ pub struct Options<K, S = K> {
     /// not indexed) ([`Followed::by_index`]).
     pub index: Option<fn(&S) -> Option<String>>,
 }
+
+impl<K, S> Clone for Options<K, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K, S> Copy for Options<K, S> {}
 
 impl<K, S> Debug for Options<K, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -3,6 +3,7 @@
 //! reflectors ([`follow`]), and stopping on SIGTERM. Agent logic does not
 //! live here.
 
+pub mod compact;
 pub mod follow;
 
 pub use axum;

@@ -20,7 +20,10 @@ use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, T
 use k8s_openapi::api::core::v1::{EnvVar, KeyToPath, PodSpec, Secret, SecretVolumeSource, Volume};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::core::ObjectMeta;
+use liqo_agent_runtime::compact::{Uid, Version, identity};
+use liqo_agent_runtime::follow::Key;
 use liqo_api::names::labels;
+use std::sync::Arc;
 
 use super::pod::LOCAL_POD_UID;
 
@@ -146,36 +149,62 @@ pub fn token_secret(
     }
 }
 
-/// Whether the existing token Secret `have` still serves `pod` at `now`
-/// with the CA `ca`: same pod, same CA, not yet due.
-pub fn still_good(have: &Secret, pod: &ObjectMeta, ca: &str, now: Timestamp) -> Option<Timestamp> {
-    let same_pod = have.metadata.labels.as_ref()?.get(LOCAL_POD_UID) == pod.uid.as_ref();
-    let same_ca = have.data.as_ref()?.get(ROOT_CA_KEY).map(|b| b.0.as_slice())
-        == Some(super::digest(ca.as_bytes()).as_bytes());
-    let has_token = have.data.as_ref()?.contains_key("token");
-    let refresh: Timestamp = have
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(REFRESH_AT)?
-        .parse()
-        .ok()?;
-    (same_pod && same_ca && has_token && refresh > now).then_some(refresh)
+/// A token Secret as the agent stores it: what [`still_good`] and the
+/// reflection read (its identity, the pod it is for, whether it holds a
+/// token, a digest of its CA and when to renew it), made when it is read
+/// from the API. Neither the token nor the CA is kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredToken {
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub uid: Option<Uid>,
+    pub version: Option<Version>,
+    /// Its `liqo.io/local-pod-uid`.
+    for_pod: Option<Uid>,
+    has_token: bool,
+    ca: Option<String>,
+    refresh: Option<Timestamp>,
 }
 
-/// A token Secret as the agent stores it ([`still_good`] reads these):
-/// the token itself is never read back, only whether there is one, and
-/// the CA (the same in every Secret of a namespace) is kept as its digest.
-pub fn trim_stored(secret: &mut Secret) {
-    if let Some(data) = secret.data.as_mut() {
-        if let Some(token) = data.get_mut("token") {
-            *token = ByteString(Vec::new());
-        }
-        if let Some(ca) = data.get_mut(ROOT_CA_KEY) {
-            *ca = ByteString(super::digest(&ca.0).into_bytes());
+impl StoredToken {
+    pub fn new(secret: Secret, key: &Key) -> Self {
+        let (uid, version) = identity(&secret.metadata);
+        let data = secret.data.unwrap_or_default();
+        Self {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid,
+            version,
+            for_pod: secret
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LOCAL_POD_UID))
+                .map(|u| Uid::new(u)),
+            has_token: data.contains_key("token"),
+            ca: data.get(ROOT_CA_KEY).map(|ca| super::digest(&ca.0)),
+            refresh: secret
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(REFRESH_AT))
+                .and_then(|t| t.parse().ok()),
         }
     }
-    secret.metadata.owner_references = None;
+}
+
+/// Whether the existing token Secret `have` still serves `pod` at `now`
+/// with the CA `ca`: same pod, same CA, not yet due.
+pub fn still_good(
+    have: &StoredToken,
+    pod: &ObjectMeta,
+    ca: &str,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let same_pod = have.for_pod.as_ref().map(Uid::to_string) == pod.uid;
+    let same_ca = have.ca.as_deref() == Some(super::digest(ca.as_bytes()).as_str());
+    let refresh = have.refresh?;
+    (same_pod && same_ca && have.has_token && refresh > now).then_some(refresh)
 }
 
 /// Mounts the token Secret into a remote wrapper's pod spec (a
@@ -391,10 +420,13 @@ mod tests {
         assert_eq!(data["namespace"].0, b"shop");
         assert_eq!(data["token"].0, b"tok");
         // As stored: neither the token nor the CA is kept whole.
-        let mut secret = secret;
-        trim_stored(&mut secret);
-        let stored = secret.data.clone().expect("data");
-        assert!(stored["token"].0.is_empty() && stored[ROOT_CA_KEY].0 != b"CA");
+        let key = Key {
+            namespace: "shop-c".into(),
+            name: "liqo-sa-token-web-1".into(),
+        };
+        let secret = StoredToken::new(secret, &key);
+        assert!(secret.has_token && secret.ca.as_deref() != Some("CA"));
+        assert_eq!(&*secret.name, "liqo-sa-token-web-1");
         let before: Timestamp = "2026-01-01T00:30:00Z".parse().expect("time");
         let after: Timestamp = "2026-01-01T00:50:00Z".parse().expect("time");
         let mut other_pod = pod.clone();

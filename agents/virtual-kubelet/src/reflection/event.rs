@@ -105,7 +105,7 @@ impl Kind for Events {
                 self.remote
                     .names(&twin)
                     .into_iter()
-                    .map(move |name| (twin.clone(), name))
+                    .map(move |name| (twin.clone(), name.to_string()))
             })
             .collect()
     }

@@ -92,7 +92,7 @@ impl<K: Reflected> Kind for Reflector<K> {
                 .into_iter()
                 .chain(self.remote.names(twin))
             {
-                keys.push((local_ns.clone(), name));
+                keys.push((local_ns.clone(), name.to_string()));
             }
         }
         keys.sort();

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use kube::Resource;
@@ -20,61 +19,42 @@ use tokio::task::JoinHandle;
 use crate::provider::ProviderClient;
 
 /// A store and the task that follows it, stopped when dropped.
-struct Entry<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    followed: Followed<K>,
+struct Entry<S> {
+    followed: Followed<S>,
     task: JoinHandle<()>,
 }
 
-impl<K> Drop for Entry<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
+impl<S> Drop for Entry<S> {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-struct Inner<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
+struct Inner<S> {
     /// The client generation the stores were started with.
     client_version: Option<u64>,
-    by_namespace: BTreeMap<String, Entry<K>>,
+    by_namespace: BTreeMap<String, Entry<S>>,
 }
 
-/// Stores of kind `K`, one per followed namespace.
-pub struct PerNamespace<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
+/// Stores of objects of kind `K` (stored as `S`), one per followed
+/// namespace.
+pub struct PerNamespace<K, S = K> {
     what: &'static str,
     config: watcher::Config,
-    /// Applied to every object before it is stored ([`Options::trim`]).
-    trim: Option<fn(&mut K)>,
+    /// How every object is stored.
+    options: Options<K, S>,
     /// Woken whenever any store changes.
     wakes: Vec<Arc<Notify>>,
-    inner: Mutex<Inner<K>>,
+    inner: Mutex<Inner<S>>,
     /// Journals recording the changes of every store, now and to come.
-    journals: Mutex<Vec<Attach<K>>>,
+    journals: Mutex<Vec<Attach<S>>>,
 }
 
 /// Attaches one journal to a store just started (`Some`), or tells it
 /// that a store was stopped (`None`).
-type Attach<K> = Arc<dyn Fn(Option<&Followed<K>>) + Send + Sync>;
+type Attach<S> = Arc<dyn Fn(Option<&Followed<S>>) + Send + Sync>;
 
-impl<K> Debug for PerNamespace<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
+impl<K, S> Debug for PerNamespace<K, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PerNamespace")
             .field("what", &self.what)
@@ -92,11 +72,34 @@ where
         + Sync
         + 'static,
 {
+    /// Objects stored as the API serves them.
     pub fn new(what: &'static str, config: watcher::Config, wakes: Vec<Arc<Notify>>) -> Self {
+        Self::stored_as(what, config, wakes, Options::default())
+    }
+}
+
+impl<K, S> PerNamespace<K, S>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+    S: Send + Sync + 'static,
+{
+    /// Objects stored as `options` say.
+    pub fn stored_as(
+        what: &'static str,
+        config: watcher::Config,
+        wakes: Vec<Arc<Notify>>,
+        options: Options<K, S>,
+    ) -> Self {
         Self {
             what,
             config,
-            trim: None,
+            options,
             wakes,
             inner: Mutex::new(Inner {
                 client_version: None,
@@ -112,13 +115,13 @@ where
     pub fn record_into<T>(
         &self,
         journal: &Journal<T>,
-        key: impl Fn(&K) -> Option<T> + Send + Sync + 'static,
+        key: impl Fn(&S) -> Option<T> + Send + Sync + 'static,
     ) where
         T: Send + 'static,
     {
         let key = Arc::new(key);
         let journal = journal.clone();
-        let attach: Attach<K> = Arc::new(move |followed| match followed {
+        let attach: Attach<S> = Arc::new(move |followed| match followed {
             Some(followed) => {
                 let key = key.clone();
                 followed.record_into(&journal, move |obj| key(obj));
@@ -135,15 +138,8 @@ where
         }
     }
 
-    fn attached(&self) -> Vec<Attach<K>> {
+    fn attached(&self) -> Vec<Attach<S>> {
         self.journals.lock().map(|j| j.clone()).unwrap_or_default()
-    }
-
-    /// Stores every object as `trim` leaves it: what the kind never reads
-    /// is not kept (one copy per object of every followed namespace).
-    pub fn trimmed(mut self, trim: fn(&mut K)) -> Self {
-        self.trim = Some(trim);
-        self
     }
 
     /// Follows exactly `namespaces` with `client` (`None`: no client, no
@@ -157,7 +153,7 @@ where
             return;
         };
         let attached = self.attached();
-        let stopped = |inner: &Inner<K>| {
+        let stopped = |inner: &Inner<S>| {
             if !inner.by_namespace.is_empty() {
                 for attach in &attached {
                     attach(None);
@@ -186,10 +182,7 @@ where
                     Api::namespaced(client.clone(), e.key()),
                     self.config.clone(),
                     self.what,
-                    Options {
-                        trim: self.trim,
-                        ..Options::default()
-                    },
+                    self.options,
                 );
                 for attach in &attached {
                     attach(Some(&followed));
@@ -213,28 +206,21 @@ where
 
     /// The store of `namespace`, when it is followed and holds a complete
     /// list.
-    pub fn current(&self, namespace: &str) -> Option<Followed<K>> {
+    pub fn current(&self, namespace: &str) -> Option<Followed<S>> {
         let inner = self.inner.lock().ok()?;
         let entry = inner.by_namespace.get(namespace)?;
         entry.followed.is_current().then(|| entry.followed.clone())
     }
 
     /// The names in the store of `namespace` (empty when not followed).
-    pub fn names(&self, namespace: &str) -> Vec<String> {
+    pub fn names(&self, namespace: &str) -> Vec<Arc<str>> {
         let Ok(inner) = self.inner.lock() else {
             return Vec::new();
         };
         inner
             .by_namespace
             .get(namespace)
-            .map(|e| {
-                e.followed
-                    .store
-                    .state()
-                    .iter()
-                    .filter_map(|o| o.meta().name.clone())
-                    .collect()
-            })
+            .map(|e| e.followed.store.names(namespace))
             .unwrap_or_default()
     }
 }

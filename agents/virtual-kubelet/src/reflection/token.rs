@@ -17,7 +17,8 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::core::ObjectMeta;
 use kube::runtime::watcher;
-use liqo_agent_runtime::follow::{Followed, Journal};
+use liqo_agent_runtime::compact::{Uid, Version};
+use liqo_agent_runtime::follow::{Followed, Journal, Options};
 use liqo_api::names::labels;
 use tokio::sync::{Notify, watch};
 
@@ -27,7 +28,7 @@ use super::stores::{Clients, PerNamespace};
 use super::{Context, Error, Kind, Next, in_local_namespaces};
 use crate::forge::pod as forge_pod;
 use crate::forge::reflected::ROOT_CA_CONFIGMAP;
-use crate::forge::token as forge_token;
+use crate::forge::token::{self as forge_token, StoredToken};
 
 #[allow(missing_debug_implementations)]
 pub struct Tokens {
@@ -38,7 +39,7 @@ pub struct Tokens {
     /// The local ConfigMaps of the offloaded namespaces (for the CA).
     config_maps: Arc<PerNamespace<ConfigMap>>,
     /// Our token Secrets, per twin.
-    remote: PerNamespace<Secret>,
+    remote: PerNamespace<Secret, StoredToken>,
     clients: Clients,
     /// The local pods that changed, by namespace and name. The CA
     /// ConfigMap is not journaled: the sweep finds it by its fingerprint.
@@ -62,18 +63,18 @@ impl Tokens {
             labels::MANAGED_BY_VALUE,
             forge_pod::LOCAL_POD_UID
         );
-        let remote = PerNamespace::new(
+        let remote = PerNamespace::stored_as(
             "remote token secrets",
             watcher::Config::default().labels(&selector),
             vec![wake.clone()],
-        )
-        .trimmed(forge_token::trim_stored);
+            Options::converted(StoredToken::new),
+        );
         let changed_local = Journal::new();
         local.record_into(&changed_local, |p| Some((p.namespace()?, p.name_any())));
         let changed_remote = Journal::new();
-        remote.record_into(&changed_remote, |s: &Secret| {
-            let pod = forge_token::pod_name(s.metadata.name.as_deref()?)?;
-            Some((s.namespace()?, pod.to_owned()))
+        remote.record_into(&changed_remote, |s: &StoredToken| {
+            let pod = forge_token::pod_name(&s.name)?;
+            Some((s.namespace.to_string(), pod.to_owned()))
         });
         let clients = Clients::new(peering.provider.clone());
         Self {
@@ -156,7 +157,7 @@ impl Kind for Tokens {
             remote
                 .store
                 .get(twin, &secret)
-                .map(|s| version(&s.metadata))
+                .map(|s| (s.uid.clone(), s.version.clone()))
                 .hash(&mut h);
         }
         self.local
@@ -202,7 +203,7 @@ impl Kind for Tokens {
             if let Some(have) = have {
                 let params = DeleteParams {
                     preconditions: Some(Preconditions {
-                        uid: have.uid(),
+                        uid: have.uid.as_ref().map(Uid::to_string),
                         resource_version: None,
                     }),
                     ..DeleteParams::default()
@@ -257,7 +258,7 @@ impl Kind for Tokens {
         let written = match &have {
             None => api.create(&PostParams::default(), &want).await,
             Some(have) => {
-                want.metadata.resource_version = have.resource_version();
+                want.metadata.resource_version = have.version.as_ref().map(Version::to_string);
                 api.replace(&secret_name, &PostParams::default(), &want)
                     .await
             }
@@ -295,10 +296,7 @@ fn token_account(pod: &LocalPod) -> Option<&str> {
 pub mod footprint {
     use super::*;
 
-    pub fn secrets(secrets: impl Iterator<Item = Secret>) -> Followed<Secret> {
-        liqo_agent_runtime::follow::filled(
-            secrets,
-            liqo_agent_runtime::follow::Options::trimmed(forge_token::trim_stored),
-        )
+    pub fn secrets(secrets: impl Iterator<Item = Secret>) -> Followed<StoredToken> {
+        liqo_agent_runtime::follow::filled(secrets, Options::converted(StoredToken::new))
     }
 }

@@ -1,0 +1,140 @@
+//! Compact forms of the identifiers every stored object carries: a UID
+//! held as its 16 bytes (a `String` of it is 24 bytes inline and a
+//! 36-byte allocation), a resource version as a number. Both are opaque
+//! strings to the API: a value that is not in the usual form is kept as
+//! its text, and every value reads back exactly as it was given.
+
+use std::fmt;
+
+/// A UID: a canonical UUID (lowercase, hyphenated, as the API server
+/// makes them) as its 128 bits (two halves: a `u128` would align the
+/// whole to 16 bytes), anything else as its text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Uid {
+    Uuid(u64, u64),
+    Other(Box<str>),
+}
+
+impl Uid {
+    pub fn new(text: &str) -> Self {
+        let hex: String = text.split('-').collect();
+        let groups: Vec<usize> = text.split('-').map(str::len).collect();
+        match u128::from_str_radix(&hex, 16) {
+            Ok(n)
+                if groups == [8, 4, 4, 4, 12]
+                    && hex
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase()) =>
+            {
+                Self::Uuid((n >> 64) as u64, n as u64)
+            }
+            _ => Self::Other(text.into()),
+        }
+    }
+}
+
+impl fmt::Display for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Uuid(high, low) => {
+                let n = (u128::from(*high) << 64) | u128::from(*low);
+                let hex = format!("{n:032x}");
+                write!(
+                    f,
+                    "{}-{}-{}-{}-{}",
+                    &hex[..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..]
+                )
+            }
+            Self::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+impl PartialEq<str> for Uid {
+    fn eq(&self, other: &str) -> bool {
+        *self == Self::new(other)
+    }
+}
+
+/// A resource version: a decimal number without leading zeros (what
+/// etcd-backed API servers give) as that number, anything else as its
+/// text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Version {
+    Number(u64),
+    Other(Box<str>),
+}
+
+impl Version {
+    pub fn new(text: &str) -> Self {
+        match text.parse::<u64>() {
+            Ok(n) if n.to_string() == text => Self::Number(n),
+            _ => Self::Other(text.into()),
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Number(n) => write!(f, "{n}"),
+            Self::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+/// An object's UID and version, each when it has one: what a
+/// fingerprint of a stored object is made of.
+pub fn identity(meta: &kube::core::ObjectMeta) -> (Option<Uid>, Option<Version>) {
+    (
+        meta.uid.as_deref().map(Uid::new),
+        meta.resource_version.as_deref().map(Version::new),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_reads_back_as_given() {
+        for (text, compact) in [
+            ("0f3c2a5e-4b1e-4c2a-9d7f-00000000002a", true),
+            ("00000000-0000-0000-0000-000000000000", true),
+            ("0F3C2A5E-4B1E-4C2A-9D7F-00000000002A", false),
+            ("0f3c2a5e4b1e4c2a9d7f00000000002a", false),
+            ("0f3c2a5e-4b1e-4c2a-9d7f-00000000002", false),
+            ("+f3c2a5e-4b1e-4c2a-9d7f-00000000002a", false),
+            ("not-a-uuid", false),
+            ("", false),
+        ] {
+            let uid = Uid::new(text);
+            assert_eq!(uid.to_string(), text);
+            assert_eq!(matches!(uid, Uid::Uuid(..)), compact, "{text}");
+            assert!(uid == *text);
+        }
+        assert!(
+            Uid::new("0f3c2a5e-4b1e-4c2a-9d7f-00000000002a")
+                != *"0f3c2a5e-4b1e-4c2a-9d7f-00000000002b"
+        );
+        for (text, compact) in [
+            ("1", true),
+            ("184467440737095516", true),
+            ("0", true),
+            ("007", false),
+            ("18446744073709551616", false),
+            ("-1", false),
+            ("+1", false),
+            ("abc", false),
+            ("", false),
+        ] {
+            let version = Version::new(text);
+            assert_eq!(version.to_string(), text);
+            assert_eq!(matches!(version, Version::Number(_)), compact, "{text}");
+        }
+    }
+}
