@@ -9,7 +9,7 @@ use std::fmt;
 /// A UID: a canonical UUID (lowercase, hyphenated, as the API server
 /// makes them) as its 128 bits (two halves: a `u128` would align the
 /// whole to 16 bytes), anything else as its text.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Uid {
     Uuid(u64, u64),
     Other(Box<str>),
@@ -63,7 +63,7 @@ impl PartialEq<str> for Uid {
 /// A resource version: a decimal number without leading zeros (what
 /// etcd-backed API servers give) as that number, anything else as its
 /// text.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Version {
     Number(u64),
     Other(Box<str>),

@@ -378,23 +378,31 @@ pub fn ended(phase: Option<&str>) -> bool {
     matches!(phase, Some("Succeeded" | "Failed"))
 }
 
+/// How a remote pod ranks among those of one local pod
+/// ([`current_remote_pod`]): not being deleted first, then the newest,
+/// then by name.
+pub trait Ranked {
+    fn rank(&self) -> (bool, Option<k8s_openapi::jiff::Timestamp>, &str);
+}
+
+impl Ranked for Pod {
+    fn rank(&self) -> (bool, Option<k8s_openapi::jiff::Timestamp>, &str) {
+        let m = &self.metadata;
+        (
+            m.deletion_timestamp.is_none(),
+            m.creation_timestamp.as_ref().map(|t| t.0),
+            m.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
 /// Of the remote pods of one local pod, the one whose status the local
 /// pod shows: one not being deleted before one that is (the ReplicaSet
 /// replaced it), then the newest.
-pub fn current_remote_pod<'a, P: kube::Resource + 'a>(
+pub fn current_remote_pod<'a, P: Ranked + 'a>(
     pods: impl IntoIterator<Item = &'a P>,
 ) -> Option<&'a P> {
-    pods.into_iter().max_by(|a, b| {
-        let key = |p: &P| {
-            let m = p.meta();
-            (
-                m.deletion_timestamp.is_none(),
-                m.creation_timestamp.clone().map(|t| t.0),
-                m.name.clone(),
-            )
-        };
-        key(a).cmp(&key(b))
-    })
+    pods.into_iter().max_by(|a, b| a.rank().cmp(&b.rank()))
 }
 
 /// The fields of the local pod's status that come from the remote pod:

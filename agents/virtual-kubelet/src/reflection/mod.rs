@@ -51,13 +51,11 @@ pub mod token;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
-use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use kube::Resource;
 use liqo_agent_runtime::follow::Followed;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -395,11 +393,7 @@ pub fn in_local_namespaces(
 
 /// Wakes `wake` whenever `followed`'s store changes; never ends while the
 /// store is followed.
-pub async fn wake_on<K>(mut followed: Followed<K>, wake: Arc<Notify>)
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
+pub async fn wake_on<S>(mut followed: Followed<S>, wake: Arc<Notify>) {
     while followed.state.changed().await.is_ok() {
         wake.notify_one();
     }

@@ -43,7 +43,8 @@ use kube::api::{
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use liqo_agent_runtime::follow::{Followed, Journal, Options, follow_with};
+use liqo_agent_runtime::compact::{Uid, Version, identity};
+use liqo_agent_runtime::follow::{Followed, Journal, Key, Options, follow_with};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -63,8 +64,8 @@ struct Side {
     /// Their metadata only: a ReplicaSet or a Job is read for its name,
     /// UID, labels, deletion and generation, and a whole one (its spec and
     /// status inline, empty or not) is six times the size in memory.
-    replica_sets: Followed<PartialObjectMeta<ReplicaSet>>,
-    jobs: Followed<PartialObjectMeta<Job>>,
+    replica_sets: Followed<StoredWrapper>,
+    jobs: Followed<StoredWrapper>,
     pods: Followed<RemotePod>,
     task: JoinHandle<()>,
 }
@@ -87,31 +88,31 @@ impl Side {
         // Only what we created: the twin may hold other objects.
         let config = watcher::Config::default().labels(forge_pod::LOCAL_POD_UID);
         let (replica_sets, follow_rs) = follow_with(
-            Api::namespaced(client.clone(), namespace),
+            Api::<PartialObjectMeta<ReplicaSet>>::namespaced(client.clone(), namespace),
             config.clone(),
             "remote replica sets",
             Self::wrapper_options(),
         );
         let (jobs, follow_jobs) = follow_with(
-            Api::namespaced(client.clone(), namespace),
+            Api::<PartialObjectMeta<Job>>::namespaced(client.clone(), namespace),
             config.clone(),
             "remote jobs",
             Self::wrapper_options(),
         );
         let (pods, follow_pods) = follow_with(
-            Api::namespaced(client, namespace),
+            Api::<RemotePodRead>::namespaced(client, namespace),
             config,
             "remote pods",
             Self::pod_options(),
         );
         // A wrapper is named after its local pod; a remote pod after its
         // wrapper.
-        replica_sets.record_into(journal, |rs| Some((rs.namespace()?, rs.name_any())));
-        jobs.record_into(journal, |job| Some((job.namespace()?, job.name_any())));
+        let wrapper = |w: &StoredWrapper| Some((w.namespace.to_string(), w.name.to_string()));
+        replica_sets.record_into(journal, wrapper);
+        jobs.record_into(journal, wrapper);
         pods.record_into(journal, |pod| {
-            let name = pod.metadata.name.as_deref()?;
-            let local = crate::forge::event::local_pod_name(name)?;
-            Some((pod.namespace()?, local.to_owned()))
+            let local = crate::forge::event::local_pod_name(&pod.name)?;
+            Some((pod.namespace.to_string(), local.to_owned()))
         });
         let wake_rs = wake_on(replica_sets.clone(), wake.clone());
         let wake_jobs = wake_on(jobs.clone(), wake.clone());
@@ -134,16 +135,14 @@ impl Side {
         }
     }
 
-    fn wrapper_options<K>() -> Options<PartialObjectMeta<K>> {
-        Options::trimmed(trim_remote_wrapper::<K>)
+    fn wrapper_options<K>() -> Options<PartialObjectMeta<K>, StoredWrapper> {
+        Options::converted(StoredWrapper::new)
     }
 
     /// Remote pods are indexed by their local pod's name.
-    fn pod_options() -> Options<RemotePod> {
-        Options::trimmed(trim_remote_pod).indexed(|pod| {
-            let name = pod.metadata.name.as_deref()?;
-            crate::forge::event::local_pod_name(name).map(str::to_owned)
-        })
+    fn pod_options() -> Options<RemotePodRead, RemotePod> {
+        Options::converted(RemotePod::new)
+            .indexed(|pod| crate::forge::event::local_pod_name(&pod.name).map(str::to_owned))
     }
 
     fn is_current(&self) -> bool {
@@ -152,30 +151,66 @@ impl Side {
 
     /// The remote wrappers named `name` in `twin` (normally one at most).
     fn wrappers(&self, twin: &str, name: &str) -> Vec<Found> {
-        let key = |m: &ObjectMeta, kind| Found {
+        let found = |w: Arc<StoredWrapper>, kind| Found {
             kind,
-            uid: m.uid.clone(),
-            resource_version: m.resource_version.clone(),
-            for_pod: m
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(forge_pod::LOCAL_POD_UID))
-                .cloned(),
-            deleting: m.deletion_timestamp.is_some(),
-            changed: forge_pod::changed_by_others(m),
+            uid: w.uid.as_ref().map(Uid::to_string),
+            resource_version: w.version.as_ref().map(Version::to_string),
+            for_pod: w.for_pod.as_ref().map(Uid::to_string),
+            deleting: w.deleting,
+            changed: w.changed,
         };
         let rs = self
             .replica_sets
             .store
             .get(twin, name)
-            .map(|rs| key(&rs.metadata, Wrapper::ReplicaSet));
+            .map(|rs| found(rs, Wrapper::ReplicaSet));
         let job = self
             .jobs
             .store
             .get(twin, name)
-            .map(|job| key(&job.metadata, Wrapper::Job));
+            .map(|job| found(job, Wrapper::Job));
         rs.into_iter().chain(job).collect()
     }
+}
+
+/// A remote wrapper (a ReplicaSet or a Job) as the reflection stores it:
+/// its name, UID, version, the local pod it is for, its deletion, and
+/// whether its spec was changed by someone else
+/// ([`forge_pod::changed_by_others`]). Its spec and status are not read
+/// (a Job's end is read from its pod).
+#[derive(Debug)]
+pub struct StoredWrapper {
+    namespace: Arc<str>,
+    name: Arc<str>,
+    uid: Option<Uid>,
+    version: Option<Version>,
+    for_pod: Option<Uid>,
+    deleting: bool,
+    changed: bool,
+}
+
+impl StoredWrapper {
+    fn new<K>(wrapper: PartialObjectMeta<K>, key: &Key) -> Self {
+        let m = &wrapper.metadata;
+        let (uid, version) = identity(m);
+        Self {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid,
+            version,
+            for_pod: label_uid(m),
+            deleting: m.deletion_timestamp.is_some(),
+            changed: forge_pod::changed_by_others(m),
+        }
+    }
+}
+
+/// The local pod's UID an object of ours on the provider carries.
+fn label_uid(meta: &ObjectMeta) -> Option<Uid> {
+    meta.labels
+        .as_ref()?
+        .get(forge_pod::LOCAL_POD_UID)
+        .map(|u| Uid::new(u))
 }
 
 /// A remote wrapper, as the stores have it.
@@ -194,8 +229,8 @@ struct Found {
 }
 
 /// The local pod's UID a remote pod carries.
-fn for_pod(pod: &RemotePod) -> Option<&String> {
-    pod.metadata.labels.as_ref()?.get(forge_pod::LOCAL_POD_UID)
+fn for_pod(pod: &RemotePod) -> Option<String> {
+    pod.for_pod.as_ref().map(Uid::to_string)
 }
 
 /// What the agent keeps of a local pod bound to its node: its identity,
@@ -284,77 +319,70 @@ impl LocalPod {
     }
 }
 
-/// Of a remote wrapper (a ReplicaSet or a Job), the reflection reads its
-/// name, UID, labels, deletion, and its generation against the one it
-/// wrote (a spec changed by someone else is put back): its spec and
-/// status are not stored (a Job's end is read from its pod).
-fn trim_remote_wrapper<K>(wrapper: &mut PartialObjectMeta<K>) {
-    wrapper.types = None;
-    wrapper.metadata.annotations = wrapper
-        .metadata
-        .annotations
-        .take()
-        .map(|mut a| {
-            a.retain(|k, _| k == forge_pod::WRAPPER_GENERATION);
-            a
-        })
-        .filter(|a| !a.is_empty());
-    wrapper.metadata.owner_references = None;
-}
-
-/// A remote pod as the reflection follows it: its metadata, and of its
-/// status what the local pod shows ([`forge_pod::local_status`]), kept
-/// as JSON text. Not a [`Pod`]: one holds room for a spec inline (about
-/// 1.4 KiB) even when it has none, and a `PodStatus` with its conditions
-/// and container statuses is about 2 KiB of mostly empty fields where
-/// their JSON is a few hundred bytes.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(from = "RemotePodRead")]
+/// A remote pod as the reflection stores it: its name, UID, version,
+/// the local pod it is for, its creation and deletion, and of its status
+/// what the local pod shows ([`forge_pod::local_status`]), kept as JSON
+/// text. Not a [`Pod`]: one holds room for a spec inline (about 1.4 KiB)
+/// even when it has none, and a `PodStatus` with its conditions and
+/// container statuses is about 2 KiB of mostly empty fields where their
+/// JSON is a few hundred bytes.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RemotePod {
-    pub metadata: ObjectMeta,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    uid: Option<Uid>,
+    version: Option<Version>,
+    for_pod: Option<Uid>,
+    created: Option<Timestamp>,
+    deleting: bool,
     status: Option<Box<str>>,
 }
 
 /// A remote pod as the API gives it, less its spec.
-#[derive(serde::Deserialize)]
-struct RemotePodRead {
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct RemotePodRead {
     metadata: ObjectMeta,
     status: Option<k8s_openapi::api::core::v1::PodStatus>,
 }
 
-impl From<RemotePodRead> for RemotePod {
-    fn from(read: RemotePodRead) -> Self {
+crate::forge::compact_resource!(RemotePodRead, Pod);
+
+impl RemotePod {
+    fn new(read: RemotePodRead, key: &Key) -> Self {
         let status = read.status.and_then(|s| {
             let shown = forge_pod::local_status(&s, None);
             serde_json::to_string(&shown)
                 .ok()
                 .map(String::into_boxed_str)
         });
+        let m = &read.metadata;
+        let (uid, version) = identity(m);
         Self {
-            metadata: read.metadata,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid,
+            version,
+            for_pod: label_uid(m),
+            created: m.creation_timestamp.as_ref().map(|t| t.0),
+            deleting: m.deletion_timestamp.is_some(),
             status,
         }
     }
-}
 
-impl RemotePod {
     /// What of its status a local pod shows (its addresses as the
     /// provider has them).
     pub fn status(&self) -> Option<k8s_openapi::api::core::v1::PodStatus> {
         serde_json::from_str(self.status.as_deref()?).ok()
     }
+
+    fn uid(&self) -> Option<String> {
+        self.uid.as_ref().map(Uid::to_string)
+    }
 }
 
-crate::forge::compact_resource!(RemotePod, Pod);
-
-/// Of a remote pod, the reflection reads its name, UID, our label, its
-/// creation and deletion, and its status: the local pod's labels and
-/// annotations are not stored.
-fn trim_remote_pod(pod: &mut RemotePod) {
-    pod.metadata.annotations = None;
-    pod.metadata.owner_references = None;
-    if let Some(labels) = pod.metadata.labels.as_mut() {
-        labels.retain(|k, _| k == forge_pod::LOCAL_POD_UID);
+impl forge_pod::Ranked for RemotePod {
+    fn rank(&self) -> (bool, Option<Timestamp>, &str) {
+        (!self.deleting, self.created, &self.name)
     }
 }
 
@@ -729,19 +757,18 @@ impl Kind for Pods {
                             .store
                             .state()
                             .iter()
-                            .map(|rs| (local_ns.clone(), rs.name_any())),
+                            .map(|rs| (local_ns.clone(), rs.name.to_string())),
                     );
                     keys.extend(
                         side.jobs
                             .store
                             .state()
                             .iter()
-                            .map(|job| (local_ns.clone(), job.name_any())),
+                            .map(|job| (local_ns.clone(), job.name.to_string())),
                     );
                     // A pod made before its wrapper may be all there is.
                     keys.extend(side.pods.store.state().iter().filter_map(|p| {
-                        let local =
-                            crate::forge::event::local_pod_name(p.metadata.name.as_deref()?)?;
+                        let local = crate::forge::event::local_pod_name(&p.name)?;
                         Some((local_ns.clone(), local.to_owned()))
                     }));
                 }
@@ -803,7 +830,7 @@ impl Kind for Pods {
                     .pods
                     .by_index(name)
                     .iter()
-                    .map(|p| (version(&p.metadata), for_pod(p).cloned()))
+                    .map(|p| (p.uid.clone(), p.version.clone(), p.for_pod.clone()))
                     .collect();
                 remote.sort();
                 remote.hash(&mut h);
@@ -852,7 +879,7 @@ impl Kind for Pods {
             .pods
             .by_index(name)
             .into_iter()
-            .partition(|p| local_uid.is_some() && for_pod(p) == local_uid.as_ref());
+            .partition(|p| local_uid.is_some() && for_pod(p) == local_uid);
 
         // A wrapper of a pod that is gone (or of an older pod of that
         // name) goes, its pod with it; so does a pod made before its
@@ -871,10 +898,7 @@ impl Kind for Pods {
                 delete_wrapper(&provider, &twin, w.kind, name, &params).await?;
                 tracing::info!(pod = %name, namespace = %ns, kind = ?w.kind, "orphan remote wrapper deleted");
             }
-            for p in stale
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-            {
+            for p in stale.iter().filter(|p| !p.deleting) {
                 let params = DeleteParams {
                     preconditions: Some(Preconditions {
                         uid: p.uid(),
@@ -882,18 +906,15 @@ impl Kind for Pods {
                     }),
                     ..DeleteParams::default()
                 };
-                match pod_api.delete(&p.name_any(), &params).await {
+                match pod_api.delete(&p.name, &params).await {
                     Ok(_) => {
-                        tracing::info!(pod = %name, namespace = %ns, remote = %p.name_any(), "orphan remote pod deleted");
+                        tracing::info!(pod = %name, namespace = %ns, remote = %p.name, "orphan remote pod deleted");
                     }
                     // Gone already, or taken by its wrapper's deletion.
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => {
                         return Err(Error::Api {
-                            what: format!(
-                                "deleting the pod {twin}/{} on the provider",
-                                p.name_any()
-                            ),
+                            what: format!("deleting the pod {twin}/{} on the provider", p.name),
                             source: e,
                         });
                     }
@@ -917,11 +938,8 @@ impl Kind for Pods {
             }
             // The pods directly too, so that they get the local grace
             // period rather than their spec's.
-            for p in remote_pods
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-            {
-                delete_remote(&pod_api, "pod", &p.name_any(), &params).await?;
+            for p in remote_pods.iter().filter(|p| !p.deleting) {
+                delete_remote(&pod_api, "pod", &p.name, &params).await?;
             }
             if wrappers.is_empty() && remote_pods.is_empty() {
                 return self.delete_local(&pod).await;
@@ -1058,18 +1076,16 @@ pub mod footprint {
     }
 
     pub fn remote_pods(pods: impl Iterator<Item = Pod>) -> Followed<RemotePod> {
-        let read = |p: Pod| {
-            RemotePod::from(RemotePodRead {
-                metadata: p.metadata,
-                status: p.status,
-            })
+        let read = |p: Pod| RemotePodRead {
+            metadata: p.metadata,
+            status: p.status,
         };
         liqo_agent_runtime::follow::filled(pods.map(read), Side::pod_options())
     }
 
     pub fn wrappers(
         wrappers: impl Iterator<Item = PartialObjectMeta<ReplicaSet>>,
-    ) -> Followed<PartialObjectMeta<ReplicaSet>> {
+    ) -> Followed<StoredWrapper> {
         liqo_agent_runtime::follow::filled(wrappers, Side::wrapper_options())
     }
 }
@@ -1109,9 +1125,13 @@ mod tests {
             serde_json::from_value(serde_json::to_value(p).expect("json")).expect("pod")
         };
         let local = read_local(&full);
-        let mut remote: RemotePod =
+        let key = |ns: &str, name: &str| Key {
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        let read: RemotePodRead =
             serde_json::from_value(serde_json::to_value(&full).expect("json")).expect("pod");
-        trim_remote_pod(&mut remote);
+        let remote = RemotePod::new(read, &key("shop-c", "web-1"));
         type Check = (&'static str, fn(&LocalPod, &RemotePod) -> bool);
         let table: [Check; 8] = [
             ("local: identity and deletion kept", |l, _| {
@@ -1142,20 +1162,19 @@ mod tests {
                         && l.status_digest == pod().status.map(|s| forge_pod::status_digest(&s))
                 },
             ),
-            ("remote: no annotations, owners", |_, r| {
-                r.metadata.annotations.is_none() && r.metadata.owner_references.is_none()
+            ("remote: where it is stored", |_, r| {
+                &*r.namespace == "shop-c" && &*r.name == "web-1"
             }),
-            ("remote: our label only", |_, r| {
-                r.metadata.labels.as_ref().is_some_and(|l| {
-                    l.len() == 1
-                        && l.get(forge_pod::LOCAL_POD_UID).map(String::as_str) == Some("u-0")
-                })
+            ("remote: the local pod of our label", |_, r| {
+                for_pod(r).as_deref() == Some("u-0")
             }),
             ("remote: what the local pod shows of its status", |_, r| {
                 r.status() == pod().status.map(|s| forge_pod::local_status(&s, None))
             }),
             ("remote: identity and deletion kept", |_, r| {
-                r.metadata.uid.as_deref() == Some("u-1") && r.metadata.deletion_timestamp.is_some()
+                r.uid().as_deref() == Some("u-1")
+                    && r.version == Some(Version::new("7"))
+                    && r.deleting
             }),
         ];
         for (what, check) in table {
@@ -1194,50 +1213,56 @@ mod tests {
             read_local(&with_token).token_account.as_deref(),
             Some("builder")
         );
-        // Read as the agent follows them, metadata alone, from a whole
-        // object of the API.
-        let whole_rs = ReplicaSet {
-            metadata: full.metadata.clone(),
-            spec: Some(Default::default()),
-            ..ReplicaSet::default()
+        // Wrappers, read as the agent follows them (metadata alone) from a
+        // whole object of the API: changed by others when their generation
+        // is past the one we recorded.
+        let whole_rs = |generation: i64, recorded: Option<&str>| {
+            let mut metadata = full.metadata.clone();
+            metadata.generation = Some(generation);
+            metadata.annotations = recorded.map(|g| {
+                BTreeMap::from([
+                    ("note".to_owned(), "x".to_owned()),
+                    (forge_pod::WRAPPER_GENERATION.to_owned(), g.to_owned()),
+                ])
+            });
+            ReplicaSet {
+                metadata,
+                spec: Some(Default::default()),
+                ..ReplicaSet::default()
+            }
         };
-        let mut rs: PartialObjectMeta<ReplicaSet> =
-            serde_json::from_value(serde_json::to_value(&whole_rs).expect("json")).expect("rs");
-        trim_remote_wrapper(&mut rs);
-        assert!(rs.metadata.annotations.is_none() && rs.types.is_none());
-        assert!(rs.metadata.labels.is_some(), "the UID label is read");
-        // The generation we wrote is kept, nothing else of the annotations.
-        rs.metadata.annotations = Some(BTreeMap::from([
-            ("note".to_owned(), "x".to_owned()),
-            (forge_pod::WRAPPER_GENERATION.to_owned(), "3".to_owned()),
-        ]));
-        trim_remote_wrapper(&mut rs);
-        assert_eq!(
-            rs.metadata.annotations,
-            Some(BTreeMap::from([(
-                forge_pod::WRAPPER_GENERATION.to_owned(),
-                "3".to_owned()
-            )]))
-        );
+        for (generation, recorded, changed) in [
+            (1, None, false),
+            (2, None, true),
+            (3, Some("3"), false),
+            (4, Some("3"), true),
+        ] {
+            let rs: PartialObjectMeta<ReplicaSet> = serde_json::from_value(
+                serde_json::to_value(whole_rs(generation, recorded)).expect("json"),
+            )
+            .expect("rs");
+            let stored = StoredWrapper::new(rs, &key("shop-c", "web-1"));
+            assert_eq!(stored.changed, changed, "{generation} {recorded:?}");
+            assert_eq!(
+                stored.for_pod,
+                Some(Uid::new("u-0")),
+                "the UID label is read"
+            );
+            assert_eq!(stored.uid, Some(Uid::new("u-1")));
+            assert!(stored.deleting);
+        }
         let whole_job = Job {
             metadata: full.metadata.clone(),
             spec: Some(Default::default()),
             ..Job::default()
         };
-        let mut job: PartialObjectMeta<Job> =
+        let job: PartialObjectMeta<Job> =
             serde_json::from_value(serde_json::to_value(&whole_job).expect("json")).expect("job");
-        job.metadata.annotations = Some(BTreeMap::from([
-            ("note".to_owned(), "x".to_owned()),
-            (forge_pod::WRAPPER_GENERATION.to_owned(), "2".to_owned()),
-        ]));
-        trim_remote_wrapper(&mut job);
+        let stored = StoredWrapper::new(job, &key("shop-c", "web-1"));
         assert_eq!(
-            job.metadata.annotations,
-            Some(BTreeMap::from([(
-                forge_pod::WRAPPER_GENERATION.to_owned(),
-                "2".to_owned()
-            )]))
+            stored.for_pod,
+            Some(Uid::new("u-0")),
+            "the UID label is read"
         );
-        assert!(job.metadata.labels.is_some(), "the UID label is read");
     }
 }
