@@ -8,7 +8,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::sync::Arc;
+
 use kube::core::ObjectMeta;
+use liqo_agent_runtime::compact::{Uid, Version, identity};
+use liqo_agent_runtime::follow::Key;
 use liqo_api::names::labels;
 
 /// The local pod a remote pod runs for, from the remote pod's name: a
@@ -65,11 +69,12 @@ fn occurrences(
 /// the Event itself: a k8s-openapi `Event` is a kilobyte before any
 /// string, and a cluster keeps its Events for an hour (at 10,000 pods,
 /// tens of thousands of them).
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(from = "Event")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RemoteEvent {
-    /// Its name, namespace, UID and resource version only.
-    pub metadata: ObjectMeta,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub uid: Option<Uid>,
+    pub version: Option<Version>,
     /// The name of the remote pod it is about; `None` when it is not
     /// about a pod.
     pub pod: Option<String>,
@@ -85,10 +90,23 @@ pub struct RemoteEvent {
     last: Option<Time>,
 }
 
-super::compact_resource!(RemoteEvent, Event);
-
 impl From<Event> for RemoteEvent {
     fn from(e: Event) -> Self {
+        let key = key_of(&e.metadata);
+        Self::new(e, &key)
+    }
+}
+
+/// Where the object of `meta` is stored (for objects not read by a store).
+fn key_of(meta: &ObjectMeta) -> Key {
+    Key {
+        namespace: meta.namespace.as_deref().unwrap_or_default().into(),
+        name: meta.name.as_deref().unwrap_or_default().into(),
+    }
+}
+
+impl RemoteEvent {
+    pub fn new(e: Event, key: &Key) -> Self {
         let (count, first, last) = occurrences(&e);
         let component = e
             .source
@@ -96,14 +114,12 @@ impl From<Event> for RemoteEvent {
             .or(e.reporting_component)
             .filter(|c| !c.is_empty());
         let about_pod = e.involved_object.kind.as_deref() == Some("Pod");
+        let (uid, version) = identity(&e.metadata);
         Self {
-            metadata: ObjectMeta {
-                name: e.metadata.name,
-                namespace: e.metadata.namespace,
-                uid: e.metadata.uid,
-                resource_version: e.metadata.resource_version,
-                ..ObjectMeta::default()
-            },
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid,
+            version,
             pod: e.involved_object.name.filter(|_| about_pod),
             field_path: e.involved_object.field_path,
             reason: e.reason,
@@ -122,10 +138,10 @@ impl From<Event> for RemoteEvent {
 pub fn local_event(remote: &RemoteEvent, local_pod: &ObjectMeta, node_name: &str) -> Option<Event> {
     remote.pod.as_ref()?;
     let pod_name = local_pod.name.clone()?;
-    let uid = remote.metadata.uid.as_deref()?;
+    let uid = remote.uid.as_ref()?.to_string();
     Some(Event {
         metadata: ObjectMeta {
-            name: Some(local_name(&pod_name, uid)),
+            name: Some(local_name(&pod_name, &uid)),
             namespace: local_pod.namespace.clone(),
             labels: Some(BTreeMap::from([(
                 labels::MANAGED_BY.to_owned(),
@@ -200,28 +216,26 @@ pub fn warning(
     }
 }
 
-/// A local copy as the agent stores it: its name and version, and a
-/// digest of what [`shows`] compares, made when it is read from the API.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(from = "Event")]
+/// A local copy as the agent stores it: its version, and a digest of
+/// what [`shows`] compares, made when it is read from the API (its name
+/// is the store's key).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LocalCopy {
-    /// Its name, namespace and resource version only.
-    pub metadata: ObjectMeta,
+    pub version: Option<Version>,
     shown: u64,
 }
 
-super::compact_resource!(LocalCopy, Event);
+impl LocalCopy {
+    pub fn new(e: Event, _: &Key) -> Self {
+        Self::from(e)
+    }
+}
 
 impl From<Event> for LocalCopy {
     fn from(e: Event) -> Self {
         Self {
             shown: shown(&e),
-            metadata: ObjectMeta {
-                name: e.metadata.name,
-                namespace: e.metadata.namespace,
-                resource_version: e.metadata.resource_version,
-                ..ObjectMeta::default()
-            },
+            version: e.metadata.resource_version.as_deref().map(Version::new),
         }
     }
 }
@@ -332,26 +346,21 @@ mod tests {
     fn stored_forms_forge_and_compare_as_whole_events() {
         let whole = remote("Pod");
         // Read from the API as the stores read it.
-        let stored: RemoteEvent =
+        let read: Event =
             serde_json::from_value(serde_json::to_value(&whole).expect("json")).expect("event");
+        let stored = RemoteEvent::from(read);
         assert_eq!(stored, RemoteEvent::from(whole.clone()));
         assert_eq!(stored.pod.as_deref(), Some("web-1-abcde"));
-        assert_eq!(
-            (
-                stored.metadata.uid.as_deref(),
-                stored.metadata.labels.as_ref()
-            ),
-            (Some("ev-uid"), None),
-            "the UID kept, nothing else of the metadata"
-        );
+        assert_eq!(stored.uid, Some(Uid::new("ev-uid")), "the UID kept");
         let want = local_event(&stored, &local_pod().metadata, "liqo-prov").expect("an event");
-        let copy: LocalCopy =
+        assert_eq!(want.metadata.name.as_deref(), Some("web-1.ev-uid"));
+        let read: Event =
             serde_json::from_value(serde_json::to_value(&want).expect("json")).expect("copy");
+        let copy = LocalCopy::from(read);
         assert!(
             shows(&copy, &want),
             "a copy read back shows what was written"
         );
-        assert_eq!(copy.metadata.name.as_deref(), Some("web-1.ev-uid"));
         type Change = (&'static str, fn(&mut Event));
         let changes: [Change; 5] = [
             ("count", |e| e.count = Some(9)),
@@ -452,8 +461,10 @@ mod tests {
         assert_eq!(local.first_timestamp, Some(Time(t("2026-01-01T00:00:00Z"))));
         assert_eq!(local.last_timestamp, Some(Time(t("2026-01-01T00:02:00Z"))));
         // What the API gives back is what was written: no patch follows.
-        let read_back: LocalCopy =
-            serde_json::from_value(serde_json::to_value(&local).expect("json")).expect("event");
+        let read_back = LocalCopy::from(
+            serde_json::from_value::<Event>(serde_json::to_value(&local).expect("json"))
+                .expect("event"),
+        );
         assert!(shows(&read_back, &local));
         assert_eq!(
             local.source.and_then(|s| s.component).as_deref(),

@@ -14,9 +14,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::core::ObjectMeta;
 use kube::runtime::watcher;
-use liqo_agent_runtime::follow::{Followed, Journal};
+use liqo_agent_runtime::follow::{Followed, Journal, Options};
 use liqo_api::names::labels;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
@@ -34,9 +33,9 @@ pub struct Events {
     /// Local pods bound to the virtual node.
     pods: Followed<LocalPod>,
     /// Our local copies, per offloaded namespace.
-    local: PerNamespace<LocalCopy>,
+    local: PerNamespace<Event, LocalCopy>,
     /// Pods' Events, per twin.
-    remote: PerNamespace<RemoteEvent>,
+    remote: PerNamespace<Event, RemoteEvent>,
     clients: Clients,
     /// The remote Events that changed. A copy or a local pod that
     /// changed is not journaled: the sweep finds it by its fingerprint.
@@ -52,19 +51,21 @@ impl Events {
         wake: &Arc<Notify>,
     ) -> Self {
         let ours = format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE);
-        let local = PerNamespace::new(
+        let local = PerNamespace::stored_as(
             "local events of ours",
             watcher::Config::default().labels(&ours),
             vec![wake.clone()],
+            Options::converted(LocalCopy::new),
         );
-        let remote = PerNamespace::new(
+        let remote = PerNamespace::stored_as(
             "remote pods' events",
             watcher::Config::default().fields("involvedObject.kind=Pod"),
             vec![wake.clone()],
+            Options::converted(RemoteEvent::new),
         );
         let changed = Journal::new();
         remote.record_into(&changed, |e: &RemoteEvent| {
-            Some((e.namespace()?, e.name_any()))
+            Some((e.namespace.to_string(), e.name.to_string()))
         });
         let clients = Clients::new(peering.provider.clone());
         Self {
@@ -143,21 +144,23 @@ impl Kind for Events {
             return Some(h.finish());
         };
         let event = remote.store.get(twin, name);
-        let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
-        event.as_ref().map(|e| version(&e.metadata)).hash(&mut h);
+        event
+            .as_ref()
+            .map(|e| (e.uid.clone(), e.version.clone()))
+            .hash(&mut h);
         let pod = event.as_ref().and_then(|e| {
             let pod = forge_event::local_pod_name(e.pod.as_deref()?)?;
             self.pods.store.get(&ns, pod)
         });
         pod.as_ref().map(|p| p.metadata.uid.clone()).hash(&mut h);
         if let (Some(event), Some(pod)) = (&event, &pod)
-            && let (Some(uid), Some(pod_name)) = (&event.metadata.uid, &pod.metadata.name)
+            && let (Some(uid), Some(pod_name)) = (&event.uid, &pod.metadata.name)
         {
-            let copy = forge_event::local_name(pod_name, uid);
+            let copy = forge_event::local_name(pod_name, &uid.to_string());
             local
                 .store
                 .get(&ns, &copy)
-                .map(|c| c.metadata.resource_version.clone())
+                .map(|c| c.version.clone())
                 .hash(&mut h);
         }
         Some(h.finish())
@@ -233,10 +236,10 @@ pub mod footprint {
     use super::*;
 
     pub fn remote(events: impl Iterator<Item = Event>) -> Followed<RemoteEvent> {
-        liqo_agent_runtime::follow::filled(events.map(RemoteEvent::from), Default::default())
+        liqo_agent_runtime::follow::filled(events, Options::converted(RemoteEvent::new))
     }
 
     pub fn local(events: impl Iterator<Item = Event>) -> Followed<LocalCopy> {
-        liqo_agent_runtime::follow::filled(events.map(LocalCopy::from), Default::default())
+        liqo_agent_runtime::follow::filled(events, Options::converted(LocalCopy::new))
     }
 }
