@@ -302,10 +302,10 @@ async fn reflect(wiring: Wiring) {
     // trimmed to what is read of every pod all the time (the spec is read
     // from the API when it is needed).
     let (pods, follow_pods) = follow_with(
-        Api::<reflection::pod::LocalPod>::all(client.clone()),
+        Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone()),
         watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
         "local pods",
-        Options::default(),
+        Options::converted(reflection::pod::LocalPod::new),
     );
     let (twins_tx, twins_rx) = watch::channel(Default::default());
     let api = kubelet_api::KubeletApi {

@@ -357,7 +357,7 @@ async fn resolve(
         .get_opt(pod)
         .await
     {
-        Ok(Some(local)) if local.metadata.uid == stored.metadata.uid => local,
+        Ok(Some(local)) if local.metadata.uid == stored.uid() => local,
         Ok(_) => return Err(not_found()),
         Err(e) => {
             tracing::warn!(why = %tls::chain(&e), %namespace, %pod, "kubelet API: cannot read the pod");
@@ -630,10 +630,7 @@ async fn measure(api: &KubeletApi) -> Measured {
         }
     }
     let mut pods = stats::figures(&local, &remote_to_local, &metrics);
-    let alive: std::collections::HashSet<&str> = local
-        .iter()
-        .filter_map(|p| p.metadata.uid.as_deref())
-        .collect();
+    let alive: std::collections::HashSet<String> = local.iter().filter_map(LocalPod::uid).collect();
     let mut cpu = api
         .cpu
         .lock()

@@ -276,18 +276,16 @@ pub fn figures(
     remote_to_local: &BTreeMap<(String, String), String>,
     metrics: &[(String, PodMetrics)],
 ) -> Vec<PodFigures> {
-    let by_uid: BTreeMap<&str, &LocalPod> = local
-        .iter()
-        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
-        .collect();
+    let by_uid: BTreeMap<String, &LocalPod> =
+        local.iter().filter_map(|p| Some((p.uid()?, p))).collect();
     let mut out: Vec<PodFigures> = metrics
         .iter()
         .filter_map(|(twin, m)| {
             let uid = remote_to_local.get(&(twin.clone(), m.metadata.name.clone()))?;
             let pod = by_uid.get(uid.as_str())?;
             Some(PodFigures {
-                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                name: pod.metadata.name.clone().unwrap_or_default(),
+                namespace: pod.namespace.to_string(),
+                name: pod.name.to_string(),
                 uid: uid.clone(),
                 start_time: pod.start_time.as_ref().map(|t| t.0.to_string()),
                 timestamp: m.timestamp.clone(),
@@ -595,11 +593,12 @@ mod tests {
     }
 
     fn local(ns: &str, name: &str, uid: &str) -> LocalPod {
-        serde_json::from_value(json!({
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
             "metadata": { "name": name, "namespace": ns, "uid": uid },
             "status": { "startTime": "2026-01-01T00:00:00Z" },
         }))
-        .expect("pod")
+        .expect("pod");
+        LocalPod::from(pod)
     }
 
     fn metrics(name: &str, containers: serde_json::Value) -> PodMetrics {

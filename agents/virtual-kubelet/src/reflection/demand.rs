@@ -40,10 +40,7 @@ pub fn demands<'a>(pods: impl IntoIterator<Item = &'a LocalPod>) -> BTreeMap<Str
         if pod.ended() {
             continue;
         }
-        let Some(ns) = pod.metadata.namespace.clone() else {
-            continue;
-        };
-        let d = out.entry(ns).or_default();
+        let d = out.entry(pod.namespace.to_string()).or_default();
         d.cpu_millis = d.cpu_millis.saturating_add(pod.requests.cpu_millis);
         d.memory_bytes = d.memory_bytes.saturating_add(pod.requests.memory_bytes);
         d.pods += 1;

@@ -152,11 +152,11 @@ impl Kind for Events {
             let pod = forge_event::local_pod_name(e.pod.as_deref()?)?;
             self.pods.store.get(&ns, pod)
         });
-        pod.as_ref().map(|p| p.metadata.uid.clone()).hash(&mut h);
+        pod.as_ref().map(|p| p.uid()).hash(&mut h);
         if let (Some(event), Some(pod)) = (&event, &pod)
-            && let (Some(uid), Some(pod_name)) = (&event.uid, &pod.metadata.name)
+            && let Some(uid) = &event.uid
         {
-            let copy = forge_event::local_name(pod_name, &uid.to_string());
+            let copy = forge_event::local_name(&pod.name, &uid.to_string());
             local
                 .store
                 .get(&ns, &copy)
@@ -193,7 +193,7 @@ impl Kind for Events {
         else {
             return Ok(Next::Done);
         };
-        let Some(want) = forge_event::local_event(&event, &pod.metadata, &self.peering.node_name)
+        let Some(want) = forge_event::local_event(&event, &pod.metadata(), &self.peering.node_name)
         else {
             return Ok(Next::Done);
         };

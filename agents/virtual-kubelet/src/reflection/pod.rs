@@ -244,14 +244,18 @@ fn for_pod(pod: &RemotePod) -> Option<String> {
 /// serves from the API too. Made when the pod is read from the API: a
 /// k8s-openapi `Pod` is 2,248 bytes inline even without its spec, a whole
 /// one about 10 KiB in memory, this a few hundred bytes.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(from = "Pod")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LocalPod {
-    /// Its name, namespace, UID, version, creation and deletion only.
-    pub metadata: ObjectMeta,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    uid: Option<Uid>,
+    version: Option<Version>,
+    created: Option<Time>,
+    deleted: Option<Time>,
+    grace: Option<i64>,
     pub phase: Option<String>,
     pub reason: Option<String>,
-    pub start_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    pub start_time: Option<Time>,
     /// [`forge_pod::status_digest`] of its status.
     pub status_digest: Option<String>,
     /// The service account whose token it mounts, when it mounts one
@@ -267,10 +271,19 @@ pub struct LocalPod {
     pending: Option<Box<Pod>>,
 }
 
-crate::forge::compact_resource!(LocalPod, Pod);
-
 impl From<Pod> for LocalPod {
-    fn from(mut pod: Pod) -> Self {
+    fn from(pod: Pod) -> Self {
+        let key = Key {
+            namespace: pod.metadata.namespace.as_deref().unwrap_or_default().into(),
+            name: pod.metadata.name.as_deref().unwrap_or_default().into(),
+        };
+        Self::new(pod, &key)
+    }
+}
+
+impl LocalPod {
+    /// What the store keeps of `pod`, stored at `key`.
+    pub fn new(mut pod: Pod, key: &Key) -> Self {
         pod.metadata.managed_fields = None;
         let status = pod.status.clone().unwrap_or_default();
         let pending = pod.metadata.deletion_timestamp.is_none()
@@ -281,17 +294,15 @@ impl From<Pod> for LocalPod {
             .filter(|spec| crate::forge::token::token_volume(spec).is_some())
             .map(|spec| crate::forge::token::service_account(spec).to_owned());
         let m = &pod.metadata;
+        let (uid, version) = identity(m);
         Self {
-            metadata: ObjectMeta {
-                name: m.name.clone(),
-                namespace: m.namespace.clone(),
-                uid: m.uid.clone(),
-                resource_version: m.resource_version.clone(),
-                creation_timestamp: m.creation_timestamp.clone(),
-                deletion_timestamp: m.deletion_timestamp.clone(),
-                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-                ..ObjectMeta::default()
-            },
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid,
+            version,
+            created: m.creation_timestamp.clone(),
+            deleted: m.deletion_timestamp.clone(),
+            grace: m.deletion_grace_period_seconds,
             status_digest: pod.status.as_ref().map(forge_pod::status_digest),
             phase: status.phase,
             reason: status.reason,
@@ -305,9 +316,48 @@ impl From<Pod> for LocalPod {
             pending: pending.then(|| Box::new(pod)),
         }
     }
-}
 
-impl LocalPod {
+    /// Its metadata as the store has it: name, namespace, UID, version,
+    /// creation and deletion (made anew at each call).
+    pub fn metadata(&self) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(self.name.to_string()),
+            namespace: Some(self.namespace.to_string()),
+            uid: self.uid(),
+            resource_version: self.version.as_ref().map(Version::to_string),
+            creation_timestamp: self.created.clone(),
+            deletion_timestamp: self.deleted.clone(),
+            deletion_grace_period_seconds: self.grace,
+            ..ObjectMeta::default()
+        }
+    }
+
+    pub fn uid(&self) -> Option<String> {
+        self.uid.as_ref().map(Uid::to_string)
+    }
+
+    pub fn name_any(&self) -> String {
+        self.name.to_string()
+    }
+
+    pub fn namespace(&self) -> Option<String> {
+        Some(self.namespace.to_string())
+    }
+
+    /// Its UID and version: what a fingerprint reads of it.
+    pub fn identity(&self) -> (Option<Uid>, Option<Version>) {
+        (self.uid.clone(), self.version.clone())
+    }
+
+    /// Whether it is being deleted.
+    pub fn deleting(&self) -> bool {
+        self.deleted.is_some()
+    }
+
+    pub fn grace(&self) -> Option<i64> {
+        self.grace
+    }
+
     /// Whether it has ended (Succeeded or Failed).
     pub fn ended(&self) -> bool {
         forge_pod::ended(self.phase.as_deref())
@@ -489,7 +539,7 @@ impl Pods {
                 "reading the local pod {}",
                 stored.name_any()
             )))?;
-        Ok(pod.filter(|p| p.metadata.uid == stored.metadata.uid))
+        Ok(pod.filter(|p| p.metadata.uid == stored.uid()))
     }
 
     async fn delete_local(&self, pod: &LocalPod) -> Result<Next, Error> {
@@ -536,7 +586,7 @@ impl Pods {
             .await
             .map_err(Error::api("recording the refusal"))?;
         tracing::warn!(pod = %pod.name_any(), namespace = %ns, %why, "pod refused");
-        self.patch_local_status(pod, &forge_pod::refused_status(why))
+        self.patch_local_status(&pod.metadata, &forge_pod::refused_status(why))
             .await?;
         Ok(Next::Done)
     }
@@ -621,17 +671,17 @@ impl Pods {
 
     async fn patch_local_status(
         &self,
-        pod: &impl Resource,
+        pod: &ObjectMeta,
         status: &k8s_openapi::api::core::v1::PodStatus,
     ) -> Result<(), Error> {
         let api: Api<Pod> = Api::namespaced(
             self.peering.local.clone(),
-            &pod.namespace().unwrap_or_default(),
+            pod.namespace.as_deref().unwrap_or_default(),
         );
         // The UID guards against writing another pod of the same name.
-        let patch = json!({ "metadata": { "uid": pod.uid() }, "status": status });
+        let patch = json!({ "metadata": { "uid": pod.uid }, "status": status });
         api.patch_status(
-            &pod.name_any(),
+            pod.name.as_deref().unwrap_or_default(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
@@ -812,8 +862,7 @@ impl Kind for Pods {
     fn fingerprint(&self, (ns, name): &Self::Key) -> Option<u64> {
         let mut h = DefaultHasher::new();
         let local = self.local.store.get(ns, name);
-        let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
-        local.as_ref().map(|p| version(&p.metadata)).hash(&mut h);
+        local.as_ref().map(|p| p.identity()).hash(&mut h);
         let twin = self.twin_of(ns);
         twin.hash(&mut h);
         self.synced.borrow().hash(&mut h);
@@ -857,7 +906,7 @@ impl Kind for Pods {
             // No ready twin: nothing of this pod can exist remotely that
             // the twin's deletion does not take. A local pod being
             // deleted has nothing to wait for.
-            if let Some(pod) = local.filter(|p| p.metadata.deletion_timestamp.is_some()) {
+            if let Some(pod) = local.filter(|p| p.deleting()) {
                 // Unless the twins are not known yet (a restart): the pod
                 // may still run remotely, and its grace is to be honoured.
                 if !*self.synced.borrow() {
@@ -930,8 +979,8 @@ impl Kind for Pods {
             return Ok(Next::Done);
         };
 
-        if pod.metadata.deletion_timestamp.is_some() {
-            let grace = pod.metadata.deletion_grace_period_seconds;
+        if pod.deleting() {
+            let grace = pod.grace();
             let params = DeleteParams {
                 grace_period_seconds: grace.and_then(|g| u32::try_from(g).ok()),
                 propagation_policy: Some(PropagationPolicy::Background),
@@ -1062,7 +1111,7 @@ impl Pods {
         {
             let want = forge_pod::local_status(&remote_status, self.peering.remap().as_ref());
             if !forge_pod::digest_shows(stored.status_digest.as_deref(), &want) {
-                self.patch_local_status(stored, &want).await?;
+                self.patch_local_status(&stored.metadata(), &want).await?;
             }
         }
         Ok(())
@@ -1076,7 +1125,7 @@ pub mod footprint {
     use super::*;
 
     pub fn local_pods(pods: impl Iterator<Item = Pod>) -> Followed<LocalPod> {
-        liqo_agent_runtime::follow::filled(pods.map(LocalPod::from), Options::default())
+        liqo_agent_runtime::follow::filled(pods, Options::converted(LocalPod::new))
     }
 
     pub fn remote_pods(pods: impl Iterator<Item = Pod>) -> Followed<RemotePod> {
@@ -1126,7 +1175,9 @@ mod tests {
         let full = pod();
         // Both read as the agent follows them, from a whole pod of the API.
         let read_local = |p: &Pod| -> LocalPod {
-            serde_json::from_value(serde_json::to_value(p).expect("json")).expect("pod")
+            let read: Pod =
+                serde_json::from_value(serde_json::to_value(p).expect("json")).expect("pod");
+            LocalPod::from(read)
         };
         let local = read_local(&full);
         let key = |ns: &str, name: &str| Key {
@@ -1139,19 +1190,22 @@ mod tests {
         type Check = (&'static str, fn(&LocalPod, &RemotePod) -> bool);
         let table: [Check; 8] = [
             ("local: identity and deletion kept", |l, _| {
-                l.metadata.name.as_deref() == Some("web-1")
-                    && l.metadata.uid.as_deref() == Some("u-1")
-                    && l.metadata.resource_version.as_deref() == Some("7")
-                    && l.metadata.deletion_timestamp.is_some()
-                    && l.metadata.deletion_grace_period_seconds == Some(5)
+                let m = l.metadata();
+                m.name.as_deref() == Some("web-1")
+                    && m.uid.as_deref() == Some("u-1")
+                    && m.resource_version.as_deref() == Some("7")
+                    && m.deletion_timestamp.is_some()
+                    && m.deletion_grace_period_seconds == Some(5)
+                    && l.deleting()
             }),
             (
                 "local: no labels, annotations, owners; phase and reason",
                 |l, _| {
-                    l.metadata.labels.is_none()
-                        && l.metadata.annotations.is_none()
-                        && l.metadata.owner_references.is_none()
-                        && l.metadata.managed_fields.is_none()
+                    let m = l.metadata();
+                    m.labels.is_none()
+                        && m.annotations.is_none()
+                        && m.owner_references.is_none()
+                        && m.managed_fields.is_none()
                         && l.phase.as_deref() == Some("Running")
                         && l.reason.as_deref() == Some("R")
                 },

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::core::ObjectMeta;
 use kube::runtime::watcher;
@@ -163,7 +162,7 @@ impl Kind for Tokens {
         self.local
             .store
             .get(ns, name)
-            .map(|p| version(&p.metadata))
+            .map(|p| p.identity())
             .hash(&mut h);
         self.config_maps
             .current(ns)
@@ -232,7 +231,7 @@ impl Kind for Tokens {
             .ok_or_else(|| Error::NotYet(format!("the CA of {ns} is not known yet")))?;
         let now = Timestamp::now();
         if let Some(have) = &have
-            && let Some(refresh) = forge_token::still_good(have, &pod.metadata, &ca, now)
+            && let Some(refresh) = forge_token::still_good(have, &pod.metadata(), &ca, now)
         {
             return Ok(Next::After(refresh.duration_since(now).unsigned_abs()));
         }
@@ -244,7 +243,7 @@ impl Kind for Tokens {
                 "token",
                 account,
                 &PostParams::default(),
-                &forge_token::token_request(&pod.metadata),
+                &forge_token::token_request(&pod.metadata()),
             )
             .await
             .map_err(Error::api(format!(
@@ -254,7 +253,8 @@ impl Kind for Tokens {
             .status
             .ok_or_else(|| Error::NotYet("the token request has no status".to_owned()))?;
         let refresh = forge_token::refresh_at(issued, status.expiration_timestamp.0);
-        let mut want = forge_token::token_secret(&pod.metadata, &twin, &status.token, &ca, refresh);
+        let mut want =
+            forge_token::token_secret(&pod.metadata(), &twin, &status.token, &ca, refresh);
         let written = match &have {
             None => api.create(&PostParams::default(), &want).await,
             Some(have) => {
