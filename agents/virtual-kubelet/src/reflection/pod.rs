@@ -403,10 +403,7 @@ impl RemotePod {
     fn new(read: RemotePodRead, key: &Key) -> Self {
         let status = read.status.and_then(|s| {
             let shown = forge_pod::local_status(&s, None);
-            let mut deflate =
-                flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
-            serde_json::to_writer(&mut deflate, &shown).ok()?;
-            deflate.finish().ok().map(Vec::into_boxed_slice)
+            deflate(&serde_json::to_vec(&shown).ok()?)
         });
         let m = &read.metadata;
         let (uid, version) = identity(m);
@@ -425,13 +422,64 @@ impl RemotePod {
     /// What of its status a local pod shows (its addresses as the
     /// provider has them).
     pub fn status(&self) -> Option<k8s_openapi::api::core::v1::PodStatus> {
-        let inflate = flate2::read::DeflateDecoder::new(self.status.as_deref()?);
-        serde_json::from_reader(inflate).ok()
+        serde_json::from_slice(&inflate(self.status.as_deref()?)?).ok()
     }
 
     fn uid(&self) -> Option<String> {
         self.uid.as_ref().map(Uid::to_string)
     }
+}
+
+thread_local! {
+    /// One deflate state per thread, reset for each use: a new one
+    /// allocates about 300 KiB (its window and hash tables), which, made
+    /// and dropped for every remote pod's change, left the allocator's
+    /// arenas holding several times the agent's heap.
+    static DEFLATE: std::cell::RefCell<flate2::Compress> =
+        std::cell::RefCell::new(flate2::Compress::new(flate2::Compression::default(), false));
+    static INFLATE: std::cell::RefCell<flate2::Decompress> =
+        std::cell::RefCell::new(flate2::Decompress::new(false));
+}
+
+/// `bytes` deflated (raw deflate, no header).
+fn deflate(bytes: &[u8]) -> Option<Box<[u8]>> {
+    DEFLATE.with_borrow_mut(|state| {
+        state.reset();
+        let mut out = Vec::with_capacity(bytes.len() / 2 + 64);
+        loop {
+            let read = usize::try_from(state.total_in()).ok()?;
+            let done = state
+                .compress_vec(&bytes[read..], &mut out, flate2::FlushCompress::Finish)
+                .ok()?;
+            if done == flate2::Status::StreamEnd {
+                return Some(out.into_boxed_slice());
+            }
+            out.reserve(out.capacity());
+        }
+    })
+}
+
+/// What [`deflate`] made, inflated.
+fn inflate(bytes: &[u8]) -> Option<Vec<u8>> {
+    INFLATE.with_borrow_mut(|state| {
+        state.reset(false);
+        let mut out = Vec::with_capacity(bytes.len() * 4);
+        loop {
+            let read = usize::try_from(state.total_in()).ok()?;
+            let before = (state.total_in(), state.total_out());
+            let done = state
+                .decompress_vec(&bytes[read..], &mut out, flate2::FlushDecompress::Finish)
+                .ok()?;
+            if done == flate2::Status::StreamEnd {
+                return Some(out);
+            }
+            if out.len() < out.capacity() && before == (state.total_in(), state.total_out()) {
+                // No progress with room to spare: the input is cut short.
+                return None;
+            }
+            out.reserve(out.capacity().max(64));
+        }
+    })
 }
 
 impl forge_pod::Ranked for RemotePod {
@@ -1146,6 +1194,37 @@ pub mod footprint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_deflate_and_inflate_back_whole() {
+        // Small, large (past the first guess of the output's size, many
+        // times over), empty, and incompressible.
+        let mut noise = Vec::new();
+        let mut x: u32 = 7;
+        for _ in 0..50_000 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            noise.push((x >> 16) as u8);
+        }
+        let cases: Vec<Vec<u8>> = vec![
+            br#"{"phase":"Running"}"#.to_vec(),
+            "x".repeat(200_000).into_bytes(),
+            Vec::new(),
+            noise,
+        ];
+        for bytes in cases {
+            let packed = deflate(&bytes).expect("deflated");
+            assert_eq!(inflate(&packed).as_deref(), Some(&bytes[..]));
+            // Twice in a row on the same thread's state.
+            assert_eq!(
+                inflate(&deflate(&bytes).expect("deflated")),
+                Some(bytes.clone())
+            );
+            // Cut short: nothing, and no endless loop.
+            if packed.len() > 4 {
+                assert_eq!(inflate(&packed[..packed.len() / 2]), None);
+            }
+        }
+    }
 
     fn pod() -> Pod {
         serde_json::from_value(json!({
