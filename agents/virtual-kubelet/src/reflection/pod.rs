@@ -107,12 +107,12 @@ impl Side {
         );
         // A wrapper is named after its local pod; a remote pod after its
         // wrapper.
-        let wrapper = |w: &StoredWrapper| Some((w.namespace.to_string(), w.name.to_string()));
+        let wrapper = |w: &StoredWrapper| Some((w.id.namespace.to_string(), w.id.name.to_string()));
         replica_sets.record_into(journal, wrapper);
         jobs.record_into(journal, wrapper);
         pods.record_into(journal, |pod| {
-            let local = crate::forge::event::local_pod_name(&pod.name)?;
-            Some((pod.namespace.to_string(), local.to_owned()))
+            let local = crate::forge::event::local_pod_name(&pod.id.name)?;
+            Some((pod.id.namespace.to_string(), local.to_owned()))
         });
         let wake_rs = wake_on(replica_sets.clone(), wake.clone());
         let wake_jobs = wake_on(jobs.clone(), wake.clone());
@@ -142,7 +142,7 @@ impl Side {
     /// Remote pods are indexed by their local pod's name.
     fn pod_options() -> Options<RemotePodRead, RemotePod> {
         Options::converted(RemotePod::new)
-            .indexed(|pod| crate::forge::event::local_pod_name(&pod.name).map(str::to_owned))
+            .indexed(|pod| crate::forge::event::local_pod_name(&pod.id.name).map(str::to_owned))
     }
 
     fn is_current(&self) -> bool {
@@ -153,10 +153,10 @@ impl Side {
     fn wrappers(&self, twin: &str, name: &str) -> Vec<Found> {
         let found = |w: Arc<StoredWrapper>, kind| Found {
             kind,
-            uid: w.uid.as_ref().map(Uid::to_string),
-            resource_version: w.version.as_ref().map(Version::to_string),
-            for_pod: w.for_pod.as_ref().map(Uid::to_string),
-            deleting: w.deleting,
+            uid: w.id.uid(),
+            resource_version: w.id.version.as_ref().map(Version::to_string),
+            for_pod: w.id.for_pod(),
+            deleting: w.id.deleting,
             changed: w.changed,
         };
         let rs = self
@@ -173,44 +173,63 @@ impl Side {
     }
 }
 
-/// A remote wrapper (a ReplicaSet or a Job) as the reflection stores it:
-/// its name, UID, version, the local pod it is for, its deletion, and
-/// whether its spec was changed by someone else
-/// ([`forge_pod::changed_by_others`]). Its spec and status are not read
-/// (a Job's end is read from its pod).
-#[derive(Debug)]
-pub struct StoredWrapper {
-    namespace: Arc<str>,
-    name: Arc<str>,
+/// What the reflection reads of every object it made on the provider for
+/// a local pod (a wrapper, or a pod): where it is, its UID and version,
+/// the local pod's UID of our label, and whether it is being deleted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Remote {
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
     uid: Option<Uid>,
     version: Option<Version>,
     for_pod: Option<Uid>,
     deleting: bool,
-    changed: bool,
 }
 
-impl StoredWrapper {
-    fn new<K>(wrapper: PartialObjectMeta<K>, key: &Key) -> Self {
-        let m = &wrapper.metadata;
+impl Remote {
+    fn new(m: &ObjectMeta, key: &Key) -> Self {
         let (uid, version) = identity(m);
         Self {
             namespace: key.namespace.clone(),
             name: key.name.clone(),
             uid,
             version,
-            for_pod: label_uid(m),
+            for_pod: m
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(forge_pod::LOCAL_POD_UID))
+                .map(|u| Uid::new(u)),
             deleting: m.deletion_timestamp.is_some(),
-            changed: forge_pod::changed_by_others(m),
         }
+    }
+
+    fn uid(&self) -> Option<String> {
+        self.uid.as_ref().map(Uid::to_string)
+    }
+
+    /// The local pod's UID it carries.
+    fn for_pod(&self) -> Option<String> {
+        self.for_pod.as_ref().map(Uid::to_string)
     }
 }
 
-/// The local pod's UID an object of ours on the provider carries.
-fn label_uid(meta: &ObjectMeta) -> Option<Uid> {
-    meta.labels
-        .as_ref()?
-        .get(forge_pod::LOCAL_POD_UID)
-        .map(|u| Uid::new(u))
+/// A remote wrapper (a ReplicaSet or a Job) as the reflection stores it:
+/// what [`Remote`] says, and whether its spec was changed by someone else
+/// ([`forge_pod::changed_by_others`]). Its spec and status are not read
+/// (a Job's end is read from its pod).
+#[derive(Debug)]
+pub struct StoredWrapper {
+    id: Remote,
+    changed: bool,
+}
+
+impl StoredWrapper {
+    fn new<K>(wrapper: PartialObjectMeta<K>, key: &Key) -> Self {
+        Self {
+            id: Remote::new(&wrapper.metadata, key),
+            changed: forge_pod::changed_by_others(&wrapper.metadata),
+        }
+    }
 }
 
 /// A remote wrapper, as the stores have it.
@@ -226,11 +245,6 @@ struct Found {
     /// edited, a Job suspended or its parallelism changed on the
     /// provider), to be put back.
     changed: bool,
-}
-
-/// The local pod's UID a remote pod carries.
-fn for_pod(pod: &RemotePod) -> Option<String> {
-    pod.for_pod.as_ref().map(Uid::to_string)
 }
 
 /// What the agent keeps of a local pod bound to its node: its identity,
@@ -380,13 +394,8 @@ impl LocalPod {
 /// only when a local pod's status is compared or written.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RemotePod {
-    pub namespace: Arc<str>,
-    pub name: Arc<str>,
-    uid: Option<Uid>,
-    version: Option<Version>,
-    for_pod: Option<Uid>,
+    pub id: Remote,
     created: Option<Timestamp>,
-    deleting: bool,
     status: Option<Box<[u8]>>,
 }
 
@@ -405,16 +414,9 @@ impl RemotePod {
             let shown = forge_pod::local_status(&s, None);
             deflate(&serde_json::to_vec(&shown).ok()?)
         });
-        let m = &read.metadata;
-        let (uid, version) = identity(m);
         Self {
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
-            uid,
-            version,
-            for_pod: label_uid(m),
-            created: m.creation_timestamp.as_ref().map(|t| t.0),
-            deleting: m.deletion_timestamp.is_some(),
+            id: Remote::new(&read.metadata, key),
+            created: read.metadata.creation_timestamp.as_ref().map(|t| t.0),
             status,
         }
     }
@@ -423,10 +425,6 @@ impl RemotePod {
     /// provider has them).
     pub fn status(&self) -> Option<k8s_openapi::api::core::v1::PodStatus> {
         serde_json::from_slice(&inflate(self.status.as_deref()?)?).ok()
-    }
-
-    fn uid(&self) -> Option<String> {
-        self.uid.as_ref().map(Uid::to_string)
     }
 }
 
@@ -484,7 +482,7 @@ fn inflate(bytes: &[u8]) -> Option<Vec<u8>> {
 
 impl forge_pod::Ranked for RemotePod {
     fn rank(&self) -> (bool, Option<Timestamp>, &str) {
-        (!self.deleting, self.created, &self.name)
+        (!self.id.deleting, self.created, &self.id.name)
     }
 }
 
@@ -859,18 +857,18 @@ impl Kind for Pods {
                             .store
                             .state()
                             .iter()
-                            .map(|rs| (local_ns.clone(), rs.name.to_string())),
+                            .map(|rs| (local_ns.clone(), rs.id.name.to_string())),
                     );
                     keys.extend(
                         side.jobs
                             .store
                             .state()
                             .iter()
-                            .map(|job| (local_ns.clone(), job.name.to_string())),
+                            .map(|job| (local_ns.clone(), job.id.name.to_string())),
                     );
                     // A pod made before its wrapper may be all there is.
                     keys.extend(side.pods.store.state().iter().filter_map(|p| {
-                        let local = crate::forge::event::local_pod_name(&p.name)?;
+                        let local = crate::forge::event::local_pod_name(&p.id.name)?;
                         Some((local_ns.clone(), local.to_owned()))
                     }));
                 }
@@ -931,7 +929,7 @@ impl Kind for Pods {
                     .pods
                     .by_index(name)
                     .iter()
-                    .map(|p| (p.uid.clone(), p.version.clone(), p.for_pod.clone()))
+                    .map(|p| (p.id.uid.clone(), p.id.version.clone(), p.id.for_pod.clone()))
                     .collect();
                 remote.sort();
                 remote.hash(&mut h);
@@ -980,7 +978,7 @@ impl Kind for Pods {
             .pods
             .by_index(name)
             .into_iter()
-            .partition(|p| local_uid.is_some() && for_pod(p) == local_uid);
+            .partition(|p| local_uid.is_some() && p.id.for_pod() == local_uid);
 
         // A wrapper of a pod that is gone (or of an older pod of that
         // name) goes, its pod with it; so does a pod made before its
@@ -999,23 +997,23 @@ impl Kind for Pods {
                 delete_wrapper(&provider, &twin, w.kind, name, &params).await?;
                 tracing::info!(pod = %name, namespace = %ns, kind = ?w.kind, "orphan remote wrapper deleted");
             }
-            for p in stale.iter().filter(|p| !p.deleting) {
+            for p in stale.iter().filter(|p| !p.id.deleting) {
                 let params = DeleteParams {
                     preconditions: Some(Preconditions {
-                        uid: p.uid(),
+                        uid: p.id.uid(),
                         resource_version: None,
                     }),
                     ..DeleteParams::default()
                 };
-                match pod_api.delete(&p.name, &params).await {
+                match pod_api.delete(&p.id.name, &params).await {
                     Ok(_) => {
-                        tracing::info!(pod = %name, namespace = %ns, remote = %p.name, "orphan remote pod deleted");
+                        tracing::info!(pod = %name, namespace = %ns, remote = %p.id.name, "orphan remote pod deleted");
                     }
                     // Gone already, or taken by its wrapper's deletion.
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => {
                         return Err(Error::Api {
-                            what: format!("deleting the pod {twin}/{} on the provider", p.name),
+                            what: format!("deleting the pod {twin}/{} on the provider", p.id.name),
                             source: e,
                         });
                     }
@@ -1039,8 +1037,8 @@ impl Kind for Pods {
             }
             // The pods directly too, so that they get the local grace
             // period rather than their spec's.
-            for p in remote_pods.iter().filter(|p| !p.deleting) {
-                delete_remote(&pod_api, "pod", &p.name, &params).await?;
+            for p in remote_pods.iter().filter(|p| !p.id.deleting) {
+                delete_remote(&pod_api, "pod", &p.id.name, &params).await?;
             }
             if wrappers.is_empty() && remote_pods.is_empty() {
                 return self.delete_local(&pod).await;
@@ -1300,18 +1298,18 @@ mod tests {
                 },
             ),
             ("remote: where it is stored", |_, r| {
-                &*r.namespace == "shop-c" && &*r.name == "web-1"
+                &*r.id.namespace == "shop-c" && &*r.id.name == "web-1"
             }),
             ("remote: the local pod of our label", |_, r| {
-                for_pod(r).as_deref() == Some("u-0")
+                r.id.for_pod().as_deref() == Some("u-0")
             }),
             ("remote: what the local pod shows of its status", |_, r| {
                 r.status() == pod().status.map(|s| forge_pod::local_status(&s, None))
             }),
             ("remote: identity and deletion kept", |_, r| {
-                r.uid().as_deref() == Some("u-1")
-                    && r.version == Some(Version::new("7"))
-                    && r.deleting
+                r.id.uid().as_deref() == Some("u-1")
+                    && r.id.version == Some(Version::new("7"))
+                    && r.id.deleting
             }),
         ];
         for (what, check) in table {
@@ -1381,12 +1379,12 @@ mod tests {
             let stored = StoredWrapper::new(rs, &key("shop-c", "web-1"));
             assert_eq!(stored.changed, changed, "{generation} {recorded:?}");
             assert_eq!(
-                stored.for_pod,
+                stored.id.for_pod,
                 Some(Uid::new("u-0")),
                 "the UID label is read"
             );
-            assert_eq!(stored.uid, Some(Uid::new("u-1")));
-            assert!(stored.deleting);
+            assert_eq!(stored.id.uid, Some(Uid::new("u-1")));
+            assert!(stored.id.deleting);
         }
         let whole_job = Job {
             metadata: full.metadata.clone(),
@@ -1397,7 +1395,7 @@ mod tests {
             serde_json::from_value(serde_json::to_value(&whole_job).expect("json")).expect("job");
         let stored = StoredWrapper::new(job, &key("shop-c", "web-1"));
         assert_eq!(
-            stored.for_pod,
+            stored.id.for_pod,
             Some(Uid::new("u-0")),
             "the UID label is read"
         );

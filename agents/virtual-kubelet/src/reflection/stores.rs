@@ -18,6 +18,29 @@ use tokio::task::JoinHandle;
 
 use crate::provider::ProviderClient;
 
+/// A namespaced kind of the API, as a per-namespace store follows it.
+pub trait Namespaced:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A store and the task that follows it, stopped when dropped.
 struct Entry<S> {
     followed: Followed<S>,
@@ -62,16 +85,7 @@ impl<K, S> Debug for PerNamespace<K, S> {
     }
 }
 
-impl<K> PerNamespace<K>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
+impl<K: Namespaced> PerNamespace<K> {
     /// Objects stored as the API serves them.
     pub fn new(what: &'static str, config: watcher::Config, wakes: Vec<Arc<Notify>>) -> Self {
         Self::stored_as(what, config, wakes, Options::default())
@@ -80,13 +94,7 @@ where
 
 impl<K, S> PerNamespace<K, S>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Namespaced,
     S: Send + Sync + 'static,
 {
     /// Objects stored as `options` say.
