@@ -129,6 +129,20 @@ fn pod_spec(node: &str, i: usize) -> Value {
     })
 }
 
+/// The i-th local pod as it waits for its remote pod (a scale-up holds
+/// thousands of these at once).
+fn pending_pod(i: usize) -> Pod {
+    let mut pod = local_pod(i);
+    pod.status = parse(json!({
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True",
+                        "lastTransitionTime": "2026-11-25T10:00:00Z"}],
+        "qosClass": "Burstable",
+    }))
+    .expect("a pending status");
+    pod
+}
+
 fn local_pod(i: usize) -> Pod {
     parse(json!({
         "metadata": {
@@ -347,6 +361,19 @@ fn footprint() {
         mib(total.1),
         "",
         mib(total.2)
+    );
+    // The local pods again, all pending, as a scale-up holds them (not in
+    // the total: the same pods in another state).
+    let (ours, _pending) =
+        measure(|| super::pod::footprint::local_pods((0..pods).map(pending_pod)));
+    let (refr, _r) = measure(|| reference((0..pods).map(pending_pod)));
+    println!(
+        "{:<22} {pods:>7} {:>9.1} {:>9.1} {:>8} {:>11.1}",
+        "(local pods, pending)",
+        mib(ours.0),
+        mib(ours.1),
+        ours.1 / pods.max(1) as isize,
+        mib(refr.1),
     );
     assert!(total.1 > 0, "the stores hold something");
 }

@@ -278,11 +278,13 @@ pub struct LocalPod {
     /// What it requests ([`forge_pod::requests`]): its part of the
     /// demand its twin states to the provider ([`super::demand`]).
     pub requests: forge_pod::Requests,
-    /// The pod as the API has it, while it is pending: it is about to be
-    /// made on the provider, from its spec, labels and annotations, and
-    /// keeping it until then (until its status says it runs) makes that
-    /// cost no read.
-    pending: Option<Box<Pod>>,
+    /// The pod as the API has it, while it is pending, as deflated JSON
+    /// (about 1.5 KiB where the `Pod` value is about 10 KiB: a scale-up
+    /// holds thousands of pending pods at once): it is about to be made
+    /// on the provider, from its spec, labels and annotations, and keeping
+    /// it until then (until its status says it runs) makes that cost no
+    /// read.
+    pending: Option<Box<[u8]>>,
 }
 
 impl From<Pod> for LocalPod {
@@ -327,7 +329,9 @@ impl LocalPod {
                 .as_ref()
                 .map(forge_pod::requests)
                 .unwrap_or_default(),
-            pending: pending.then(|| Box::new(pod)),
+            pending: pending
+                .then(|| deflate(&serde_json::to_vec(&pod).ok()?))
+                .flatten(),
         }
     }
 
@@ -379,7 +383,7 @@ impl LocalPod {
 
     /// The pod as the API has it, while it is pending; `None` after.
     fn kept_whole(&self) -> Option<Pod> {
-        self.pending.as_deref().cloned()
+        serde_json::from_slice(&inflate(self.pending.as_deref()?)?).ok()
     }
 }
 
