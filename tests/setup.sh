@@ -19,8 +19,11 @@ fi
 # serves HTTP for the stand-in agent of the host-process node's test; the
 # tunnel's tests need iproute2, nftables, ping, and standard WireGuard
 # (wireguard-tools, Debian's wireguard-go) to talk to; iperf3 is for the
-# benchmark; curl fetches from pods in the testbed's pod-network test.
+# benchmark; curl fetches from pods in the testbed's pod-network test;
+# a C compiler and make build jemalloc, the virtual kubelet's allocator.
 packages=()
+need cc || packages+=(gcc libc6-dev)
+need make || packages+=(make)
 need flock || packages+=(util-linux)
 need python3 || packages+=(python3)
 need ip || packages+=(iproute2)

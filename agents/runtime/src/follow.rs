@@ -50,6 +50,15 @@ use tokio::sync::watch;
 const BACKOFF_INITIAL: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(8);
 
+/// Lists are read in pages of this many objects. A page is held whole
+/// while it is read (its text, then its objects before they are made
+/// into what is stored), and an agent that starts lists every store at
+/// once: with kube's default of 500, the virtual kubelet's peak resident
+/// memory when it started with 3,000 offloaded pods was twice its peak
+/// while those pods were made (86 against 42 MiB). More pages cost more
+/// requests, once per list.
+const LIST_PAGE: u32 = 100;
+
 /// The state of a followed store, as it changes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SyncState {
@@ -489,6 +498,7 @@ where
     S: Send + Sync + 'static,
 {
     let (followed, mut feed) = Feed::new(options);
+    let config = config.page_size(LIST_PAGE);
     let task = async move {
         let mut backoff = BACKOFF_INITIAL;
         loop {

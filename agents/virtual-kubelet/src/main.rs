@@ -35,6 +35,15 @@ use liqo_api::offloading::NamespaceOffloading;
 use std::sync::Arc;
 use tokio::sync::{Notify, watch};
 
+/// jemalloc rather than glibc's malloc: the agent reads many whole
+/// objects from the API and keeps a small part of each, and glibc's
+/// arenas kept the pages those reads left behind (see "Memory" in
+/// docs/virtual-kubelet.md). Not in unit tests, which count allocations
+/// with an allocator of their own (`reflection::footprint`).
+#[cfg(not(test))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser, Debug)]
 #[command(version = liqo_api::VERSION, about = "The virtual node of one outgoing liqo-rs peering")]
 struct Args {
