@@ -2,9 +2,13 @@
 //! held as its 16 bytes (a `String` of it is 24 bytes inline and a
 //! 36-byte allocation), a resource version as a number. Both are opaque
 //! strings to the API: a value that is not in the usual form is kept as
-//! its text, and every value reads back exactly as it was given.
+//! its text, and every value reads back exactly as it was given. And
+//! shared copies of the short texts that many stored objects repeat
+//! ([`shared`]).
 
+use std::collections::HashSet;
 use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// A UID: a canonical UUID (lowercase, hyphenated, as the API server
 /// makes them) as its 128 bits (two halves: a `u128` would align the
@@ -96,9 +100,50 @@ pub fn identity(meta: &kube::core::ObjectMeta) -> (Option<Uid>, Option<Version>)
     )
 }
 
+/// How many distinct texts [`shared`] keeps.
+const SHARED_MAX: usize = 1024;
+
+/// A copy of `text` shared with every other value that says the same:
+/// for the texts that thousands of stored objects repeat from a small
+/// set (an Event's reason, type, reporting component and the container
+/// it is about), one allocation in all rather than one each. The first
+/// [`SHARED_MAX`] distinct texts are kept for the life of the process;
+/// past them, each value gets a copy of its own.
+pub fn shared(text: &str) -> Arc<str> {
+    static TEXTS: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Mutex::default);
+    let Ok(mut texts) = TEXTS.lock() else {
+        return Arc::from(text);
+    };
+    if let Some(known) = texts.get(text) {
+        return known.clone();
+    }
+    let new: Arc<str> = Arc::from(text);
+    if texts.len() < SHARED_MAX {
+        texts.insert(new.clone());
+    }
+    new
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_texts_are_one_allocation_up_to_the_bound() {
+        let a = shared("Scheduled");
+        let b = shared(&String::from("Scheduled"));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(&*a, "Scheduled");
+        assert!(!Arc::ptr_eq(&a, &shared("Started")));
+        // Past the bound, values are still right, only not shared.
+        for i in 0..SHARED_MAX {
+            shared(&format!("filler-{i}"));
+        }
+        let (c, d) = (shared("unseen until now"), shared("unseen until now"));
+        assert_eq!((&*c, &*d), ("unseen until now", "unseen until now"));
+        assert!(!Arc::ptr_eq(&c, &d));
+        assert!(Arc::ptr_eq(&a, &shared("Scheduled")), "known ones stay shared");
+    }
 
     #[test]
     fn every_value_reads_back_as_given() {

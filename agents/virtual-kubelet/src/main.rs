@@ -13,6 +13,7 @@
 
 mod forge;
 mod kubelet_api;
+mod memory;
 mod node;
 mod placement;
 mod provider;
@@ -210,6 +211,7 @@ async fn main() -> anyhow::Result<()> {
         () = provider::keep_checking(client_rx, peers, fc_ref, health_tx) => {}
         () = keeper.run(readiness.clone()) => {}
         () = node::lease::keep_lease(client, args.node_name, registered_rx) => {}
+        () = memory::report_on_signal() => {}
         () = liqo_agent_runtime::shutdown_signal() => {}
     }
     Ok(())

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::sync::Arc;
 
 use kube::core::ObjectMeta;
-use liqo_agent_runtime::compact::{Uid, Version, identity};
+use liqo_agent_runtime::compact::{Uid, Version, identity, shared};
 use liqo_agent_runtime::follow::Key;
 use liqo_api::names::labels;
 
@@ -77,14 +77,16 @@ pub struct RemoteEvent {
     pub version: Option<Version>,
     /// The name of the remote pod it is about; `None` when it is not
     /// about a pod.
-    pub pod: Option<String>,
-    field_path: Option<String>,
-    reason: Option<String>,
-    message: Option<String>,
-    type_: Option<String>,
+    pub pod: Option<Box<str>>,
+    // What a small set of values repeats for thousands of Events is
+    // shared ([`shared`]).
+    field_path: Option<Arc<str>>,
+    reason: Option<Arc<str>>,
+    message: Option<Box<str>>,
+    type_: Option<Arc<str>>,
     /// Who reported it (`source.component`, or the events.k8s.io
     /// `reportingController`).
-    component: Option<String>,
+    component: Option<Arc<str>>,
     count: i32,
     first: Option<Time>,
     last: Option<Time>,
@@ -120,12 +122,12 @@ impl RemoteEvent {
             name: key.name.clone(),
             uid,
             version,
-            pod: e.involved_object.name.filter(|_| about_pod),
-            field_path: e.involved_object.field_path,
-            reason: e.reason,
-            message: e.message,
-            type_: e.type_,
-            component,
+            pod: e.involved_object.name.filter(|_| about_pod).map(Into::into),
+            field_path: e.involved_object.field_path.as_deref().map(shared),
+            reason: e.reason.as_deref().map(shared),
+            message: e.message.map(Into::into),
+            type_: e.type_.as_deref().map(shared),
+            component: component.as_deref().map(shared),
             count,
             first,
             last,
@@ -155,21 +157,26 @@ pub fn local_event(remote: &RemoteEvent, local_pod: &ObjectMeta, node_name: &str
             name: Some(pod_name),
             namespace: local_pod.namespace.clone(),
             uid: local_pod.uid.clone(),
-            field_path: remote.field_path.clone(),
+            field_path: text(&remote.field_path),
             ..ObjectReference::default()
         },
-        reason: remote.reason.clone(),
-        message: remote.message.clone(),
-        type_: remote.type_.clone(),
+        reason: text(&remote.reason),
+        message: text(&remote.message),
+        type_: text(&remote.type_),
         count: Some(remote.count),
         first_timestamp: remote.first.clone(),
         last_timestamp: remote.last.clone(),
         source: Some(EventSource {
-            component: remote.component.clone(),
+            component: text(&remote.component),
             host: Some(node_name.to_owned()),
         }),
         ..Event::default()
     })
+}
+
+/// A stored text as the API's objects have it.
+fn text(stored: &Option<impl AsRef<str>>) -> Option<String> {
+    stored.as_ref().map(|s| s.as_ref().to_owned())
 }
 
 /// A Warning Event of the virtual kubelet's own about a local pod, once,

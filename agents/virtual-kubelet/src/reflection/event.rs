@@ -23,7 +23,7 @@ use tokio::sync::{Notify, watch};
 use super::namespace::{Peering, Twins};
 use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
-use super::{Context, Error, Kind, Next};
+use super::{Context, Error, Kind, Next, ObjectKey};
 use crate::forge::event::{self as forge_event, LocalCopy, RemoteEvent};
 
 #[allow(missing_debug_implementations)]
@@ -39,7 +39,7 @@ pub struct Events {
     clients: Clients,
     /// The remote Events that changed. A copy or a local pod that
     /// changed is not journaled: the sweep finds it by its fingerprint.
-    changed: Journal<(String, String)>,
+    changed: Journal<ObjectKey>,
     context: Context,
 }
 
@@ -65,7 +65,7 @@ impl Events {
         );
         let changed = Journal::new();
         remote.record_into(&changed, |e: &RemoteEvent| {
-            Some((e.namespace.to_string(), e.name.to_string()))
+            Some((e.namespace.clone(), e.name.clone()))
         });
         let clients = Clients::new(peering.provider.clone());
         Self {
@@ -83,7 +83,7 @@ impl Events {
 
 impl Kind for Events {
     /// The twin and the remote Event's name.
-    type Key = (String, String);
+    type Key = ObjectKey;
     const NAME: &'static str = "events";
     /// Copies are many (several per pod) and can wait: few at once, so
     /// that in a burst they do not take the consumer's API server from
@@ -99,14 +99,19 @@ impl Kind for Events {
     }
 
     fn keys(&self) -> Vec<Self::Key> {
-        let twins: Vec<String> = self.twins.borrow().values().cloned().collect();
+        let twins: Vec<Arc<str>> = self
+            .twins
+            .borrow()
+            .values()
+            .map(|t| Arc::from(t.as_str()))
+            .collect();
         twins
             .into_iter()
             .flat_map(|twin| {
                 self.remote
                     .names(&twin)
                     .into_iter()
-                    .map(move |name| (twin.clone(), name.to_string()))
+                    .map(move |name| (twin.clone(), name))
             })
             .collect()
     }
@@ -131,7 +136,7 @@ impl Kind for Events {
             .twins
             .borrow()
             .iter()
-            .find(|(_, t)| *t == twin)
+            .find(|(_, t)| **t == **twin)
             .map(|(l, _)| l.clone());
         ns.hash(&mut h);
         let Some(ns) = ns else {
@@ -173,7 +178,7 @@ impl Kind for Events {
             .iter()
             .map(|(l, t)| (t.clone(), l.clone()))
             .collect();
-        let Some(ns) = local_ns.get(twin) else {
+        let Some(ns) = local_ns.get(&**twin) else {
             return Ok(Next::Done);
         };
         let not_yet =

@@ -21,7 +21,7 @@ use tokio::sync::{Notify, watch};
 
 use super::namespace::{Peering, Twins};
 use super::stores::{Clients, PerNamespace};
-use super::{Error, Kind, Next};
+use super::{Error, Kind, Next, ObjectKey};
 use crate::forge::reflected::{self, Reflected};
 
 /// The reflection of one kind.
@@ -71,7 +71,7 @@ impl<K: Reflected> Reflector<K> {
 }
 
 impl<K: Reflected> Kind for Reflector<K> {
-    type Key = (String, String);
+    type Key = ObjectKey;
     const NAME: &'static str = K::NAME;
 
     fn prepare(&self) {
@@ -86,13 +86,14 @@ impl<K: Reflected> Kind for Reflector<K> {
         let twins = self.twins.borrow().clone();
         let mut keys: Vec<Self::Key> = Vec::new();
         for (local_ns, twin) in &twins {
+            let ns: Arc<str> = Arc::from(local_ns.as_str());
             for name in self
                 .local
                 .names(local_ns)
                 .into_iter()
                 .chain(self.remote.names(twin))
             {
-                keys.push((local_ns.clone(), name.to_string()));
+                keys.push((ns.clone(), name));
             }
         }
         keys.sort();

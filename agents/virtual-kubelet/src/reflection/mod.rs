@@ -73,6 +73,12 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// changes (a list after a restart) is one pass, not hundreds.
 const DEBOUNCE: Duration = Duration::from_millis(20);
 
+/// The key of a kind whose keys are objects: their namespace and name,
+/// shared with the stores (a clone is a reference count). A kind keeps
+/// one per object it converged, and a sweep makes one per object of a
+/// kind: at 10,000 pods, tens of thousands of them.
+pub type ObjectKey = (Arc<str>, Arc<str>);
+
 /// What went wrong converging one key; it is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -383,12 +389,17 @@ impl Context {
 /// "anything").
 pub fn in_local_namespaces(
     twins: &namespace::Twins,
-    keys: Vec<(String, String)>,
-) -> impl Iterator<Item = (String, String)> {
-    let local_of: BTreeMap<String, String> =
-        twins.iter().map(|(l, t)| (t.clone(), l.clone())).collect();
+    keys: Vec<ObjectKey>,
+) -> impl Iterator<Item = ObjectKey> {
+    let local_of: BTreeMap<&str, Arc<str>> = twins
+        .iter()
+        .map(|(l, t)| (t.as_str(), Arc::from(l.as_str())))
+        .collect();
+    let keys: Vec<ObjectKey> = keys
+        .into_iter()
+        .filter_map(|(twin, name)| Some((local_of.get(&*twin)?.clone(), name)))
+        .collect();
     keys.into_iter()
-        .filter_map(move |(twin, name)| Some((local_of.get(&twin)?.clone(), name)))
 }
 
 /// Wakes `wake` whenever `followed`'s store changes; never ends while the

@@ -51,7 +51,7 @@ use tokio::task::JoinHandle;
 
 use super::namespace::{Peering, Twins};
 use super::references::References;
-use super::{Context, Error, Kind, Next, in_local_namespaces, wake_on};
+use super::{Context, Error, Kind, Next, ObjectKey, in_local_namespaces, wake_on};
 use crate::forge::pod::{self as forge_pod, Wrapper};
 use crate::node::FIELD_MANAGER;
 use crate::provider::ProviderClient;
@@ -83,7 +83,7 @@ impl Side {
         client: kube::Client,
         namespace: &str,
         wake: &Arc<Notify>,
-        journal: &Journal<(String, String)>,
+        journal: &Journal<ObjectKey>,
     ) -> Self {
         // Only what we created: the twin may hold other objects.
         let config = watcher::Config::default().labels(forge_pod::LOCAL_POD_UID);
@@ -107,12 +107,12 @@ impl Side {
         );
         // A wrapper is named after its local pod; a remote pod after its
         // wrapper.
-        let wrapper = |w: &StoredWrapper| Some((w.id.namespace.to_string(), w.id.name.to_string()));
+        let wrapper = |w: &StoredWrapper| Some((w.id.namespace.clone(), w.id.name.clone()));
         replica_sets.record_into(journal, wrapper);
         jobs.record_into(journal, wrapper);
         pods.record_into(journal, |pod| {
             let local = crate::forge::event::local_pod_name(&pod.id.name)?;
-            Some((pod.id.namespace.to_string(), local.to_owned()))
+            Some((pod.id.namespace.clone(), Arc::from(local)))
         });
         let wake_rs = wake_on(replica_sets.clone(), wake.clone());
         let wake_jobs = wake_on(jobs.clone(), wake.clone());
@@ -515,9 +515,9 @@ pub struct Pods {
     /// Where remote pods reach the consumer's API with their token.
     token_api: Option<crate::forge::token::ApiAddress>,
     /// The local pods that changed, by namespace and name.
-    changed_local: Journal<(String, String)>,
+    changed_local: Journal<ObjectKey>,
     /// The remote objects that changed, by twin and local pod name.
-    changed_remote: Journal<(String, String)>,
+    changed_remote: Journal<ObjectKey>,
     context: Context,
 }
 
@@ -531,7 +531,7 @@ impl Pods {
     ) -> Self {
         let clients = Mutex::new((peering.provider.clone(), 0));
         let changed_local = Journal::new();
-        local.record_into(&changed_local, |p| Some((p.namespace()?, p.name_any())));
+        local.record_into(&changed_local, |p| Some((p.namespace.clone(), p.name.clone())));
         Self {
             peering,
             local,
@@ -802,7 +802,7 @@ where
 
 impl Kind for Pods {
     /// The local pod's namespace and name.
-    type Key = (String, String);
+    type Key = ObjectKey;
     const NAME: &'static str = "pod";
 
     fn prepare(&self) {
@@ -850,30 +850,31 @@ impl Kind for Pods {
             .store
             .state()
             .iter()
-            .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+            .map(|p| (p.namespace.clone(), p.name.clone()))
             .collect();
         let twins = self.twins.borrow().clone();
         if let Ok(sides) = self.sides.lock() {
             for (local_ns, twin) in &twins {
                 if let Some(side) = sides.by_twin.get(twin) {
+                    let local_ns: Arc<str> = Arc::from(local_ns.as_str());
                     keys.extend(
                         side.replica_sets
                             .store
                             .state()
                             .iter()
-                            .map(|rs| (local_ns.clone(), rs.id.name.to_string())),
+                            .map(|rs| (local_ns.clone(), rs.id.name.clone())),
                     );
                     keys.extend(
                         side.jobs
                             .store
                             .state()
                             .iter()
-                            .map(|job| (local_ns.clone(), job.id.name.to_string())),
+                            .map(|job| (local_ns.clone(), job.id.name.clone())),
                     );
                     // A pod made before its wrapper may be all there is.
                     keys.extend(side.pods.store.state().iter().filter_map(|p| {
                         let local = crate::forge::event::local_pod_name(&p.id.name)?;
-                        Some((local_ns.clone(), local.to_owned()))
+                        Some((local_ns.clone(), Arc::from(local)))
                     }));
                 }
             }

@@ -24,7 +24,7 @@ use tokio::sync::{Notify, watch};
 use super::namespace::{Peering, Twins};
 use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
-use super::{Context, Error, Kind, Next, in_local_namespaces};
+use super::{Context, Error, Kind, Next, ObjectKey, in_local_namespaces};
 use crate::forge::pod as forge_pod;
 use crate::forge::reflected::ROOT_CA_CONFIGMAP;
 use crate::forge::token::{self as forge_token, StoredToken};
@@ -42,9 +42,9 @@ pub struct Tokens {
     clients: Clients,
     /// The local pods that changed, by namespace and name. The CA
     /// ConfigMap is not journaled: the sweep finds it by its fingerprint.
-    changed_local: Journal<(String, String)>,
+    changed_local: Journal<ObjectKey>,
     /// The token Secrets that changed, by twin and local pod name.
-    changed_remote: Journal<(String, String)>,
+    changed_remote: Journal<ObjectKey>,
     context: Context,
 }
 
@@ -69,11 +69,11 @@ impl Tokens {
             Options::converted(StoredToken::new),
         );
         let changed_local = Journal::new();
-        local.record_into(&changed_local, |p| Some((p.namespace()?, p.name_any())));
+        local.record_into(&changed_local, |p| Some((p.namespace.clone(), p.name.clone())));
         let changed_remote = Journal::new();
         remote.record_into(&changed_remote, |s: &StoredToken| {
             let pod = forge_token::pod_name(&s.name)?;
-            Some((s.namespace.to_string(), pod.to_owned()))
+            Some((s.namespace.clone(), Arc::from(pod)))
         });
         let clients = Clients::new(peering.provider.clone());
         Self {
@@ -91,7 +91,7 @@ impl Tokens {
 }
 
 impl Kind for Tokens {
-    type Key = (String, String);
+    type Key = ObjectKey;
     const NAME: &'static str = "service account tokens";
 
     fn prepare(&self) {
@@ -107,16 +107,17 @@ impl Kind for Tokens {
             .state()
             .iter()
             .filter(|p| token_account(p).is_some())
-            .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
-            .filter(|(ns, _)| twins.contains_key(ns))
+            .filter(|p| twins.contains_key(&*p.namespace))
+            .map(|p| (p.namespace.clone(), p.name.clone()))
             .collect();
         for (local_ns, twin) in &twins {
+            let local_ns: Arc<str> = Arc::from(local_ns.as_str());
             keys.extend(
                 self.remote
                     .names(twin)
                     .iter()
                     .filter_map(|s| forge_token::pod_name(s))
-                    .map(|p| (local_ns.clone(), p.to_owned())),
+                    .map(|p| (local_ns.clone(), Arc::from(p))),
             );
         }
         keys.sort();
@@ -147,7 +148,7 @@ impl Kind for Tokens {
     fn fingerprint(&self, (ns, name): &Self::Key) -> Option<u64> {
         let mut h = DefaultHasher::new();
         let version = |m: &ObjectMeta| (m.uid.clone(), m.resource_version.clone());
-        let twin = self.twins.borrow().get(ns).cloned();
+        let twin = self.twins.borrow().get(&**ns).cloned();
         twin.hash(&mut h);
         let remote = twin.as_ref().and_then(|t| self.remote.current(t));
         remote.is_some().hash(&mut h);
@@ -180,7 +181,7 @@ impl Kind for Tokens {
                 "the local pods are not in sync yet".to_owned(),
             ));
         }
-        let Some(twin) = self.twins.borrow().get(ns).cloned() else {
+        let Some(twin) = self.twins.borrow().get(&**ns).cloned() else {
             return Ok(Next::Done);
         };
         let remote = self.remote.current(&twin).ok_or_else(|| {

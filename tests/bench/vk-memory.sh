@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# The virtual kubelet's memory at scale, and where it goes (release build,
+# two testbed clusters): a Deployment of N pods (10,000 by default) on the
+# virtual node, then
+#
+#   - peak resident size (VmHWM) when every pod is Running, and resident
+#     size (VmRSS) then;
+#   - the agent killed (SIGKILL) and restarted by its node with the pods
+#     Running: peak and resident 90 s later (its first lists, every key
+#     converged once);
+#   - at each of these points, jemalloc's own figures, which the agent
+#     logs on SIGUSR1: what the program holds (allocated), the pages
+#     holding it (active), what of jemalloc's is resident, and what it
+#     keeps mapped or retained; the rest of the resident size is the
+#     agent's code and stacks (the split anon + file says which);
+#   - beside them, the same figures with no pod at all, taken before the
+#     Deployment is made: what the agent costs before any pod.
+#
+# With --malloc-conf CONF, the agent runs with jemalloc options CONF
+# (`_RJEM_MALLOC_CONF`, e.g. `narenas:1,dirty_decay_ms:1000`), so that
+# two runs compare allocator settings.
+#
+#   bash tests/bench/vk-memory.sh [--pods N] [--kcm-qps Q] [--malloc-conf CONF]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+pods=10000
+kcm_qps=200
+malloc_conf=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --pods) pods=$2; shift 2 ;;
+    --kcm-qps) kcm_qps=$2; shift 2 ;;
+    --malloc-conf) malloc_conf=$2; shift 2 ;;
+    *) echo "usage: $0 [--pods N] [--kcm-qps Q] [--malloc-conf CONF]" >&2; exit 2 ;;
+  esac
+done
+
+toolchain=$(bash tests/setup.sh | tail -n 1)
+export LIQO_TOOLCHAIN_DIR="$toolchain"
+cargo build --quiet --release --locked --workspace --bins
+testbed=target/release/liqo-testbed
+liqoctl=target/release/liqoctl
+kubectl="$toolchain/kubectl"
+dir=$(mktemp -d)
+cleanup() {
+  "$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+"$testbed" up --dir "$dir/tb" --cluster consumer --cluster provider --nodes 2 \
+  --node-pods $((pods + 100)) --node-cpu 64 --node-memory 256Gi --timeout 300 \
+  --controller-manager-qps "$kcm_qps" >/dev/null
+kubeconfig() { "$testbed" get --dir "$dir/tb" "$1" kubeconfig; }
+consumer=$(kubeconfig consumer)
+provider=$(kubeconfig provider)
+for cluster in consumer provider; do
+  "$liqoctl" --kubeconfig "$(kubeconfig "$cluster")" install --cluster-id "$cluster" \
+    --cluster-name "$cluster" --pod-cidr "$("$testbed" get --dir "$dir/tb" "$cluster" pod-cidr)" \
+    --node-selector testbed.liqo.io/host-process=true \
+    --toleration testbed.liqo.io/host-process=true:NoSchedule --timeout 120 --yes \
+    >"$dir/install.log" 2>&1 || { cat "$dir/install.log" >&2; exit 1; }
+done
+"$liqoctl" --kubeconfig "$consumer" peer --remote-kubeconfig "$provider" --timeout 120 --yes \
+  >"$dir/peer.log" 2>&1 || { cat "$dir/peer.log" >&2; exit 1; }
+kc() { "$kubectl" --kubeconfig "$consumer" "$@"; }
+kc create namespace bench >/dev/null
+"$liqoctl" --kubeconfig "$consumer" offload namespace bench --wait --timeout 120 \
+  >"$dir/offload.log" 2>&1 || { cat "$dir/offload.log" >&2; exit 1; }
+
+vk_deployment=deployment/liqo-vk-provider
+if [ -n "$malloc_conf" ]; then
+  kc -n liqo set env "$vk_deployment" "_RJEM_MALLOC_CONF=$malloc_conf" >/dev/null
+  kc -n liqo rollout status "$vk_deployment" --timeout 120s >/dev/null
+fi
+
+# The virtual kubelet's PID: the process whose KUBECONFIG lies in the
+# consumer's testbed folder (none: empty).
+vk_pid() {
+  local pid env
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = liqo-virtual-ku ] || continue
+    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null || true)
+    if grep -q "^KUBECONFIG=$dir/tb/consumer/" <<<"$env"; then
+      echo "$pid"
+      return 0
+    fi
+  done
+}
+# A new agent process, other than PID $1: waits up to 5 minutes.
+new_vk() {
+  local pid
+  for _ in $(seq 600); do
+    pid=$(vk_pid)
+    if [ -n "$pid" ] && [ "$pid" != "$1" ]; then
+      echo "$pid"
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "the virtual kubelet did not start again" >&2
+  return 1
+}
+# Field $2 (VmHWM, VmRSS) of process $1, in MiB.
+mib() { awk -v f="$2:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+# jemalloc's figures, as agent $1 logs them on SIGUSR1.
+jemalloc() {
+  local start
+  start=$(stat -c %s "$vk_log")
+  kill -USR1 "$1"
+  sleep 1
+  tail -c +"$((start + 1))" "$vk_log" | grep ' memory ' | tail -n 1 |
+    perl -ne 'for my $f (qw(allocated active resident mapped retained)) {
+      printf "%s %s  ", $f, $1 if /${f}_mib=([0-9.]+)/ } print "(MiB)"'
+}
+
+# Running pods on the consumer with app=bench.
+running() {
+  kc -n bench get pods -l app=bench --no-headers --field-selector status.phase=Running 2>/dev/null | wc -l
+}
+# Waits until $1 pods are Running: 40 minutes at most.
+until_running() {
+  for _ in $(seq 480); do
+    [ "$(running)" -ge "$1" ] && return 0
+    sleep 5
+  done
+  echo "timed out waiting for $1 Running pods" >&2
+  return 1
+}
+
+pid=$(vk_pid)
+# The log of the pod the rollout made (the newest).
+vk_log=$(ls -t $(find "$dir/tb" -name "liqo_liqo-vk-*_virtual-kubelet.log") | head -n 1)
+sleep 30
+idle_hwm=$(mib "$pid" VmHWM)
+idle_rss=$(mib "$pid" VmRSS)
+idle_split="$(mib "$pid" RssAnon) + $(mib "$pid" RssFile)"
+idle_je=$(jemalloc "$pid")
+
+cat <<EOF | kc apply -f - >/dev/null
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: bench, namespace: bench }
+spec:
+  replicas: $pods
+  selector: { matchLabels: { app: bench } }
+  template:
+    metadata: { labels: { app: bench } }
+    spec:
+      nodeSelector: { liqo.io/virtual-node: "true" }
+      tolerations: [{ key: virtual-node.liqo.io/not-allowed, operator: Exists, effect: NoExecute }]
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: app
+          image: nginx
+          resources: { requests: { cpu: 1m, memory: 1Mi } }
+EOF
+start=$(date +%s)
+until_running "$pods"
+scale_up_s=$(($(date +%s) - start))
+up_hwm=$(mib "$pid" VmHWM)
+up_rss=$(mib "$pid" VmRSS)
+up_split="$(mib "$pid" RssAnon) + $(mib "$pid" RssFile)"
+up_je=$(jemalloc "$pid")
+
+kill -KILL "$pid"
+pid=$(new_vk "$pid")
+sleep 90
+restart_hwm=$(mib "$pid" VmHWM)
+restart_rss=$(mib "$pid" VmRSS)
+restart_split="$(mib "$pid" RssAnon) + $(mib "$pid" RssFile)"
+restart_je=$(jemalloc "$pid")
+
+echo
+printf '%-44s %s\n' "pods" "$pods (Running after ${scale_up_s}s)"
+printf '%-44s %s\n' "controller-managers' --kube-api-qps" "$kcm_qps"
+printf '%-44s %s\n' "jemalloc options" "${malloc_conf:-defaults}"
+printf '%-44s %s\n' "no pod: peak / resident" "$idle_hwm / $idle_rss MiB ($idle_split)"
+printf '%-44s %s\n' "no pod: jemalloc" "$idle_je"
+printf '%-44s %s\n' "every pod Running: peak / resident" "$up_hwm / $up_rss MiB ($up_split)"
+printf '%-44s %s\n' "every pod Running: jemalloc" "$up_je"
+printf '%-44s %s\n' "restarted, 90 s later: peak / resident" "$restart_hwm / $restart_rss MiB ($restart_split)"
+printf '%-44s %s\n' "restarted, 90 s later: jemalloc" "$restart_je"
