@@ -142,7 +142,10 @@ mod tests {
         let (c, d) = (shared("unseen until now"), shared("unseen until now"));
         assert_eq!((&*c, &*d), ("unseen until now", "unseen until now"));
         assert!(!Arc::ptr_eq(&c, &d));
-        assert!(Arc::ptr_eq(&a, &shared("Scheduled")), "known ones stay shared");
+        assert!(
+            Arc::ptr_eq(&a, &shared("Scheduled")),
+            "known ones stay shared"
+        );
     }
 
     #[test]

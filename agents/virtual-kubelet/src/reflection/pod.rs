@@ -531,7 +531,9 @@ impl Pods {
     ) -> Self {
         let clients = Mutex::new((peering.provider.clone(), 0));
         let changed_local = Journal::new();
-        local.record_into(&changed_local, |p| Some((p.namespace.clone(), p.name.clone())));
+        local.record_into(&changed_local, |p| {
+            Some((p.namespace.clone(), p.name.clone()))
+        });
         Self {
             peering,
             local,

@@ -69,7 +69,9 @@ impl Tokens {
             Options::converted(StoredToken::new),
         );
         let changed_local = Journal::new();
-        local.record_into(&changed_local, |p| Some((p.namespace.clone(), p.name.clone())));
+        local.record_into(&changed_local, |p| {
+            Some((p.namespace.clone(), p.name.clone()))
+        });
         let changed_remote = Journal::new();
         remote.record_into(&changed_remote, |s: &StoredToken| {
             let pod = forge_token::pod_name(&s.name)?;
