@@ -67,6 +67,8 @@ testbed=target/release/liqo-testbed
 liqoctl=target/release/liqoctl
 kubectl="$toolchain/kubectl"
 dir=$(mktemp -d)
+# shellcheck source=tests/bench/lib.sh
+source tests/bench/lib.sh
 watchers=()
 # Stops the watches: each loop of `stamped`, then its kubectl.
 stop_watchers() {
@@ -88,16 +90,9 @@ trap cleanup EXIT
 # grant (half of the provider's free capacity) then allows `max` pods.
 "$testbed" up --dir "$dir/tb" --cluster consumer --cluster provider --nodes 2 \
   --node-pods $((max + 100)) --node-cpu 64 --node-memory 256Gi --timeout 300 "${kcm_qps[@]}" >/dev/null
-kubeconfig() { "$testbed" get --dir "$dir/tb" "$1" kubeconfig; }
 consumer=$(kubeconfig consumer)
 provider=$(kubeconfig provider)
-for cluster in consumer provider; do
-  "$liqoctl" --kubeconfig "$(kubeconfig "$cluster")" install --cluster-id "$cluster" \
-    --cluster-name "$cluster" --pod-cidr "$("$testbed" get --dir "$dir/tb" "$cluster" pod-cidr)" \
-    --node-selector testbed.liqo.io/host-process=true \
-    --toleration testbed.liqo.io/host-process=true:NoSchedule --timeout 120 --yes \
-    >"$dir/install.log" 2>&1 || { cat "$dir/install.log" >&2; exit 1; }
-done
+install_on consumer provider
 "$liqoctl" --kubeconfig "$consumer" peer --remote-kubeconfig "$provider" --timeout 120 --yes \
   >"$dir/peer.log" 2>&1 || { cat "$dir/peer.log" >&2; exit 1; }
 kc() { "$kubectl" --kubeconfig "$consumer" "$@"; }
@@ -219,19 +214,6 @@ cpu_spent() {
     sort -k2 -n -r
 }
 
-# The virtual kubelet's PID: the process whose KUBECONFIG lies in the
-# consumer's testbed folder (none: empty).
-vk_pid() {
-  local pid env
-  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = liqo-virtual-ku ] || continue
-    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null || true)
-    if grep -q "^KUBECONFIG=$dir/tb/consumer/" <<<"$env"; then
-      echo "$pid"
-      return 0
-    fi
-  done
-}
 # Its peak resident memory in MiB.
 vk_peak_mib() {
   local pid

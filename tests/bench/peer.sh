@@ -24,18 +24,13 @@ testbed=target/debug/liqo-testbed
 liqoctl=target/debug/liqoctl
 kubectl="$toolchain/kubectl"
 dir=$(mktemp -d)
+# shellcheck source=tests/bench/lib.sh
+source tests/bench/lib.sh
 trap '"$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 "$testbed" up --dir "$dir/tb" --cluster consumer --cluster provider --nodes 1 >/dev/null
-kubeconfig() { "$testbed" get --dir "$dir/tb" "$1" kubeconfig; }
 consumer=$(kubeconfig consumer)
 provider=$(kubeconfig provider)
-for cluster in consumer provider; do
-  "$liqoctl" --kubeconfig "$(kubeconfig "$cluster")" install --cluster-id "$cluster" \
-    --cluster-name "$cluster" --pod-cidr "$("$testbed" get --dir "$dir/tb" "$cluster" pod-cidr)" \
-    --node-selector testbed.liqo.io/host-process=true \
-    --toleration testbed.liqo.io/host-process=true:NoSchedule --timeout 120 --yes \
-    >"$dir/install.log" 2>&1 || { cat "$dir/install.log" >&2; exit 1; }
-done
+install_on consumer provider
 
 # Runs "$@" quietly and prints its wall time; on failure, shows its output
 # and stops the benchmark (a failed run's time means nothing).

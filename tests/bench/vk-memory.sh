@@ -42,6 +42,8 @@ testbed=target/release/liqo-testbed
 liqoctl=target/release/liqoctl
 kubectl="$toolchain/kubectl"
 dir=$(mktemp -d)
+# shellcheck source=tests/bench/lib.sh
+source tests/bench/lib.sh
 cleanup() {
   "$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true
   rm -rf "$dir"
@@ -51,16 +53,9 @@ trap cleanup EXIT
 "$testbed" up --dir "$dir/tb" --cluster consumer --cluster provider --nodes 2 \
   --node-pods $((pods + 100)) --node-cpu 64 --node-memory 256Gi --timeout 300 \
   --controller-manager-qps "$kcm_qps" >/dev/null
-kubeconfig() { "$testbed" get --dir "$dir/tb" "$1" kubeconfig; }
 consumer=$(kubeconfig consumer)
 provider=$(kubeconfig provider)
-for cluster in consumer provider; do
-  "$liqoctl" --kubeconfig "$(kubeconfig "$cluster")" install --cluster-id "$cluster" \
-    --cluster-name "$cluster" --pod-cidr "$("$testbed" get --dir "$dir/tb" "$cluster" pod-cidr)" \
-    --node-selector testbed.liqo.io/host-process=true \
-    --toleration testbed.liqo.io/host-process=true:NoSchedule --timeout 120 --yes \
-    >"$dir/install.log" 2>&1 || { cat "$dir/install.log" >&2; exit 1; }
-done
+install_on consumer provider
 "$liqoctl" --kubeconfig "$consumer" peer --remote-kubeconfig "$provider" --timeout 120 --yes \
   >"$dir/peer.log" 2>&1 || { cat "$dir/peer.log" >&2; exit 1; }
 kc() { "$kubectl" --kubeconfig "$consumer" "$@"; }
@@ -74,19 +69,6 @@ if [ -n "$malloc_conf" ]; then
   kc -n liqo rollout status "$vk_deployment" --timeout 120s >/dev/null
 fi
 
-# The virtual kubelet's PID: the process whose KUBECONFIG lies in the
-# consumer's testbed folder (none: empty).
-vk_pid() {
-  local pid env
-  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = liqo-virtual-ku ] || continue
-    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null || true)
-    if grep -q "^KUBECONFIG=$dir/tb/consumer/" <<<"$env"; then
-      echo "$pid"
-      return 0
-    fi
-  done
-}
 # A new agent process, other than PID $1: waits up to 5 minutes.
 new_vk() {
   local pid
@@ -103,6 +85,11 @@ new_vk() {
 }
 # Field $2 (VmHWM, VmRSS) of process $1, in MiB.
 mib() { awk -v f="$2:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+# Peak and resident size of process $1, and the resident size split
+# into its anonymous pages (the heap) and file-backed ones (its code).
+sizes() {
+  echo "$(mib "$1" VmHWM) / $(mib "$1" VmRSS) MiB ($(mib "$1" RssAnon) + $(mib "$1" RssFile))"
+}
 # jemalloc's figures, as agent $1 logs them on SIGUSR1.
 jemalloc() {
   local start
@@ -132,9 +119,7 @@ pid=$(vk_pid)
 # The log of the pod the rollout made (the newest).
 vk_log=$(ls -t $(find "$dir/tb" -name "liqo_liqo-vk-*_virtual-kubelet.log") | head -n 1)
 sleep 30
-idle_hwm=$(mib "$pid" VmHWM)
-idle_rss=$(mib "$pid" VmRSS)
-idle_split="$(mib "$pid" RssAnon) + $(mib "$pid" RssFile)"
+idle=$(sizes "$pid")
 idle_je=$(jemalloc "$pid")
 
 cat <<EOF | kc apply -f - >/dev/null
@@ -158,26 +143,22 @@ EOF
 start=$(date +%s)
 until_running "$pods"
 scale_up_s=$(($(date +%s) - start))
-up_hwm=$(mib "$pid" VmHWM)
-up_rss=$(mib "$pid" VmRSS)
-up_split="$(mib "$pid" RssAnon) + $(mib "$pid" RssFile)"
+up=$(sizes "$pid")
 up_je=$(jemalloc "$pid")
 
 kill -KILL "$pid"
 pid=$(new_vk "$pid")
 sleep 90
-restart_hwm=$(mib "$pid" VmHWM)
-restart_rss=$(mib "$pid" VmRSS)
-restart_split="$(mib "$pid" RssAnon) + $(mib "$pid" RssFile)"
-restart_je=$(jemalloc "$pid")
+restarted=$(sizes "$pid")
+restarted_je=$(jemalloc "$pid")
 
 echo
 printf '%-44s %s\n' "pods" "$pods (Running after ${scale_up_s}s)"
 printf '%-44s %s\n' "controller-managers' --kube-api-qps" "$kcm_qps"
 printf '%-44s %s\n' "jemalloc options" "${malloc_conf:-defaults}"
-printf '%-44s %s\n' "no pod: peak / resident" "$idle_hwm / $idle_rss MiB ($idle_split)"
+printf '%-44s %s\n' "no pod: peak / resident" "$idle"
 printf '%-44s %s\n' "no pod: jemalloc" "$idle_je"
-printf '%-44s %s\n' "every pod Running: peak / resident" "$up_hwm / $up_rss MiB ($up_split)"
+printf '%-44s %s\n' "every pod Running: peak / resident" "$up"
 printf '%-44s %s\n' "every pod Running: jemalloc" "$up_je"
-printf '%-44s %s\n' "restarted, 90 s later: peak / resident" "$restart_hwm / $restart_rss MiB ($restart_split)"
-printf '%-44s %s\n' "restarted, 90 s later: jemalloc" "$restart_je"
+printf '%-44s %s\n' "restarted, 90 s later: peak / resident" "$restarted"
+printf '%-44s %s\n' "restarted, 90 s later: jemalloc" "$restarted_je"
