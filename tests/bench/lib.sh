@@ -24,7 +24,7 @@ vk_pid() {
   local pid env
   for pid in $(ls /proc | grep -E '^[0-9]+$'); do
     [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = liqo-virtual-ku ] || continue
-    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null || true)
+    env=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" || true)
     if grep -q "^KUBECONFIG=$dir/tb/consumer/" <<<"$env"; then
       echo "$pid"
       return 0
