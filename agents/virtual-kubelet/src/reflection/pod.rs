@@ -21,12 +21,14 @@
 //! Scale (see "Scale and restart safety" in docs/virtual-kubelet.md): the
 //! remote pods are indexed by their local pod's name, so one pod
 //! converges without a scan of its twin; the stores keep only what this
-//! module reads (no managedFields; of a remote wrapper its metadata; of
-//! a remote pod its metadata with our label only and its status; of a
-//! local pod its metadata, phase, reason and a digest of its status, the
-//! spec being read from the API when the wrapper is made); and
-//! each key has a fingerprint (resource versions of its objects) so that
-//! a pass looks only at the pods that changed.
+//! module reads, in types of its own ([`StoredWrapper`]: a wrapper's
+//! identity, our label and whether someone changed its spec;
+//! [`RemotePod`]: a remote pod's identity and the status the local pod
+//! shows, deflated; [`LocalPod`]: a local pod's identity, phase, reason,
+//! status digest and requests, and the whole pod, deflated, only while
+//! it is pending, its remote pod being made from it); and each key has a
+//! fingerprint (resource versions of its objects) so that a pass looks
+//! only at the pods that changed.
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
