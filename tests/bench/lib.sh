@@ -1,6 +1,20 @@
-# What the benchmarks share; sourced once they have set `testbed` and
-# `liqoctl` (the binaries) and `dir` (their scratch folder, the testbed's
-# clusters in $dir/tb).
+# What the benchmarks share; sourced from the repository's root.
+
+# Builds the workspace's binaries with profile $1 (release or debug) and
+# sets what the other functions use: `toolchain` (exported for the
+# testbed), `testbed`, `liqoctl`, `kubectl`, and `dir`, a scratch folder
+# (the testbed's clusters in $dir/tb).
+bench_build() {
+  local profile=$1 flags=(--quiet --locked --workspace --bins)
+  [ "$profile" = release ] && flags+=(--release)
+  toolchain=$(bash tests/setup.sh | tail -n 1)
+  export LIQO_TOOLCHAIN_DIR="$toolchain"
+  cargo build "${flags[@]}"
+  testbed=target/$profile/liqo-testbed
+  liqoctl=target/$profile/liqoctl
+  kubectl="$toolchain/kubectl"
+  dir=$(mktemp -d)
+}
 
 # The kubeconfig of testbed cluster $1.
 kubeconfig() { "$testbed" get --dir "$dir/tb" "$1" kubeconfig; }
@@ -18,6 +32,49 @@ install_on() {
   done
 }
 
+# With the testbed's clusters consumer and provider up: liqo-rs
+# installed on both, the consumer peered with the provider and its
+# namespace bench offloaded; sets `consumer` and `provider` (their
+# kubeconfigs). On failure shows the command's output and fails.
+offload_bench() {
+  consumer=$(kubeconfig consumer)
+  provider=$(kubeconfig provider)
+  install_on consumer provider
+  "$liqoctl" --kubeconfig "$consumer" peer --remote-kubeconfig "$provider" --timeout 120 --yes \
+    >"$dir/peer.log" 2>&1 || { cat "$dir/peer.log" >&2; return 1; }
+  "$kubectl" --kubeconfig "$consumer" create namespace bench >/dev/null
+  "$liqoctl" --kubeconfig "$consumer" offload namespace bench --wait --timeout 120 \
+    >"$dir/offload.log" 2>&1 || { cat "$dir/offload.log" >&2; return 1; }
+}
+
+# The Deployment in namespace $1, on the virtual node when $2 is
+# "virtual"; named and labelled app=$3 (default bench), of $4 replicas
+# (default $pods, the benchmark's N).
+deployment() {
+  local ns=$1 where=$2 name=${3:-bench} replicas=${4:-$pods} placement=""
+  if [ "$where" = virtual ]; then
+    placement='
+      nodeSelector: { liqo.io/virtual-node: "true" }
+      tolerations: [{ key: virtual-node.liqo.io/not-allowed, operator: Exists, effect: NoExecute }]'
+  fi
+  cat <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: $name, namespace: $ns }
+spec:
+  replicas: $replicas
+  selector: { matchLabels: { app: $name } }
+  template:
+    metadata: { labels: { app: $name } }
+    spec:$placement
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: app
+          image: nginx
+          resources: { requests: { cpu: 1m, memory: 1Mi } }
+EOF
+}
+
 # The consumer's virtual kubelet's PID: the process whose KUBECONFIG lies
 # in the consumer's testbed folder (none: empty).
 vk_pid() {
@@ -30,4 +87,20 @@ vk_pid() {
       return 0
     fi
   done
+}
+
+# The consumer's virtual kubelet once it runs as a process other than
+# PID $1 (restarted by its node): waits up to 5 minutes.
+new_vk() {
+  local pid
+  for _ in $(seq 600); do
+    pid=$(vk_pid)
+    if [ -n "$pid" ] && [ "$pid" != "$1" ]; then
+      echo "$pid"
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "the virtual kubelet did not start again" >&2
+  return 1
 }

@@ -59,16 +59,10 @@ done
 max=$pods
 if $with_10k && [ "$max" -lt 10000 ]; then max=10000; fi
 
-toolchain=$(bash tests/setup.sh | tail -n 1)
-export LIQO_TOOLCHAIN_DIR="$toolchain"
-cargo build --quiet --release --locked --workspace --bins
-# The testbed's host-process nodes run the agents of this folder: release.
-testbed=target/release/liqo-testbed
-liqoctl=target/release/liqoctl
-kubectl="$toolchain/kubectl"
-dir=$(mktemp -d)
 # shellcheck source=tests/bench/lib.sh
 source tests/bench/lib.sh
+# The testbed's host-process nodes run the agents of this folder: release.
+bench_build release
 watchers=()
 # Stops the watches: each loop of `stamped`, then its kubectl.
 stop_watchers() {
@@ -90,45 +84,11 @@ trap cleanup EXIT
 # grant (half of the provider's free capacity) then allows `max` pods.
 "$testbed" up --dir "$dir/tb" --cluster consumer --cluster provider --nodes 2 \
   --node-pods $((max + 100)) --node-cpu 64 --node-memory 256Gi --timeout 300 "${kcm_qps[@]}" >/dev/null
-consumer=$(kubeconfig consumer)
-provider=$(kubeconfig provider)
-install_on consumer provider
-"$liqoctl" --kubeconfig "$consumer" peer --remote-kubeconfig "$provider" --timeout 120 --yes \
-  >"$dir/peer.log" 2>&1 || { cat "$dir/peer.log" >&2; exit 1; }
+offload_bench
 kc() { "$kubectl" --kubeconfig "$consumer" "$@"; }
 kp() { "$kubectl" --kubeconfig "$provider" "$@"; }
-kc create namespace bench >/dev/null
-"$liqoctl" --kubeconfig "$consumer" offload namespace bench --wait --timeout 120 \
-  >"$dir/offload.log" 2>&1 || { cat "$dir/offload.log" >&2; exit 1; }
 twin=bench-consumer
 
-# The Deployment in namespace $1, on the virtual node when $2 is
-# "virtual"; named and labelled app=$3 (default bench), of $4 replicas
-# (default N).
-deployment() {
-  local ns=$1 where=$2 name=${3:-bench} replicas=${4:-$pods} placement=""
-  if [ "$where" = virtual ]; then
-    placement='
-      nodeSelector: { liqo.io/virtual-node: "true" }
-      tolerations: [{ key: virtual-node.liqo.io/not-allowed, operator: Exists, effect: NoExecute }]'
-  fi
-  cat <<EOF
-apiVersion: apps/v1
-kind: Deployment
-metadata: { name: $name, namespace: $ns }
-spec:
-  replicas: $replicas
-  selector: { matchLabels: { app: $name } }
-  template:
-    metadata: { labels: { app: $name } }
-    spec:$placement
-      terminationGracePeriodSeconds: 0
-      containers:
-        - name: app
-          image: nginx
-          resources: { requests: { cpu: 1m, memory: 1Mi } }
-EOF
-}
 
 # Seconds from now until `want` ($2) pods are Running in the watch file
 # $1 (lines "time uid node phase" of `stamped`); fails after 30 minutes.
@@ -346,11 +306,7 @@ if $with_10k; then
   # its peak is then its first lists and the convergence of every key.
   old_vk=$(vk_pid)
   kill -9 "$old_vk"
-  for _ in $(seq 600); do
-    new_vk=$(vk_pid)
-    [ -n "$new_vk" ] && [ "$new_vk" != "$old_vk" ] && break
-    sleep 0.5
-  done
+  new_vk "$old_vk" >/dev/null
   sleep 90
   rss_10k_restart="$(vk_peak_mib) MiB"
 fi

@@ -17,15 +17,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 runs=${1:-3}
-toolchain=$(bash tests/setup.sh | tail -n 1)
-export LIQO_TOOLCHAIN_DIR="$toolchain"
-cargo build --quiet --locked --workspace --bins
-testbed=target/debug/liqo-testbed
-liqoctl=target/debug/liqoctl
-kubectl="$toolchain/kubectl"
-dir=$(mktemp -d)
 # shellcheck source=tests/bench/lib.sh
 source tests/bench/lib.sh
+bench_build debug
 trap '"$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 "$testbed" up --dir "$dir/tb" --cluster consumer --cluster provider --nodes 1 >/dev/null
 consumer=$(kubeconfig consumer)

@@ -35,15 +35,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-toolchain=$(bash tests/setup.sh | tail -n 1)
-export LIQO_TOOLCHAIN_DIR="$toolchain"
-cargo build --quiet --release --locked --workspace --bins
-testbed=target/release/liqo-testbed
-liqoctl=target/release/liqoctl
-kubectl="$toolchain/kubectl"
-dir=$(mktemp -d)
 # shellcheck source=tests/bench/lib.sh
 source tests/bench/lib.sh
+bench_build release
 cleanup() {
   "$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true
   rm -rf "$dir"
@@ -53,15 +47,8 @@ trap cleanup EXIT
 "$testbed" up --dir "$dir/tb" --cluster consumer --cluster provider --nodes 2 \
   --node-pods $((pods + 100)) --node-cpu 64 --node-memory 256Gi --timeout 300 \
   --controller-manager-qps "$kcm_qps" >/dev/null
-consumer=$(kubeconfig consumer)
-provider=$(kubeconfig provider)
-install_on consumer provider
-"$liqoctl" --kubeconfig "$consumer" peer --remote-kubeconfig "$provider" --timeout 120 --yes \
-  >"$dir/peer.log" 2>&1 || { cat "$dir/peer.log" >&2; exit 1; }
+offload_bench
 kc() { "$kubectl" --kubeconfig "$consumer" "$@"; }
-kc create namespace bench >/dev/null
-"$liqoctl" --kubeconfig "$consumer" offload namespace bench --wait --timeout 120 \
-  >"$dir/offload.log" 2>&1 || { cat "$dir/offload.log" >&2; exit 1; }
 
 vk_deployment=deployment/liqo-vk-provider
 if [ -n "$malloc_conf" ]; then
@@ -69,20 +56,6 @@ if [ -n "$malloc_conf" ]; then
   kc -n liqo rollout status "$vk_deployment" --timeout 120s >/dev/null
 fi
 
-# A new agent process, other than PID $1: waits up to 5 minutes.
-new_vk() {
-  local pid
-  for _ in $(seq 600); do
-    pid=$(vk_pid)
-    if [ -n "$pid" ] && [ "$pid" != "$1" ]; then
-      echo "$pid"
-      return 0
-    fi
-    sleep 0.5
-  done
-  echo "the virtual kubelet did not start again" >&2
-  return 1
-}
 # Field $2 (VmHWM, VmRSS) of process $1, in MiB.
 mib() { awk -v f="$2:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 # Peak and resident size of process $1, and the resident size split
@@ -122,24 +95,7 @@ sleep 30
 idle=$(sizes "$pid")
 idle_je=$(jemalloc "$pid")
 
-cat <<EOF | kc apply -f - >/dev/null
-apiVersion: apps/v1
-kind: Deployment
-metadata: { name: bench, namespace: bench }
-spec:
-  replicas: $pods
-  selector: { matchLabels: { app: bench } }
-  template:
-    metadata: { labels: { app: bench } }
-    spec:
-      nodeSelector: { liqo.io/virtual-node: "true" }
-      tolerations: [{ key: virtual-node.liqo.io/not-allowed, operator: Exists, effect: NoExecute }]
-      terminationGracePeriodSeconds: 0
-      containers:
-        - name: app
-          image: nginx
-          resources: { requests: { cpu: 1m, memory: 1Mi } }
-EOF
+deployment bench virtual | kc apply -f - >/dev/null
 start=$(date +%s)
 until_running "$pods"
 scale_up_s=$(($(date +%s) - start))

@@ -391,15 +391,12 @@ pub fn in_local_namespaces(
     twins: &namespace::Twins,
     keys: Vec<ObjectKey>,
 ) -> impl Iterator<Item = ObjectKey> {
-    let local_of: BTreeMap<&str, Arc<str>> = twins
+    let local_of: BTreeMap<String, Arc<str>> = twins
         .iter()
-        .map(|(l, t)| (t.as_str(), Arc::from(l.as_str())))
-        .collect();
-    let keys: Vec<ObjectKey> = keys
-        .into_iter()
-        .filter_map(|(twin, name)| Some((local_of.get(&*twin)?.clone(), name)))
+        .map(|(l, t)| (t.clone(), Arc::from(l.as_str())))
         .collect();
     keys.into_iter()
+        .filter_map(move |(twin, name)| Some((local_of.get(&*twin)?.clone(), name)))
 }
 
 /// Wakes `wake` whenever `followed`'s store changes; never ends while the
