@@ -6,6 +6,8 @@
 //! namespace (an EnforceSameName clash), no binding of other roles or
 //! subjects. After unpeer, nothing at all.
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -229,8 +231,21 @@ async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
         );
     }
     twin_rbs.create(&pp, &binding(&role, USER)).await?;
-    // After it: acts inside, and only there.
-    twin_cms.create(&pp, &cm("probe")).await?;
+    // After it: acts inside, and only there. The API server's authorizer
+    // sees a new binding through its own cache, a moment later: until
+    // then the request is refused.
+    liqo_e2e::wait_for(
+        "the binding to take effect",
+        Duration::from_secs(10),
+        || async {
+            match twin_cms.create(&pp, &cm("probe")).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 403 => Ok(false),
+                Err(e) => Err(e.into()),
+            }
+        },
+    )
+    .await?;
     twin_cms.delete("probe", &Default::default()).await?;
     refused(
         403,
