@@ -15,4 +15,4 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 FOOTPRINT_PODS=${1:-10000} cargo test --quiet --locked --release -p liqo-virtual-kubelet \
   reflection::footprint::footprint -- --ignored --exact --nocapture --test-threads=1 2>&1 |
-  sed -n '/stores of/,/^(local pods, pending)/{s/^test .* \.\.\. //;p}'
+  sed -n '/stores of/,/^(remote events, new)/{s/^test .* \.\.\. //;p}'

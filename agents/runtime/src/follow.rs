@@ -235,6 +235,26 @@ impl<S> Store<S> {
             .unwrap_or_default()
     }
 
+    /// Replaces the stored object `namespace`/`name` with `with` if it is
+    /// still `seen`, the very value the caller read (not a newer one the
+    /// watch stored since); true when it did. For a reader that needs
+    /// less of an object once it has acted on it: what it stores can
+    /// drop the rest ("settle"). The API's object did not change, so
+    /// nothing is recorded into journals and the store's state is not
+    /// bumped; `with` must give the same index key as `seen` (the index
+    /// is not updated). A list that ends swaps in its objects as read,
+    /// unsettled.
+    pub fn settle(&self, namespace: &str, name: &str, seen: &Arc<S>, with: S) -> bool {
+        let mut objects = self.write();
+        match objects.get_mut(namespace).and_then(|n| n.get_mut(name)) {
+            Some(stored) if Arc::ptr_eq(stored, seen) => {
+                *stored = Arc::new(with);
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.read().values().map(HashMap::len).sum()
     }
@@ -749,6 +769,42 @@ mod tests {
             owners.iter().map(|o| names(followed.by_index(o))).collect(),
             names(followed.store.state()),
         )
+    }
+
+    #[test]
+    fn a_settled_object_is_replaced_only_while_it_is_the_one_read() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let (followed, mut feed) = Feed::new(Options::<Pod>::default());
+        let journal = Journal::new();
+        followed.record_into(&journal, |p: &Pod| p.metadata.name.clone());
+        for event in [Init, InitApply(pod("a", None, "1")), InitDone] {
+            feed.apply(event);
+        }
+        journal.take();
+        let generation = followed.state.borrow().generation;
+        let seen = followed.store.get("ns", "a").expect("stored");
+        let mut settled = pod("a", None, "1");
+        settled.metadata.labels = Some([("settled".to_owned(), "yes".to_owned())].into());
+        assert!(followed.store.settle("ns", "a", &seen, settled.clone()));
+        let stored = followed.store.get("ns", "a").expect("stored");
+        assert_eq!(*stored, settled, "the settled value is stored");
+        assert_eq!(journal.take(), Some(vec![]), "nothing recorded");
+        assert_eq!(followed.state.borrow().generation, generation);
+        // A value the watch stored since is not replaced.
+        feed.apply(Apply(pod("a", None, "2")));
+        assert!(
+            !followed
+                .store
+                .settle("ns", "a", &stored, pod("a", None, "1"))
+        );
+        let now = followed.store.get("ns", "a").expect("stored");
+        assert_eq!(now.metadata.resource_version.as_deref(), Some("2"));
+        assert!(
+            !followed
+                .store
+                .settle("ns", "gone", &now, pod("gone", None, "1"))
+        );
+        assert!(followed.store.get("ns", "gone").is_none());
     }
 
     #[test]

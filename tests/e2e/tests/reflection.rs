@@ -713,6 +713,51 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
         Ok(backoff.len() == 1 && backoff[0].count == Some(3))
     })
     .await?;
+    // Once its copy shows it, a remote Event is kept without what it says
+    // (settled): a copy someone deletes is written again from a read of
+    // the remote Event.
+    let first_copy = copies("BackOff").await?.remove(0);
+    events
+        .delete(
+            first_copy.metadata.name.as_deref().context("name")?,
+            &DeleteParams::default(),
+        )
+        .await?;
+    wait_for("the deleted copy to be written again", WAIT, || async {
+        let backoff = copies("BackOff").await?;
+        Ok(backoff.len() == 1
+            && backoff[0].count == Some(3)
+            && backoff[0].metadata.uid != first_copy.metadata.uid)
+    })
+    .await?;
+    // So is a remote pod once the local pod shows its status: a local
+    // status someone changes is put back from a read of the remote pod.
+    let ready = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone())
+    };
+    assert_eq!(
+        ready(&pods.get("remote-web").await?).as_deref(),
+        Some("True")
+    );
+    let changed = pods
+        .patch_status(
+            "remote-web",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({
+                "status": { "conditions": [{ "type": "Ready", "status": "False" }] }
+            })),
+        )
+        .await?;
+    assert_eq!(ready(&changed).as_deref(), Some("False"));
+    wait_for("the local status to be put back", WAIT, || async {
+        Ok(ready(&pods.get("remote-web").await?).as_deref() == Some("True"))
+    })
+    .await?;
+
     // A copy that says what its remote Event says is not written again,
     // by the passes nor by a restart (the provider's scheduler writes an
     // events.k8s.io eventTime in microseconds, which a core/v1 copy keeps

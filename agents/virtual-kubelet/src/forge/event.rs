@@ -63,21 +63,39 @@ fn occurrences(
     (count, first, last)
 }
 
-/// A remote Event as the agent stores it: what [`local_event`], the keys
-/// and the fingerprints read (its name, UID and version, the pod it is
-/// about, what it says and when), made when it is read from the API. Not
-/// the Event itself: a k8s-openapi `Event` is a kilobyte before any
-/// string, and a cluster keeps its Events for an hour (at 10,000 pods,
-/// tens of thousands of them).
+/// A remote Event as the agent stores it: what the keys and the
+/// fingerprints read (its name, UID and version, the pod it is about) and
+/// a digest of what its local copy shows, made when it is read from the
+/// API; and what it says ([`Said`]) until its copy shows it, when the
+/// reflection settles it ([`RemoteEvent::settled`]). Not the Event itself:
+/// a k8s-openapi `Event` is a kilobyte before any string, and a cluster
+/// keeps its Events for an hour (at 10,000 pods, tens of thousands of
+/// them, nearly all copied long ago).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RemoteEvent {
     pub namespace: Arc<str>,
     pub name: Arc<str>,
     pub uid: Option<Uid>,
     pub version: Option<Version>,
-    /// The name of the remote pod it is about; `None` when it is not
-    /// about a pod.
-    pub pod: Option<Box<str>>,
+    about: About,
+    /// [`LocalCopy`]'s digest of the copy that shows it.
+    shown: u64,
+    said: Option<Box<Said>>,
+}
+
+/// The pod an Event is about, by name.
+#[derive(Clone, Debug, PartialEq)]
+enum About {
+    NotAPod,
+    /// The Event's own name starts with the pod's name and a dot, as the
+    /// names the kubelet and the scheduler give do: its length.
+    NamePrefix(u16),
+    Named(Box<str>),
+}
+
+/// What a remote Event says, copied onto its local copy.
+#[derive(Clone, Debug, PartialEq)]
+struct Said {
     // What a small set of values repeats for thousands of Events is
     // shared ([`shared`]).
     field_path: Option<Arc<str>>,
@@ -115,14 +133,17 @@ impl RemoteEvent {
             .and_then(|s| s.component)
             .or(e.reporting_component)
             .filter(|c| !c.is_empty());
-        let about_pod = e.involved_object.kind.as_deref() == Some("Pod");
+        let about = match e.involved_object.name {
+            _ if e.involved_object.kind.as_deref() != Some("Pod") => About::NotAPod,
+            None => About::NotAPod,
+            Some(pod) => match key.name.strip_prefix(pod.as_str()) {
+                Some(rest) if rest.starts_with('.') => u16::try_from(pod.len())
+                    .map_or_else(|_| About::Named(pod.into()), About::NamePrefix),
+                _ => About::Named(pod.into()),
+            },
+        };
         let (uid, version) = identity(&e.metadata);
-        Self {
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
-            uid,
-            version,
-            pod: e.involved_object.name.filter(|_| about_pod).map(Into::into),
+        let said = Said {
             field_path: e.involved_object.field_path.as_deref().map(shared),
             reason: e.reason.as_deref().map(shared),
             message: e.message.map(Into::into),
@@ -131,14 +152,62 @@ impl RemoteEvent {
             count,
             first,
             last,
+        };
+        Self {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid,
+            version,
+            about,
+            shown: shown(
+                Some(said.count),
+                said.last.as_ref(),
+                said.message.as_deref(),
+                said.reason.as_deref(),
+                said.type_.as_deref(),
+            ),
+            said: Some(Box::new(said)),
         }
+    }
+
+    /// The name of the remote pod it is about; `None` when it is not
+    /// about a pod.
+    pub fn pod(&self) -> Option<&str> {
+        match &self.about {
+            About::NotAPod => None,
+            About::NamePrefix(len) => self.name.get(..usize::from(*len)),
+            About::Named(pod) => Some(pod),
+        }
+    }
+
+    /// Whether the local copy `copy` shows what it says.
+    pub fn shown_by(&self, copy: &LocalCopy) -> bool {
+        copy.shown == self.shown
+    }
+
+    /// Whether it still holds what it says ([`local_event`] can copy it).
+    pub fn says(&self) -> bool {
+        self.said.is_some()
+    }
+
+    /// The same Event without what it says, once a copy shows it (`None`:
+    /// it is settled already). Its digest stays, so a copy that changes
+    /// or goes away is still noticed; copying it again takes a read.
+    pub fn settled(&self) -> Option<Self> {
+        self.said.as_ref()?;
+        Some(Self {
+            said: None,
+            ..self.clone()
+        })
     }
 }
 
 /// The local Event for the remote Event `remote` about a pod of
-/// `local_pod`, or `None` when the remote Event is not about a pod.
+/// `local_pod`, or `None` when the remote Event is not about a pod or is
+/// settled ([`RemoteEvent::settled`]: read it again).
 pub fn local_event(remote: &RemoteEvent, local_pod: &ObjectMeta, node_name: &str) -> Option<Event> {
-    remote.pod.as_ref()?;
+    remote.pod()?;
+    let said = remote.said.as_deref()?;
     let pod_name = local_pod.name.clone()?;
     let uid = remote.uid.as_ref()?.to_string();
     Some(Event {
@@ -157,17 +226,17 @@ pub fn local_event(remote: &RemoteEvent, local_pod: &ObjectMeta, node_name: &str
             name: Some(pod_name),
             namespace: local_pod.namespace.clone(),
             uid: local_pod.uid.clone(),
-            field_path: text(&remote.field_path),
+            field_path: text(&said.field_path),
             ..ObjectReference::default()
         },
-        reason: text(&remote.reason),
-        message: text(&remote.message),
-        type_: text(&remote.type_),
-        count: Some(remote.count),
-        first_timestamp: remote.first.clone(),
-        last_timestamp: remote.last.clone(),
+        reason: text(&said.reason),
+        message: text(&said.message),
+        type_: text(&said.type_),
+        count: Some(said.count),
+        first_timestamp: said.first.clone(),
+        last_timestamp: said.last.clone(),
         source: Some(EventSource {
-            component: text(&remote.component),
+            component: text(&said.component),
             host: Some(node_name.to_owned()),
         }),
         ..Event::default()
@@ -241,30 +310,45 @@ impl LocalCopy {
 impl From<Event> for LocalCopy {
     fn from(e: Event) -> Self {
         Self {
-            shown: shown(&e),
+            shown: shown_by_event(&e),
             version: e.metadata.resource_version.as_deref().map(Version::new),
         }
     }
 }
 
 /// What a copy says that is kept up to date, hashed.
-fn shown(e: &Event) -> u64 {
+fn shown(
+    count: Option<i32>,
+    last: Option<&Time>,
+    message: Option<&str>,
+    reason: Option<&str>,
+    type_: Option<&str>,
+) -> u64 {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut h = DefaultHasher::new();
-    e.count.hash(&mut h);
-    e.last_timestamp
-        .as_ref()
-        .map(|t| t.0.as_second())
-        .hash(&mut h);
-    e.message.hash(&mut h);
-    e.reason.hash(&mut h);
-    e.type_.hash(&mut h);
+    count.hash(&mut h);
+    last.map(|t| t.0.as_second()).hash(&mut h);
+    message.hash(&mut h);
+    reason.hash(&mut h);
+    type_.hash(&mut h);
     h.finish()
 }
 
-/// Whether the local copy `have` already says what `want` says.
+fn shown_by_event(e: &Event) -> u64 {
+    shown(
+        e.count,
+        e.last_timestamp.as_ref(),
+        e.message.as_deref(),
+        e.reason.as_deref(),
+        e.type_.as_deref(),
+    )
+}
+
+/// Whether the local copy `have` already says what `want` says (the
+/// reflection compares with [`RemoteEvent::shown_by`]).
+#[cfg(test)]
 pub fn shows(have: &LocalCopy, want: &Event) -> bool {
-    have.shown == shown(want)
+    have.shown == shown_by_event(want)
 }
 
 #[cfg(test)]
@@ -357,7 +441,7 @@ mod tests {
             serde_json::from_value(serde_json::to_value(&whole).expect("json")).expect("event");
         let stored = RemoteEvent::from(read);
         assert_eq!(stored, RemoteEvent::from(whole.clone()));
-        assert_eq!(stored.pod.as_deref(), Some("web-1-abcde"));
+        assert_eq!(stored.pod(), Some("web-1-abcde"));
         assert_eq!(stored.uid, Some(Uid::new("ev-uid")), "the UID kept");
         let want = local_event(&stored, &local_pod().metadata, "liqo-prov").expect("an event");
         assert_eq!(want.metadata.name.as_deref(), Some("web-1.ev-uid"));
@@ -368,6 +452,25 @@ mod tests {
             shows(&copy, &want),
             "a copy read back shows what was written"
         );
+        assert!(stored.shown_by(&copy), "and the remote Event sees it so");
+        // Settled, it keeps what the keys and the comparison read, not
+        // what it says.
+        let settled = stored.settled().expect("it says something");
+        assert!(!settled.says() && stored.says());
+        assert!(settled.shown_by(&copy));
+        assert_eq!(
+            (settled.pod(), &settled.uid, &settled.version),
+            (stored.pod(), &stored.uid, &stored.version)
+        );
+        assert!(local_event(&settled, &local_pod().metadata, "liqo-prov").is_none());
+        assert_eq!(settled.settled(), None, "settled once");
+        // An Event named otherwise keeps its pod's name apart.
+        let mut other = whole.clone();
+        other.metadata.name = Some("elsewhere.1234".to_owned());
+        assert_eq!(RemoteEvent::from(other).pod(), Some("web-1-abcde"));
+        let mut not_a_prefix = whole.clone();
+        not_a_prefix.metadata.name = Some("web-1-abcdef.1234".to_owned());
+        assert_eq!(RemoteEvent::from(not_a_prefix).pod(), Some("web-1-abcde"));
         type Change = (&'static str, fn(&mut Event));
         let changes: [Change; 5] = [
             ("count", |e| e.count = Some(9)),
@@ -429,8 +532,10 @@ mod tests {
         );
         let copy = LocalCopy::from(local.clone());
         assert!(shows(&copy, &local));
+        assert!(RemoteEvent::from(remote("Pod")).shown_by(&copy));
         let mut later = remote("Pod");
         later.count = Some(5);
+        assert!(!RemoteEvent::from(later.clone()).shown_by(&copy));
         let later =
             local_event(&later.into(), &local_pod().metadata, "liqo-prov").expect("an event");
         assert!(!shows(&copy, &later));

@@ -5,14 +5,17 @@
 //! local copy is named after the remote Event's UID and the local copies
 //! are followed (by our label), so a restart creates nothing twice. The
 //! key is the twin and the remote Event's name; nothing is deleted: both
-//! sides' Events expire on their own.
+//! sides' Events expire on their own. Once a copy shows a remote Event,
+//! its store keeps it settled, without what it says (a digest of that
+//! stays): an hour of a busy cluster's Events is tens of thousands, and
+//! nearly all were copied long ago. A copy that changes or goes away
+//! after that is written again from a read of the remote Event.
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Event;
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use liqo_agent_runtime::follow::{Followed, Journal, Options};
@@ -78,6 +81,21 @@ impl Events {
             changed,
             context: Context::default(),
         }
+    }
+}
+
+impl Events {
+    /// The remote Event `twin`/`name` as the provider has it now (`None`:
+    /// gone, or no client).
+    async fn read_remote(&self, twin: &str, name: &str) -> Result<Option<RemoteEvent>, Error> {
+        let Some((client, _)) = self.clients.current() else {
+            return Ok(None);
+        };
+        Api::<Event>::namespaced(client, twin)
+            .get_opt(name)
+            .await
+            .map(|e| e.map(RemoteEvent::from))
+            .map_err(Error::api(format!("reading the event {twin}/{name}")))
     }
 }
 
@@ -154,7 +172,7 @@ impl Kind for Events {
             .map(|e| (e.uid.clone(), e.version.clone()))
             .hash(&mut h);
         let pod = event.as_ref().and_then(|e| {
-            let pod = forge_event::local_pod_name(e.pod.as_deref()?)?;
+            let pod = forge_event::local_pod_name(e.pod()?)?;
             self.pods.store.get(&ns, pod)
         });
         pod.as_ref().map(|p| p.uid()).hash(&mut h);
@@ -191,45 +209,72 @@ impl Kind for Events {
         // Only Events of the pods of our ReplicaSets, whose local pod is
         // bound to this node.
         let Some(pod) = event
-            .pod
-            .as_deref()
+            .pod()
             .and_then(forge_event::local_pod_name)
             .and_then(|p| self.pods.store.get(ns, p))
         else {
             return Ok(Next::Done);
         };
-        let Some(want) = forge_event::local_event(&event, &pod.metadata(), &self.peering.node_name)
+        let Some(uid) = &event.uid else {
+            return Ok(Next::Done);
+        };
+        let local_name = forge_event::local_name(&pod.name, &uid.to_string());
+        let copy = local.store.get(ns, &local_name);
+        let settle = || {
+            if let Some(settled) = event.settled() {
+                remote.store.settle(twin, name, &event, settled);
+            }
+        };
+        if copy.as_ref().is_some_and(|c| event.shown_by(c)) {
+            settle();
+            return Ok(Next::Done);
+        }
+        // The copy is missing or behind. A settled Event no longer holds
+        // what it says (its copy was deleted or changed since): read it.
+        let read;
+        let says = if event.says() {
+            &*event
+        } else {
+            match self.read_remote(twin, name).await? {
+                Some(e) => {
+                    read = e;
+                    &read
+                }
+                None => return Ok(Next::Done),
+            }
+        };
+        let Some(want) = forge_event::local_event(says, &pod.metadata(), &self.peering.node_name)
         else {
             return Ok(Next::Done);
         };
-        let local_name = want.name_any();
         let api: Api<Event> = Api::namespaced(self.peering.local.clone(), ns);
-        match local.store.get(ns, &local_name) {
-            Some(have) if forge_event::shows(&have, &want) => {}
-            Some(_) => {
-                let patch = json!({
-                    "count": want.count,
-                    "lastTimestamp": want.last_timestamp,
-                    "message": want.message,
-                    "reason": want.reason,
-                    "type": want.type_,
-                });
-                api.patch(&local_name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(Error::api(format!("updating the event {ns}/{local_name}")))?;
-            }
-            None => match api.create(&PostParams::default(), &want).await {
+        if copy.is_some() {
+            let patch = json!({
+                "count": want.count,
+                "lastTimestamp": want.last_timestamp,
+                "message": want.message,
+                "reason": want.reason,
+                "type": want.type_,
+            });
+            api.patch(&local_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::api(format!("updating the event {ns}/{local_name}")))?;
+        } else {
+            match api.create(&PostParams::default(), &want).await {
                 Ok(_) => {}
-                // Written by a previous pass, not yet in the store.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                // Written by a previous pass, not yet in the store: settled
+                // once the store shows it.
+                Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Next::Done),
                 Err(e) => {
                     return Err(Error::Api {
                         what: format!("copying the event {twin}/{name}"),
                         source: e,
                     });
                 }
-            },
+            }
         }
+        // What it says is on the copy now.
+        settle();
         Ok(Next::Done)
     }
 }
@@ -242,6 +287,21 @@ pub mod footprint {
 
     pub fn remote(events: impl Iterator<Item = Event>) -> Followed<RemoteEvent> {
         liqo_agent_runtime::follow::filled(events, Options::converted(RemoteEvent::new))
+    }
+
+    /// The remote Events settled, as the reflection leaves them once
+    /// their copies show them.
+    pub fn settled(events: impl Iterator<Item = Event>) -> Followed<RemoteEvent> {
+        let followed = remote(events);
+        for event in followed.store.state() {
+            let settled = event.settled().expect("read whole");
+            assert!(
+                followed
+                    .store
+                    .settle(&event.namespace, &event.name, &event, settled)
+            );
+        }
+        followed
     }
 
     pub fn local(events: impl Iterator<Item = Event>) -> Followed<LocalCopy> {

@@ -320,9 +320,12 @@ fn footprint() {
     let (ours, _local) = measure(|| super::pod::footprint::local_pods((0..pods).map(local_pod)));
     let (refr, _r) = measure(|| reference((0..pods).map(local_pod)));
     row("local pods", pods, ours, refr);
-    let (ours, _remote) = measure(|| super::pod::footprint::remote_pods((0..pods).map(remote_pod)));
-    let (refr, _r) = measure(|| reference((0..pods).map(remote_pod)));
-    row("remote pods", pods, ours, refr);
+    let (ours, _remote) =
+        measure(|| super::pod::footprint::remote_pods_settled((0..pods).map(remote_pod)));
+    let (refr_pods, _r) = measure(|| reference((0..pods).map(remote_pod)));
+    row("remote pods", pods, ours, refr_pods);
+    let (unsettled_pods, _remote) =
+        measure(|| super::pod::footprint::remote_pods((0..pods).map(remote_pod)));
     let (ours, _rs) =
         measure(|| super::pod::footprint::wrappers((0..pods).map(remote_replica_set)));
     let (refr, _r) = measure(|| {
@@ -338,9 +341,10 @@ fn footprint() {
     let (ours, _tokens) = measure(|| super::token::footprint::secrets((0..pods).map(token_secret)));
     let (refr, _r) = measure(|| reference((0..pods).map(token_secret)));
     row("remote token secrets", pods, ours, refr);
-    let (ours, _re) = measure(|| super::event::footprint::remote(remote_events()));
-    let (refr, _r) = measure(|| reference(remote_events()));
-    row("remote events", events, ours, refr);
+    let (ours, _re) = measure(|| super::event::footprint::settled(remote_events()));
+    let (refr_events, _r) = measure(|| reference(remote_events()));
+    row("remote events", events, ours, refr_events);
+    let (unsettled, _re) = measure(|| super::event::footprint::remote(remote_events()));
     let (ours, _le) = measure(|| super::event::footprint::local(local_events()));
     let (refr, _r) = measure(|| reference(local_events()));
     row("local event copies", events, ours, refr);
@@ -374,6 +378,24 @@ fn footprint() {
         mib(ours.1),
         ours.1 / pods.max(1) as isize,
         mib(refr.1),
+    );
+    // The remote pods and Events again, as read (each is settled once
+    // the local pod or the Event's copy shows it).
+    println!(
+        "{:<22} {pods:>7} {:>9.1} {:>9.1} {:>8} {:>11.1}",
+        "(remote pods, new)",
+        mib(unsettled_pods.0),
+        mib(unsettled_pods.1),
+        unsettled_pods.1 / pods.max(1) as isize,
+        mib(refr_pods.1),
+    );
+    println!(
+        "{:<22} {events:>7} {:>9.1} {:>9.1} {:>8} {:>11.1}",
+        "(remote events, new)",
+        mib(unsettled.0),
+        mib(unsettled.1),
+        unsettled.1 / events.max(1) as isize,
+        mib(refr_events.1),
     );
     assert!(total.1 > 0, "the stores hold something");
 }

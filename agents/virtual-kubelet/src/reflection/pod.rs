@@ -392,17 +392,37 @@ impl LocalPod {
 /// A remote pod as the reflection stores it: its name, UID, version,
 /// the local pod it is for, its creation and deletion, and of its status
 /// what the local pod shows ([`forge_pod::local_status`]), kept as JSON
-/// text, deflated. Not a [`Pod`]: one holds room for a spec inline (about
-/// 1.4 KiB) even when it has none, and a `PodStatus` with its conditions
-/// and container statuses is about 2 KiB of mostly empty fields where
-/// their JSON is about a kilobyte, and deflated about 400 bytes (its
-/// timestamps, condition types and image digests repeat). It is inflated
-/// only when a local pod's status is compared or written.
+/// text, deflated, until the local pod shows it. Not a [`Pod`]: one holds
+/// room for a spec inline (about 1.4 KiB) even when it has none, and a
+/// `PodStatus` with its conditions and container statuses is about 2 KiB
+/// of mostly empty fields where their JSON is about a kilobyte, and
+/// deflated about 400 bytes (its timestamps, condition types and image
+/// digests repeat). It is inflated only when a local pod's status is
+/// compared or written.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RemotePod {
     pub id: Remote,
     created: Option<Timestamp>,
-    status: Option<Box<[u8]>>,
+    status: RemoteStatus,
+}
+
+/// What a remote pod's store keeps of its status.
+#[derive(Clone, Debug, PartialEq)]
+enum RemoteStatus {
+    None,
+    /// What the local pod is to show, deflated JSON.
+    Deflated(Box<[u8]>),
+    /// Settled: the local pod showed it, with this status digest and
+    /// remap ([`shown_as`]); what it was is read again if that changes.
+    Shown(u64),
+}
+
+/// A local pod's status digest and the remap it was written under,
+/// hashed: what a settled remote pod keeps.
+fn shown_as(status_digest: Option<&str>, remap: Option<&liqo_api::networking::Remap>) -> u64 {
+    let mut h = DefaultHasher::new();
+    (status_digest, remap).hash(&mut h);
+    h.finish()
 }
 
 /// A remote pod as the API gives it, less its spec.
@@ -416,10 +436,13 @@ crate::forge::compact_resource!(RemotePodRead, Pod);
 
 impl RemotePod {
     fn new(read: RemotePodRead, key: &Key) -> Self {
-        let status = read.status.and_then(|s| {
-            let shown = forge_pod::local_status(&s, None);
-            deflate(&serde_json::to_vec(&shown).ok()?)
-        });
+        let status = read
+            .status
+            .and_then(|s| {
+                let shown = forge_pod::local_status(&s, None);
+                deflate(&serde_json::to_vec(&shown).ok()?)
+            })
+            .map_or(RemoteStatus::None, RemoteStatus::Deflated);
         Self {
             id: Remote::new(&read.metadata, key),
             created: read.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -428,9 +451,21 @@ impl RemotePod {
     }
 
     /// What of its status a local pod shows (its addresses as the
-    /// provider has them).
+    /// provider has them); `None` when it has none or is settled.
     pub fn status(&self) -> Option<k8s_openapi::api::core::v1::PodStatus> {
-        serde_json::from_slice(&inflate(self.status.as_deref()?)?).ok()
+        match &self.status {
+            RemoteStatus::Deflated(bytes) => serde_json::from_slice(&inflate(bytes)?).ok(),
+            RemoteStatus::None | RemoteStatus::Shown(_) => None,
+        }
+    }
+
+    /// The same pod without its status, once the local pod shows it with
+    /// the digest and remap `shown` ([`shown_as`]).
+    fn settled(&self, shown: u64) -> Self {
+        Self {
+            status: RemoteStatus::Shown(shown),
+            ..self.clone()
+        }
     }
 }
 
@@ -1066,7 +1101,8 @@ impl Kind for Pods {
             }
             // A pod made before its ReplicaSet: what it says first (the
             // user waits for it), then the ReplicaSet (below).
-            self.bring_back_status(&pod, &remote_pods).await?;
+            self.bring_back_status(&pod, &side, &provider, &remote_pods)
+                .await?;
             // The wrapper is made from the pod as the API has it (the
             // store keeps it whole only while it is pending).
             let Some(pod) = self.whole(&pod).await? else {
@@ -1147,7 +1183,8 @@ impl Kind for Pods {
             }
             _ => {}
         }
-        self.bring_back_status(&pod, &remote_pods).await?;
+        self.bring_back_status(&pod, &side, &provider, &remote_pods)
+            .await?;
         Ok(Next::Done)
     }
 }
@@ -1155,20 +1192,56 @@ impl Kind for Pods {
 impl Pods {
     /// Writes the status of the current remote pod of `remote_pods` into
     /// the local pod `stored` (as the store keeps it), unless it shows it
-    /// already.
+    /// already; the remote pod is then settled in `side`'s store.
     async fn bring_back_status(
         &self,
         stored: &LocalPod,
+        side: &Side,
+        provider: &kube::Client,
         remote_pods: &[Arc<RemotePod>],
     ) -> Result<(), Error> {
-        if let Some(remote) = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref))
-            && let Some(remote_status) = remote.status()
-        {
-            let want = forge_pod::local_status(&remote_status, self.peering.remap().as_ref());
-            if !forge_pod::digest_shows(stored.status_digest.as_deref(), &want) {
-                self.patch_local_status(&stored.metadata(), &want).await?;
+        let Some(current) = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref))
+        else {
+            return Ok(());
+        };
+        let Some(remote) = remote_pods.iter().find(|p| std::ptr::eq(&***p, current)) else {
+            return Ok(());
+        };
+        let remap = self.peering.remap();
+        let status = match &remote.status {
+            RemoteStatus::None => return Ok(()),
+            RemoteStatus::Deflated(_) => remote.status(),
+            RemoteStatus::Shown(shown) => {
+                if *shown == shown_as(stored.status_digest.as_deref(), remap.as_ref()) {
+                    return Ok(());
+                }
+                // The local pod's status changed since, or the remap:
+                // what the remote pod says now.
+                let api: Api<RemotePodRead> =
+                    Api::namespaced(provider.clone(), &remote.id.namespace);
+                api.get_opt(&remote.id.name)
+                    .await
+                    .map_err(Error::api(format!(
+                        "reading the pod {}/{}",
+                        remote.id.namespace, remote.id.name
+                    )))?
+                    .and_then(|read| read.status)
             }
+        };
+        let Some(remote_status) = status else {
+            return Ok(());
+        };
+        let want = forge_pod::local_status(&remote_status, remap.as_ref());
+        if !forge_pod::digest_shows(stored.status_digest.as_deref(), &want) {
+            self.patch_local_status(&stored.metadata(), &want).await?;
         }
+        let digest = forge_pod::status_digest(&want);
+        side.pods.store.settle(
+            &remote.id.namespace,
+            &remote.id.name,
+            remote,
+            remote.settled(shown_as(Some(&digest), remap.as_ref())),
+        );
         Ok(())
     }
 }
@@ -1189,6 +1262,23 @@ pub mod footprint {
             status: p.status,
         };
         liqo_agent_runtime::follow::filled(pods.map(read), Side::pod_options())
+    }
+
+    /// The remote pods settled, as the reflection leaves them once the
+    /// local pods show their status.
+    pub fn remote_pods_settled(pods: impl Iterator<Item = Pod>) -> Followed<RemotePod> {
+        let followed = remote_pods(pods);
+        for pod in followed.store.state() {
+            let status = pod.status().expect("a status");
+            let digest = forge_pod::status_digest(&status);
+            let settled = pod.settled(shown_as(Some(&digest), None));
+            assert!(
+                followed
+                    .store
+                    .settle(&pod.id.namespace, &pod.id.name, &pod, settled)
+            );
+        }
+        followed
     }
 
     pub fn wrappers(
