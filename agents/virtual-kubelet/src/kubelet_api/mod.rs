@@ -578,21 +578,19 @@ async fn measure(api: &KubeletApi) -> Measured {
         };
     };
     let twins: Vec<String> = api.twins.borrow().values().cloned().collect();
-    let local: Vec<LocalPod> = api
-        .pods
-        .store
-        .state()
-        .iter()
-        .map(|p| (**p).clone())
-        .collect();
+    // The stored pods themselves, shared: a scrape copies none of them.
+    let local = api.pods.store.state();
     let mut remote_to_local = BTreeMap::new();
     let mut metrics = Vec::new();
     let mut measured = true;
     for twin in twins {
+        // Names and labels are all that is read of the remote pods: a
+        // list of their metadata, not of the pods (at 10,000 pods, their
+        // specs and statuses would be tens of megabytes per scrape).
         let pods: Api<Pod> = Api::namespaced(client.clone(), &twin);
         let listed = tokio::time::timeout(
             PROVIDER_TIMEOUT,
-            pods.list(&ListParams::default().labels(forge_pod::LOCAL_POD_UID)),
+            pods.list_metadata(&ListParams::default().labels(forge_pod::LOCAL_POD_UID)),
         )
         .await;
         if let Ok(Ok(list)) = listed {
@@ -630,7 +628,7 @@ async fn measure(api: &KubeletApi) -> Measured {
         }
     }
     let mut pods = stats::figures(&local, &remote_to_local, &metrics);
-    let alive: std::collections::HashSet<String> = local.iter().filter_map(LocalPod::uid).collect();
+    let alive: std::collections::HashSet<String> = local.iter().filter_map(|p| p.uid()).collect();
     let mut cpu = api
         .cpu
         .lock()

@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use crate::reflection::pod::LocalPod;
 use serde::{Deserialize, Serialize};
@@ -272,12 +273,14 @@ impl CpuCounters {
 /// `remote_to_local` maps a remote pod's `namespace/name` to its local
 /// pod's UID; `metrics` are `(twin namespace, PodMetrics)`.
 pub fn figures(
-    local: &[LocalPod],
+    local: &[Arc<LocalPod>],
     remote_to_local: &BTreeMap<(String, String), String>,
     metrics: &[(String, PodMetrics)],
 ) -> Vec<PodFigures> {
-    let by_uid: BTreeMap<String, &LocalPod> =
-        local.iter().filter_map(|p| Some((p.uid()?, p))).collect();
+    let by_uid: BTreeMap<String, &LocalPod> = local
+        .iter()
+        .filter_map(|p| Some((p.uid()?, p.as_ref())))
+        .collect();
     let mut out: Vec<PodFigures> = metrics
         .iter()
         .filter_map(|(twin, m)| {
@@ -592,13 +595,13 @@ mod tests {
         }
     }
 
-    fn local(ns: &str, name: &str, uid: &str) -> LocalPod {
+    fn local(ns: &str, name: &str, uid: &str) -> Arc<LocalPod> {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
             "metadata": { "name": name, "namespace": ns, "uid": uid },
             "status": { "startTime": "2026-01-01T00:00:00Z" },
         }))
         .expect("pod");
-        LocalPod::from(pod)
+        Arc::new(LocalPod::from(pod))
     }
 
     fn metrics(name: &str, containers: serde_json::Value) -> PodMetrics {
