@@ -182,6 +182,8 @@ async fn main() -> anyhow::Result<()> {
         watch::channel(Err("the provider kubeconfig is not read yet".to_owned()));
     let (health_tx, health_rx) = watch::channel(provider::Health::default());
     let (registered_tx, registered_rx) = watch::channel(None);
+    // Where no webhook is served, nothing of it gates readiness.
+    let (placement_able, placement_able_rx) = watch::channel(args.placement_addr.is_none());
     let keeper = node::NodeKeeper {
         client: client.clone(),
         node_name: args.node_name.clone(),
@@ -191,6 +193,7 @@ async fn main() -> anyhow::Result<()> {
         registered: registered_tx,
         kubelet_endpoint,
         tunnel: tunnel.clone(),
+        placement: placement_able_rx,
     };
     let placement = match args.placement_addr {
         Some(addr) => Some(
@@ -201,7 +204,7 @@ async fn main() -> anyhow::Result<()> {
         None => None,
     };
     let reflect = reflect(Wiring {
-        placement,
+        placement: placement.map(|listener| (listener, placement_able)),
         client: client.clone(),
         consumer_api,
         foreign_cluster: args.foreign_cluster.clone(),
@@ -249,8 +252,9 @@ async fn local_identity(client: &kube::Client) -> liqo_api::ClusterIdentity {
 
 /// What [`reflect`] runs with.
 struct Wiring {
-    /// The placement webhook's listener, when served.
-    placement: Option<tokio::net::TcpListener>,
+    /// The placement webhook's listener, when served, and where it says
+    /// whether it can answer.
+    placement: Option<(tokio::net::TcpListener, watch::Sender<bool>)>,
     client: kube::Client,
     consumer_api: Option<forge::token::ApiAddress>,
     foreign_cluster: String,
@@ -429,7 +433,9 @@ async fn reflect(wiring: Wiring) {
         let offloadings = offloadings.clone();
         async move {
             match placement {
-                Some(listener) => placement::serve(client, listener, offloadings).await,
+                Some((listener, able)) => {
+                    placement::serve(client, listener, offloadings, able).await;
+                }
                 None => std::future::pending().await,
             }
         }

@@ -209,14 +209,20 @@ pub fn review(
 }
 
 /// Serves the webhook on `listener` for ever, once a certificate is
-/// known.
+/// known. `able` is true while the webhook can answer: a certificate is
+/// loaded, or the cluster has no webhook (its Secret does not exist, and
+/// the API server calls none); the agent is not ready otherwise, so the
+/// Service `liqo-placement` sends no admission to an agent that would
+/// refuse its connection (the webhook's `failurePolicy` is `Ignore`: the
+/// pod would be admitted unplaced).
 pub async fn serve(
     client: kube::Client,
     listener: TcpListener,
     offloadings: Followed<NamespaceOffloading>,
+    able: watch::Sender<bool>,
 ) {
     let (tls_tx, tls) = watch::channel(None);
-    let keep = keep_tls(client, tls_tx);
+    let keep = keep_tls(client, tls_tx, able);
     let accept =
         crate::kubelet_api::accept_tls(listener, tls, "placement webhook", |tcp, config| {
             connection(tcp, config, offloadings.clone())
@@ -283,8 +289,13 @@ async fn handle(
 }
 
 /// Keeps `tx` holding a TLS configuration with the certificate of
-/// [`TLS_SECRET`], read now and every [`TLS_REFRESH`].
-async fn keep_tls(client: kube::Client, tx: watch::Sender<Option<Arc<rustls::ServerConfig>>>) {
+/// [`TLS_SECRET`], read now and every [`TLS_REFRESH`], and `able` true
+/// while there is one or the Secret does not exist.
+async fn keep_tls(
+    client: kube::Client,
+    tx: watch::Sender<Option<Arc<rustls::ServerConfig>>>,
+    able: watch::Sender<bool>,
+) {
     let secrets: Api<Secret> = Api::namespaced(client, names::NAMESPACE);
     let mut last: Option<(Vec<u8>, Vec<u8>)> = None;
     let mut logged: Option<String> = None;
@@ -293,6 +304,7 @@ async fn keep_tls(client: kube::Client, tx: watch::Sender<Option<Arc<rustls::Ser
             // Where MutatingAdmissionPolicy places pods, install makes no
             // webhook: nothing to serve, and nothing wrong.
             Ok(None) => {
+                able.send_replace(true);
                 if logged.as_deref() != Some(NOT_INSTALLED) {
                     tracing::info!("placement webhook: not installed on this cluster");
                     logged = Some(NOT_INSTALLED.to_owned());
@@ -328,6 +340,8 @@ async fn keep_tls(client: kube::Client, tx: watch::Sender<Option<Arc<rustls::Ser
             },
             Err(why) => log_once(&mut logged, why),
         }
+        // A certificate that cannot be read again is still served.
+        able.send_replace(tx.borrow().is_some());
         tokio::time::sleep(if last.is_some() {
             TLS_REFRESH
         } else {

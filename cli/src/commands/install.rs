@@ -101,12 +101,28 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         node_selector: flags.node_selector.unwrap_or(installed.node_selector),
         tolerations: flags.tolerations.unwrap_or(installed.tolerations),
         without_placement_policy: !placement,
-        placement_webhook_ca: placement_tls.as_ref().map(|t| t.ca.clone()),
+        placement_webhook_ca: placement_tls
+            .as_ref()
+            .map(placement_tls::PlacementTls::ca_bundle),
         advertise_address: advertise_address.clone(),
         announce,
         tunnels: tunnels.clone(),
     });
     if args.dry_run {
+        // The key is never printed, so a pair made for this print is of
+        // no use once applied: say so rather than let the webhook trust
+        // a CA whose certificate exists nowhere.
+        if placement_tls.as_ref().is_some_and(|t| t.fresh) {
+            printer.info(format!(
+                "  note: the placement webhook's caBundle is of a CA made for this print only: \
+                 its Secret {}/{} (which holds the key) is not printed; apply with \
+                 `liqoctl install`, which makes both, or make that Secret yourself \
+                 (ca.crt, tls.crt, tls.key for liqo-placement.liqo.svc) and set its CA \
+                 as the webhook's caBundle",
+                names::NAMESPACE,
+                manifests::PLACEMENT_TLS_SECRET,
+            ));
+        }
         return print_manifests(
             &printer,
             &manifests,

@@ -30,6 +30,10 @@ pub struct PlacementTls {
     key: secrecy::SecretString,
     /// Made now: the Secret must be written.
     pub fresh: bool,
+    /// The CA of the pair this one replaces: the virtual kubelets serve
+    /// the old certificate until they read the new one (within a
+    /// minute), so the webhook trusts both meanwhile.
+    previous_ca: Option<String>,
 }
 
 impl std::fmt::Debug for PlacementTls {
@@ -85,6 +89,7 @@ pub fn generate() -> anyhow::Result<PlacementTls> {
         cert: cert.pem(),
         key: key.serialize_pem().into(),
         fresh: true,
+        previous_ca: None,
     })
 }
 
@@ -134,13 +139,32 @@ pub async fn current_or_new(cluster: &ClusterClient) -> anyhow::Result<Placement
                 cert,
                 key: key.into(),
                 fresh: false,
+                previous_ca: None,
             });
         }
+        let mut renewed = generate()?;
+        renewed.previous_ca = text("ca.crt").filter(|ca| is_certificate(ca));
+        return Ok(renewed);
     }
     generate()
 }
 
+/// Whether `pem` starts with a certificate that parses.
+fn is_certificate(pem: &str) -> bool {
+    x509_parser::pem::parse_x509_pem(pem.as_bytes()).is_ok_and(|(_, pem)| pem.parse_x509().is_ok())
+}
+
 impl PlacementTls {
+    /// What the webhook trusts: the CA, and the one it replaces while the
+    /// virtual kubelets may still serve that one's certificate (the next
+    /// `install` drops it).
+    pub fn ca_bundle(&self) -> String {
+        match &self.previous_ca {
+            Some(previous) => format!("{}{previous}", self.ca),
+            None => self.ca.clone(),
+        }
+    }
+
     /// The Secret to write (never printed: it holds the key).
     pub fn secret(&self) -> Manifest {
         use secrecy::ExposeSecret as _;
@@ -207,5 +231,25 @@ mod tests {
         assert_eq!(secret["type"], "kubernetes.io/tls");
         assert!(secret["data"]["tls.key"].is_string());
         assert!(!lasts("not a certificate"));
+        assert_eq!(tls.ca_bundle(), tls.ca, "nothing replaced: the CA alone");
+    }
+
+    #[test]
+    fn a_renewed_pair_is_trusted_beside_the_one_it_replaces() {
+        let old = generate().expect("certificates");
+        let mut renewed = generate().expect("certificates");
+        renewed.previous_ca = Some(old.ca.clone()).filter(|ca| is_certificate(ca));
+        let bundle = renewed.ca_bundle();
+        let cas: Vec<_> = x509_parser::pem::Pem::iter_from_buffer(bundle.as_bytes())
+            .map(|pem| pem.expect("pem").contents)
+            .collect();
+        let der = |ca: &str| {
+            x509_parser::pem::parse_x509_pem(ca.as_bytes())
+                .expect("pem")
+                .1
+                .contents
+        };
+        assert_eq!(cas, [der(&renewed.ca), der(&old.ca)]);
+        assert!(!is_certificate("-----BEGIN CERTIFICATE-----\nnot one\n"));
     }
 }

@@ -35,8 +35,9 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// Keeps the Node registered and its status current. Publishes the
 /// Node's UID on `registered` once it is as wanted (the Lease is owned by
-/// it) and keeps `readiness` set while the node is registered and the
-/// ForeignCluster is known and current.
+/// it) and keeps `readiness` set while the node is registered, the
+/// ForeignCluster is known and current, and the placement webhook (where
+/// it is served) can answer.
 #[allow(missing_debug_implementations)] // kube::Client is not Debug.
 pub struct NodeKeeper {
     pub client: kube::Client,
@@ -49,6 +50,9 @@ pub struct NodeKeeper {
     pub kubelet_endpoint: Option<forge::KubeletEndpoint>,
     /// The tunnel to the provider (its Connection here).
     pub tunnel: Followed<liqo_api::networking::Connection>,
+    /// Whether the placement webhook can answer (true where it is not
+    /// served): the agent is not ready while it cannot.
+    pub placement: watch::Receiver<bool>,
 }
 
 /// What was last written, to write again only on a change. A cache of
@@ -70,12 +74,15 @@ impl NodeKeeper {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.converge(&nodes, &mut written).await;
-            readiness.set(written.node.is_some() && self.peers.is_current());
+            readiness
+                .set(written.node.is_some() && self.peers.is_current() && *self.placement.borrow());
             tokio::select! {
                 _ = ticker.tick() => {}
                 changed = self.peers.state.changed() => if changed.is_err() { return },
                 changed = self.health.changed() => if changed.is_err() { return },
                 changed = self.tunnel.state.changed() => if changed.is_err() { return },
+                // Its sender lives as long as the webhook is served.
+                Ok(()) = self.placement.changed() => {}
             }
         }
     }
