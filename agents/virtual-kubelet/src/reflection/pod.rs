@@ -26,7 +26,8 @@
 //! [`RemotePod`]: a remote pod's identity and the status the local pod
 //! shows, deflated; [`LocalPod`]: a local pod's identity, phase, reason,
 //! status digest and requests, and the whole pod, deflated, only while
-//! it is pending, its remote pod being made from it); and each key has a
+//! it is pending and its wrapper not made yet, the remote objects being
+//! made from it); and each key has a
 //! fingerprint (resource versions of its objects) so that a pass looks
 //! only at the pods that changed.
 
@@ -253,7 +254,8 @@ struct Found {
 /// version and deletion, the phase, reason and start time of its status,
 /// the digest of the status (so that whether it shows the remote one is
 /// a comparison of two strings), the service account whose token it
-/// mounts, and, while it is pending only, the pod whole. Not its spec,
+/// mounts, and, while it is pending and its wrapper not made yet, the
+/// pod whole. Not its spec,
 /// labels, annotations nor owners once it runs: the wrapper is made while
 /// it is pending, from the pod kept whole until then, and put back from
 /// the pod read again from the API; the kubelet API reads the pods it
@@ -284,8 +286,8 @@ pub struct LocalPod {
     /// (about 1.5 KiB where the `Pod` value is about 10 KiB: a scale-up
     /// holds thousands of pending pods at once): it is about to be made
     /// on the provider, from its spec, labels and annotations, and keeping
-    /// it until then (until its status says it runs) makes that cost no
-    /// read.
+    /// it until then (until its wrapper is made, when the reflection
+    /// settles it, or its status says it runs) makes that cost no read.
     pending: Option<Box<[u8]>>,
 }
 
@@ -386,6 +388,16 @@ impl LocalPod {
     /// The pod as the API has it, while it is pending; `None` after.
     fn kept_whole(&self) -> Option<Pod> {
         serde_json::from_slice(&inflate(self.pending.as_deref()?)?).ok()
+    }
+
+    /// The same without the pod kept whole, when it keeps it: what the
+    /// store settles for once its wrapper is made.
+    fn without_whole(&self) -> Option<Self> {
+        self.pending.as_ref()?;
+        Some(Self {
+            pending: None,
+            ..self.clone()
+        })
     }
 }
 
@@ -1167,6 +1179,13 @@ impl Kind for Pods {
                 }
             }
             return Ok(Next::Done);
+        }
+        // Its wrapper is made: nothing more is made from the pod whole
+        // (what is put back is read from the API), so the store keeps it
+        // no longer, though the pod may wait on the provider for a while
+        // (a scale-up of 10,000 pods held thousands of them).
+        if let Some(settled) = pod.without_whole() {
+            self.local.store.settle(ns, name, &pod, settled);
         }
         // A pod that ended is left as it is: its Job is over.
         let changed = wrappers
