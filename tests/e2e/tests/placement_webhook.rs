@@ -99,6 +99,12 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
     let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
     let consumer = testbed.cluster("consumer");
     let provider = testbed.cluster("provider");
+    // Nothing installed yet: a dry run prints a webhook whose CA was made
+    // for that print (its key is never printed), and says so.
+    let throwaway = "made for this print only";
+    let dry = liqoctl(Some(consumer.kubeconfig_path()), &["install", "--dry-run"]).success();
+    assert!(dry.stdout.contains("caBundle"), "{}", dry.stdout);
+    assert!(dry.stderr.contains(throwaway), "{}", dry.stderr);
     let out = liqo_e2e::install(consumer, "consumer-1", "10.201.0.0/16", &[]).success();
     assert!(
         out.stdout.contains("with a webhook instead")
@@ -117,6 +123,9 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
         .await?
         .context("no placement certificate")?;
     assert!(ca.contains("BEGIN CERTIFICATE"));
+    // Installed: a dry run prints the CA the Secret holds, and no note.
+    let dry = liqoctl(Some(consumer.kubeconfig_path()), &["install", "--dry-run"]).success();
+    assert!(!dry.stderr.contains(throwaway), "{}", dry.stderr);
 
     let remote = provider.kubeconfig_path().to_str().context("path")?;
     liqoctl(
