@@ -7,7 +7,8 @@
 //! matches, where it runs on the provider; a `LocalAndRemote` pod whose
 //! selector matches no provider tolerates the virtual nodes but is bound
 //! to a local node; a pod of a namespace that is not offloaded is never
-//! touched. Installing again keeps the certificate. (The testbed's pod
+//! touched. Installing again keeps the certificate. An agent that cannot
+//! load the certificate is not ready until it can. (The testbed's pod
 //! IPs are loopback addresses, which endpoints refuse: the agent serves
 //! the webhook at this machine's own address, and the Service's endpoints
 //! are written to say so, as `kubelet_api.rs` moves the kubelet API.)
@@ -15,9 +16,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Secret, Service};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
 use liqo_e2e::{liqoctl, wait_for};
@@ -266,5 +269,83 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
     // Installing again keeps the certificate the webhook trusts.
     liqo_e2e::install(consumer, "consumer-1", "10.201.0.0/16", &[]).success();
     assert_eq!(placement_ca(&local).await?, Some(ca));
+
+    // A virtual kubelet is ready only once its webhook can answer:
+    // started while the certificate cannot be loaded, it runs unready
+    // (so no endpoint of the Service, and no admission sent to it), and
+    // is ready once it can.
+    let secrets: Api<Secret> = Api::namespaced(local.clone(), names::NAMESPACE);
+    let good = secrets
+        .get("liqo-placement-tls")
+        .await?
+        .data
+        .and_then(|d| d.get("tls.crt").cloned())
+        .context("tls.crt")?;
+    let set_certificate = |data: serde_json::Value| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    "liqo-placement-tls",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "data": { "tls.crt": data } })),
+                )
+                .await
+        }
+    };
+    set_certificate(serde_json::to_value(ByteString(
+        b"not a certificate".to_vec(),
+    ))?)
+    .await?;
+    let old_agent = agent_pod(&local).await?.metadata.name;
+    Api::<Deployment>::namespaced(local.clone(), names::NAMESPACE)
+        .patch(
+            &peering::virtual_kubelet(&ClusterId::new("provider-1")?),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "template": { "metadata": {
+                "annotations": { "test.liqo.io/restarted": "broken-certificate" },
+            } } } })),
+        )
+        .await?;
+    wait_for("the agent to run again", WAIT, || async {
+        let p = agent_pod(&local).await?;
+        Ok(p.metadata.name != old_agent
+            && p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
+    })
+    .await?;
+    // Time enough for everything else readiness waits for (the node
+    // registered, the peers listed: about a second) and for a few reads
+    // of the Secret.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let unready = agent_pod(&local).await?;
+    assert_eq!(ready(&unready), Some(false), "{:?}", unready.status);
+    set_certificate(serde_json::to_value(good)?).await?;
+    wait_for("the agent to be ready", WAIT, || async {
+        Ok(ready(&agent_pod(&local).await?) == Some(true))
+    })
+    .await?;
     Ok(())
+}
+
+/// The consumer's only virtual kubelet pod (the newest while two exist).
+async fn agent_pod(client: &kube::Client) -> Result<Pod> {
+    let pods = Api::<Pod>::namespaced(client.clone(), names::NAMESPACE)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=liqo-virtual-kubelet"))
+        .await?;
+    pods.items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0))
+        .context("no virtual kubelet pod")
+}
+
+/// A pod's Ready condition, when it has one.
+fn ready(pod: &Pod) -> Option<bool> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status == "True")
 }

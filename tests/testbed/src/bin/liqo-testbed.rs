@@ -523,8 +523,10 @@ fn run(args: &UpArgs) -> Result<()> {
                 }
                 accepted = accept => match accepted {
                     Ok((stream, _)) => {
-                        serve_control(stream, &mut testbed).await;
-                        write_state(&dir, &testbed, started_in_seconds)?;
+                        serve_control(stream, &mut testbed, |testbed| {
+                            write_state(&dir, testbed, started_in_seconds)
+                        })
+                        .await?;
                     }
                     Err(e) => tracing::warn!("accepting on the control socket: {e}"),
                 },
@@ -569,8 +571,14 @@ fn write_state(dir: &Path, testbed: &Testbed, started_in_seconds: f64) -> Result
 
 /// Answers one request of `liqo-testbed apiserver` on the control socket:
 /// a line `<action> <cluster>`, answered by `ok <state>` or `error
-/// <message>`. One at a time: the supervisor's loop waits meanwhile.
-async fn serve_control(stream: tokio::net::UnixStream, testbed: &mut Testbed) {
+/// <message>`, after `record` has written the state down (a caller that
+/// reads `state.json` once answered sees what it asked for). One at a
+/// time: the supervisor's loop waits meanwhile.
+async fn serve_control(
+    stream: tokio::net::UnixStream,
+    testbed: &mut Testbed,
+    record: impl FnOnce(&Testbed) -> Result<()>,
+) -> Result<()> {
     use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
@@ -585,9 +593,11 @@ async fn serve_control(stream: tokio::net::UnixStream, testbed: &mut Testbed) {
         Ok(Err(e)) => format!("error reading the request: {e}\n"),
         Err(_) => "error no request within 5s\n".to_owned(),
     };
+    record(testbed)?;
     if let Err(e) = write.write_all(reply.as_bytes()).await {
         tracing::warn!("answering on the control socket: {e}");
     }
+    Ok(())
 }
 
 async fn control(testbed: &mut Testbed, request: &str) -> Result<ApiServerState> {
