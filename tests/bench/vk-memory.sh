@@ -17,8 +17,10 @@
 #     Deployment is made: what the agent costs before any pod.
 #
 # With --malloc-conf CONF, the agent runs with jemalloc options CONF
-# (`_RJEM_MALLOC_CONF`, e.g. `narenas:1,dirty_decay_ms:1000`), so that
-# two runs compare allocator settings.
+# (`_RJEM_MALLOC_CONF`, e.g. `narenas:8,dirty_decay_ms:10000`, jemalloc's
+# defaults on 2 cores), over those built into it (`MALLOC_CONF` in
+# agents/virtual-kubelet/src/main.rs), so that two runs compare
+# allocator settings.
 #
 #   bash tests/bench/vk-memory.sh [--pods N] [--kcm-qps Q] [--malloc-conf CONF]
 set -euo pipefail
@@ -78,10 +80,15 @@ jemalloc() {
 running() {
   kc -n bench get pods -l app=bench --no-headers --field-selector status.phase=Running 2>/dev/null | wc -l
 }
-# Waits until $1 pods are Running: 40 minutes at most.
+# Waits until $1 pods are Running: 40 minutes at most. Every 5 s notes
+# the seconds since $start, the pods Running and the agent's resident
+# size (MiB) in $dir/timeline, to see when the peak comes.
 until_running() {
+  local n
   for _ in $(seq 480); do
-    [ "$(running)" -ge "$1" ] && return 0
+    n=$(running)
+    echo "$(($(date +%s) - start)) $n $(mib "$pid" VmRSS)" >>"$dir/timeline"
+    [ "$n" -ge "$1" ] && return 0
     sleep 5
   done
   echo "timed out waiting for $1 Running pods" >&2
@@ -95,12 +102,17 @@ sleep 30
 idle=$(sizes "$pid")
 idle_je=$(jemalloc "$pid")
 
+log_at=$(stat -c %s "$vk_log")
 deployment bench virtual | kc apply -f - >/dev/null
 start=$(date +%s)
 until_running "$pods"
 scale_up_s=$(($(date +%s) - start))
 up=$(sizes "$pid")
 up_je=$(jemalloc "$pid")
+# The watches that failed during the scale-up, each followed by a list
+# of its whole store (held beside the old one until it ends).
+relists=$(tail -c +"$((log_at + 1))" "$vk_log" | grep 'listing again' |
+  grep -o 'what="[^"]*"\|what=[^ ]*' | sort | uniq -c | tr -s ' \n' ' ' || true)
 
 kill -KILL "$pid"
 pid=$(new_vk "$pid")
@@ -111,10 +123,16 @@ restarted_je=$(jemalloc "$pid")
 echo
 printf '%-44s %s\n' "pods" "$pods (Running after ${scale_up_s}s)"
 printf '%-44s %s\n' "controller-managers' --kube-api-qps" "$kcm_qps"
-printf '%-44s %s\n' "jemalloc options" "${malloc_conf:-defaults}"
+printf '%-44s %s\n' "jemalloc options" "${malloc_conf:-built into the agent (narenas:1,dirty_decay_ms:1000)}"
 printf '%-44s %s\n' "no pod: peak / resident" "$idle"
 printf '%-44s %s\n' "no pod: jemalloc" "$idle_je"
 printf '%-44s %s\n' "every pod Running: peak / resident" "$up"
 printf '%-44s %s\n' "every pod Running: jemalloc" "$up_je"
 printf '%-44s %s\n' "restarted, 90 s later: peak / resident" "$restarted"
 printf '%-44s %s\n' "restarted, 90 s later: jemalloc" "$restarted_je"
+printf '%-44s %s\n' "watches failed during the scale-up" "${relists:-none}"
+echo
+echo "scale-up, every 30 s and at the highest sample: seconds, pods Running, resident MiB"
+awk 'NR % 6 == 1 { print }
+     $3 > max { max = $3; at = $0 }
+     END { print "highest: " at }' "$dir/timeline"
