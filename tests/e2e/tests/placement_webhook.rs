@@ -297,7 +297,11 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
         b"not a certificate".to_vec(),
     ))?)
     .await?;
-    let old_agent = agent_pod(&local).await?.metadata.name;
+    let old_agent = agent_pod(&local)
+        .await?
+        .context("no virtual kubelet pod")?
+        .metadata
+        .name;
     Api::<Deployment>::namespaced(local.clone(), names::NAMESPACE)
         .patch(
             &peering::virtual_kubelet(&ClusterId::new("provider-1")?),
@@ -307,36 +311,40 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
             } } } })),
         )
         .await?;
+    // Recreated: for a moment there is none.
     wait_for("the agent to run again", WAIT, || async {
-        let p = agent_pod(&local).await?;
-        Ok(p.metadata.name != old_agent
-            && p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
+        Ok(agent_pod(&local).await?.is_some_and(|p| {
+            p.metadata.name != old_agent
+                && p.status.and_then(|s| s.phase).as_deref() == Some("Running")
+        }))
     })
     .await?;
     // Time enough for everything else readiness waits for (the node
     // registered, the peers listed: about a second) and for a few reads
     // of the Secret.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let unready = agent_pod(&local).await?;
+    let unready = agent_pod(&local).await?.context("no virtual kubelet pod")?;
     assert_eq!(ready(&unready), Some(false), "{:?}", unready.status);
     set_certificate(serde_json::to_value(good)?).await?;
     wait_for("the agent to be ready", WAIT, || async {
-        Ok(ready(&agent_pod(&local).await?) == Some(true))
+        Ok(agent_pod(&local)
+            .await?
+            .is_some_and(|p| ready(&p) == Some(true)))
     })
     .await?;
     Ok(())
 }
 
 /// The consumer's only virtual kubelet pod (the newest while two exist).
-async fn agent_pod(client: &kube::Client) -> Result<Pod> {
+async fn agent_pod(client: &kube::Client) -> Result<Option<Pod>> {
     let pods = Api::<Pod>::namespaced(client.clone(), names::NAMESPACE)
         .list(&ListParams::default().labels("app.kubernetes.io/name=liqo-virtual-kubelet"))
         .await?;
-    pods.items
+    Ok(pods
+        .items
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0))
-        .context("no virtual kubelet pod")
+        .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0)))
 }
 
 /// A pod's Ready condition, when it has one.
