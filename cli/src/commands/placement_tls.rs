@@ -142,11 +142,17 @@ pub async fn current_or_new(cluster: &ClusterClient) -> anyhow::Result<Placement
                 previous_ca: None,
             });
         }
-        let mut renewed = generate()?;
-        renewed.previous_ca = text("ca.crt").filter(|ca| is_certificate(ca));
-        return Ok(renewed);
+        return renewal(text("ca.crt"));
     }
     generate()
+}
+
+/// A new pair replacing one whose CA was `previous_ca` (kept beside the
+/// new CA in the webhook's bundle when it is a certificate).
+fn renewal(previous_ca: Option<String>) -> anyhow::Result<PlacementTls> {
+    let mut renewed = generate()?;
+    renewed.previous_ca = previous_ca.filter(|ca| is_certificate(ca));
+    Ok(renewed)
 }
 
 /// Whether `pem` starts with a certificate that parses.
@@ -237,8 +243,7 @@ mod tests {
     #[test]
     fn a_renewed_pair_is_trusted_beside_the_one_it_replaces() {
         let old = generate().expect("certificates");
-        let mut renewed = generate().expect("certificates");
-        renewed.previous_ca = Some(old.ca.clone()).filter(|ca| is_certificate(ca));
+        let renewed = renewal(Some(old.ca.clone())).expect("certificates");
         let bundle = renewed.ca_bundle();
         let cas: Vec<_> = x509_parser::pem::Pem::iter_from_buffer(bundle.as_bytes())
             .map(|pem| pem.expect("pem").contents)
@@ -251,5 +256,7 @@ mod tests {
         };
         assert_eq!(cas, [der(&renewed.ca), der(&old.ca)]);
         assert!(!is_certificate("-----BEGIN CERTIFICATE-----\nnot one\n"));
+        let damaged = renewal(Some("not a certificate".to_owned())).expect("certificates");
+        assert_eq!(damaged.ca_bundle(), damaged.ca, "a damaged CA is not kept");
     }
 }
