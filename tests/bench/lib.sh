@@ -1,12 +1,15 @@
 # What the benchmarks share; sourced from the repository's root.
 
-# Builds the workspace's binaries with profile $1 (release or debug) and
-# sets what the other functions use: `toolchain` (exported for the
+# Builds the workspace's binaries with profile $1 (release or debug),
+# passing cargo any further arguments (e.g. --features), and sets what
+# the other functions use: `toolchain` (exported for the
 # testbed), `testbed`, `liqoctl`, `kubectl`, and `dir`, a scratch folder
 # (the testbed's clusters in $dir/tb).
 bench_build() {
   local profile=$1 flags=(--quiet --locked --workspace --bins)
+  shift
   [ "$profile" = release ] && flags+=(--release)
+  flags+=("$@")
   toolchain=$(bash tests/setup.sh | tail -n 1)
   export LIQO_TOOLCHAIN_DIR="$toolchain"
   cargo build "${flags[@]}"

@@ -22,24 +22,41 @@
 # agents/virtual-kubelet/src/main.rs), so that two runs compare
 # allocator settings.
 #
-#   bash tests/bench/vk-memory.sh [--pods N] [--kcm-qps Q] [--malloc-conf CONF]
+# With --heap-profile, the agent is built with jemalloc's heap profiler
+# (the `heap-profile` feature) and runs with it on: a profile is dumped
+# at each new high of the memory jemalloc maps (`prof_gdump`) and at each
+# SIGUSR1. The script keeps them in target/bench/vk-heap/ and prints, with
+# jemalloc's `jeprof`, what the agent's code held at the last high (the
+# scale-up's peak) beyond what it held once every pod was Running. The
+# profiler's own records cost memory: take sizes from a run without it.
+#
+#   bash tests/bench/vk-memory.sh [--pods N] [--kcm-qps Q] [--malloc-conf CONF] [--heap-profile]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 pods=10000
 kcm_qps=200
 malloc_conf=""
+heap_profile=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --pods) pods=$2; shift 2 ;;
     --kcm-qps) kcm_qps=$2; shift 2 ;;
     --malloc-conf) malloc_conf=$2; shift 2 ;;
-    *) echo "usage: $0 [--pods N] [--kcm-qps Q] [--malloc-conf CONF]" >&2; exit 2 ;;
+    --heap-profile) heap_profile=true; shift ;;
+    *) echo "usage: $0 [--pods N] [--kcm-qps Q] [--malloc-conf CONF] [--heap-profile]" >&2; exit 2 ;;
   esac
 done
 
 # shellcheck source=tests/bench/lib.sh
 source tests/bench/lib.sh
-bench_build release
+if $heap_profile; then
+  bench_build release --features liqo-virtual-kubelet/heap-profile
+  mkdir -p "$dir/heap"
+  # A sample every 128 KiB allocated (jemalloc's default is 512 KiB).
+  malloc_conf="prof:true,prof_gdump:true,lg_prof_sample:17,prof_prefix:$dir/heap/vk${malloc_conf:+,$malloc_conf}"
+else
+  bench_build release
+fi
 cleanup() {
   "$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true
   rm -rf "$dir"
@@ -88,11 +105,45 @@ until_running() {
   for _ in $(seq 480); do
     n=$(running)
     echo "$(($(date +%s) - start)) $n $(mib "$pid" VmRSS)" >>"$dir/timeline"
+    # Of the profiles dumped at each new high, only the last matters.
+    $heap_profile && ls -v "$dir/heap/vk.$pid".*.u*.heap 2>/dev/null | head -n -1 | xargs -r rm -f
     [ "$n" -ge "$1" ] && return 0
     sleep 5
   done
   echo "timed out waiting for $1 Running pods" >&2
   return 1
+}
+
+# What the scale-up's agent held at its last high of mapped memory
+# (its last `prof_gdump` profile) beyond what it held once every pod was
+# Running (its second SIGUSR1 profile, the first being the idle one's),
+# by jeprof from jemalloc's sources (those cargo built the agent with);
+# the profiles and the binary they refer to are kept in target/bench/vk-heap/.
+heap_report() {
+  local out=target/bench/vk-heap agent lock_version jeprof peak running
+  rm -rf "$out"
+  mkdir -p "$out"
+  cp "$dir"/heap/*.heap "$out"/
+  # jeprof finds the binary by the path the profiles' maps give.
+  agent=$PWD/target/release/liqo-virtual-kubelet
+  lock_version=$(grep -A1 '^name = "tikv-jemalloc-sys"' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')
+  # jemalloc's script, with this build's symbol prefix (_rjem_) and Rust's
+  # names kept whole (it cuts C++ templates, which are Rust's types).
+  jeprof=$out/jeprof
+  sed -e 's/@jemalloc_version@/5.3/' -e 's/@JEMALLOC_PREFIX@/_rjem_/g' \
+    -e "s/'je_/'_rjem_je_/g; s/'void je_/'void _rjem_je_/g" \
+    -e 's/^sub ShortFunctionName {$/&\n  return shift =~ s{<[0-9a-f]{16}>$}{}r;/' \
+    "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"tikv-jemalloc-sys-$lock_version/jemalloc/bin/jeprof.in" >"$jeprof"
+  peak=$(ls -v "$out/vk.$scale_up_pid".*.u*.heap | tail -n 1)
+  running=$(ls -v "$out/vk.$scale_up_pid".*.m*.heap | sed -n 2p)
+  echo
+  echo "held at the scale-up's last high ($(basename "$peak")) beyond every pod Running ($(basename "$running")),"
+  echo "by what called the allocation, cumulative, the runtime's frames left out"
+  echo "(whole in $out/peak-over-running.txt; perl $jeprof --help for more):"
+  perl "$jeprof" --text --cum --inuse_space --base="$running" "$agent" "$peak" \
+    >"$out/peak-over-running.txt" 2>/dev/null
+  grep -v -E 'tokio::runtime|Future>::poll|std::|core::ops::function|clone3|start_thread|__libc|_start$| main$' \
+    "$out/peak-over-running.txt" | head -n 50 | cut -c 1-200 || true
 }
 
 pid=$(vk_pid)
@@ -114,6 +165,7 @@ up_je=$(jemalloc "$pid")
 relists=$(tail -c +"$((log_at + 1))" "$vk_log" | grep 'listing again' |
   grep -o 'what="[^"]*"\|what=[^ ]*' | sort | uniq -c | tr -s ' \n' ' ' || true)
 
+scale_up_pid=$pid
 kill -KILL "$pid"
 pid=$(new_vk "$pid")
 sleep 90
@@ -131,6 +183,7 @@ printf '%-44s %s\n' "every pod Running: jemalloc" "$up_je"
 printf '%-44s %s\n' "restarted, 90 s later: peak / resident" "$restarted"
 printf '%-44s %s\n' "restarted, 90 s later: jemalloc" "$restarted_je"
 printf '%-44s %s\n' "watches failed during the scale-up" "${relists:-none}"
+$heap_profile && heap_report
 echo
 echo "scale-up, every 30 s and at the highest sample: seconds, pods Running, resident MiB"
 awk 'NR % 6 == 1 { print }

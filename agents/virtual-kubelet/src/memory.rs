@@ -4,6 +4,10 @@
 //! the system but kept the addresses of (retained). The process's
 //! resident size is these pages plus its code and stacks; the difference
 //! says whether memory is the program's or the allocator's.
+//!
+//! When jemalloc profiles the heap (the `heap-profile` feature and
+//! `prof:true` in its options), each SIGUSR1 also dumps a heap profile
+//! where its `prof_prefix` says, for `jeprof`.
 
 use tikv_jemalloc_ctl::{epoch, stats};
 
@@ -54,6 +58,32 @@ pub async fn report_on_signal() {
             }
             Err(error) => tracing::warn!(%error, "cannot read the allocator's statistics"),
         }
+        if profiling() {
+            dump_profile();
+        }
     }
     std::future::pending().await
+}
+
+/// Whether jemalloc profiles the heap: built with profiling and started
+/// with `prof:true`.
+#[allow(unsafe_code)] // jemalloc's own interface; see below.
+fn profiling() -> bool {
+    // SAFETY: `opt.prof` is a bool, present whether or not profiling is
+    // built in (false without it).
+    unsafe { tikv_jemalloc_ctl::raw::read::<bool>(b"opt.prof\0") }.unwrap_or(false)
+}
+
+/// Dumps a heap profile, named by jemalloc from its `prof_prefix`.
+#[allow(unsafe_code)] // jemalloc's own interface; see below.
+fn dump_profile() {
+    // SAFETY: `prof.dump` takes a `const char *` file name, or null for
+    // one of jemalloc's own; a null pointer is of the type it reads.
+    let dumped = unsafe {
+        tikv_jemalloc_ctl::raw::write(b"prof.dump\0", std::ptr::null::<std::ffi::c_char>())
+    };
+    match dumped {
+        Ok(()) => tracing::info!("heap profile dumped"),
+        Err(error) => tracing::warn!(%error, "cannot dump a heap profile"),
+    }
 }
