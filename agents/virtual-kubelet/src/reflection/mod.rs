@@ -9,7 +9,8 @@
 //! [`crate::forge::exposition`]), [`references`] (holds back pods whose
 //! ConfigMaps or Secrets are missing), [`token`] (service account
 //! tokens of offloaded pods), [`event`] (remote pods' Events back onto
-//! the local pods). [`stores`] follows one kind per namespace.
+//! the local pods). [`deflated`] packs what the pod stores keep while
+//! it waits. [`stores`] follows one kind per namespace.
 //!
 //! Level-triggered: a kind never reacts to an event, it compares the
 //! reflector stores of both sides with what they should be, for every key
@@ -38,6 +39,7 @@
 //! request of the pods bound before it (the tail of the added start
 //! latency).
 
+mod deflated;
 pub mod demand;
 pub mod event;
 #[cfg(test)]

@@ -52,6 +52,7 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+use super::deflated::{Dictionary, deflate, inflate};
 use super::namespace::{Peering, Twins};
 use super::references::References;
 use super::{Context, Error, Kind, Next, ObjectKey, in_local_namespaces, wake_on};
@@ -334,7 +335,7 @@ impl LocalPod {
                 .map(forge_pod::requests)
                 .unwrap_or_default(),
             pending: pending
-                .then(|| deflate(&serde_json::to_vec(&pod).ok()?))
+                .then(|| deflate(&serde_json::to_vec(&pod).ok()?, Dictionary::PendingPod))
                 .flatten(),
         }
     }
@@ -387,7 +388,7 @@ impl LocalPod {
 
     /// The pod as the API has it, while it is pending; `None` after.
     fn kept_whole(&self) -> Option<Pod> {
-        serde_json::from_slice(&inflate(self.pending.as_deref()?)?).ok()
+        serde_json::from_slice(&inflate(self.pending.as_deref()?, Dictionary::PendingPod)?).ok()
     }
 
     /// The same without the pod kept whole, when it keeps it: what the
@@ -452,7 +453,7 @@ impl RemotePod {
             .status
             .and_then(|s| {
                 let shown = forge_pod::local_status(&s, None);
-                deflate(&serde_json::to_vec(&shown).ok()?)
+                deflate(&serde_json::to_vec(&shown).ok()?, Dictionary::Status)
             })
             .map_or(RemoteStatus::None, RemoteStatus::Deflated);
         Self {
@@ -466,7 +467,9 @@ impl RemotePod {
     /// provider has them); `None` when it has none or is settled.
     pub fn status(&self) -> Option<k8s_openapi::api::core::v1::PodStatus> {
         match &self.status {
-            RemoteStatus::Deflated(bytes) => serde_json::from_slice(&inflate(bytes)?).ok(),
+            RemoteStatus::Deflated(bytes) => {
+                serde_json::from_slice(&inflate(bytes, Dictionary::Status)?).ok()
+            }
             RemoteStatus::None | RemoteStatus::Shown(_) => None,
         }
     }
@@ -479,58 +482,6 @@ impl RemotePod {
             ..self.clone()
         }
     }
-}
-
-thread_local! {
-    /// One deflate state per thread, reset for each use: a new one
-    /// allocates about 300 KiB (its window and hash tables), which, made
-    /// and dropped for every remote pod's change, left the allocator's
-    /// arenas holding several times the agent's heap.
-    static DEFLATE: std::cell::RefCell<flate2::Compress> =
-        std::cell::RefCell::new(flate2::Compress::new(flate2::Compression::default(), false));
-    static INFLATE: std::cell::RefCell<flate2::Decompress> =
-        std::cell::RefCell::new(flate2::Decompress::new(false));
-}
-
-/// `bytes` deflated (raw deflate, no header).
-fn deflate(bytes: &[u8]) -> Option<Box<[u8]>> {
-    DEFLATE.with_borrow_mut(|state| {
-        state.reset();
-        let mut out = Vec::with_capacity(bytes.len() / 2 + 64);
-        loop {
-            let read = usize::try_from(state.total_in()).ok()?;
-            let done = state
-                .compress_vec(&bytes[read..], &mut out, flate2::FlushCompress::Finish)
-                .ok()?;
-            if done == flate2::Status::StreamEnd {
-                return Some(out.into_boxed_slice());
-            }
-            out.reserve(out.capacity());
-        }
-    })
-}
-
-/// What [`deflate`] made, inflated.
-fn inflate(bytes: &[u8]) -> Option<Vec<u8>> {
-    INFLATE.with_borrow_mut(|state| {
-        state.reset(false);
-        let mut out = Vec::with_capacity(bytes.len() * 4);
-        loop {
-            let read = usize::try_from(state.total_in()).ok()?;
-            let before = (state.total_in(), state.total_out());
-            let done = state
-                .decompress_vec(&bytes[read..], &mut out, flate2::FlushDecompress::Finish)
-                .ok()?;
-            if done == flate2::Status::StreamEnd {
-                return Some(out);
-            }
-            if out.len() < out.capacity() && before == (state.total_in(), state.total_out()) {
-                // No progress with room to spare: the input is cut short.
-                return None;
-            }
-            out.reserve(out.capacity().max(64));
-        }
-    })
 }
 
 impl forge_pod::Ranked for RemotePod {
@@ -1310,37 +1261,6 @@ pub mod footprint {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn statuses_deflate_and_inflate_back_whole() {
-        // Small, large (past the first guess of the output's size, many
-        // times over), empty, and incompressible.
-        let mut noise = Vec::new();
-        let mut x: u32 = 7;
-        for _ in 0..50_000 {
-            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-            noise.push((x >> 16) as u8);
-        }
-        let cases: Vec<Vec<u8>> = vec![
-            br#"{"phase":"Running"}"#.to_vec(),
-            "x".repeat(200_000).into_bytes(),
-            Vec::new(),
-            noise,
-        ];
-        for bytes in cases {
-            let packed = deflate(&bytes).expect("deflated");
-            assert_eq!(inflate(&packed).as_deref(), Some(&bytes[..]));
-            // Twice in a row on the same thread's state.
-            assert_eq!(
-                inflate(&deflate(&bytes).expect("deflated")),
-                Some(bytes.clone())
-            );
-            // Cut short: nothing, and no endless loop.
-            if packed.len() > 4 {
-                assert_eq!(inflate(&packed[..packed.len() / 2]), None);
-            }
-        }
-    }
 
     fn pod() -> Pod {
         serde_json::from_value(json!({
