@@ -403,7 +403,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
     let listener = liqo_agent_runtime::bind_health(args.health_addr).await?;
     tracing::info!(version = liqo_api::VERSION, health = %args.health_addr, "gateway starting");
     // KUBECONFIG when set, else the pod's service account.
-    let client = kube::Client::try_default().await?;
+    let client = liqo_agent_runtime::client::client(kube::Config::infer().await?)?;
 
     // The RBAC grants this one ConfigMap by name, so the watch must name it.
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &args.namespace);

@@ -126,7 +126,7 @@ async fn main() -> anyhow::Result<()> {
             forge::token::ApiAddress::of(config.cluster_url.host(), config.cluster_url.port_u16())
         }
     };
-    let client = kube::Client::try_from(config)?;
+    let client = liqo_agent_runtime::client::client(config)?;
 
     // The kubelet API: bound first, so that the port registered is the
     // one actually bound.

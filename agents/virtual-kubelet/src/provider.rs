@@ -154,7 +154,7 @@ async fn build_client(
             path: path.to_owned(),
             source,
         })?;
-    kube::Client::try_from(config).map_err(|source| KubeconfigError::Client {
+    liqo_agent_runtime::client::client(config).map_err(|source| KubeconfigError::Client {
         path: path.to_owned(),
         source,
     })
