@@ -206,6 +206,22 @@ mod tests {
         }
     }
 
+    /// Asserts that `value`'s text deflates at least a third smaller
+    /// against `dictionary` than without one; says both sizes.
+    fn at_least_a_third_smaller(what: &str, value: &impl serde::Serialize, dictionary: Dictionary) {
+        let text = serde_json::to_vec(value).expect("serialised");
+        let with = deflate(&text, dictionary).expect("deflated").len();
+        let without = plain(&text);
+        eprintln!(
+            "{what}: {} bytes, deflated {without}, with the dictionary {with}",
+            text.len()
+        );
+        assert!(
+            with * 3 <= without * 2,
+            "{what}: {with} bytes with the dictionary, {without} without"
+        );
+    }
+
     /// `bytes` deflated as before the dictionaries, for comparison.
     fn plain(bytes: &[u8]) -> usize {
         let mut state = flate2::Compress::new(flate2::Compression::default(), false);
@@ -264,19 +280,7 @@ mod tests {
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-25T10:41:07Z"}]},
         }))
         .expect("a pod");
-        let text = serde_json::to_vec(&pod).expect("serialised");
-        let with = deflate(&text, Dictionary::PendingPod)
-            .expect("deflated")
-            .len();
-        let without = plain(&text);
-        eprintln!(
-            "a pending pod: {} bytes, deflated {without}, with the dictionary {with}",
-            text.len()
-        );
-        assert!(
-            with * 3 <= without * 2,
-            "{with} bytes with the dictionary, {without} without"
-        );
+        at_least_a_third_smaller("a pending pod", &pod, Dictionary::PendingPod);
 
         let conditions = [
             "PodReadyToStartContainers",
@@ -305,17 +309,7 @@ mod tests {
             }],
         }))
         .expect("a status");
-        let text = serde_json::to_vec(&status).expect("serialised");
-        let with = deflate(&text, Dictionary::Status).expect("deflated").len();
-        let without = plain(&text);
-        eprintln!(
-            "a running status: {} bytes, deflated {without}, with the dictionary {with}",
-            text.len()
-        );
-        assert!(
-            with * 3 <= without * 2,
-            "{with} bytes with the dictionary, {without} without"
-        );
+        at_least_a_third_smaller("a running status", &status, Dictionary::Status);
     }
 
     #[test]
