@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test clusters' control-plane binaries (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kube-proxy, kubectl, etcd, kwok) from the Go
+# kube-controller-manager, kube-scheduler, kube-proxy, kubectl, etcd, kwok) and
+# metrics-server (which scrapes kubelets, the virtual kubelet among them) from the Go
 # modules pinned beside this script, into a cache outside the repository.
 #
 # The cache folder is keyed by the hash of the pins (go.mod, go.sum, the
@@ -17,7 +18,7 @@ cache_root=${LIQO_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/liqo-rs/toolc
 build_rev=3
 key=$( (echo "$build_rev"; cd "$here" && cat */go.mod */go.sum */*.go) | sha256sum | cut -c1-16)
 out="$cache_root/$key"
-bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd kwok)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd kwok metrics-server)
 
 complete() {
   for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done
@@ -58,6 +59,7 @@ done
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl)
 (cd "$here/etcd" && go build "${flags[@]}" -o "$staging/etcd" .)
 (cd "$here/kwok" && go build "${flags[@]}" -o "$staging/" sigs.k8s.io/kwok/cmd/kwok)
+(cd "$here/metrics-server" && go build "${flags[@]}" -o "$staging/" sigs.k8s.io/metrics-server/cmd/metrics-server)
 echo "built in $(( $(date +%s) - start ))s" >&2
 
 # Publish whole or not at all: a run interrupted above leaves no half cache.

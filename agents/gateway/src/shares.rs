@@ -154,6 +154,20 @@ impl Keeper {
                 }
                 let id = tenant.spec.cluster_id.to_string();
                 match self.write(namespace, &id, &write.hard).await {
+                    // Unpeering: the tenant namespace (or a twin) is being
+                    // deleted with its share; the tenant goes next.
+                    Err(error) if liqo_agent_runtime::namespace_terminating(&error) => {
+                        tracing::info!(tenant = %id, %namespace, "namespace being deleted: its share goes with it");
+                        break;
+                    }
+                    // The rest of this tenant's writes may depend on it.
+                    Err(error) => {
+                        failed.get_or_insert(
+                            anyhow::Error::new(error)
+                                .context(format!("writing {SHARE_QUOTA} in {namespace}")),
+                        );
+                        break;
+                    }
                     Ok(()) => {
                         tracing::info!(
                             tenant = %id,
@@ -162,11 +176,6 @@ impl Keeper {
                             "share written"
                         );
                         wrote = true;
-                    }
-                    // The rest of this tenant's writes may depend on it.
-                    Err(error) => {
-                        failed.get_or_insert(error);
-                        break;
                     }
                 }
             }
@@ -182,7 +191,7 @@ impl Keeper {
         namespace: &str,
         tenant: &str,
         hard: &BTreeMap<shares::Counted, u64>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), kube::Error> {
         let quota = json!({
             "apiVersion": "v1",
             "kind": "ResourceQuota",
@@ -195,8 +204,7 @@ impl Keeper {
                 &PatchParams::apply(MANAGER).force(),
                 &Patch::Apply(&quota),
             )
-            .await
-            .map_err(|e| anyhow::anyhow!("writing {SHARE_QUOTA} in {namespace}: {e}"))?;
+            .await?;
         Ok(())
     }
 }

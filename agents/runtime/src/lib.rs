@@ -84,6 +84,15 @@ pub async fn serve_health_with(
     axum::serve(listener, app).await
 }
 
+/// Whether the API server refused a write because its namespace is being
+/// deleted (the `NamespaceTerminating` cause of the namespace lifecycle
+/// admission): nothing to retry, the namespace and what it held are going.
+pub fn namespace_terminating(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.details.as_ref().is_some_and(|d| {
+        d.causes.iter().any(|c| c.reason == "NamespaceTerminating")
+    }))
+}
+
 /// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.
 pub async fn shutdown_signal() {
     let term = async {
@@ -104,6 +113,32 @@ pub async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_into_a_namespace_being_deleted() {
+        // What kube-apiserver answers (its body, as kube reads it).
+        let refused: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "resourcequotas \"liqo-share\" is forbidden: unable to create new content in namespace liqo-tenant-a because it is being terminated",
+            "reason": "Forbidden",
+            "details": {
+                "name": "liqo-share", "kind": "resourcequotas",
+                "causes": [{
+                    "reason": "NamespaceTerminating",
+                    "message": "namespace liqo-tenant-a is being terminated",
+                    "field": "metadata.namespace",
+                }],
+            },
+            "code": 403,
+        }))
+        .expect("a Status");
+        assert!(namespace_terminating(&kube::Error::Api(Box::new(
+            refused.clone()
+        ))));
+        let mut other = refused;
+        other.details = None;
+        assert!(!namespace_terminating(&kube::Error::Api(Box::new(other))));
+    }
 
     #[tokio::test]
     async fn readyz_follows_readiness_and_healthz_is_always_ok() {

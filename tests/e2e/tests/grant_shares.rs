@@ -334,5 +334,46 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
         Ok(!s.contains_key(twin_a) && s.get(twin_b).map(|s| s.0) == Some(GRANT_PODS))
     })
     .await?;
+
+    // The tenant namespace held in deletion (an object of someone else's
+    // with a finalizer; unpeering goes through the same state briefly):
+    // its share goes with its content, the gateway's rewrite is refused
+    // (NamespaceTerminating), and that is not a failure to keep shares.
+    let held: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(prov.clone(), &tenant_ns);
+    held.create(
+        &pp,
+        &serde_json::from_value(json!({
+            "metadata": { "name": "held", "finalizers": ["liqo-e2e.io/hold"] },
+        }))?,
+    )
+    .await?;
+    Api::<Namespace>::all(prov.clone())
+        .delete(&tenant_ns, &DeleteParams::default())
+        .await?;
+    wait_for(
+        "the gateway to meet the tenant namespace being deleted",
+        WAIT,
+        || async {
+            Ok(provider
+                .pod_logs()
+                .lines()
+                .any(|l| l.contains("namespace being deleted") && l.contains(&tenant_ns)))
+        },
+    )
+    .await?;
+    let logs = provider.pod_logs();
+    assert!(
+        !logs.lines().any(
+            |l| l.contains("cannot keep the tenants' shares") && l.contains("being terminated")
+        ),
+        "{logs}"
+    );
+    held.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "metadata": { "finalizers": null } })),
+    )
+    .await?;
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! the lines the provider's kwok node serves for its remote pod; the node
 //! proxy answers `/pods`, `/stats/summary` and `/metrics/resource`, with
 //! no figure while the provider has no metrics API, and with the
-//! provider's figures and CPU counters once it has one; and the API itself
+//! provider's figures and CPU counters once it has one, which a real
+//! metrics-server reads for `kubectl top pod` and `kubectl top node`; and the API itself
 //! refuses an anonymous caller (401) and a caller without `nodes/proxy`
 //! (403, through a real SubjectAccessReview).
 
@@ -224,6 +225,234 @@ async fn provider_metrics(
     assert_eq!(
         summary["node"]["cpu"]["usageCoreNanoSeconds"], 8_000_000_000_u64,
         "{summary}"
+    );
+    Ok(())
+}
+
+/// The consumer's objects for a metrics-server run beside the cluster (at
+/// `host_ip:port`, where the API server can reach it), with the rights its
+/// own manifests give it: read pods and nodes, `nodes/metrics` of every
+/// kubelet (the virtual one's included, checked by the agent with a real
+/// SubjectAccessReview), delegated authentication and authorization; and
+/// `v1beta1.metrics.k8s.io` served by it through the aggregation layer.
+fn metrics_server_objects(host_ip: &str, port: u16) -> serde_json::Value {
+    const NAME: &str = "metrics-server";
+    const SYSTEM: &str = "kube-system";
+    let subject = json!([{ "kind": "ServiceAccount", "name": NAME, "namespace": SYSTEM }]);
+    json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            { "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": NAME, "namespace": SYSTEM } },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": { "name": "system:metrics-server" },
+                "rules": [
+                    { "apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"] },
+                    { "apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"] },
+                ],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": { "name": "system:metrics-server" },
+                "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:metrics-server" },
+                "subjects": subject,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": { "name": "metrics-server:system:auth-delegator" },
+                "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator" },
+                "subjects": subject,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": { "name": "metrics-server-auth-reader", "namespace": SYSTEM },
+                "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "extension-apiserver-authentication-reader" },
+                "subjects": subject,
+            },
+            // No selector: the endpoint is this process, outside any pod.
+            // The API server routes to endpoints (--enable-aggregator-routing).
+            {
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": { "name": NAME, "namespace": SYSTEM },
+                "spec": { "ports": [{ "name": "https", "port": 443, "targetPort": port }] },
+            },
+            {
+                "apiVersion": "v1", "kind": "Endpoints",
+                "metadata": { "name": NAME, "namespace": SYSTEM },
+                "subsets": [{ "addresses": [{ "ip": host_ip }], "ports": [{ "name": "https", "port": port }] }],
+            },
+            {
+                "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": { "name": "v1beta1.metrics.k8s.io" },
+                "spec": {
+                    "group": "metrics.k8s.io", "version": "v1beta1",
+                    "service": { "name": NAME, "namespace": SYSTEM, "port": 443 },
+                    // metrics-server serves a certificate it made itself.
+                    "insecureSkipTLSVerify": true,
+                    "groupPriorityMinimum": 100, "versionPriority": 100,
+                },
+            },
+        ],
+    })
+}
+
+/// `kubectl top` on the consumer, from a real metrics-server (built from
+/// its module with the toolchain) that scrapes every node, the virtual
+/// one's `/metrics/resource` among them, as it would in a cluster; the
+/// figures are the provider's (PodMetrics written every 2 s, as
+/// metrics-server there would).
+async fn kubectl_top(
+    consumer: &liqo_testbed::Cluster,
+    provider: &liqo_testbed::Cluster,
+    kubectl: &impl Fn(&[&str]) -> liqo_e2e::Run,
+    node_name: &str,
+    host_ip: &str,
+) -> Result<()> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+
+    let port = std::net::TcpListener::bind((host_ip, 0))?
+        .local_addr()?
+        .port();
+    let folder = consumer.dir().join("metrics-server");
+    std::fs::create_dir_all(&folder)?;
+    let manifest = folder.join("objects.json");
+    std::fs::write(&manifest, metrics_server_objects(host_ip, port).to_string())?;
+    kubectl(&["apply", "-f", &manifest.display().to_string()]).success();
+    let token = kubectl(&[
+        "create",
+        "token",
+        "metrics-server",
+        "-n",
+        "kube-system",
+        "--duration=1h",
+    ])
+    .success();
+    let token_file = folder.join("token");
+    std::fs::write(&token_file, token.stdout.trim())?;
+    let kubeconfig = folder.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{ "name": "consumer", "cluster": {
+                "server": consumer.server(),
+                "certificate-authority": consumer.dir().join("pki/ca.crt"),
+            } }],
+            "users": [{ "name": "metrics-server", "user": { "tokenFile": token_file } }],
+            "contexts": [{ "name": "metrics-server", "context": { "cluster": "consumer", "user": "metrics-server" } }],
+            "current-context": "metrics-server",
+        })
+        .to_string(),
+    )?;
+    let kubeconfig_arg = |flag: &str| format!("--{flag}={}", kubeconfig.display());
+    let log = std::fs::File::create(folder.join("metrics-server.log"))?;
+    let _metrics_server =
+        tokio::process::Command::new(Toolchain::locate()?.binary("metrics-server"))
+            .args([
+                kubeconfig_arg("kubeconfig"),
+                kubeconfig_arg("authentication-kubeconfig"),
+                kubeconfig_arg("authorization-kubeconfig"),
+                format!("--bind-address={host_ip}"),
+                format!("--secure-port={port}"),
+                format!("--cert-dir={}", folder.display()),
+                // The agent's kubelet certificate is its own (docs/virtual-kubelet.md).
+                "--kubelet-insecure-tls".into(),
+                "--kubelet-preferred-address-types=InternalIP".into(),
+                "--kubelet-use-node-status-port".into(),
+                "--metric-resolution=10s".into(),
+                "--kubelet-request-timeout=5s".into(),
+            ])
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+
+    // The provider's figures, fresh every 2 s: 250m and 20Mi.
+    let remote = provider.client().await?;
+    let remote_pod = Api::<Pod>::all(remote.clone())
+        .list(&ListParams::default().labels(&format!(
+            "liqo.io/local-pod-uid={}",
+            local_uid(&Api::namespaced(consumer.client().await?, NS)).await?
+        )))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("the remote pod")?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("metrics.k8s.io", "v1beta1", "PodMetrics"),
+        "pods",
+    );
+    let metrics: Api<DynamicObject> = Api::namespaced_with(
+        remote,
+        remote_pod
+            .metadata
+            .namespace
+            .as_deref()
+            .context("its namespace")?,
+        &resource,
+    );
+    let name = remote_pod.metadata.name.context("its name")?;
+    let writer = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tick.tick().await;
+            let object = json!({
+                "apiVersion": "metrics.k8s.io/v1beta1",
+                "kind": "PodMetrics",
+                "metadata": { "name": name },
+                "timestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
+                "window": "2s",
+                "containers": [{ "name": POD, "usage": { "cpu": "250m", "memory": "20Mi" } }],
+            });
+            let patch = PatchParams::apply("liqo-e2e").force();
+            if let Err(e) = metrics.patch(&name, &patch, &Patch::Apply(&object)).await {
+                eprintln!("writing PodMetrics: {e}");
+            }
+        }
+    });
+
+    // `NAME CPU MEMORY` of `kubectl top`, once metrics-server has two
+    // readings of the pod.
+    let top = |args: &[&str]| {
+        let run = kubectl(args);
+        (run.code == 0).then_some(run.stdout)
+    };
+    let millicores = |cpu: &str| cpu.strip_suffix('m').and_then(|m| m.parse::<u32>().ok());
+    let mut shown = String::new();
+    let result = wait_for(
+        "kubectl top pod to show the provider's figures",
+        WAIT,
+        || {
+            shown = top(&["top", "pod", "-n", NS, "--no-headers"]).unwrap_or_default();
+            let line: Vec<&str> = shown.split_whitespace().collect();
+            let ok = matches!(line.as_slice(), [pod, cpu, "20Mi"]
+            if *pod == POD && millicores(cpu).is_some_and(|m| (249..=251).contains(&m)));
+            async move { Ok(ok) }
+        },
+    )
+    .await;
+    if let Err(e) = result {
+        let log = std::fs::read_to_string(folder.join("metrics-server.log")).unwrap_or_default();
+        let start = log.len().saturating_sub(4000);
+        writer.abort();
+        return Err(e.context(format!(
+            "kubectl top pod showed {shown:?}; metrics-server's log ends with:\n{}",
+            &log[start..]
+        )));
+    }
+    eprintln!("kubectl top pod: {}", shown.trim());
+    // The node: the sum of its pods, the figures a kubelet's node has.
+    let node = top(&["top", "node", node_name, "--no-headers"]).context("kubectl top node")?;
+    eprintln!("kubectl top node: {}", node.trim());
+    let line: Vec<&str> = node.split_whitespace().collect();
+    writer.abort();
+    assert!(
+        matches!(line.as_slice(), [n, cpu, _, "20Mi", _]
+            if *n == node_name && millicores(cpu).is_some_and(|m| (249..=251).contains(&m))),
+        "{node}"
     );
     Ok(())
 }
@@ -500,6 +729,7 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
     assert!(raw.stdout.lines().any(|l| l == "scrape_error 1"), "{raw:?}");
 
     provider_metrics(provider, &kubectl, &node_name, &local_uid(&pods).await?).await?;
+    kubectl_top(consumer, provider, &kubectl, &node_name, &address).await?;
 
     // Straight to the kubelet API: no credentials at all, then a service
     // account without nodes/proxy, then the same once granted it.

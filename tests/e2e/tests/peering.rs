@@ -286,6 +286,15 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     )
     .success();
     eprintln!("unpeer took {:?}", start.elapsed());
+    // The provider's gateway saw the tenant namespace go with its share,
+    // and did not take that for a failure.
+    let logs = provider.pod_logs();
+    assert!(
+        !logs.lines().any(
+            |l| l.contains("cannot keep the tenants' shares") && l.contains("being terminated")
+        ),
+        "{logs}"
+    );
     let after = (
         snapshot(&consumer_client).await?,
         snapshot(&provider_client).await?,

@@ -30,6 +30,10 @@ use crate::{Error, io_error, write_private};
 /// How long each start-up phase may take before the start fails.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The common name of the API server's front-proxy client certificate, the
+/// one name aggregated API servers accept request headers from.
+const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
 /// What a cluster should look like.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterSpec {
@@ -291,6 +295,14 @@ impl Cluster {
         let kubelet_client = ca.client("kube-apiserver-kubelet-client", &["system:masters"])?;
         let kubelet_client_crt = write("apiserver-kubelet-client.crt", &kubelet_client.cert)?;
         let kubelet_client_key = write("apiserver-kubelet-client.key", &kubelet_client.key)?;
+        // The aggregation layer's identity towards aggregated API servers
+        // (metrics-server): a CA of its own, as kubeadm makes it, so that no
+        // ordinary client certificate can pass for the front proxy.
+        let front_proxy_ca = Authority::new(&format!("{} front-proxy", spec.name))?;
+        let front_proxy_ca_crt = write("front-proxy-ca.crt", &front_proxy_ca.pair().cert)?;
+        let front_proxy = front_proxy_ca.client(FRONT_PROXY_CLIENT, &[])?;
+        let front_proxy_crt = write("front-proxy-client.crt", &front_proxy.cert)?;
+        let front_proxy_key = write("front-proxy-client.key", &front_proxy.key)?;
         let sa = pki::service_account_key()?;
         let sa_key = write("service-account.key", &sa.key)?;
         let sa_pub = write("service-account.pub", &sa.cert)?;
@@ -394,6 +406,13 @@ impl Cluster {
             // Webhooks (and aggregated APIs) are reached at their
             // Service's endpoints: there is no route to ClusterIPs here.
             "--enable-aggregator-routing=true".into(),
+            format!("--requestheader-client-ca-file={}", p(&front_proxy_ca_crt)),
+            format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
+            "--requestheader-username-headers=X-Remote-User".into(),
+            "--requestheader-group-headers=X-Remote-Group".into(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+            format!("--proxy-client-cert-file={}", p(&front_proxy_crt)),
+            format!("--proxy-client-key-file={}", p(&front_proxy_key)),
             format!("--profiling={}", spec.profiling),
             "--v=1".into(),
         ];

@@ -1,6 +1,8 @@
 //! A test cluster's public-key infrastructure: one CA that serves as the
 //! API server's serving CA, its client CA and the controller-manager's CSR
-//! signer, plus the certificates and the service-account key made from it.
+//! signer, plus the certificates and the service-account key made from it;
+//! and a second CA for the front proxy (the API server's identity towards
+//! aggregated API servers).
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,

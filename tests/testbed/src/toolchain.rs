@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use crate::Error;
 
 /// Names of the binaries a cluster needs.
-pub const BINARIES: [&str; 7] = [
+pub const BINARIES: [&str; 8] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
@@ -16,6 +16,7 @@ pub const BINARIES: [&str; 7] = [
     "kube-scheduler",
     "kubectl",
     "kwok",
+    "metrics-server",
 ];
 
 const BUILD_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../toolchain/build.sh");
