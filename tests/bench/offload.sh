@@ -234,7 +234,8 @@ watch_pods() {
 # Per local pod UID of app $1: first bound, first remote object (pod or
 # ReplicaSet), remote Running, local Running; one line per pod: added
 # latency, bound -> first remote object, remote Running -> local Running
-# (seconds), into $dir/$1.added.
+# (seconds), and when it was bound (seconds since the epoch), into
+# $dir/$1.added.
 added() {
   local app=$1
   awk -v L="$dir/$app.local.w" -v R="$dir/$app.rs.w" -v P="$dir/$app.remote.w" '
@@ -250,7 +251,7 @@ added() {
         if (u in rpod) made = rpod[u]
         if ((u in rs) && (!(u in rpod) || rs[u] < rpod[u])) made = rs[u]
         if ((u in bound) && ((u in rs) || (u in rpod)) && (u in rrun))
-          printf "%.3f %.3f %.3f\n", (made - bound[u]) + (lrun[u] - rrun[u]), made - bound[u], lrun[u] - rrun[u]
+          printf "%.3f %.3f %.3f %.3f\n", (made - bound[u]) + (lrun[u] - rrun[u]), made - bound[u], lrun[u] - rrun[u], bound[u]
       }
     }' "$dir/$app.local.w" "$dir/$app.rs.w" "$dir/$app.remote.w" >"$dir/$app.added"
 }
@@ -259,6 +260,16 @@ added() {
 pct() {
   awk -v c="$3" '{ print $c }' "$dir/$1.added" | sort -n |
     awk -v p="$2" '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } i = int((NR - 1) * p / 100) + 1; printf "%.0f ms", v[i] * 1000 }'
+}
+# The slowest 1 % of the pods of app $1, one per line: when each was bound
+# (seconds after the first pod was), its added latency and the two parts:
+# whether the tail is a few stalls (the same moments) or spread out.
+slowest() {
+  local first
+  first=$(sort -k4 -n "$dir/$1.added" | awk 'NR == 1 { print $4 }')
+  sort -k1 -n -r "$dir/$1.added" | awk -v n="$(( ($(wc -l <"$dir/$1.added") + 99) / 100 ))" -v t0="$first" \
+    'NR <= n { printf "  bound at +%6.1f s: %5.0f ms (%4.0f + %4.0f)\n", $4 - t0, $1 * 1000, $2 * 1000, $3 * 1000 }' |
+    sort -k3 -n
 }
 
 # (b) at a steady pace first, the clusters otherwise quiet: 100 pods, one
@@ -325,6 +336,8 @@ printf '%-52s %s\n' "(b) added start latency p50 ($measured pods)" "$p50"
 printf '%-52s %s\n' "(b) added start latency p99 (target <= 100 ms)" "$p99"
 printf '%-52s %s\n' "(b)   of which bound -> remote object seen, p50 / p99" "$(pct bench 50 2) / $(pct bench 99 2)"
 printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct bench 50 3) / $(pct bench 99 3)"
+echo "(b) the burst's slowest 1 % (added = to remote object + to local Running):"
+slowest bench
 printf '%-52s %s\n' "(b) at a steady pace ($(wc -l <"$dir/steady.added") pods, ~4/s): p50 / p99" "$(pct steady 50 1) / $(pct steady 99 1)"
 printf '%-52s %s\n' "(b)   of which bound -> remote object seen, p50 / p99" "$(pct steady 50 2) / $(pct steady 99 2)"
 printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct steady 50 3) / $(pct steady 99 3)"

@@ -142,15 +142,18 @@ pub async fn run(
         }
         let api: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
         for (name, uid) in &removed {
-            let waited = wait::until(
-                &cluster,
-                api.clone(),
-                name,
-                conditions::is_deleted(uid),
-                wait::left(deadline),
-                &format!("waiting for the CRD {name} to be deleted"),
-            )
-            .await?;
+            let doing = format!("waiting for the CRD {name} to be deleted");
+            let waited = tokio::select! {
+                waited = wait::until(
+                    &cluster,
+                    api.clone(),
+                    name,
+                    conditions::is_deleted(uid),
+                    wait::left(deadline),
+                    &doing,
+                ) => waited?,
+                never = retry_failed_removal(&api, name) => match never {},
+            };
             if let Waited::TimedOut = waited {
                 step.fail("timed out");
                 // The API server's own account of where the removal stands
@@ -279,5 +282,54 @@ fn names_of<K: kube::Resource + Clone>(
             .collect()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
         Err(e) => Err(cluster.explain(e, doing)),
+    }
+}
+
+/// Set on a CRD being removed to have its removal tried again.
+const REMOVAL_RETRIED_AT: &str = "liqo.io/removal-retried-at";
+
+/// How often a failed removal is tried again.
+const REMOVAL_RETRY: Duration = Duration::from_secs(3);
+
+/// The API server's CRD finalizer deletes every instance before the CRD,
+/// and tries a failed attempt again after a back-off that doubles up to
+/// minutes. An attempt fails while the resource's watch cache is
+/// (re)initializing, as it is right after the CRD changed (an `install`
+/// just before); that alone held a removal for over two minutes. A
+/// change of the CRD's metadata queues it again at once, so while its
+/// `Terminating` condition says `InstanceDeletionFailed`, the CRD gets a
+/// new time in an annotation every few seconds. Never returns; errors
+/// are left to the wait beside it.
+async fn retry_failed_removal(
+    api: &Api<CustomResourceDefinition>,
+    name: &str,
+) -> std::convert::Infallible {
+    loop {
+        tokio::time::sleep(REMOVAL_RETRY).await;
+        let failed = api.get_opt(name).await.ok().flatten().is_some_and(|crd| {
+            crd.metadata.deletion_timestamp.is_some()
+                && crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c.type_ == "Terminating"
+                            && c.reason.as_deref() == Some("InstanceDeletionFailed")
+                    })
+        });
+        if failed {
+            tracing::debug!(crd = name, "its removal failed: trying again");
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let patch =
+                serde_json::json!({ "metadata": { "annotations": { REMOVAL_RETRIED_AT: now } } });
+            let _ = api
+                .patch(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await;
+        }
     }
 }

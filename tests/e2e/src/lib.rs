@@ -145,6 +145,60 @@ pub async fn virtual_node_ready(
     .await
 }
 
+/// The node selector that puts a pod on a virtual node by hand (not by the
+/// placement policy): with [`virtual_node_tolerations`], in a pod spec.
+pub fn virtual_node_selector() -> serde_json::Value {
+    serde_json::json!({ liqo_api::names::labels::VIRTUAL_NODE: "true" })
+}
+
+/// The toleration of the virtual nodes' taint.
+pub fn virtual_node_tolerations() -> serde_json::Value {
+    serde_json::json!([{
+        "key": liqo_api::names::VIRTUAL_NODE_TAINT,
+        "operator": "Exists",
+        "effect": "NoExecute",
+    }])
+}
+
+/// The virtual kubelet processes the host-process node of `cluster` runs
+/// (one per outgoing peering).
+pub fn virtual_kubelets(cluster: &liqo_testbed::Cluster) -> Vec<liqo_testbed::ProcessInfo> {
+    liqo_testbed::agent_processes(cluster.dir())
+        .into_iter()
+        .filter(|p| p.name.starts_with("liqo-virtual"))
+        .collect()
+}
+
+/// Kills the one virtual kubelet of `cluster` with SIGKILL, as a crash
+/// would (nothing flushed, nothing said); its pid.
+pub fn kill_virtual_kubelet(cluster: &liqo_testbed::Cluster) -> anyhow::Result<u32> {
+    let vk = virtual_kubelets(cluster);
+    anyhow::ensure!(vk.len() == 1, "not one virtual kubelet: {vk:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(vk[0].pid)?),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    Ok(vk[0].pid)
+}
+
+/// Waits until the host-process node has started the virtual kubelet
+/// killed at `pid` again: one virtual kubelet, of another pid.
+pub async fn virtual_kubelet_restarted(
+    cluster: &liqo_testbed::Cluster,
+    pid: u32,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_for(
+        "the host node to restart the virtual kubelet",
+        timeout,
+        || async {
+            let now = virtual_kubelets(cluster);
+            Ok(now.len() == 1 && now[0].pid != pid)
+        },
+    )
+    .await
+}
+
 /// A client that acts on provider `provider_id` as the consumer
 /// (`consumer`, reached with `local`) is known there: the kubeconfig the
 /// peering keeps in the consumer's Secret `liqo/liqo-identity-<provider>`,

@@ -36,12 +36,8 @@ fn deployment(ns: &str, replicas: i32) -> Result<Deployment> {
             "template": {
                 "metadata": { "labels": { "app": "web" } },
                 "spec": {
-                    "nodeSelector": { labels::VIRTUAL_NODE: "true" },
-                    "tolerations": [{
-                        "key": names::VIRTUAL_NODE_TAINT,
-                        "operator": "Exists",
-                        "effect": "NoExecute",
-                    }],
+                    "nodeSelector": liqo_e2e::virtual_node_selector(),
+                    "tolerations": liqo_e2e::virtual_node_tolerations(),
                     "terminationGracePeriodSeconds": 0,
                     // No requests: the quota would refuse such a pod, so
                     // the virtual kubelet states zero.

@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, PostParams};
 use liqo_api::ClusterId;
-use liqo_api::names::{self, labels, peering};
+use liqo_api::names::peering;
 use liqo_e2e::{liqoctl, run, wait_for};
 use liqo_testbed::Toolchain;
 use serde_json::json;
@@ -26,17 +26,24 @@ use tokio::io::AsyncBufReadExt;
 const NS: &str = "logs";
 const POD: &str = "logger";
 const WAIT: Duration = Duration::from_secs(90);
+/// What the provider's kwok node measures for the offloaded pod (the
+/// local pod's annotations, which the agent copies to the remote pod).
+const USAGE_CPU: &str = "250m";
+const USAGE_MEMORY: &str = "20Mi";
 
 fn pod() -> Pod {
     serde_json::from_value(json!({
-        "metadata": { "name": POD, "namespace": NS },
+        "metadata": {
+            "name": POD,
+            "namespace": NS,
+            "annotations": {
+                "kwok.x-k8s.io/usage-cpu": USAGE_CPU,
+                "kwok.x-k8s.io/usage-memory": USAGE_MEMORY,
+            },
+        },
         "spec": {
-            "nodeSelector": { labels::VIRTUAL_NODE: "true" },
-            "tolerations": [{
-                "key": names::VIRTUAL_NODE_TAINT,
-                "operator": "Exists",
-                "effect": "NoExecute",
-            }],
+            "nodeSelector": liqo_e2e::virtual_node_selector(),
+            "tolerations": liqo_e2e::virtual_node_tolerations(),
             "terminationGracePeriodSeconds": 1,
             "containers": [{ "name": POD, "image": "busybox" }],
         },
@@ -297,24 +304,22 @@ fn metrics_server_objects(host_ip: &str, port: u16) -> serde_json::Value {
     })
 }
 
-/// `kubectl top` on the consumer, from a real metrics-server (built from
-/// its module with the toolchain) that scrapes every node, the virtual
-/// one's `/metrics/resource` among them, as it would in a cluster; the
-/// figures are the provider's (PodMetrics written every 2 s, as
-/// metrics-server there would).
-async fn kubectl_top(
-    consumer: &liqo_testbed::Cluster,
-    provider: &liqo_testbed::Cluster,
-    kubectl: &impl Fn(&[&str]) -> liqo_e2e::Run,
-    node_name: &str,
-    host_ip: &str,
-) -> Result<()> {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
-
+/// A metrics-server for `cluster`, run beside it at `host_ip` (where the
+/// API server reaches it) with [`metrics_server_objects`], as a
+/// ServiceAccount of the cluster; its log is in the cluster's folder.
+/// Killed when dropped.
+fn metrics_server(cluster: &liqo_testbed::Cluster, host_ip: &str) -> Result<tokio::process::Child> {
+    let toolchain = Toolchain::locate()?;
+    let kubectl = |args: &[&str]| {
+        run(std::process::Command::new(toolchain.binary("kubectl"))
+            .arg("--kubeconfig")
+            .arg(cluster.kubeconfig_path())
+            .args(args))
+    };
     let port = std::net::TcpListener::bind((host_ip, 0))?
         .local_addr()?
         .port();
-    let folder = consumer.dir().join("metrics-server");
+    let folder = cluster.dir().join("metrics-server");
     std::fs::create_dir_all(&folder)?;
     let manifest = folder.join("objects.json");
     std::fs::write(&manifest, metrics_server_objects(host_ip, port).to_string())?;
@@ -336,20 +341,20 @@ async fn kubectl_top(
         json!({
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{ "name": "consumer", "cluster": {
-                "server": consumer.server(),
-                "certificate-authority": consumer.dir().join("pki/ca.crt"),
+            "clusters": [{ "name": cluster.name(), "cluster": {
+                "server": cluster.server(),
+                "certificate-authority": cluster.dir().join("pki/ca.crt"),
             } }],
             "users": [{ "name": "metrics-server", "user": { "tokenFile": token_file } }],
-            "contexts": [{ "name": "metrics-server", "context": { "cluster": "consumer", "user": "metrics-server" } }],
+            "contexts": [{ "name": "metrics-server", "context": { "cluster": cluster.name(), "user": "metrics-server" } }],
             "current-context": "metrics-server",
         })
         .to_string(),
     )?;
     let kubeconfig_arg = |flag: &str| format!("--{flag}={}", kubeconfig.display());
     let log = std::fs::File::create(folder.join("metrics-server.log"))?;
-    let _metrics_server =
-        tokio::process::Command::new(Toolchain::locate()?.binary("metrics-server"))
+    Ok(
+        tokio::process::Command::new(toolchain.binary("metrics-server"))
             .args([
                 kubeconfig_arg("kubeconfig"),
                 kubeconfig_arg("authentication-kubeconfig"),
@@ -357,7 +362,8 @@ async fn kubectl_top(
                 format!("--bind-address={host_ip}"),
                 format!("--secure-port={port}"),
                 format!("--cert-dir={}", folder.display()),
-                // The agent's kubelet certificate is its own (docs/virtual-kubelet.md).
+                // The virtual kubelet's certificate is its own
+                // (docs/virtual-kubelet.md), kwok's too.
                 "--kubelet-insecure-tls".into(),
                 "--kubelet-preferred-address-types=InternalIP".into(),
                 "--kubelet-use-node-status-port".into(),
@@ -367,92 +373,131 @@ async fn kubectl_top(
             .stdout(log.try_clone()?)
             .stderr(log)
             .kill_on_drop(true)
-            .spawn()?;
+            .spawn()?,
+    )
+}
 
-    // The provider's figures, fresh every 2 s: 250m and 20Mi.
+/// Waits until `kubectl top pod` in `namespace` of `cluster` shows pod
+/// `name` at about [`USAGE_CPU`] and exactly [`USAGE_MEMORY`] (once its
+/// metrics-server has two readings); the line it showed.
+async fn top_pod(cluster: &liqo_testbed::Cluster, namespace: &str, name: &str) -> Result<String> {
+    let kubectl = Toolchain::locate()?.binary("kubectl");
+    let mut shown = String::new();
+    let result = wait_for(
+        &format!(
+            "kubectl top pod to show {namespace}/{name} on {}",
+            cluster.name()
+        ),
+        WAIT,
+        || {
+            let top = run(std::process::Command::new(&kubectl)
+                .arg("--kubeconfig")
+                .arg(cluster.kubeconfig_path())
+                .args(["top", "pod", "-n", namespace, name, "--no-headers"]));
+            shown = top.stdout.trim().to_owned();
+            let line: Vec<&str> = shown.split_whitespace().collect();
+            let ok = top.code == 0
+                && matches!(line.as_slice(), [pod, cpu, memory]
+                    if *pod == name && about_usage_cpu(cpu) && *memory == USAGE_MEMORY);
+            async move { Ok(ok) }
+        },
+    )
+    .await;
+    match result {
+        Ok(()) => Ok(shown),
+        Err(e) => {
+            let log =
+                std::fs::read_to_string(cluster.dir().join("metrics-server/metrics-server.log"))
+                    .unwrap_or_default();
+            let start = log.len().saturating_sub(4000);
+            Err(e.context(format!(
+                "kubectl top pod showed {shown:?}; metrics-server's log ends with:\n{}",
+                &log[start..]
+            )))
+        }
+    }
+}
+
+/// Whether a `kubectl top` CPU figure is [`USAGE_CPU`] give or take 4 %
+/// (two rates measured over windows of a few seconds, one after the
+/// other).
+fn about_usage_cpu(cpu: &str) -> bool {
+    let millis = |q: &str| q.strip_suffix('m').and_then(|m| m.parse::<u32>().ok());
+    let want = millis(USAGE_CPU).expect("USAGE_CPU in millicores");
+    millis(cpu).is_some_and(|m| m.abs_diff(want) <= want / 25)
+}
+
+/// `kubectl top` on the consumer, with nothing standing in: on the
+/// provider, kwok's node serves a kubelet's `/metrics/resource` for the
+/// remote pod (its usage from the annotations the local pod has and the
+/// agent copies) and a metrics-server there serves the provider's
+/// metrics API; the agent reads it as the tenant and serves its own
+/// `/metrics/resource`; a metrics-server on the consumer scrapes every
+/// node, the virtual one among them, and `kubectl top pod` and `kubectl
+/// top node` show the figures.
+async fn kubectl_top(
+    consumer: &liqo_testbed::Cluster,
+    provider: &liqo_testbed::Cluster,
+    node_name: &str,
+    uid: &str,
+    host_ip: &str,
+) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+    use kube::api::{DeleteParams, ListParams};
+
+    // The stand-in of `provider_metrics` goes first: the metrics API is
+    // then the aggregated one.
     let remote = provider.client().await?;
-    let remote_pod = Api::<Pod>::all(remote.clone())
-        .list(&ListParams::default().labels(&format!(
-            "liqo.io/local-pod-uid={}",
-            local_uid(&Api::namespaced(consumer.client().await?, NS)).await?
-        )))
+    let crds: Api<CustomResourceDefinition> = Api::all(remote.clone());
+    crds.delete("pods.metrics.k8s.io", &DeleteParams::default())
+        .await?;
+    let api_services: Api<APIService> = Api::all(remote.clone());
+    wait_for("the stand-in's APIService gone", WAIT, || async {
+        Ok(crds.get_opt("pods.metrics.k8s.io").await?.is_none()
+            && api_services
+                .get_opt("v1beta1.metrics.k8s.io")
+                .await?
+                .is_none())
+    })
+    .await?;
+    let _on_provider = metrics_server(provider, host_ip)?;
+    let remote_pod = Api::<Pod>::all(remote)
+        .list(&ListParams::default().labels(&format!("liqo.io/local-pod-uid={uid}")))
         .await?
         .items
         .into_iter()
         .next()
         .context("the remote pod")?;
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("metrics.k8s.io", "v1beta1", "PodMetrics"),
-        "pods",
-    );
-    let metrics: Api<DynamicObject> = Api::namespaced_with(
-        remote,
-        remote_pod
-            .metadata
-            .namespace
-            .as_deref()
-            .context("its namespace")?,
-        &resource,
-    );
+    let twin = remote_pod.metadata.namespace.context("its namespace")?;
     let name = remote_pod.metadata.name.context("its name")?;
-    let writer = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(2));
-        loop {
-            tick.tick().await;
-            let object = json!({
-                "apiVersion": "metrics.k8s.io/v1beta1",
-                "kind": "PodMetrics",
-                "metadata": { "name": name },
-                "timestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
-                "window": "2s",
-                "containers": [{ "name": POD, "usage": { "cpu": "250m", "memory": "20Mi" } }],
-            });
-            let patch = PatchParams::apply("liqo-e2e").force();
-            if let Err(e) = metrics.patch(&name, &patch, &Patch::Apply(&object)).await {
-                eprintln!("writing PodMetrics: {e}");
-            }
-        }
-    });
+    eprintln!(
+        "kubectl top pod on the provider: {}",
+        top_pod(provider, &twin, &name).await?
+    );
 
-    // `NAME CPU MEMORY` of `kubectl top`, once metrics-server has two
-    // readings of the pod.
-    let top = |args: &[&str]| {
-        let run = kubectl(args);
-        (run.code == 0).then_some(run.stdout)
-    };
-    let millicores = |cpu: &str| cpu.strip_suffix('m').and_then(|m| m.parse::<u32>().ok());
-    let mut shown = String::new();
-    let result = wait_for(
-        "kubectl top pod to show the provider's figures",
-        WAIT,
-        || {
-            shown = top(&["top", "pod", "-n", NS, "--no-headers"]).unwrap_or_default();
-            let line: Vec<&str> = shown.split_whitespace().collect();
-            let ok = matches!(line.as_slice(), [pod, cpu, "20Mi"]
-            if *pod == POD && millicores(cpu).is_some_and(|m| (249..=251).contains(&m)));
-            async move { Ok(ok) }
-        },
-    )
-    .await;
-    if let Err(e) = result {
-        let log = std::fs::read_to_string(folder.join("metrics-server.log")).unwrap_or_default();
-        let start = log.len().saturating_sub(4000);
-        writer.abort();
-        return Err(e.context(format!(
-            "kubectl top pod showed {shown:?}; metrics-server's log ends with:\n{}",
-            &log[start..]
-        )));
-    }
-    eprintln!("kubectl top pod: {}", shown.trim());
+    let _on_consumer = metrics_server(consumer, host_ip)?;
+    eprintln!(
+        "kubectl top pod on the consumer: {}",
+        top_pod(consumer, NS, POD).await?
+    );
     // The node: the sum of its pods, the figures a kubelet's node has.
-    let node = top(&["top", "node", node_name, "--no-headers"]).context("kubectl top node")?;
-    eprintln!("kubectl top node: {}", node.trim());
-    let line: Vec<&str> = node.split_whitespace().collect();
-    writer.abort();
+    let top_node = run(
+        std::process::Command::new(Toolchain::locate()?.binary("kubectl"))
+            .arg("--kubeconfig")
+            .arg(consumer.kubeconfig_path())
+            .args(["top", "node", node_name, "--no-headers"]),
+    )
+    .success();
+    eprintln!(
+        "kubectl top node on the consumer: {}",
+        top_node.stdout.trim()
+    );
+    let line: Vec<&str> = top_node.stdout.split_whitespace().collect();
     assert!(
-        matches!(line.as_slice(), [n, cpu, _, "20Mi", _]
-            if *n == node_name && millicores(cpu).is_some_and(|m| (249..=251).contains(&m))),
-        "{node}"
+        matches!(line.as_slice(), [n, cpu, _, memory, _]
+            if *n == node_name && about_usage_cpu(cpu) && *memory == USAGE_MEMORY),
+        "{top_node:?}"
     );
     Ok(())
 }
@@ -729,7 +774,14 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
     assert!(raw.stdout.lines().any(|l| l == "scrape_error 1"), "{raw:?}");
 
     provider_metrics(provider, &kubectl, &node_name, &local_uid(&pods).await?).await?;
-    kubectl_top(consumer, provider, &kubectl, &node_name, &address).await?;
+    kubectl_top(
+        consumer,
+        provider,
+        &node_name,
+        &local_uid(&pods).await?,
+        &address,
+    )
+    .await?;
 
     // Straight to the kubelet API: no credentials at all, then a service
     // account without nodes/proxy, then the same once granted it.

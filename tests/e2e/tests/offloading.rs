@@ -40,12 +40,8 @@ fn deployment(replicas: i32) -> Deployment {
                 "spec": {
                     // Placed by hand, so that the test does not depend on
                     // the placement policy.
-                    "nodeSelector": { labels::VIRTUAL_NODE: "true" },
-                    "tolerations": [{
-                        "key": names::VIRTUAL_NODE_TAINT,
-                        "operator": "Exists",
-                        "effect": "NoExecute",
-                    }],
+                    "nodeSelector": liqo_e2e::virtual_node_selector(),
+                    "tolerations": liqo_e2e::virtual_node_tolerations(),
                     "terminationGracePeriodSeconds": 5,
                     "containers": [{
                         "name": "web",
@@ -154,16 +150,8 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         Ok(!remote_rs.list(&ours).await?.items.is_empty())
     })
     .await?;
-    let vk: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
-        .into_iter()
-        .filter(|p| p.name.starts_with("liqo-virtual"))
-        .collect();
-    assert_eq!(vk.len(), 1, "one virtual kubelet: {vk:?}");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &vk[0].pid.to_string()])
-        .status()?;
-    assert!(killed.success());
-    eprintln!("killed the virtual kubelet (pid {})", vk[0].pid);
+    let killed = liqo_e2e::kill_virtual_kubelet(consumer)?;
+    eprintln!("killed the virtual kubelet (pid {killed})");
 
     wait_for(
         "3 local pods Running with the remote pods' IPs",
@@ -193,18 +181,7 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         "3 pods Running through the provider in {:?}",
         start.elapsed()
     );
-    wait_for(
-        "the host node to restart the virtual kubelet",
-        WAIT,
-        || async {
-            let now: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
-                .into_iter()
-                .filter(|p| p.name.starts_with("liqo-virtual"))
-                .collect();
-            Ok(now.len() == 1 && now[0].pid != vk[0].pid)
-        },
-    )
-    .await?;
+    liqo_e2e::virtual_kubelet_restarted(consumer, killed, WAIT).await?;
     // The restarted agent's first passes must not create anything again.
     tokio::time::sleep(Duration::from_secs(3)).await;
 

@@ -15,7 +15,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
-use liqo_api::names::{self, labels, peering};
+use liqo_api::names::peering;
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
 
@@ -33,12 +33,8 @@ fn job() -> Job {
                 "metadata": { "labels": { "app": "report" } },
                 "spec": {
                     "restartPolicy": "Never",
-                    "nodeSelector": { labels::VIRTUAL_NODE: "true" },
-                    "tolerations": [{
-                        "key": names::VIRTUAL_NODE_TAINT,
-                        "operator": "Exists",
-                        "effect": "NoExecute",
-                    }],
+                    "nodeSelector": liqo_e2e::virtual_node_selector(),
+                    "tolerations": liqo_e2e::virtual_node_tolerations(),
                     "containers": [{
                         "name": "report",
                         "image": "busybox",

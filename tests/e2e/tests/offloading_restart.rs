@@ -19,7 +19,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
-use liqo_api::names::{self, labels, peering};
+use liqo_api::names::peering;
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
 
@@ -101,12 +101,8 @@ fn deployment(replicas: i32) -> Deployment {
             "template": {
                 "metadata": { "labels": { "app": "fleet" } },
                 "spec": {
-                    "nodeSelector": { labels::VIRTUAL_NODE: "true" },
-                    "tolerations": [{
-                        "key": names::VIRTUAL_NODE_TAINT,
-                        "operator": "Exists",
-                        "effect": "NoExecute",
-                    }],
+                    "nodeSelector": liqo_e2e::virtual_node_selector(),
+                    "tolerations": liqo_e2e::virtual_node_tolerations(),
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{
                         "name": "app",
@@ -122,14 +118,6 @@ fn deployment(replicas: i32) -> Deployment {
 
 fn running(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
-
-/// The one virtual kubelet process of the consumer.
-fn virtual_kubelet(testbed: &liqo_testbed::Testbed) -> Vec<liqo_testbed::ProcessInfo> {
-    liqo_testbed::agent_processes(testbed.cluster("consumer").dir())
-        .into_iter()
-        .filter(|p| p.name.starts_with("liqo-virtual"))
-        .collect()
 }
 
 /// What the provider holds for the offloaded pods, and checks against the
@@ -283,31 +271,17 @@ async fn killed_in_the_middle_of_a_500_pod_scale_up() -> Result<()> {
         Ok(remote.rs_uids().await?.len() >= fifth)
     })
     .await?;
-    let vk = virtual_kubelet(&testbed);
-    assert_eq!(vk.len(), 1, "one virtual kubelet: {vk:?}");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &vk[0].pid.to_string()])
-        .status()?;
-    assert!(killed.success());
+    let killed = liqo_e2e::kill_virtual_kubelet(testbed.cluster("consumer"))?;
     let at_kill = remote.rs_uids().await?.len();
     eprintln!(
-        "killed the virtual kubelet (pid {}) at {at_kill} remote ReplicaSets, {:?} in",
-        vk[0].pid,
+        "killed the virtual kubelet (pid {killed}) at {at_kill} remote ReplicaSets, {:?} in",
         start.elapsed()
     );
     assert!(
         at_kill < usize::try_from(SCALE)?,
         "the scale-up was over before the kill: {at_kill}"
     );
-    wait_for(
-        "the host node to restart the virtual kubelet",
-        WAIT,
-        || async {
-            let now = virtual_kubelet(&testbed);
-            Ok(now.len() == 1 && now[0].pid != vk[0].pid)
-        },
-    )
-    .await?;
+    liqo_e2e::virtual_kubelet_restarted(testbed.cluster("consumer"), killed, WAIT).await?;
 
     let want = usize::try_from(SCALE)?;
     wait_for(

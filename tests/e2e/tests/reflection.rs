@@ -60,12 +60,8 @@ fn pod(name: &str, env_from: Value, volumes: Value) -> Result<Pod> {
     Ok(serde_json::from_value(json!({
         "metadata": { "name": name, "namespace": NS, "labels": { "test": "refs" } },
         "spec": {
-            "nodeSelector": { labels::VIRTUAL_NODE: "true" },
-            "tolerations": [{
-                "key": names::VIRTUAL_NODE_TAINT,
-                "operator": "Exists",
-                "effect": "NoExecute",
-            }],
+            "nodeSelector": liqo_e2e::virtual_node_selector(),
+            "tolerations": liqo_e2e::virtual_node_tolerations(),
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "app",
@@ -767,23 +763,8 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
         .remove(0)
         .metadata
         .resource_version;
-    let vk: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
-        .into_iter()
-        .filter(|p| p.name.starts_with("liqo-virtual"))
-        .collect();
-    assert_eq!(vk.len(), 1, "one virtual kubelet: {vk:?}");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &vk[0].pid.to_string()])
-        .status()?;
-    assert!(killed.success());
-    wait_for("the virtual kubelet to restart", WAIT, || async {
-        let now: Vec<_> = liqo_testbed::agent_processes(consumer.dir())
-            .into_iter()
-            .filter(|p| p.name.starts_with("liqo-virtual"))
-            .collect();
-        Ok(now.len() == 1 && now[0].pid != vk[0].pid)
-    })
-    .await?;
+    let killed = liqo_e2e::kill_virtual_kubelet(consumer)?;
+    liqo_e2e::virtual_kubelet_restarted(consumer, killed, WAIT).await?;
     // A few passes of the restarted agent (it resyncs every 5 s).
     tokio::time::sleep(Duration::from_secs(12)).await;
     let backoff = copies("BackOff").await?;

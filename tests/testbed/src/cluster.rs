@@ -475,7 +475,9 @@ impl Cluster {
         // kwok pod has the same logs: the lines of `kwok-pods.log` (see
         // [`Cluster::kwok_logs_path`]), followed as they are appended; and
         // `kubectl exec` into one runs the command here, on this machine,
-        // in the cluster's folder (kwok's local exec).
+        // in the cluster's folder (kwok's local exec). Each node serves
+        // the resource metrics a kubelet serves (KWOK_METRICS), from a
+        // usage each pod states in annotations (KWOK_USAGE).
         let kwok_config = dir.join("kwok.yaml");
         let kwok_logs = dir.join(KWOK_LOGS_FILE);
         std::fs::write(&kwok_logs, "").map_err(io_error(&kwok_logs))?;
@@ -489,7 +491,8 @@ impl Cluster {
                  ---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: all-pods\n\
                  spec:\n  logs:\n  - logsFile: {kwok_logs_json}\n    follow: true\n\
                  ---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterExec\nmetadata:\n  name: all-pods\n\
-                 spec:\n  execs:\n  - local:\n      workDir: {dir_json}\n"
+                 spec:\n  execs:\n  - local:\n      workDir: {dir_json}\n\
+                 ---\n{KWOK_METRICS}---\n{KWOK_USAGE}"
             ),
         )
         .map_err(io_error(&kwok_config))?;
@@ -660,7 +663,14 @@ impl Cluster {
                 "kind": "Node",
                 "metadata": {
                     "name": name,
-                    "annotations": { KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0" },
+                    "annotations": {
+                        KWOK_ANNOTATION: "fake",
+                        "node.alpha.kubernetes.io/ttl": "0",
+                        // Where metrics-server finds the node's figures on
+                        // kwok's server (the `Metric` of kwok.yaml).
+                        "metrics.k8s.io/resource-metrics-path":
+                            format!("/metrics/nodes/{name}/metrics/resource"),
+                    },
                     "labels": {
                         "type": "kwok",
                         "kubernetes.io/arch": "amd64",
@@ -1083,6 +1093,69 @@ impl Drop for Cluster {
 
 /// The file (in the cluster's folder) kwok serves as every container's logs.
 const KWOK_LOGS_FILE: &str = "kwok-pods.log";
+
+/// kwok's `/metrics/nodes/<node>/metrics/resource`: the families of a
+/// kubelet's `/metrics/resource` that metrics-server reads, made of the
+/// usage of [`KWOK_USAGE`] (CPU counters integrate it since each pod
+/// started).
+const KWOK_METRICS: &str = r#"apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Metric
+metadata:
+  name: resource
+spec:
+  path: /metrics/nodes/{nodeName}/metrics/resource
+  metrics:
+  - name: scrape_error
+    dimension: node
+    kind: gauge
+    value: "0"
+  - name: node_cpu_usage_seconds_total
+    dimension: node
+    kind: counter
+    value: node.CumulativeUsage("cpu")
+  - name: node_memory_working_set_bytes
+    dimension: node
+    kind: gauge
+    value: node.Usage("memory")
+  - name: container_start_time_seconds
+    dimension: container
+    kind: gauge
+    labels: &container
+    - { name: container, value: container.name }
+    - { name: namespace, value: pod.metadata.namespace }
+    - { name: pod, value: pod.metadata.name }
+    value: pod.SinceSecond()
+  - name: container_cpu_usage_seconds_total
+    dimension: container
+    kind: counter
+    labels: *container
+    value: pod.CumulativeUsage("cpu", container.name)
+  - name: container_memory_working_set_bytes
+    dimension: container
+    kind: gauge
+    labels: *container
+    value: pod.Usage("memory", container.name)
+"#;
+
+/// What each kwok pod uses: the annotations
+/// `kwok.x-k8s.io/usage-cpu` and `kwok.x-k8s.io/usage-memory` (quantities),
+/// else 1m and 1Mi.
+const KWOK_USAGE: &str = r#"apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterResourceUsage
+metadata:
+  name: from-annotations
+spec:
+  usages:
+  - usage:
+      cpu:
+        expression: >-
+          "kwok.x-k8s.io/usage-cpu" in pod.metadata.annotations
+          ? Quantity(pod.metadata.annotations["kwok.x-k8s.io/usage-cpu"]) : Quantity("1m")
+      memory:
+        expression: >-
+          "kwok.x-k8s.io/usage-memory" in pod.metadata.annotations
+          ? Quantity(pod.metadata.annotations["kwok.x-k8s.io/usage-memory"]) : Quantity("1Mi")
+"#;
 
 /// The annotation that puts a node under kwok's management.
 pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
