@@ -67,6 +67,22 @@ fn node_proxy(
     raw
 }
 
+/// The twin namespace and name of the remote pod of local pod `uid`.
+async fn remote_pod(remote: &kube::Client, uid: &str) -> Result<(String, String)> {
+    use kube::api::ListParams;
+    let pod = Api::<Pod>::all(remote.clone())
+        .list(&ListParams::default().labels(&format!("liqo.io/local-pod-uid={uid}")))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("the remote pod")?;
+    Ok((
+        pod.metadata.namespace.context("its namespace")?,
+        pod.metadata.name.context("its name")?,
+    ))
+}
+
 async fn local_uid(pods: &Api<Pod>) -> Result<String> {
     pods.get(POD).await?.metadata.uid.context("the pod's UID")
 }
@@ -101,7 +117,7 @@ async fn provider_metrics(
     uid: &str,
 ) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 
     let remote = provider.client().await?;
     let crds: Api<CustomResourceDefinition> = Api::all(remote.clone());
@@ -134,15 +150,7 @@ async fn provider_metrics(
         }))
     })
     .await?;
-    let remote_pod = Api::<Pod>::all(remote.clone())
-        .list(&ListParams::default().labels(&format!("liqo.io/local-pod-uid={uid}")))
-        .await?
-        .items
-        .into_iter()
-        .next()
-        .context("the remote pod")?;
-    let twin = remote_pod.metadata.namespace.context("its namespace")?;
-    let name = remote_pod.metadata.name.context("its name")?;
+    let (twin, name) = remote_pod(&remote, uid).await?;
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("metrics.k8s.io", "v1beta1", "PodMetrics"),
         "pods",
@@ -444,7 +452,7 @@ async fn kubectl_top(
 ) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-    use kube::api::{DeleteParams, ListParams};
+    use kube::api::DeleteParams;
 
     // The stand-in of `provider_metrics` goes first: the metrics API is
     // then the aggregated one.
@@ -462,15 +470,7 @@ async fn kubectl_top(
     })
     .await?;
     let _on_provider = metrics_server(provider, host_ip)?;
-    let remote_pod = Api::<Pod>::all(remote)
-        .list(&ListParams::default().labels(&format!("liqo.io/local-pod-uid={uid}")))
-        .await?
-        .items
-        .into_iter()
-        .next()
-        .context("the remote pod")?;
-    let twin = remote_pod.metadata.namespace.context("its namespace")?;
-    let name = remote_pod.metadata.name.context("its name")?;
+    let (twin, name) = remote_pod(&remote, uid).await?;
     eprintln!(
         "kubectl top pod on the provider: {}",
         top_pod(provider, &twin, &name).await?
