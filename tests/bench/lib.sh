@@ -107,3 +107,88 @@ new_vk() {
   echo "the virtual kubelet did not start again" >&2
   return 1
 }
+
+# The cluster (testbed folder) process $1 belongs to, as its command line
+# or environment names it; nothing for a process of no cluster.
+cluster_of() {
+  { tr '\0' '\n' <"/proc/$1/cmdline"; tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null |
+    grep -o "$dir/tb/[a-z]*/" | head -n 1 | sed "s|$dir/tb/||; s|/$||" || true
+}
+
+# CPU time so far of every process of the testbed, one line each:
+# "<cluster>/<program> <ticks>" (utime + stime, in clock ticks).
+cpu_ticks() {
+  local pid where comm
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    where=$(cluster_of "$pid")
+    [ -n "$where" ] || continue
+    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
+    awk -v w="$where/$comm" '{ sub(/^.*\) /, ""); print w, $12 + $13 }' "/proc/$pid/stat" 2>/dev/null || true
+  done
+}
+
+# CPU seconds per program between two cpu_ticks files ($1 before, $2
+# after), largest first, as "program seconds" lines.
+cpu_spent() {
+  local hz
+  hz=$(getconf CLK_TCK)
+  awk -v hz="$hz" 'NR == FNR { before[$1] += $2; next } { after[$1] += $2 }
+    END { for (p in after) printf "%s %.1f\n", p, (after[p] - before[p]) / hz }' "$1" "$2" |
+    sort -k2 -n -r
+}
+
+watchers=()
+# Stops the watches: each loop of `stamped`, then its kubectl.
+stop_watchers() {
+  local pid children
+  for pid in "${watchers[@]}"; do
+    children=$(pgrep -P "$pid" || true)
+    kill "$pid" $children 2>/dev/null || true
+  done
+  watchers=()
+}
+# Seconds from now until `want` ($2) pods are Running in the watch file
+# $1 (lines "time uid node phase" of `stamped`); fails after 30 minutes.
+# Counting from a watch the script runs anyway costs the API server
+# nothing more, where listing every pod twice a second cost it more than
+# what was measured.
+until_running() {
+  local file=$1 want=$2 start now
+  start=$(date +%s.%N)
+  for _ in $(seq 9000); do
+    if [ "$(awk '$4 == "Running" && !seen[$2]++ { n++ } END { print n + 0 }' "$file" 2>/dev/null)" -ge "$want" ]; then
+      now=$(date +%s.%N)
+      awk "BEGIN { printf \"%.1f\", $now - $start }"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "timed out waiting for $want Running pods in $file" >&2
+  return 1
+}
+
+# Starts `kubectl "$@"` (a `get -w`) in the background, each line it
+# prints written to file $1 with the time it was seen (its errors to
+# $1.err); the watch is stopped with the others. A watch the API server
+# ends (seen once with 1,000 pods starting under a raised
+# --kcm-qps) is started again, at most 20 times: it lists every object
+# again, so a pod's first time seen in a phase is never earlier than
+# when it got there.
+stamped() {
+  local out=$1
+  shift
+  (
+    for _ in $(seq 20); do
+      "$kubectl" "$@" 2>>"$out.err"
+      echo "$(date +%T) watch ended ($?), started again" >>"$out.err"
+      sleep 0.5
+    done
+  ) > >(perl -MTime::HiRes=time -ne '$|=1; printf "%.3f %s", time, $_' >"$out") &
+  watchers+=($!)
+}
+
+# Stops the watches started with `stamped`.
+unwatch() {
+  sleep 2
+  stop_watchers
+}

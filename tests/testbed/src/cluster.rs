@@ -477,7 +477,12 @@ impl Cluster {
         // `kubectl exec` into one runs the command here, on this machine,
         // in the cluster's folder (kwok's local exec). Each node serves
         // the resource metrics a kubelet serves (KWOK_METRICS), from a
-        // usage each pod states in annotations (KWOK_USAGE).
+        // usage each pod states in annotations (KWOK_USAGE). Each node
+        // keeps a lease, renewed every 10 s, as kubelets do: the options
+        // of a config file are not defaulted, and without a lease a node's
+        // only heartbeat is its status, every 20 to 45 s, which the
+        // controller-manager's 50 s grace period missed under load (nodes
+        // NotReady, pods not Ready, while 1,000 pods started).
         let kwok_config = dir.join("kwok.yaml");
         let kwok_logs = dir.join(KWOK_LOGS_FILE);
         std::fs::write(&kwok_logs, "").map_err(io_error(&kwok_logs))?;
@@ -487,7 +492,8 @@ impl Cluster {
         std::fs::write(
             &kwok_config,
             format!(
-                "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {{}}\n\
+                "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\n\
+                 options:\n  nodeLeaseDurationSeconds: 40\n  nodeLeaseParallelism: 4\n\
                  ---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: all-pods\n\
                  spec:\n  logs:\n  - logsFile: {kwok_logs_json}\n    follow: true\n\
                  ---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterExec\nmetadata:\n  name: all-pods\n\
