@@ -4,15 +4,39 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-toolchain=$(bash tests/setup.sh | tail -n 1)
-export LIQO_TOOLCHAIN_DIR="$toolchain"
+# Packages first (a C compiler for jemalloc, among others); then the test
+# clusters' binaries build from their Go modules (about 11 minutes on a new
+# machine, nothing once cached) while cargo checks and builds ours: each
+# build alone leaves part of the machine idle (downloads, links).
+bash tests/setup.sh --without-toolchain
+log=$(mktemp)
+toolchain_out=$(mktemp)
+toolchain_err=$(mktemp)
+bash tests/toolchain/build.sh >"$toolchain_out" 2>"$toolchain_err" &
+toolchain_build=$!
+# Stopped if a step below fails first (it publishes a build whole or not
+# at all).
+stop_toolchain_build() {
+  if [ -n "$toolchain_build" ]; then
+    pkill -P "$toolchain_build" 2>/dev/null || true
+    kill "$toolchain_build" 2>/dev/null || true
+  fi
+}
+trap 'stop_toolchain_build; rm -f "$log" "$toolchain_out" "$toolchain_err"' EXIT
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The end-to-end tests run the binaries as users do.
 cargo build --workspace --bins --locked
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+if ! wait "$toolchain_build"; then
+  cat "$toolchain_err" >&2
+  echo "error: building the test clusters' binaries failed (tests/toolchain/build.sh)" >&2
+  exit 1
+fi
+toolchain_build=""
+cat "$toolchain_err" >&2
+export LIQO_TOOLCHAIN_DIR
+LIQO_TOOLCHAIN_DIR=$(tail -n 1 "$toolchain_out")
 set +e
 cargo test --workspace --locked "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -3,8 +3,17 @@
 # nothing more when it is already there: Rust's rustfmt and clippy, Debian
 # packages, and the control-plane binaries (built from pinned Go modules,
 # cached outside the repository). Prints the binaries' folder last.
+# With --without-toolchain, all but the control-plane binaries (the test
+# command builds them beside cargo's builds: tests/toolchain/build.sh).
+#   bash tests/setup.sh [--without-toolchain]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+with_toolchain=true
+case "${1:-}" in
+  "") ;;
+  --without-toolchain) with_toolchain=false ;;
+  *) echo "usage: $0 [--without-toolchain]" >&2; exit 2 ;;
+esac
 
 need() { command -v "$1" >/dev/null 2>&1; }
 
@@ -45,4 +54,6 @@ fi
 
 # The current wireguard-go, which the tunnel's interoperability test runs.
 bash tests/wireguard-go/build.sh >/dev/null
-bash tests/toolchain/build.sh
+if $with_toolchain; then
+  bash tests/toolchain/build.sh
+fi
