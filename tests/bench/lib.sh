@@ -192,3 +192,26 @@ unwatch() {
   sleep 2
   stop_watchers
 }
+
+# Requests the API server of kubeconfig $1 has served so far, one line
+# each: "<verb> <resource>[/<subresource>] <count>" (from its
+# apiserver_request_total; a watch counts when it ends).
+api_requests() {
+  "$kubectl" --kubeconfig "$1" get --raw /metrics |
+    awk '/^apiserver_request_total\{/ {
+      verb = res = sub_ = ""
+      if (match($0, /verb="[^"]*"/)) verb = substr($0, RSTART + 6, RLENGTH - 7)
+      if (match($0, /resource="[^"]*"/)) res = substr($0, RSTART + 10, RLENGTH - 11)
+      if (match($0, /subresource="[^"]*"/)) sub_ = substr($0, RSTART + 13, RLENGTH - 14)
+      n[verb " " res (sub_ == "" ? "" : "/" sub_)] += $NF
+    } END { for (k in n) print k, n[k] }' | sort
+}
+
+# Requests per pod between two api_requests files ($1 before, $2 after)
+# for $3 pods: "<verb> <resource> <per pod>" lines, the most first, those
+# of at least 0.05 per pod; then a total line.
+requests_per_pod() {
+  awk -v pods="$3" 'NR == FNR { before[$1 " " $2] = $3; next }
+    { d = ($3 - before[$1 " " $2]) / pods; t += d; if (d >= 0.05) printf "%s %s %.2f\n", $1, $2, d }
+    END { printf "total - %.2f\n", t }' "$1" "$2" | sort -k3 -n -r
+}

@@ -122,9 +122,11 @@ direct() {
   sleep 2
   pin_clusters
   cpu_ticks >"$dir/cpu.$ns.0"
+  api_requests "$provider" >"$dir/req.$ns.0"
   deployment "$ns" direct | kp apply -f - >/dev/null
   direct_time=$(until_running "$dir/$ns.w" "$pods")
   cpu_ticks >"$dir/cpu.$ns.1"
+  api_requests "$provider" >"$dir/req.$ns.1"
   unwatch
   kp -n "$ns" delete deployment bench --wait >/dev/null
   kp delete namespace "$ns" --wait --timeout 600s >/dev/null
@@ -207,9 +209,13 @@ kp -n "$twin" wait --for=delete pods -l app=steady --timeout 300s >/dev/null 2>&
 watch_pods bench
 pin_clusters
 cpu_ticks >"$dir/cpu.virtual.0"
+api_requests "$consumer" >"$dir/req.consumer.0"
+api_requests "$provider" >"$dir/req.provider.0"
 deployment bench virtual | kc apply -f - >/dev/null
 virtual_time=$(until_running "$dir/bench.local.w" "$pods")
 cpu_ticks >"$dir/cpu.virtual.1"
+api_requests "$consumer" >"$dir/req.consumer.1"
+api_requests "$provider" >"$dir/req.provider.1"
 rss_n=$(vk_peak_mib)
 unwatch
 added bench
@@ -274,3 +280,12 @@ join -a 1 -a 2 -e 0 -o 0,1.2,1.3,2.2 \
   <(cpu_spent "$dir/cpu.virtual.0" "$dir/cpu.virtual.1" | sort) |
   sort -k4 -n -r | awk '{ printf "%-40s %10.1f %10.1f %10.1f\n", $1, $2, $3, $4; d += $2; q += $3; v += $4 }
     END { printf "%-40s %10.1f %10.1f %10.1f\n", "total", d, q, v }'
+echo
+echo "API requests per pod while the pods started (verb resource; >= 0.05 per pod)"
+# "verb:resource per-pod" lines of the requests between files $1.0 and $1.1.
+per_pod() { requests_per_pod "$dir/$1.0" "$dir/$1.1" "$pods" | awk '{ print $1 ":" $2, $3 }' | sort; }
+table=$(join -a 1 -a 2 -e - -o 0,1.2,2.2 <(per_pod req.bench-direct) <(per_pod req.consumer) |
+  join -a 1 -a 2 -e - -o 0,1.2,1.3,2.2 - <(per_pod req.provider) | sed 's/:/ /')
+printf '%-40s %10s %18s %18s\n' request direct "virtual: consumer" "virtual: provider"
+{ grep '^total ' <<<"$table" || true; grep -v '^total ' <<<"$table" || true; } |
+  awk '{ printf "%-40s %10s %18s %18s\n", $1 " " $2, $3, $4, $5 }'

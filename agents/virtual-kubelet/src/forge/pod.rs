@@ -449,6 +449,34 @@ pub fn digest_shows(have: Option<&str>, want: &PodStatus) -> bool {
     have == Some(status_digest(want).as_str())
 }
 
+/// Whether `status` says no more than that the pod waits: Pending (or no
+/// phase), no container started or waiting with a reason, no address,
+/// no start time, reason nor message, and no condition that is not True
+/// (a pod scheduled says so; one the provider cannot schedule says
+/// `PodScheduled: False`, which is news). A local pod that says nothing
+/// more is not told a remote status that says nothing more: the write
+/// would change a condition's times and nothing a user reads, and it was
+/// most of a second status write per offloaded pod.
+pub fn says_nothing(status: &PodStatus) -> bool {
+    fn empty<T>(list: &Option<Vec<T>>) -> bool {
+        list.as_ref().is_none_or(Vec::is_empty)
+    }
+    status.phase.as_deref().is_none_or(|p| p == "Pending")
+        && empty(&status.container_statuses)
+        && empty(&status.init_container_statuses)
+        && empty(&status.ephemeral_container_statuses)
+        && status.pod_ip.is_none()
+        && empty(&status.pod_ips)
+        && status.start_time.is_none()
+        && status.reason.is_none()
+        && status.message.is_none()
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .all(|c| c.status == "True")
+}
+
 /// The reason on the status of a pod refused for offloading, so that the
 /// refusal is said once (the Event) and recognised after a restart.
 pub const REFUSED_REASON: &str = "OffloadingRefused";
@@ -466,6 +494,90 @@ pub fn refused_status(message: &str) -> PodStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_that_says_only_that_the_pod_waits_says_nothing() {
+        let condition = |type_: &str, status: &str| PodCondition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            ..PodCondition::default()
+        };
+        let scheduled = PodStatus {
+            phase: Some("Pending".to_owned()),
+            conditions: Some(vec![condition("PodScheduled", "True")]),
+            qos_class: Some("Burstable".to_owned()),
+            ..PodStatus::default()
+        };
+        let cases: Vec<(&str, PodStatus, bool)> = vec![
+            ("no status yet", PodStatus::default(), true),
+            (
+                "pending",
+                PodStatus {
+                    phase: Some("Pending".to_owned()),
+                    ..PodStatus::default()
+                },
+                true,
+            ),
+            ("pending and scheduled", scheduled.clone(), true),
+            (
+                "not schedulable on the provider",
+                PodStatus {
+                    conditions: Some(vec![PodCondition {
+                        reason: Some("Unschedulable".to_owned()),
+                        ..condition("PodScheduled", "False")
+                    }]),
+                    ..scheduled.clone()
+                },
+                false,
+            ),
+            (
+                "containers waiting",
+                PodStatus {
+                    container_statuses: Some(vec![ContainerStatus {
+                        name: "app".to_owned(),
+                        ..ContainerStatus::default()
+                    }]),
+                    ..scheduled.clone()
+                },
+                false,
+            ),
+            (
+                "an address",
+                PodStatus {
+                    pod_ip: Some("10.0.0.1".to_owned()),
+                    ..scheduled.clone()
+                },
+                false,
+            ),
+            (
+                "started",
+                PodStatus {
+                    start_time: Some(Time(Timestamp::from_second(1).expect("time"))),
+                    ..scheduled.clone()
+                },
+                false,
+            ),
+            (
+                "a reason",
+                PodStatus {
+                    reason: Some("Evicted".to_owned()),
+                    ..scheduled.clone()
+                },
+                false,
+            ),
+            (
+                "running",
+                PodStatus {
+                    phase: Some("Running".to_owned()),
+                    ..scheduled.clone()
+                },
+                false,
+            ),
+        ];
+        for (what, status, nothing) in cases {
+            assert_eq!(says_nothing(&status), nothing, "{what}");
+        }
+    }
 
     #[test]
     fn a_wrapper_changed_by_someone_else_is_told_by_its_generation() {
@@ -491,8 +603,8 @@ mod tests {
         }
     }
     use k8s_openapi::api::core::v1::{
-        Affinity, Container, HostPathVolumeSource, NodeAffinity, PodAntiAffinity, Toleration,
-        Volume, VolumeMount,
+        Affinity, Container, ContainerStatus, HostPathVolumeSource, NodeAffinity, PodAntiAffinity,
+        PodCondition, Toleration, Volume, VolumeMount,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;

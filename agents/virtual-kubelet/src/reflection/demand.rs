@@ -26,7 +26,7 @@ use super::namespace::{Peering, Twins};
 use super::pod::LocalPod;
 
 /// Changes closer together than this are stated once.
-const DEBOUNCE: Duration = Duration::from_millis(200);
+const DEBOUNCE: Duration = Duration::from_secs(1);
 /// A statement is written again after this long, changed or not.
 const REWRITE: Duration = Duration::from_secs(60);
 /// How soon a failed write is tried again.

@@ -31,9 +31,10 @@
 //! fingerprint (resource versions of its objects) so that a pass looks
 //! only at the pods that changed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -51,6 +52,7 @@ use liqo_agent_runtime::follow::{Followed, Journal, Key, Options, follow_with};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::deflated::{Dictionary, deflate, inflate};
 use super::namespace::{Peering, Twins};
@@ -61,7 +63,7 @@ use crate::node::FIELD_MANAGER;
 use crate::provider::ProviderClient;
 
 /// How soon a pod that waits for the twins to be known is looked at again.
-const NOT_SYNCED_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+const NOT_SYNCED_POLL: Duration = Duration::from_millis(500);
 
 /// The followed stores of one twin namespace on the provider.
 struct Side {
@@ -277,6 +279,9 @@ pub struct LocalPod {
     pub start_time: Option<Time>,
     /// [`forge_pod::status_digest`] of its status.
     pub status_digest: Option<String>,
+    /// Its status says no more than that it waits
+    /// ([`forge_pod::says_nothing`]).
+    pub says_nothing: bool,
     /// The service account whose token it mounts, when it mounts one
     /// ([`crate::forge::token::token_volume`]).
     pub token_account: Option<String>,
@@ -325,6 +330,7 @@ impl LocalPod {
             deleted: m.deletion_timestamp.clone(),
             grace: m.deletion_grace_period_seconds,
             status_digest: pod.status.as_ref().map(forge_pod::status_digest),
+            says_nothing: forge_pod::says_nothing(&status),
             phase: status.phase,
             reason: status.reason,
             start_time: status.start_time,
@@ -499,6 +505,47 @@ struct Sides {
     by_twin: BTreeMap<String, Arc<Side>>,
 }
 
+/// How long a wrapper this agent made may take to show in its store
+/// before a pass makes it again.
+const MADE_WAIT: Duration = Duration::from_secs(10);
+
+/// The wrappers this agent made that its store does not show yet, by
+/// local pod (and its UID), with when. A pass that runs meanwhile (the
+/// remote pod changed: scheduled, started) waits for the store rather than
+/// making the wrapper again, which the provider refused (409) after its
+/// admission's work: a quarter of the ReplicaSets made in a 1,000-pod
+/// burst were made twice. Memory only, as a hint: after a restart the
+/// stores are listed before anything is made, and a wrapper made twice is
+/// refused as before.
+#[derive(Default)]
+struct Made(Mutex<HashMap<ObjectKey, (Option<String>, Instant)>>);
+
+impl Made {
+    fn made(&self, key: &ObjectKey, uid: Option<String>) {
+        if let Ok(mut made) = self.0.lock() {
+            made.retain(|_, (_, at)| at.elapsed() < MADE_WAIT);
+            made.insert(key.clone(), (uid, Instant::now()));
+        }
+    }
+
+    /// How long still to wait for the wrapper made for pod `uid` at `key`.
+    fn waiting(&self, key: &ObjectKey, uid: &Option<String>) -> Option<Duration> {
+        let made = self.0.lock().ok()?;
+        let (made_for, at) = made.get(key)?;
+        (made_for == uid)
+            .then(|| MADE_WAIT.checked_sub(at.elapsed()))
+            .flatten()
+            .filter(|left| !left.is_zero())
+    }
+
+    /// The store shows it, or the pod is gone.
+    fn seen(&self, key: &ObjectKey) {
+        if let Ok(mut made) = self.0.lock() {
+            made.remove(key);
+        }
+    }
+}
+
 #[allow(missing_debug_implementations)]
 pub struct Pods {
     pub peering: Peering,
@@ -518,6 +565,7 @@ pub struct Pods {
     changed_local: Journal<ObjectKey>,
     /// The remote objects that changed, by twin and local pod name.
     changed_remote: Journal<ObjectKey>,
+    made: Made,
     context: Context,
 }
 
@@ -546,6 +594,7 @@ impl Pods {
             token_api: None,
             changed_local,
             changed_remote: Journal::new(),
+            made: Made::default(),
             context: Context::default(),
         }
     }
@@ -945,7 +994,8 @@ impl Kind for Pods {
         Some(h.finish())
     }
 
-    async fn converge(&self, (ns, name): &Self::Key) -> Result<Next, Error> {
+    async fn converge(&self, key: &Self::Key) -> Result<Next, Error> {
+        let (ns, name) = key;
         // A local pod missing from a store still being listed (after a
         // start, or a failed watch) is not a pod that is gone: its wrapper
         // would be taken for an orphan and deleted.
@@ -1029,6 +1079,7 @@ impl Kind for Pods {
             return Ok(Next::Done);
         }
         let Some(pod) = local else {
+            self.made.seen(key);
             return Ok(Next::Done);
         };
 
@@ -1066,6 +1117,9 @@ impl Kind for Pods {
             // user waits for it), then the ReplicaSet (below).
             self.bring_back_status(&pod, &side, &provider, &remote_pods)
                 .await?;
+            if let Some(left) = self.made.waiting(key, &local_uid) {
+                return Ok(Next::After(left));
+            }
             // The wrapper is made from the pod as the API has it (the
             // store keeps it whole only while it is pending).
             let Some(pod) = self.whole(&pod).await? else {
@@ -1086,6 +1140,8 @@ impl Kind for Pods {
                 .as_ref()
                 .map_or(Wrapper::ReplicaSet, forge_pod::wrapper);
             let token = |remote: Option<&mut PodSpec>| self.mount_token(&pod, name, remote);
+            // Whether what is made is the wrapper (not the pod made first).
+            let mut wrapper_made = true;
             let created = match kind {
                 Wrapper::ReplicaSet => {
                     let mut want = forge_pod::replica_set(&pod, &twin);
@@ -1100,6 +1156,7 @@ impl Kind for Pods {
                     if remote_pods.is_empty()
                         && let Some(first) = forge_pod::first_pod(&want)
                     {
+                        wrapper_made = false;
                         pod_api
                             .create(&PostParams::default(), &first)
                             .await
@@ -1117,9 +1174,11 @@ impl Kind for Pods {
                 }
             };
             match created {
-                Ok(()) => {
-                    tracing::debug!(pod = %name, namespace = %ns, ?kind, "remote wrapper created")
+                Ok(()) if wrapper_made => {
+                    self.made.made(key, local_uid);
+                    tracing::debug!(pod = %name, namespace = %ns, ?kind, "remote wrapper created");
                 }
+                Ok(()) => tracing::debug!(pod = %name, namespace = %ns, "remote pod created"),
                 // Created by our previous pass, not yet in the store.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
@@ -1131,6 +1190,7 @@ impl Kind for Pods {
             }
             return Ok(Next::Done);
         }
+        self.made.seen(key);
         // Its wrapper is made: nothing more is made from the pod whole
         // (what is put back is read from the API), so the store keeps it
         // no longer, though the pod may wait on the provider for a while
@@ -1202,15 +1262,22 @@ impl Pods {
             return Ok(());
         };
         let want = forge_pod::local_status(&remote_status, remap.as_ref());
-        if !forge_pod::digest_shows(stored.status_digest.as_deref(), &want) {
-            self.patch_local_status(&stored.metadata(), &want).await?;
-        }
-        let digest = forge_pod::status_digest(&want);
+        // The local status that shows the remote one, once written.
+        let shown = if stored.says_nothing && forge_pod::says_nothing(&want) {
+            // Nothing to tell: the remote pod waits, which the local one
+            // says already.
+            stored.status_digest.clone()
+        } else {
+            if !forge_pod::digest_shows(stored.status_digest.as_deref(), &want) {
+                self.patch_local_status(&stored.metadata(), &want).await?;
+            }
+            Some(forge_pod::status_digest(&want))
+        };
         side.pods.store.settle(
             &remote.id.namespace,
             &remote.id.name,
             remote,
-            remote.settled(shown_as(Some(&digest), remap.as_ref())),
+            remote.settled(shown_as(shown.as_deref(), remap.as_ref())),
         );
         Ok(())
     }
