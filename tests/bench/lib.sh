@@ -19,6 +19,14 @@ bench_build() {
   dir=$(mktemp -d)
 }
 
+# Stops the watches and the testbed's clusters, and removes the scratch
+# folder: each benchmark's EXIT trap.
+bench_cleanup() {
+  stop_watchers
+  "$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true
+  rm -rf "$dir"
+}
+
 # The kubeconfig of testbed cluster $1.
 kubeconfig() { "$testbed" get --dir "$dir/tb" "$1" kubeconfig; }
 

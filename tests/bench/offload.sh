@@ -63,12 +63,7 @@ if $with_10k && [ "$max" -lt 10000 ]; then max=10000; fi
 source tests/bench/lib.sh
 # The testbed's host-process nodes run the agents of this folder: release.
 bench_build release
-cleanup() {
-  stop_watchers
-  "$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 
 # Two worker nodes per cluster, each with room for every pod: the default
 # grant (half of the provider's free capacity) then allows `max` pods.

@@ -25,12 +25,7 @@ flags=("$@")
 # shellcheck source=tests/bench/lib.sh
 source tests/bench/lib.sh
 bench_build release
-cleanup() {
-  stop_watchers
-  "$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 
 # One run, with the testbed's extra flags $3...: prints the seconds until
 # every pod is Running (counted from a watch) and how many NodeNotReady

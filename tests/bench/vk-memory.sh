@@ -57,11 +57,7 @@ if $heap_profile; then
 else
   bench_build release
 fi
-cleanup() {
-  "$testbed" down --dir "$dir/tb" >/dev/null 2>&1 || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 
 "$testbed" up --dir "$dir/tb" --cluster consumer --cluster provider --nodes 2 \
   --node-pods $((pods + 100)) --node-cpu 64 --node-memory 256Gi --timeout 300 \
