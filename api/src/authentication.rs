@@ -16,6 +16,7 @@ use crate::sharing::{Cost, Resources};
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "liqo.io",
+    derive = "PartialEq",
     version = "v1alpha1",
     kind = "Tenant",
     plural = "tenants",

@@ -31,6 +31,7 @@ use crate::ClusterId;
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "liqo.io",
+    derive = "PartialEq",
     version = "v1alpha1",
     kind = "Connection",
     plural = "connections",

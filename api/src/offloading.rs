@@ -70,6 +70,7 @@ impl NamespaceMappingStrategy {
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "liqo.io",
+    derive = "PartialEq",
     version = "v1alpha1",
     kind = "NamespaceOffloading",
     plural = "namespaceoffloadings",

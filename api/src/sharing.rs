@@ -52,6 +52,7 @@ pub struct Offer(pub String);
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "liqo.io",
+    derive = "PartialEq",
     version = "v1alpha1",
     kind = "SharingPolicy",
     plural = "sharingpolicies",

@@ -5,6 +5,9 @@
 #
 #   - peak resident size (VmHWM) when every pod is Running, and resident
 #     size (VmRSS) then;
+#   - both clusters' API servers restarted with the pods Running: every
+#     watch of the agent fails and lists its store again (a relist, as
+#     after a watch expires): peak since then and resident 90 s later;
 #   - the agent killed (SIGKILL) and restarted by its node with the pods
 #     Running: peak and resident 90 s later (its first lists, every key
 #     converged once);
@@ -161,6 +164,19 @@ up_je=$(jemalloc "$pid")
 relists=$(tail -c +"$((log_at + 1))" "$vk_log" | grep 'listing again' |
   grep -o 'what="[^"]*"\|what=[^ ]*' | sort | uniq -c | tr -s ' \n' ' ' || true)
 
+# Both clusters' API servers restarted with every pod Running: each watch
+# of the agent fails and lists its whole store again while the store it
+# replaces is still held. Its peak is reset first (clear_refs), so that
+# the peak read 90 s later is the relists'.
+echo 5 >"/proc/$pid/clear_refs"
+log_at=$(stat -c %s "$vk_log")
+"$testbed" apiserver restart consumer --dir "$dir/tb" >/dev/null
+"$testbed" apiserver restart provider --dir "$dir/tb" >/dev/null
+sleep 90
+relisted=$(sizes "$pid")
+relisted_je=$(jemalloc "$pid")
+relisted_watches=$(tail -c +"$((log_at + 1))" "$vk_log" | grep -c 'listing again' || true)
+
 scale_up_pid=$pid
 kill -KILL "$pid"
 pid=$(new_vk "$pid")
@@ -176,6 +192,9 @@ printf '%-44s %s\n' "no pod: peak / resident" "$idle"
 printf '%-44s %s\n' "no pod: jemalloc" "$idle_je"
 printf '%-44s %s\n' "every pod Running: peak / resident" "$up"
 printf '%-44s %s\n' "every pod Running: jemalloc" "$up_je"
+printf '%-44s %s\n' "API servers restarted, 90 s later: peak / resident" "$relisted (peak since the restarts)"
+printf '%-44s %s\n' "API servers restarted: jemalloc" "$relisted_je"
+printf '%-44s %s\n' "API servers restarted: watches listed again" "$relisted_watches"
 printf '%-44s %s\n' "restarted, 90 s later: peak / resident" "$restarted"
 printf '%-44s %s\n' "restarted, 90 s later: jemalloc" "$restarted_je"
 printf '%-44s %s\n' "watches failed during the scale-up" "${relists:-none}"

@@ -501,7 +501,7 @@ pub fn follow<K>(
     what: &'static str,
 ) -> (Followed<K>, impl Future<Output = ()> + Send)
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Clone + DeserializeOwned + Debug + PartialEq + Send + Sync + 'static,
 {
     follow_with(api, config, what, Options::default())
 }
@@ -515,7 +515,7 @@ pub fn follow_with<K, S>(
 ) -> (Followed<S>, impl Future<Output = ()> + Send)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    S: Send + Sync + 'static,
+    S: PartialEq + Send + Sync + 'static,
 {
     let (followed, mut feed) = Feed::new(options);
     let config = config.page_size(LIST_PAGE);
@@ -551,6 +551,7 @@ where
 pub fn filled<K, S>(objects: impl IntoIterator<Item = K>, options: Options<K, S>) -> Followed<S>
 where
     K: Resource,
+    S: PartialEq,
 {
     let (followed, mut feed) = Feed::new(options);
     feed.apply(watcher::Event::Init);
@@ -580,6 +581,7 @@ struct Feed<K, S> {
 impl<K, S> Feed<K, S>
 where
     K: Resource,
+    S: PartialEq,
 {
     fn new(options: Options<K, S>) -> (Followed<S>, Self) {
         let store = Store::default();
@@ -637,6 +639,27 @@ where
         (key, value)
     }
 
+    /// The value a list stores at `key`: what the store holds there
+    /// already (and its name) when that is the same, so that a relist
+    /// (after a watch failed, or expired) shares what did not change with
+    /// the store it replaces instead of holding a second copy of every
+    /// object until it is swapped in.
+    fn shared_if_unchanged(&self, key: Key, value: S) -> (Key, Arc<S>) {
+        let objects = self.store.read();
+        if let Some((name, stored)) = objects
+            .get(&*key.namespace)
+            .and_then(|names| names.get_key_value(&*key.name))
+            && **stored == value
+        {
+            let key = Key {
+                namespace: key.namespace,
+                name: name.clone(),
+            };
+            return (key, stored.clone());
+        }
+        (key, Arc::new(value))
+    }
+
     /// Applies one event of the watch; true when it ends a list (the
     /// store is current from then on).
     fn apply(&mut self, event: watcher::Event<K>) -> bool {
@@ -648,12 +671,13 @@ where
             }
             watcher::Event::InitApply(obj) => {
                 let (key, value) = self.stored(obj);
+                let (key, value) = self.shared_if_unchanged(key, value);
                 if let Some(index) = &self.index
                     && let Some(v) = (index.key)(&value)
                 {
                     index_insert(&mut self.listing_index, &v, &key);
                 }
-                insert(&mut self.listing, &key, Arc::new(value));
+                insert(&mut self.listing, &key, value);
             }
             watcher::Event::InitDone => {
                 *self.store.write() = std::mem::take(&mut self.listing);
@@ -805,6 +829,46 @@ mod tests {
                 .settle("ns", "gone", &now, pod("gone", None, "1"))
         );
         assert!(followed.store.get("ns", "gone").is_none());
+    }
+
+    #[test]
+    fn a_relist_shares_what_did_not_change_with_the_store_it_replaces() {
+        use watcher::Event::{Init, InitApply, InitDone};
+        let (followed, mut feed) = Feed::new(options());
+        for event in [
+            Init,
+            InitApply(pod("same", Some("x"), "1")),
+            InitApply(pod("changed", Some("x"), "1")),
+            InitDone,
+        ] {
+            feed.apply(event);
+        }
+        let before = |name| followed.store.get("ns", name).expect("stored");
+        let (same, changed) = (before("same"), before("changed"));
+        for event in [
+            Init,
+            InitApply(pod("same", Some("x"), "1")),
+            InitApply(pod("changed", Some("y"), "2")),
+            InitDone,
+        ] {
+            feed.apply(event);
+        }
+        let after = |name| followed.store.get("ns", name).expect("stored");
+        assert!(
+            Arc::ptr_eq(&same, &after("same")),
+            "an unchanged object is shared"
+        );
+        assert!(!Arc::ptr_eq(&changed, &after("changed")));
+        assert_eq!(
+            after("changed").metadata.resource_version.as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            followed.by_index("y").len(),
+            1,
+            "the index is of the new list"
+        );
+        assert_eq!(followed.by_index("x").len(), 1);
     }
 
     #[test]

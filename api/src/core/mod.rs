@@ -15,6 +15,7 @@ pub use identity::{ClusterId, ClusterIdentity};
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "liqo.io",
+    derive = "PartialEq",
     version = "v1alpha1",
     kind = "ForeignCluster",
     plural = "foreignclusters",

@@ -60,6 +60,7 @@ pub trait Reflected:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Clone
     + Debug
+    + PartialEq
     + Serialize
     + DeserializeOwned
     + Send

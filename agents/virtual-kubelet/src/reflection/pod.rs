@@ -223,7 +223,7 @@ impl Remote {
 /// what [`Remote`] says, and whether its spec was changed by someone else
 /// ([`forge_pod::changed_by_others`]). Its spec and status are not read
 /// (a Job's end is read from its pod).
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct StoredWrapper {
     id: Remote,
     changed: bool,

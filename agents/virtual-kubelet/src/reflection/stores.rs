@@ -24,6 +24,7 @@ pub trait Namespaced:
     + Clone
     + DeserializeOwned
     + Debug
+    + PartialEq
     + Send
     + Sync
     + 'static
@@ -35,6 +36,7 @@ impl<K> Namespaced for K where
         + Clone
         + DeserializeOwned
         + Debug
+        + PartialEq
         + Send
         + Sync
         + 'static
@@ -95,7 +97,7 @@ impl<K: Namespaced> PerNamespace<K> {
 impl<K, S> PerNamespace<K, S>
 where
     K: Namespaced,
-    S: Send + Sync + 'static,
+    S: PartialEq + Send + Sync + 'static,
 {
     /// Objects stored as `options` say.
     pub fn stored_as(
