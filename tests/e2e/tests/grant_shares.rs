@@ -203,16 +203,19 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
         eprintln!("--- provider agents ---\n{}", provider.pod_logs());
     }
     waited?;
-    let twin = Api::<Namespace>::all(prov.clone()).get(twin_a).await?;
-    let demand = twin
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(DEMAND_ANNOTATION))
-        .cloned()
-        .unwrap_or_default();
-    let demand: serde_json::Value = serde_json::from_str(&demand).context(demand)?;
-    assert_eq!(demand["pods"], "4", "{demand}");
+    // The consumer states the demand a moment after its pods change
+    // (reflection/demand.rs), not before they run.
+    let counts_4 = |demand: &str| {
+        serde_json::from_str::<serde_json::Value>(demand).is_ok_and(|d| d["pods"] == "4")
+    };
+    let stated = wait_for("the twin's demand to count its 4 pods", WAIT, || async {
+        Ok(counts_4(&demand_of(&prov, twin_a).await?))
+    })
+    .await;
+    if stated.is_err() {
+        let last = demand_of(&prov, twin_a).await?;
+        stated.with_context(|| format!("the demand stated last: {last:?}"))?;
+    }
     wait_for(
         "a's share to cover its pods and b's to give way",
         WAIT,
@@ -372,4 +375,14 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
     )
     .await?;
     Ok(())
+}
+
+/// The demand the consumer states on twin `twin` (empty when none).
+async fn demand_of(prov: &kube::Client, twin: &str) -> Result<String> {
+    let twin = Api::<Namespace>::all(prov.clone()).get(twin).await?;
+    Ok(twin
+        .metadata
+        .annotations
+        .and_then(|mut a| a.remove(DEMAND_ANNOTATION))
+        .unwrap_or_default())
 }
