@@ -517,30 +517,46 @@ const MADE_WAIT: Duration = Duration::from_secs(10);
 /// burst were made twice. Memory only, as a hint: after a restart the
 /// stores are listed before anything is made, and a wrapper made twice is
 /// refused as before.
-#[derive(Default)]
-struct Made(Mutex<HashMap<ObjectKey, (Option<String>, Instant)>>);
+struct Made {
+    /// How long a wrapper made may take to show ([`MADE_WAIT`]).
+    wait: Duration,
+    made: Mutex<HashMap<ObjectKey, (Option<String>, Instant)>>,
+}
+
+impl Default for Made {
+    fn default() -> Self {
+        Self::waiting_at_most(MADE_WAIT)
+    }
+}
 
 impl Made {
+    fn waiting_at_most(wait: Duration) -> Self {
+        Self {
+            wait,
+            made: Mutex::default(),
+        }
+    }
+
     fn made(&self, key: &ObjectKey, uid: Option<String>) {
-        if let Ok(mut made) = self.0.lock() {
-            made.retain(|_, (_, at)| at.elapsed() < MADE_WAIT);
+        if let Ok(mut made) = self.made.lock() {
+            made.retain(|_, (_, at)| at.elapsed() < self.wait);
             made.insert(key.clone(), (uid, Instant::now()));
         }
     }
 
     /// How long still to wait for the wrapper made for pod `uid` at `key`.
     fn waiting(&self, key: &ObjectKey, uid: &Option<String>) -> Option<Duration> {
-        let made = self.0.lock().ok()?;
+        let made = self.made.lock().ok()?;
         let (made_for, at) = made.get(key)?;
         (made_for == uid)
-            .then(|| MADE_WAIT.checked_sub(at.elapsed()))
+            .then(|| self.wait.checked_sub(at.elapsed()))
             .flatten()
             .filter(|left| !left.is_zero())
     }
 
     /// The store shows it, or the pod is gone.
     fn seen(&self, key: &ObjectKey) {
-        if let Ok(mut made) = self.0.lock() {
+        if let Ok(mut made) = self.made.lock() {
             made.remove(key);
         }
     }
@@ -1328,6 +1344,31 @@ pub mod footprint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrapper_made_is_waited_for_until_seen_or_too_long() {
+        let wait = Duration::from_millis(300);
+        let made = Made::waiting_at_most(wait);
+        let key: ObjectKey = ("shop".into(), "web-1".into());
+        let uid = Some("u-1".to_owned());
+        assert_eq!(made.waiting(&key, &uid), None, "nothing made");
+        made.made(&key, uid.clone());
+        assert!(made.waiting(&key, &uid).is_some_and(|left| left <= wait));
+        assert_eq!(
+            made.waiting(&key, &Some("u-2".to_owned())),
+            None,
+            "another pod of that name waits for nothing"
+        );
+        made.seen(&key);
+        assert_eq!(made.waiting(&key, &uid), None, "seen in the store");
+        made.made(&key, uid.clone());
+        std::thread::sleep(wait);
+        assert_eq!(
+            made.waiting(&key, &uid),
+            None,
+            "not seen in time: made again"
+        );
+    }
 
     fn pod() -> Pod {
         serde_json::from_value(json!({
