@@ -99,7 +99,7 @@ running() {
 # Waits until $1 pods are Running: 40 minutes at most. Every 5 s notes
 # the seconds since $start, the pods Running and the agent's resident
 # size (MiB) in $dir/timeline, to see when the peak comes.
-until_running() {
+until_pods_running() {
   local n
   for _ in $(seq 480); do
     n=$(running)
@@ -155,7 +155,7 @@ idle_je=$(jemalloc "$pid")
 log_at=$(stat -c %s "$vk_log")
 deployment bench virtual | kc apply -f - >/dev/null
 start=$(date +%s)
-until_running "$pods"
+until_pods_running "$pods"
 scale_up_s=$(($(date +%s) - start))
 up=$(sizes "$pid")
 up_je=$(jemalloc "$pid")

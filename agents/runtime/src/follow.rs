@@ -835,24 +835,20 @@ mod tests {
     fn a_relist_shares_what_did_not_change_with_the_store_it_replaces() {
         use watcher::Event::{Init, InitApply, InitDone};
         let (followed, mut feed) = Feed::new(options());
-        for event in [
-            Init,
-            InitApply(pod("same", Some("x"), "1")),
-            InitApply(pod("changed", Some("x"), "1")),
-            InitDone,
-        ] {
-            feed.apply(event);
-        }
+        let mut list = |changed: Pod| {
+            for event in [
+                Init,
+                InitApply(pod("same", Some("x"), "1")),
+                InitApply(changed),
+                InitDone,
+            ] {
+                feed.apply(event);
+            }
+        };
+        list(pod("changed", Some("x"), "1"));
         let before = |name| followed.store.get("ns", name).expect("stored");
         let (same, changed) = (before("same"), before("changed"));
-        for event in [
-            Init,
-            InitApply(pod("same", Some("x"), "1")),
-            InitApply(pod("changed", Some("y"), "2")),
-            InitDone,
-        ] {
-            feed.apply(event);
-        }
+        list(pod("changed", Some("y"), "2"));
         let after = |name| followed.store.get("ns", name).expect("stored");
         assert!(
             Arc::ptr_eq(&same, &after("same")),
