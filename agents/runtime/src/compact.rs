@@ -100,6 +100,17 @@ pub fn identity(meta: &kube::core::ObjectMeta) -> (Option<Uid>, Option<Version>)
     )
 }
 
+/// Whether two values stored of an object are of the same version of it
+/// (their UIDs and versions, from [`identity`], are equal and the
+/// version is known): what a list may keep a settled value by
+/// ([`crate::follow::Options::keep`]).
+pub fn same_version(
+    a: (&Option<Uid>, &Option<Version>),
+    b: (&Option<Uid>, &Option<Version>),
+) -> bool {
+    a.1.is_some() && a == b
+}
+
 /// How many distinct texts [`shared`] keeps.
 const SHARED_MAX: usize = 1024;
 

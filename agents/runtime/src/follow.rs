@@ -353,6 +353,12 @@ pub struct Options<K, S = K> {
     /// Keep an index by the key this gives of each stored value (none:
     /// not indexed) ([`Followed::by_index`]).
     pub index: Option<fn(&S) -> Option<String>>,
+    /// Whether a list keeps the value the store holds (`stored`) in place
+    /// of the one it read of the same object (`listed`); none: when they
+    /// are equal. For values that readers settle ([`Store::settle`]): a
+    /// settled value differs from what a list reads of its object, which
+    /// did not change, and both would be held until it is settled again.
+    pub keep: Option<fn(stored: &S, listed: &S) -> bool>,
 }
 
 impl<K, S> Clone for Options<K, S> {
@@ -368,6 +374,7 @@ impl<K, S> Debug for Options<K, S> {
         f.debug_struct("Options")
             .field("trim", &self.trim.is_some())
             .field("index", &self.index.is_some())
+            .field("keep", &self.keep.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -379,6 +386,7 @@ impl<K> Default for Options<K, K> {
             trim: None,
             convert: |obj, _| obj,
             index: None,
+            keep: None,
         }
     }
 }
@@ -400,12 +408,20 @@ impl<K, S> Options<K, S> {
             trim: None,
             convert,
             index: None,
+            keep: None,
         }
     }
 
     /// The store also keeps an index by the key `index` gives.
     pub fn indexed(mut self, index: fn(&S) -> Option<String>) -> Self {
         self.index = Some(index);
+        self
+    }
+
+    /// A list keeps a stored value in place of the one it read when
+    /// `keep` says so ([`Options::keep`]).
+    pub fn kept_when(mut self, keep: fn(stored: &S, listed: &S) -> bool) -> Self {
+        self.keep = Some(keep);
         self
     }
 }
@@ -640,16 +656,20 @@ where
     }
 
     /// The value a list stores at `key`: what the store holds there
-    /// already (and its name) when that is the same, so that a relist
-    /// (after a watch failed, or expired) shares what did not change with
-    /// the store it replaces instead of holding a second copy of every
-    /// object until it is swapped in.
+    /// already (and its name) when that is the same, or kept as
+    /// [`Options::keep`] says, so that a relist (after a watch failed, or
+    /// expired) shares what did not change with the store it replaces
+    /// instead of holding a second copy of every object until it is
+    /// swapped in.
     fn shared_if_unchanged(&self, key: Key, value: S) -> (Key, Arc<S>) {
         let objects = self.store.read();
         if let Some((name, stored)) = objects
             .get(&*key.namespace)
             .and_then(|names| names.get_key_value(&*key.name))
-            && **stored == value
+            && match self.options.keep {
+                Some(keep) => keep(stored, &value),
+                None => **stored == value,
+            }
         {
             let key = Key {
                 namespace: key.namespace,
@@ -865,6 +885,32 @@ mod tests {
             "the index is of the new list"
         );
         assert_eq!(followed.by_index("x").len(), 1);
+    }
+
+    #[test]
+    fn a_relist_keeps_a_settled_value_while_its_object_is_unchanged() {
+        use watcher::Event::{Init, InitApply, InitDone};
+        let options = Options::<Pod>::default().kept_when(|stored, listed| {
+            stored.metadata.resource_version == listed.metadata.resource_version
+        });
+        let (followed, mut feed) = Feed::new(options);
+        let mut list = |version| {
+            for event in [Init, InitApply(pod("a", None, version)), InitDone] {
+                feed.apply(event);
+            }
+        };
+        list("1");
+        let seen = followed.store.get("ns", "a").expect("stored");
+        let mut settled = pod("a", None, "1");
+        settled.metadata.labels = Some([("settled".to_owned(), "yes".to_owned())].into());
+        assert!(followed.store.settle("ns", "a", &seen, settled));
+        let settled = followed.store.get("ns", "a").expect("stored");
+        list("1");
+        let kept = followed.store.get("ns", "a").expect("stored");
+        assert!(Arc::ptr_eq(&settled, &kept), "kept, though not equal");
+        list("2");
+        let changed = followed.store.get("ns", "a").expect("stored");
+        assert_eq!(*changed, pod("a", None, "2"), "the listed value");
     }
 
     #[test]

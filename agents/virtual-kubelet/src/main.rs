@@ -29,7 +29,7 @@ use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use liqo_agent_runtime::Readiness;
-use liqo_agent_runtime::follow::{Options, follow, follow_with};
+use liqo_agent_runtime::follow::{follow, follow_with};
 use liqo_api::core::ForeignCluster;
 use liqo_api::names;
 use liqo_api::offloading::NamespaceOffloading;
@@ -332,7 +332,7 @@ async fn reflect(wiring: Wiring) {
         Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone()),
         watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
         "local pods",
-        Options::converted(reflection::pod::LocalPod::new),
+        reflection::pod::LocalPod::options(),
     );
     let (twins_tx, twins_rx) = watch::channel(Default::default());
     let api = kubelet_api::KubeletApi {

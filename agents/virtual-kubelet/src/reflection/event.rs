@@ -18,6 +18,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
+use liqo_agent_runtime::compact::same_version;
 use liqo_agent_runtime::follow::{Followed, Journal, Options};
 use liqo_api::names::labels;
 use serde_json::json;
@@ -64,7 +65,7 @@ impl Events {
             "remote pods' events",
             watcher::Config::default().fields("involvedObject.kind=Pod"),
             vec![wake.clone()],
-            Options::converted(RemoteEvent::new),
+            remote_options(),
         );
         let changed = Journal::new();
         remote.record_into(&changed, |e: &RemoteEvent| {
@@ -97,6 +98,18 @@ impl Events {
             .map(|e| e.map(RemoteEvent::from))
             .map_err(Error::api(format!("reading the event {twin}/{name}")))
     }
+}
+
+/// How remote Events are stored: as [`RemoteEvent::new`] makes them, and
+/// a list keeps one settled ([`RemoteEvent::settled`]) while its Event is
+/// unchanged.
+fn remote_options() -> Options<Event, RemoteEvent> {
+    Options::converted(RemoteEvent::new).kept_when(|stored, listed| {
+        same_version(
+            (&stored.uid, &stored.version),
+            (&listed.uid, &listed.version),
+        )
+    })
 }
 
 impl Kind for Events {
@@ -286,7 +299,7 @@ pub mod footprint {
     use super::*;
 
     pub fn remote(events: impl Iterator<Item = Event>) -> Followed<RemoteEvent> {
-        liqo_agent_runtime::follow::filled(events, Options::converted(RemoteEvent::new))
+        liqo_agent_runtime::follow::filled(events, super::remote_options())
     }
 
     /// The remote Events settled, as the reflection leaves them once

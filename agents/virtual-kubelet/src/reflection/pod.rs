@@ -47,7 +47,7 @@ use kube::api::{
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use liqo_agent_runtime::compact::{Uid, Version, identity};
+use liqo_agent_runtime::compact::{Uid, Version, identity, same_version};
 use liqo_agent_runtime::follow::{Followed, Journal, Key, Options, follow_with};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
@@ -149,6 +149,12 @@ impl Side {
     fn pod_options() -> Options<RemotePodRead, RemotePod> {
         Options::converted(RemotePod::new)
             .indexed(|pod| crate::forge::event::local_pod_name(&pod.id.name).map(str::to_owned))
+            .kept_when(|stored, listed| {
+                same_version(
+                    (&stored.id.uid, &stored.id.version),
+                    (&listed.id.uid, &listed.id.version),
+                )
+            })
     }
 
     fn is_current(&self) -> bool {
@@ -308,6 +314,18 @@ impl From<Pod> for LocalPod {
 }
 
 impl LocalPod {
+    /// How local pods are stored: as [`LocalPod::new`] makes them, and a
+    /// list keeps one settled ([`LocalPod::without_whole`]) while its pod
+    /// is unchanged.
+    pub fn options() -> Options<Pod, Self> {
+        Options::converted(Self::new).kept_when(|stored, listed| {
+            same_version(
+                (&stored.uid, &stored.version),
+                (&listed.uid, &listed.version),
+            )
+        })
+    }
+
     /// What the store keeps of `pod`, stored at `key`.
     pub fn new(mut pod: Pod, key: &Key) -> Self {
         pod.metadata.managed_fields = None;
@@ -1306,7 +1324,7 @@ pub mod footprint {
     use super::*;
 
     pub fn local_pods(pods: impl Iterator<Item = Pod>) -> Followed<LocalPod> {
-        liqo_agent_runtime::follow::filled(pods, Options::converted(LocalPod::new))
+        liqo_agent_runtime::follow::filled(pods, LocalPod::options())
     }
 
     pub fn remote_pods(pods: impl Iterator<Item = Pod>) -> Followed<RemotePod> {
