@@ -13,8 +13,9 @@
 //! Memory: a store holds every followed object for as long as the agent
 //! runs, so what is stored is trimmed on the way in ([`Options::trim`]):
 //! managedFields always (nobody reads them from a store, and they are
-//! often a third of an object), and whatever else the caller says it does
-//! not read; or it is made into a value of the caller's own type
+//! often a third of an object: the watch does not even read them,
+//! [`crate::lean`]), and whatever else the caller says it does not read;
+//! or it is made into a value of the caller's own type
 //! ([`Options::convert`]) that keeps only what is read. The store is ours,
 //! not kube-runtime's: kube's keeps, per object, a key that copies its
 //! name, namespace, UID and version again, and needs the stored type to
@@ -44,6 +45,8 @@ use kube::Resource;
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
+
+use crate::lean::{self, Lean};
 
 /// First wait after a failed watch; it doubles up to [`BACKOFF_MAX`] and is
 /// reset by a successful list.
@@ -518,6 +521,7 @@ pub fn follow<K>(
 ) -> (Followed<K>, impl Future<Output = ()> + Send)
 where
     K: Resource + Clone + DeserializeOwned + Debug + PartialEq + Send + Sync + 'static,
+    K::DynamicType: Default,
 {
     follow_with(api, config, what, Options::default())
 }
@@ -531,10 +535,12 @@ pub fn follow_with<K, S>(
 ) -> (Followed<S>, impl Future<Output = ()> + Send)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
     S: PartialEq + Send + Sync + 'static,
 {
     let (followed, mut feed) = Feed::new(options);
     let config = config.page_size(LIST_PAGE);
+    let api = lean::api(api);
     let task = async move {
         let mut backoff = BACKOFF_INITIAL;
         loop {
@@ -542,7 +548,7 @@ where
             while let Some(event) = events.next().await {
                 match event {
                     Ok(event) => {
-                        if feed.apply(event) {
+                        if feed.apply(unwrapped(event)) {
                             backoff = BACKOFF_INITIAL;
                             tracing::info!(what, "in sync with the API");
                         }
@@ -559,6 +565,17 @@ where
         }
     };
     (followed, task)
+}
+
+/// The event of a watch read lean ([`lean`]), with the objects read.
+fn unwrapped<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(obj.into_inner()),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+        watcher::Event::Apply(obj) => watcher::Event::Apply(obj.into_inner()),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(obj.into_inner()),
+    }
 }
 
 /// A store holding `objects`, as the follow task leaves it once it has
@@ -646,6 +663,8 @@ where
 
     /// The stored value of `obj`, and where it goes.
     fn stored(&mut self, mut obj: K) -> (Key, S) {
+        // What the watch reads has none ([`crate::lean`]); objects given
+        // to [`filled`] may.
         obj.meta_mut().managed_fields = None;
         if let Some(trim) = self.options.trim {
             trim(&mut obj);

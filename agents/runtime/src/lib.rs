@@ -6,6 +6,7 @@
 pub mod client;
 pub mod compact;
 pub mod follow;
+pub mod lean;
 
 pub use axum;
 

@@ -176,8 +176,10 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
 /// [`run`], sweeping every `sweep` and converging every key every `full`.
 async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: Duration) {
     // Per key: when to look again, and the current backoff (zero when the
-    // last attempt did not fail) and the last error logged.
-    let mut again: BTreeMap<K::Key, (Instant, Duration, Option<String>)> = BTreeMap::new();
+    // last attempt did not fail) and the last error logged (a hash of its
+    // text: while a store lists again every key fails, at 10,000 pods as
+    // many texts).
+    let mut again: BTreeMap<K::Key, (Instant, Duration, Option<u64>)> = BTreeMap::new();
     // Per key that converged (Done, or After a while): the fingerprint it
     // converged with.
     let mut done: BTreeMap<K::Key, u64> = BTreeMap::new();
@@ -322,7 +324,7 @@ fn scan_soon(scan_at: &mut Option<Instant>, pause: Duration) {
 /// Keeps what one convergence of `key` says for the next scans: its
 /// fingerprint when it converged, its backoff and error when it failed.
 fn record<K: Kind>(
-    again: &mut BTreeMap<K::Key, (Instant, Duration, Option<String>)>,
+    again: &mut BTreeMap<K::Key, (Instant, Duration, Option<u64>)>,
     done: &mut BTreeMap<K::Key, u64>,
     key: K::Key,
     print: Option<u64>,
@@ -354,7 +356,12 @@ fn record<K: Kind>(
                 None => (BACKOFF_INITIAL, None),
             };
             let why = error.chain();
-            if logged.as_deref() != Some(&why) {
+            let hash = {
+                let mut h = std::hash::DefaultHasher::new();
+                std::hash::Hash::hash(&why, &mut h);
+                std::hash::Hasher::finish(&h)
+            };
+            if logged != Some(hash) {
                 // Waiting for a store or a client is expected after a
                 // start; only real failures are warnings.
                 if matches!(error, Error::NotYet(_)) {
@@ -363,7 +370,7 @@ fn record<K: Kind>(
                     tracing::warn!(kind = K::NAME, ?key, %why, "cannot converge; retrying");
                 }
             }
-            again.insert(key, (now + backoff, backoff, Some(why)));
+            again.insert(key, (now + backoff, backoff, Some(hash)));
         }
     }
 }
