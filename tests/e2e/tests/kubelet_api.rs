@@ -764,6 +764,10 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
         .filter_map(|p| p["metadata"]["name"].as_str())
         .collect();
     assert_eq!(names, [POD], "{list}");
+    assert!(
+        list["items"][0]["metadata"].get("managedFields").is_none(),
+        "read without their managedFields: {list}"
+    );
     let raw = node_proxy(&kubectl, &node_name, "/stats/summary");
     let summary: serde_json::Value = serde_json::from_str(&raw.stdout)?;
     assert_eq!(summary["node"]["nodeName"], node_name.as_str(), "{summary}");

@@ -263,16 +263,17 @@ async fn handle(
 }
 
 /// The pods bound to this node, as a kubelet's `/pods` gives them: read
-/// from the API (the agent's store keeps no spec).
+/// from the API (the agent's store keeps no spec), without their
+/// managedFields ([`liqo_agent_runtime::lean`]).
 async fn pod_list(api: &KubeletApi) -> Result<serde_json::Value, kube::Error> {
-    let pods: Api<Pod> = Api::all(api.local.clone());
-    let mut pods = pods
+    let pods = liqo_agent_runtime::lean::api(Api::<Pod>::all(api.local.clone()));
+    let mut pods: Vec<Pod> = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={}", api.node_name)))
         .await?
-        .items;
-    for p in &mut pods {
-        p.metadata.managed_fields = None;
-    }
+        .items
+        .into_iter()
+        .map(liqo_agent_runtime::lean::Lean::into_inner)
+        .collect();
     pods.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
