@@ -6,8 +6,9 @@
 //! patched it, each a tree of field names. kube reads each tree into a
 //! `serde_json::Value`, a map per level: for a remote pod that was most
 //! of what reading it allocated, though no store keeps it
-//! ([`crate::follow`] drops it at once). A page of a list of 100 such
-//! pods held about 3 MB while it was read. [`Lean`] reads an object as
+//! ([`crate::follow`] drops it at once): at the high of the virtual
+//! kubelet's relists with 3,000 offloaded pods, 2.3 MB of such maps were
+//! held (docs/virtual-kubelet.md). [`Lean`] reads an object as
 //! its own type does, except that the `managedFields` of its metadata are
 //! skipped as they are read, without making a value of them.
 //!
