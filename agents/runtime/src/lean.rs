@@ -23,16 +23,15 @@ use std::fmt;
 
 use kube::Resource;
 use kube::core::ObjectMeta;
+use serde::Deserialize;
 use serde::de::value::CowStrDeserializer;
 use serde::de::{
     self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess, Visitor,
 };
-use serde::{Deserialize, Serialize};
 
 /// `K` read without the managedFields of its metadata (the module says
 /// why), and otherwise as `K` reads itself: a [`Resource`] as `K` is.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(transparent)]
+#[derive(Clone, Debug)]
 pub struct Lean<K>(pub K);
 
 impl<'de, K: Deserialize<'de>> Deserialize<'de> for Lean<K> {
