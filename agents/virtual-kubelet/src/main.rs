@@ -48,14 +48,15 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc's options, read when it starts: one arena (its default is
 /// four per CPU, and each keeps pages of its own: the agent's memory
 /// would grow with the node's cores, not its pods), and freed pages given
-/// back after a second instead of ten (a scale-up's bursts leave fewer
-/// behind at its peak). Measured with `tests/bench/vk-memory.sh`
-/// ("Memory" in docs/virtual-kubelet.md); `_RJEM_MALLOC_CONF` in the
-/// environment still overrides them. A C string, as jemalloc reads it.
+/// back at once instead of over ten seconds (a relist frees a store's
+/// pages as it reads the next: kept for even a second, they were the
+/// relists' peak). Measured with `tests/bench/vk-memory.sh` ("Memory" in
+/// docs/virtual-kubelet.md); `_RJEM_MALLOC_CONF` in the environment
+/// still overrides them. A C string, as jemalloc reads it.
 #[cfg(not(test))]
 #[allow(unsafe_code)] // jemalloc finds its options by this symbol.
 #[unsafe(export_name = "_rjem_malloc_conf")]
-static MALLOC_CONF: &[u8; 30] = b"narenas:1,dirty_decay_ms:1000\0";
+static MALLOC_CONF: &[u8; 27] = b"narenas:1,dirty_decay_ms:0\0";
 
 #[derive(Parser, Debug)]
 #[command(version = liqo_api::VERSION, about = "The virtual node of one outgoing liqo-rs peering")]

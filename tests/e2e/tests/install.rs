@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, verbs};
 use liqo_api::core::ForeignCluster;
 use liqo_api::names;
@@ -477,10 +478,84 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
 
     // And the same install works again on the cleaned cluster.
     liqoctl(Some(kubeconfig), &install).success();
-    liqoctl(
-        Some(kubeconfig),
-        &["uninstall", "--purge", "--yes", "--timeout=60"],
+    uninstall_tries_a_failed_crd_removal_again(&client, kubeconfig).await
+}
+
+/// The API server's CRD finalizer tries a failed removal again only after
+/// a back-off of minutes; `uninstall --purge` has it try at once by
+/// marking the CRD while its `Terminating` condition says the removal
+/// failed. A failure is made here: a finalizer of the test's holds one
+/// CRD once the API server's own is done, and the test then writes the
+/// condition a failed attempt leaves.
+async fn uninstall_tries_a_failed_crd_removal_again(
+    client: &kube::Client,
+    kubeconfig: &std::path::Path,
+) -> Result<()> {
+    const HELD: &str = "foreignclusters.liqo.io";
+    const HOLD: &str = "liqo.io/e2e-hold";
+    const RETRIED: &str = "liqo.io/removal-retried-at";
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut crd = crds.get(HELD).await?;
+    crd.metadata
+        .finalizers
+        .get_or_insert_default()
+        .push(HOLD.to_owned());
+    crds.replace(HELD, &PostParams::default(), &crd).await?;
+    let kubeconfig = kubeconfig.to_owned();
+    let uninstall = tokio::task::spawn_blocking(move || {
+        liqoctl(
+            Some(&kubeconfig),
+            &["uninstall", "--purge", "--yes", "--timeout=60"],
+        )
+    });
+    wait_for(
+        "the API server's finalizer to be done with the held CRD",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(HELD).await?;
+            Ok(crd.metadata.deletion_timestamp.is_some()
+                && crd.metadata.finalizers == Some(vec![HOLD.to_owned()]))
+        },
     )
-    .success();
+    .await?;
+    // The mark a real failure may have left already (the install just
+    // before changed the CRDs: the case this retry is for).
+    let retried_at = |crd: &CustomResourceDefinition| {
+        crd.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(RETRIED).cloned())
+    };
+    let mut crd = crds.get(HELD).await?;
+    let before = retried_at(&crd);
+    let conditions = crd
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .context("the held CRD has conditions")?;
+    let terminating = conditions
+        .iter_mut()
+        .find(|c| c.type_ == "Terminating")
+        .context("the held CRD has a Terminating condition")?;
+    terminating.reason = Some("InstanceDeletionFailed".into());
+    terminating.message = Some("could not list instances: written by the test".into());
+    crds.replace_status(HELD, &PostParams::default(), &crd).await?;
+    wait_for(
+        "uninstall to mark the CRD whose removal failed",
+        Duration::from_secs(20),
+        || async {
+            let marked = retried_at(&crds.get(HELD).await?);
+            Ok(marked.is_some() && marked != before)
+        },
+    )
+    .await?;
+    let release = json!({ "metadata": { "finalizers": null } });
+    crds.patch(HELD, &PatchParams::default(), &Patch::Merge(&release))
+        .await?;
+    uninstall.await?.success();
+    assert!(
+        crds.get_opt(HELD).await?.is_none(),
+        "the held CRD is gone once released"
+    );
     Ok(())
 }
