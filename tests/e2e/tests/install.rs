@@ -539,7 +539,8 @@ async fn uninstall_tries_a_failed_crd_removal_again(
         .context("the held CRD has a Terminating condition")?;
     terminating.reason = Some("InstanceDeletionFailed".into());
     terminating.message = Some("could not list instances: written by the test".into());
-    crds.replace_status(HELD, &PostParams::default(), &crd).await?;
+    crds.replace_status(HELD, &PostParams::default(), &crd)
+        .await?;
     wait_for(
         "uninstall to mark the CRD whose removal failed",
         Duration::from_secs(20),
