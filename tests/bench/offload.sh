@@ -40,12 +40,20 @@
 #   then have the provider's core alone, as the provider has in the
 #   virtual run.
 #
-#   bash tests/bench/offload.sh [--pods N] [--with-10k] [--kcm-qps Q] [--pin]
+#   With --agent-log FILE, the virtual kubelet logs its reflection at
+#   trace level (when each key is scanned, starts and ends converging,
+#   and what it made) from before the measured phases, and its log is
+#   kept in FILE; beside the burst's slowest 1 %, the script prints each
+#   pod's lines of it, timed from when the pod was seen bound. It costs
+#   the agent some CPU: for finding where a pod waited, not for figures.
+#
+#   bash tests/bench/offload.sh [--pods N] [--with-10k] [--kcm-qps Q] [--pin] [--agent-log FILE]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 pods=1000
 with_10k=false
 pin=false
+agent_log=""
 kcm_qps=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -53,7 +61,8 @@ while [ $# -gt 0 ]; do
     --with-10k) with_10k=true; shift ;;
     --kcm-qps) kcm_qps=(--controller-manager-qps "$2"); shift 2 ;;
     --pin) pin=true; shift ;;
-    *) echo "usage: $0 [--pods N] [--with-10k] [--kcm-qps Q] [--pin]" >&2; exit 2 ;;
+    --agent-log) agent_log=$2; shift 2 ;;
+    *) echo "usage: $0 [--pods N] [--with-10k] [--kcm-qps Q] [--pin] [--agent-log FILE]" >&2; exit 2 ;;
   esac
 done
 max=$pods
@@ -73,6 +82,12 @@ offload_bench
 kc() { "$kubectl" --kubeconfig "$consumer" "$@"; }
 kp() { "$kubectl" --kubeconfig "$provider" "$@"; }
 twin=bench-consumer
+if [ -n "$agent_log" ]; then
+  kc -n liqo set env deployment/liqo-vk-provider \
+    RUST_LOG=info,liqo_virtual_kubelet::reflection=trace >/dev/null
+  kc -n liqo rollout status deployment/liqo-vk-provider --timeout 120s >/dev/null
+  kc wait node -l liqo.io/virtual-node=true --for=condition=Ready --timeout 120s >/dev/null
+fi
 
 
 # With --pin: every process of the consumer (all its threads) on core 0,
@@ -135,7 +150,7 @@ direct bench-direct
 watch_pods() {
   local app=$1
   stamped "$dir/$app.local.w" --kubeconfig "$consumer" -n bench get pods -l "app=$app" -w --no-headers \
-    -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
+    -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase,NAME:.metadata.name'
   stamped "$dir/$app.rs.w" --kubeconfig "$provider" -n "$twin" get replicasets -w --no-headers \
     -o 'custom-columns=U:.metadata.labels.liqo\.io/local-pod-uid'
   stamped "$dir/$app.remote.w" --kubeconfig "$provider" -n "$twin" get pods -l "app=$app" -w --no-headers \
@@ -146,12 +161,12 @@ watch_pods() {
 # Per local pod UID of app $1: first bound, first remote object (pod or
 # ReplicaSet), remote Running, local Running; one line per pod: added
 # latency, bound -> first remote object, remote Running -> local Running
-# (seconds), and when it was bound (seconds since the epoch), into
-# $dir/$1.added.
+# (seconds), when it was bound (seconds since the epoch) and its name,
+# into $dir/$1.added.
 added() {
   local app=$1
   awk -v L="$dir/$app.local.w" -v R="$dir/$app.rs.w" -v P="$dir/$app.remote.w" '
-    FILENAME == L && $3 != "<none>" && !($2 in bound) { bound[$2] = $1 }
+    FILENAME == L && $3 != "<none>" && !($2 in bound) { bound[$2] = $1; name[$2] = $5 }
     FILENAME == L && $4 == "Running" && !($2 in lrun) { lrun[$2] = $1 }
     FILENAME == R && $2 != "<none>" && !($2 in rs) { rs[$2] = $1 }
     FILENAME == P && $2 != "<none>" && !($2 in rpod) { rpod[$2] = $1 }
@@ -163,7 +178,7 @@ added() {
         if (u in rpod) made = rpod[u]
         if ((u in rs) && (!(u in rpod) || rs[u] < rpod[u])) made = rs[u]
         if ((u in bound) && ((u in rs) || (u in rpod)) && (u in rrun))
-          printf "%.3f %.3f %.3f %.3f\n", (made - bound[u]) + (lrun[u] - rrun[u]), made - bound[u], lrun[u] - rrun[u], bound[u]
+          printf "%.3f %.3f %.3f %.3f %s\n", (made - bound[u]) + (lrun[u] - rrun[u]), made - bound[u], lrun[u] - rrun[u], bound[u], name[u]
       }
     }' "$dir/$app.local.w" "$dir/$app.rs.w" "$dir/$app.remote.w" >"$dir/$app.added"
 }
@@ -180,8 +195,21 @@ slowest() {
   local first
   first=$(sort -k4 -n "$dir/$1.added" | awk 'NR == 1 { print $4 }')
   sort -k1 -n -r "$dir/$1.added" | awk -v n="$(( ($(wc -l <"$dir/$1.added") + 99) / 100 ))" -v t0="$first" \
-    'NR <= n { printf "  bound at +%6.1f s: %5.0f ms (%4.0f + %4.0f)\n", $4 - t0, $1 * 1000, $2 * 1000, $3 * 1000 }' |
+    'NR <= n { printf "  bound at +%6.1f s: %5.0f ms (%4.0f + %4.0f) %s\n", $4 - t0, $1 * 1000, $2 * 1000, $3 * 1000, $5 }' |
     sort -k3 -n
+}
+# With --agent-log: the agent's log lines of each of the slowest 1 % of
+# the pods of app $1, timed in ms from when the pod was seen bound
+# (the agent logs UTC times of day; the watches, seconds since the epoch).
+agent_lines() {
+  local n bound name
+  n=$(( ($(wc -l <"$dir/$1.added") + 99) / 100 ))
+  sort -k1 -n -r "$dir/$1.added" | head -n "$n" | while read -r _ _ _ bound name; do
+    echo "  $name (bound at $(date -u -d "@$bound" +%T.%3N)):"
+    grep -F -- "$name" "$agent_log" | sed 's/\x1b\[[0-9;]*m//g' |
+      awk -v b="$bound" '{ split(substr($1, 12, 15), t, ":"); s = t[1] * 3600 + t[2] * 60 + t[3]
+        printf "    %+7.0f ms  %s\n", (s - (b % 86400)) * 1000, substr($0, index($0, $2)) }'
+  done
 }
 
 # (b) at a steady pace first, the clusters otherwise quiet: 100 pods, one
@@ -254,6 +282,11 @@ printf '%-52s %s\n' "(b)   of which bound -> remote object seen, p50 / p99" "$(p
 printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct bench 50 3) / $(pct bench 99 3)"
 echo "(b) the burst's slowest 1 % (added = to remote object + to local Running):"
 slowest bench
+if [ -n "$agent_log" ]; then
+  cat "$(ls -t "$dir"/tb/consumer/pods/liqo_liqo-vk-provider-*.log | head -n 1)" >"$agent_log"
+  echo "(b) the agent's log of the burst's slowest 1 % (all of it in $agent_log):"
+  agent_lines bench
+fi
 printf '%-52s %s\n' "(b) at a steady pace ($(wc -l <"$dir/steady.added") pods, ~4/s): p50 / p99" "$(pct steady 50 1) / $(pct steady 99 1)"
 printf '%-52s %s\n' "(b)   of which bound -> remote object seen, p50 / p99" "$(pct steady 50 2) / $(pct steady 99 2)"
 printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct steady 50 3) / $(pct steady 99 3)"

@@ -259,6 +259,7 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
                 }
             }
             scan_cost = now.elapsed();
+            tracing::trace!(kind = K::NAME, queued = queue.len(), running = running.len(), cost = ?scan_cost, "scanned");
         }
         while running.len() < K::CONCURRENCY
             && let Some((key, print)) = queue.pop_front()
@@ -266,7 +267,14 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
             in_flight.insert(key.clone(), false);
             let kind = &kind;
             running.push(async move {
+                // When each key starts and how long it took, for telling
+                // a wait for a slot from a slow request (`RUST_LOG` at
+                // trace for this module; `tests/bench/offload.sh
+                // --agent-log`).
+                tracing::trace!(kind = K::NAME, ?key, "converging");
+                let started = Instant::now();
                 let result = kind.converge(&key).await;
+                tracing::trace!(kind = K::NAME, ?key, took = ?started.elapsed(), ok = result.is_ok(), "converge ended");
                 (key, print, result)
             });
         }
