@@ -22,6 +22,11 @@
 #       What lies between (the provider's scheduler and kwok starting the
 #       pod) is the provider's own work, which the direct Deployment of
 #       (a) does too;
+#       Beside them, the time the provider's ResourceQuota admission took
+#       for the creates it admitted (mean, and how many took over 100
+#       ms, from the API server's admission histogram), for the virtual
+#       run and for the direct one with a quota: what every create in a
+#       twin namespace, which has the share's quota, waits for;
 #   (c) the virtual kubelet's peak resident memory (VmHWM in
 #       /proc/PID/status) with N offloaded pods Running, and with 10,000
 #       when --with-10k is given (long: the clusters are sized for it),
@@ -116,6 +121,26 @@ vk_peak_mib() {
   fi
 }
 
+# The provider's ResourceQuota admission of creates so far: "<count>
+# <seconds> <count within 100 ms>" (its API server's
+# apiserver_admission_controller_admission_duration_seconds).
+quota_admission() {
+  kp get --raw /metrics | awk '
+    /^apiserver_admission_controller_admission_duration_seconds_/ && /name="ResourceQuota"/ &&
+      /operation="CREATE"/ && /type="validate"/ {
+      if ($1 ~ /_count\{/) n += $NF
+      if ($1 ~ /_sum\{/) s += $NF
+      if ($1 ~ /_bucket\{/ && $1 ~ /le="0.1"/) fast += $NF
+    } END { printf "%d %.6f %d\n", n, s, fast }'
+}
+# Between two quota_admission files ($1 before, $2 after): "mean X ms,
+# N of M over 100 ms".
+quota_spent() {
+  awk 'NR == 1 { n0 = $1; s0 = $2; f0 = $3; next } { n = $1 - n0; s = $2 - s0; f = $3 - f0 }
+    END { if (n == 0) { print "none"; exit }
+      printf "mean %.0f ms, %d of %d over 100 ms\n", s / n * 1000, n - f, n }' "$1" "$2"
+}
+
 # (a) direct on the provider, in namespace $1, made and removed here; with
 # $2 = quota, the namespace has a ResourceQuota shaped like a twin's share
 # (liqo-share: requests.cpu, requests.memory, pods, room for every pod).
@@ -133,10 +158,12 @@ direct() {
   pin_clusters
   cpu_ticks >"$dir/cpu.$ns.0"
   api_requests "$provider" >"$dir/req.$ns.0"
+  quota_admission >"$dir/quota.$ns.0"
   deployment "$ns" direct | kp apply -f - >/dev/null
   direct_time=$(until_running "$dir/$ns.w" "$pods")
   cpu_ticks >"$dir/cpu.$ns.1"
   api_requests "$provider" >"$dir/req.$ns.1"
+  quota_admission >"$dir/quota.$ns.1"
   unwatch
   kp -n "$ns" delete deployment bench --wait >/dev/null
   kp delete namespace "$ns" --wait --timeout 600s >/dev/null
@@ -234,11 +261,13 @@ pin_clusters
 cpu_ticks >"$dir/cpu.virtual.0"
 api_requests "$consumer" >"$dir/req.consumer.0"
 api_requests "$provider" >"$dir/req.provider.0"
+quota_admission >"$dir/quota.virtual.0"
 deployment bench virtual | kc apply -f - >/dev/null
 virtual_time=$(until_running "$dir/bench.local.w" "$pods")
 cpu_ticks >"$dir/cpu.virtual.1"
 api_requests "$consumer" >"$dir/req.consumer.1"
 api_requests "$provider" >"$dir/req.provider.1"
+quota_admission >"$dir/quota.virtual.1"
 rss_n=$(vk_peak_mib)
 unwatch
 added bench
@@ -287,6 +316,8 @@ if [ -n "$agent_log" ]; then
   echo "(b) the agent's log of the burst's slowest 1 % (all of it in $agent_log):"
   agent_lines bench
 fi
+printf '%-52s %s\n' "(b) provider's quota admission of creates, burst" "$(quota_spent "$dir/quota.virtual.0" "$dir/quota.virtual.1")"
+printf '%-52s %s\n' "(b) the same, direct with a quota" "$(quota_spent "$dir/quota.bench-direct-quota.0" "$dir/quota.bench-direct-quota.1")"
 printf '%-52s %s\n' "(b) at a steady pace ($(wc -l <"$dir/steady.added") pods, ~4/s): p50 / p99" "$(pct steady 50 1) / $(pct steady 99 1)"
 printf '%-52s %s\n' "(b)   of which bound -> remote object seen, p50 / p99" "$(pct steady 50 2) / $(pct steady 99 2)"
 printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct steady 50 3) / $(pct steady 99 3)"
