@@ -203,9 +203,11 @@ unwatch() {
 
 # Requests the API server of kubeconfig $1 has served so far, one line
 # each: "<verb> <resource>[/<subresource>] <count>" (from its
-# apiserver_request_total; a watch counts when it ends).
+# apiserver_request_total; a watch counts when it ends). With $2, the
+# metrics read are also kept in file $2, for other figures of the same
+# moment.
 api_requests() {
-  "$kubectl" --kubeconfig "$1" get --raw /metrics |
+  "$kubectl" --kubeconfig "$1" get --raw /metrics | tee "${2:-/dev/null}" |
     awk '/^apiserver_request_total\{/ {
       verb = res = sub_ = ""
       if (match($0, /verb="[^"]*"/)) verb = substr($0, RSTART + 6, RLENGTH - 7)

@@ -121,17 +121,18 @@ vk_peak_mib() {
   fi
 }
 
-# The provider's ResourceQuota admission of creates so far: "<count>
-# <seconds> <count within 100 ms>" (its API server's
+# The provider's ResourceQuota admission of creates so far, from the
+# API server's metrics kept in file $1 (by api_requests): "<count>
+# <seconds> <count within 100 ms>" (its
 # apiserver_admission_controller_admission_duration_seconds).
 quota_admission() {
-  kp get --raw /metrics | awk '
+  awk '
     /^apiserver_admission_controller_admission_duration_seconds_/ && /name="ResourceQuota"/ &&
       /operation="CREATE"/ && /type="validate"/ {
       if ($1 ~ /_count\{/) n += $NF
       if ($1 ~ /_sum\{/) s += $NF
       if ($1 ~ /_bucket\{/ && $1 ~ /le="0.1"/) fast += $NF
-    } END { printf "%d %.6f %d\n", n, s, fast }'
+    } END { printf "%d %.6f %d\n", n, s, fast }' "$1"
 }
 # Between two quota_admission files ($1 before, $2 after): "mean X ms,
 # N of M over 100 ms".
@@ -157,13 +158,13 @@ direct() {
   sleep 2
   pin_clusters
   cpu_ticks >"$dir/cpu.$ns.0"
-  api_requests "$provider" >"$dir/req.$ns.0"
-  quota_admission >"$dir/quota.$ns.0"
+  api_requests "$provider" "$dir/metrics" >"$dir/req.$ns.0"
+  quota_admission "$dir/metrics" >"$dir/quota.$ns.0"
   deployment "$ns" direct | kp apply -f - >/dev/null
   direct_time=$(until_running "$dir/$ns.w" "$pods")
   cpu_ticks >"$dir/cpu.$ns.1"
-  api_requests "$provider" >"$dir/req.$ns.1"
-  quota_admission >"$dir/quota.$ns.1"
+  api_requests "$provider" "$dir/metrics" >"$dir/req.$ns.1"
+  quota_admission "$dir/metrics" >"$dir/quota.$ns.1"
   unwatch
   kp -n "$ns" delete deployment bench --wait >/dev/null
   kp delete namespace "$ns" --wait --timeout 600s >/dev/null
@@ -221,17 +222,21 @@ pct() {
 slowest() {
   local first
   first=$(sort -k4 -n "$dir/$1.added" | awk 'NR == 1 { print $4 }')
-  sort -k1 -n -r "$dir/$1.added" | awk -v n="$(( ($(wc -l <"$dir/$1.added") + 99) / 100 ))" -v t0="$first" \
-    'NR <= n { printf "  bound at +%6.1f s: %5.0f ms (%4.0f + %4.0f) %s\n", $4 - t0, $1 * 1000, $2 * 1000, $3 * 1000, $5 }' |
+  slowest_added "$1" | awk -v t0="$first" \
+    '{ printf "  bound at +%6.1f s: %5.0f ms (%4.0f + %4.0f) %s\n", $4 - t0, $1 * 1000, $2 * 1000, $3 * 1000, $5 }' |
     sort -k3 -n
+}
+# The lines of $dir/$1.added of the slowest 1 % of the pods of app $1,
+# slowest first.
+slowest_added() {
+  sort -k1 -n -r "$dir/$1.added" | head -n "$(( ($(wc -l <"$dir/$1.added") + 99) / 100 ))"
 }
 # With --agent-log: the agent's log lines of each of the slowest 1 % of
 # the pods of app $1, timed in ms from when the pod was seen bound
 # (the agent logs UTC times of day; the watches, seconds since the epoch).
 agent_lines() {
-  local n bound name
-  n=$(( ($(wc -l <"$dir/$1.added") + 99) / 100 ))
-  sort -k1 -n -r "$dir/$1.added" | head -n "$n" | while read -r _ _ _ bound name; do
+  local bound name
+  slowest_added "$1" | while read -r _ _ _ bound name; do
     echo "  $name (bound at $(date -u -d "@$bound" +%T.%3N)):"
     grep -F -- "$name" "$agent_log" | sed 's/\x1b\[[0-9;]*m//g' |
       awk -v b="$bound" '{ split(substr($1, 12, 15), t, ":"); s = t[1] * 3600 + t[2] * 60 + t[3]
@@ -260,14 +265,14 @@ watch_pods bench
 pin_clusters
 cpu_ticks >"$dir/cpu.virtual.0"
 api_requests "$consumer" >"$dir/req.consumer.0"
-api_requests "$provider" >"$dir/req.provider.0"
-quota_admission >"$dir/quota.virtual.0"
+api_requests "$provider" "$dir/metrics" >"$dir/req.provider.0"
+quota_admission "$dir/metrics" >"$dir/quota.virtual.0"
 deployment bench virtual | kc apply -f - >/dev/null
 virtual_time=$(until_running "$dir/bench.local.w" "$pods")
 cpu_ticks >"$dir/cpu.virtual.1"
 api_requests "$consumer" >"$dir/req.consumer.1"
-api_requests "$provider" >"$dir/req.provider.1"
-quota_admission >"$dir/quota.virtual.1"
+api_requests "$provider" "$dir/metrics" >"$dir/req.provider.1"
+quota_admission "$dir/metrics" >"$dir/quota.virtual.1"
 rss_n=$(vk_peak_mib)
 unwatch
 added bench
