@@ -44,7 +44,29 @@ kubectl_home create namespace demo
   --pod-offloading-strategy Remote --wait
 echo
 echo "== a Deployment on home, its pods on the virtual node"
-kubectl_home -n demo create deployment hello --image=registry.k8s.io/e2e-test-images/agnhost:2.53 --replicas=3
+# Within Pod Security's "restricted" level, which foreign gives its peers
+# unless its sharing policy says otherwise (docs/offloading.md).
+kubectl_home apply -f - <<'YAML'
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: hello, namespace: demo }
+spec:
+  replicas: 3
+  selector: { matchLabels: { app: hello } }
+  template:
+    metadata: { labels: { app: hello } }
+    spec:
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65534
+        seccompProfile: { type: RuntimeDefault }
+      containers:
+        - name: agnhost
+          image: registry.k8s.io/e2e-test-images/agnhost:2.53
+          securityContext:
+            allowPrivilegeEscalation: false
+            capabilities: { drop: [ALL] }
+YAML
 kubectl_home -n demo rollout status deployment/hello --timeout=120s
 kubectl_home -n demo get pods -o wide
 echo

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ClusterId;
+use crate::admission::Admission;
 use crate::sharing::{Cost, Resources};
 
 /// A consumer, as its provider records it: one per consumer, named by the
@@ -40,6 +41,11 @@ pub struct TenantSpec {
     pub grant: Resources,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// What the provider's API server admits from the consumer beyond its
+    /// quota: the parameter of the provider's admission policies
+    /// (docs/offloading.md), which the consumer's virtual kubelet reads.
+    #[serde(default)]
+    pub admission: Admission,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

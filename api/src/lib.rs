@@ -5,6 +5,8 @@
 //! - [`core`]: the cluster's identity and its peers (ForeignCluster);
 //! - [`discovery`]: how a cluster is announced and found (DNS-SD records);
 //! - [`authentication`]: how a peer is known to a provider;
+//! - [`admission`]: what a provider admits from a peer beyond its quota;
+//! - [`pod_security`]: the Pod Security Standards, as pure checks;
 //! - [`offloading`]: which namespaces run on which peers;
 //! - [`sharing`]: what a provider shares, at what cost, and its policy;
 //! - [`shares`]: how a grant is split across the namespaces a tenant runs pods in;
@@ -13,6 +15,7 @@
 //! - [`names`] and [`validation`]: well-known names, and the checks the API
 //!   server applies to names and labels.
 
+pub mod admission;
 pub mod authentication;
 pub mod core;
 pub mod discovery;
@@ -20,6 +23,7 @@ pub mod names;
 pub mod netcheck;
 pub mod networking;
 pub mod offloading;
+pub mod pod_security;
 pub mod shares;
 pub mod sharing;
 pub mod token;

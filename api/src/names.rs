@@ -91,9 +91,12 @@ pub const COST_ANNOTATION: &str = "liqo.io/cost";
 pub mod peering {
     use crate::ClusterId;
 
+    /// The prefix of every tenant namespace's name.
+    pub const TENANT_NAMESPACE_PREFIX: &str = "liqo-tenant-";
+
     /// On the provider: the tenant namespace of consumer `consumer`.
     pub fn tenant_namespace(consumer: &ClusterId) -> String {
-        format!("liqo-tenant-{consumer}")
+        format!("{TENANT_NAMESPACE_PREFIX}{consumer}")
     }
 
     /// On the provider: the Role and RoleBinding names for a tenant; also

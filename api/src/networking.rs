@@ -167,6 +167,12 @@ impl Remap {
     /// The remap a connection's gateway decided, if the peer's pods are
     /// seen elsewhere than at their own addresses.
     pub fn of(connection: &Connection) -> Option<Self> {
+        Self::seen(connection).filter(|r| r.real != r.seen_as)
+    }
+
+    /// Where a connection's gateway sees the peer's pods, remapped or not
+    /// (`seen_as` is `real` then), once it has said so.
+    pub fn seen(connection: &Connection) -> Option<Self> {
         let real: IpNet = connection.spec.pod_cidr.parse().ok()?;
         let seen_as: IpNet = connection
             .status
@@ -175,10 +181,17 @@ impl Remap {
             .as_deref()?
             .parse()
             .ok()?;
-        (real.trunc() != seen_as.trunc()).then_some(Self {
+        Some(Self {
             real: real.trunc(),
             seen_as: seen_as.trunc(),
         })
+    }
+
+    /// `address` as this cluster reaches it, when it is one of the peer's
+    /// pods; `None` for any other address.
+    pub fn pod_address(&self, address: &str) -> Option<String> {
+        let a = address.parse::<IpAddr>().ok()?;
+        translate(a, self.real, self.seen_as).map(|a| a.to_string())
     }
 
     /// `address` as this cluster reaches it: translated when it is one of

@@ -20,10 +20,40 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ResourceQuota;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::admission::Admission;
 use crate::sharing::{Amounts, Resources, parse_bytes, parse_cpu_millis};
 
 /// The ResourceQuota holding a namespace's share of its tenant's grant.
 pub const SHARE_QUOTA: &str = "liqo-share";
+
+/// What a share bounds beside its part of the grant: the node ports and
+/// LoadBalancer Services the tenant's terms allow in each of its
+/// namespaces, the same in each (not divided).
+pub fn exposure_hard(terms: &Admission) -> BTreeMap<String, Quantity> {
+    BTreeMap::from([
+        (
+            "services.nodeports".to_owned(),
+            Quantity(terms.node_ports.to_string()),
+        ),
+        (
+            "services.loadbalancers".to_owned(),
+            Quantity(terms.load_balancers.to_string()),
+        ),
+    ])
+}
+
+/// Whether `quota`, a share already holding its part of the grant, must
+/// be given [`exposure_hard`] for `terms`. A quota without its part of the
+/// grant gets none: these alone must never stand for a share.
+pub fn exposure_to_write(quota: &ResourceQuota, terms: &Admission) -> bool {
+    let hard = quota.spec.as_ref().and_then(|s| s.hard.as_ref());
+    let Some(hard) = hard.filter(|h| h.contains_key(Counted::Pods.quota_key())) else {
+        return false;
+    };
+    exposure_hard(terms)
+        .iter()
+        .any(|(k, v)| hard.get(k).map(|q| q.0.as_str()) != Some(v.0.as_str()))
+}
 
 /// On a twin namespace: what the consumer's pods there request, as JSON
 /// of [`Resources`] (`{"cpu":"1500m","memory":"3Gi","pods":"12"}`),
@@ -562,6 +592,34 @@ mod tests {
         let other = holder(true, [0, 0, 5], [0, 0, 0], [0; 3]);
         let writes = step(&g, &[tenant_ns([0; 3], [0; 3]), fresh, other]);
         assert!(writes.is_empty(), "{writes:?}");
+    }
+
+    #[test]
+    fn exposure_is_written_only_beside_a_part_of_the_grant() {
+        let terms = Admission {
+            node_ports: 2,
+            ..Admission::default()
+        };
+        let quota = |hard: &[(&str, &str)]| ResourceQuota {
+            spec: Some(k8s_openapi::api::core::v1::ResourceQuotaSpec {
+                hard: Some(
+                    hard.iter()
+                        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(!exposure_to_write(&quota(&[]), &terms));
+        assert!(exposure_to_write(&quota(&[("pods", "3")]), &terms));
+        let done = quota(&[
+            ("pods", "3"),
+            ("services.nodeports", "2"),
+            ("services.loadbalancers", "0"),
+        ]);
+        assert!(!exposure_to_write(&done, &terms));
+        assert!(exposure_to_write(&done, &Admission::default()));
     }
 
     #[test]

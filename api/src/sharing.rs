@@ -11,6 +11,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::admission::Admission;
+
 /// CPU, memory and pods; a missing amount means "none asked" in a request
 /// and "nothing" in a grant.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -74,6 +76,11 @@ pub struct SharingPolicySpec {
     pub pods: Option<Offer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// What the provider's API server admits from the peer beyond its
+    /// quota: Pod Security level, priority classes, tolerations, nodes,
+    /// runtime class, NodePort and LoadBalancer Services.
+    #[serde(default)]
+    pub admission: Admission,
 }
 
 fn yes() -> bool {
@@ -89,6 +96,7 @@ pub fn default_policy() -> SharingPolicySpec {
         memory: Some(Offer("50%".to_owned())),
         pods: Some(Offer("50%".to_owned())),
         cost: None,
+        admission: Admission::default(),
     }
 }
 
@@ -294,6 +302,7 @@ mod tests {
             memory: Some(Offer(memory.into())),
             pods: Some(Offer(pods.into())),
             cost: None,
+            admission: Admission::default(),
         }
     }
 

@@ -658,10 +658,12 @@ pub enum SharingPolicyCommand {
         long_about = "Create or update a sharing policy; what is not given is kept.\n\n\
         A new policy starts from the one that applies now: a consumer's from the `default` \
         policy (or the built-in default), `default` from the built-in default. Amounts are \
-        absolute quantities or a share of the free allocatable capacity (`50%`). Every value is \
+        absolute quantities or a share of the free allocatable capacity (`50%`). What the policy \
+        admits beyond the amounts (--pod-security and the flags after it) applies at once to the \
+        consumers it governs, and their provider's API server enforces it. Every value is \
         checked before anything is written."
     )]
-    Set(SharingPolicySetArgs),
+    Set(Box<SharingPolicySetArgs>),
     /// Show the policy that applies, where it comes from, and what it offers now.
     Show(SharingPolicyShowArgs),
     /// Delete a sharing policy liqoctl set; peers then get the default.
@@ -700,6 +702,33 @@ pub struct SharingPolicySetArgs {
     /// Whether consumers that do not peer with this cluster yet may peer.
     #[arg(long, value_name = "true|false")]
     pub accept_new_peers: Option<bool>,
+    /// The Pod Security level of the peer's namespaces on this cluster.
+    #[arg(long, value_name = "restricted|baseline|privileged")]
+    pub pod_security: Option<String>,
+    /// The PriorityClasses the peer's pods may name, comma-separated
+    /// ("" for none, the default).
+    #[arg(long, value_name = "NAME,...")]
+    pub priority_classes: Option<String>,
+    /// The keys of this cluster's taints the peer's pods may tolerate,
+    /// comma-separated ("" for none, the default).
+    #[arg(long, value_name = "KEY,...")]
+    pub tolerations: Option<String>,
+    /// Node labels every pod of the peer must select, so that they run only
+    /// on those nodes ("" for any node, the default).
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    pub node_selector: Option<String>,
+    /// The RuntimeClass every pod of the peer must use ("" for any, the
+    /// default).
+    #[arg(long, value_name = "NAME")]
+    pub runtime_class: Option<String>,
+    /// How many node ports the peer's Services may hold in each of its
+    /// namespaces (0, the default, refuses NodePort Services).
+    #[arg(long, value_name = "COUNT")]
+    pub node_ports: Option<u32>,
+    /// How many LoadBalancer Services the peer may hold in each of its
+    /// namespaces (0, the default, refuses them).
+    #[arg(long, value_name = "COUNT")]
+    pub load_balancers: Option<u32>,
 }
 
 #[derive(Args, Debug)]

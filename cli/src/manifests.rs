@@ -282,6 +282,7 @@ pub fn render(options: &Options) -> Vec<Manifest> {
     }
     out.extend(gateway(options));
     out.extend(twin_namespace_policies());
+    out.extend(crate::peering::admission::policies());
     out.extend(peering_token_policy());
     if !options.without_placement_policy {
         out.extend(placement_policies());
@@ -1211,7 +1212,7 @@ fn meta(name: &str, component: &str) -> serde_json::Value {
     json!({ "name": name, "namespace": names::NAMESPACE, "labels": common_labels(component) })
 }
 
-fn cluster_meta(name: &str, component: &str) -> serde_json::Value {
+pub(crate) fn cluster_meta(name: &str, component: &str) -> serde_json::Value {
     json!({ "name": name, "labels": common_labels(component) })
 }
 

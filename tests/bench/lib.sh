@@ -79,10 +79,17 @@ spec:
     metadata: { labels: { app: $name } }
     spec:$placement
       terminationGracePeriodSeconds: 0
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65534
+        seccompProfile: { type: RuntimeDefault }
       containers:
         - name: app
           image: nginx
           resources: { requests: { cpu: 1m, memory: 1Mi } }
+          securityContext:
+            allowPrivilegeEscalation: false
+            capabilities: { drop: [ALL] }
 EOF
 }
 

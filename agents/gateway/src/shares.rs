@@ -28,6 +28,8 @@ use crate::control;
 
 /// The field manager of the shares.
 const MANAGER: &str = "liqo-gateway";
+/// The field manager of the shares' Services bounds.
+const EXPOSURE_MANAGER: &str = "liqo-gateway-exposure";
 /// Changes closer together than this are looked at once.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// After a round that wrote: the next one, to go on (raise after a
@@ -129,10 +131,10 @@ impl Keeper {
         // no read (most changes are admissions counted in a share).
         let stored = self.quotas.store.state();
         let stored: Vec<&ResourceQuota> = stored.iter().map(|q| &**q).collect();
-        if !tenants
-            .iter()
-            .any(|t| !plan(t, &twins, &stored).writes.is_empty())
-        {
+        if !tenants.iter().any(|t| {
+            let plan = plan(t, &twins, &stored);
+            !plan.writes.is_empty() || !plan.exposure.is_empty()
+        }) {
             return Ok(false);
         }
         let fresh = Api::<ResourceQuota>::all(self.client.clone())
@@ -180,6 +182,38 @@ impl Keeper {
                 }
             }
         }
+        // The node ports and LoadBalancers its terms allow, beside each
+        // part of the grant already written (under a manager of their own,
+        // so that neither write takes the other's keys).
+        for tenant in &tenants {
+            let plan = plan(tenant, &twins, &fresh);
+            for holder in plan.exposure {
+                let (namespace, _) = &plan.holders[holder];
+                let id = tenant.spec.cluster_id.to_string();
+                let quota = json!({
+                    "apiVersion": "v1",
+                    "kind": "ResourceQuota",
+                    "metadata": { "name": SHARE_QUOTA, "namespace": namespace, "labels": share_labels(&id) },
+                    "spec": { "hard": shares::exposure_hard(&tenant.spec.admission) },
+                });
+                let written = Api::<ResourceQuota>::namespaced(self.client.clone(), namespace)
+                    .patch(
+                        SHARE_QUOTA,
+                        &PatchParams::apply(EXPOSURE_MANAGER).force(),
+                        &Patch::Apply(&quota),
+                    )
+                    .await;
+                match written {
+                    Ok(_) => wrote = true,
+                    Err(error) if liqo_agent_runtime::namespace_terminating(&error) => {}
+                    Err(error) => {
+                        failed.get_or_insert(anyhow::Error::new(error).context(format!(
+                            "writing the Services bounds of {SHARE_QUOTA} in {namespace}"
+                        )));
+                    }
+                }
+            }
+        }
         match failed {
             Some(error) => Err(error),
             None => Ok(wrote),
@@ -213,6 +247,8 @@ impl Keeper {
 struct Plan {
     holders: Vec<(String, Option<ResourceQuota>)>,
     writes: Vec<shares::Write>,
+    /// The holders whose share lacks the Services bounds of the terms.
+    exposure: Vec<usize>,
 }
 
 /// The tenant namespace first, then the twins by name. A twin being
@@ -226,6 +262,7 @@ fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[&Resourc
         return Plan {
             holders: Vec::new(),
             writes: Vec::new(),
+            exposure: Vec::new(),
         };
     };
     let quota_in = |ns: &str| {
@@ -276,8 +313,21 @@ fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[&Resourc
                 })
         })
         .collect();
+    let exposure = holders
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, quota, _))| {
+            quota.as_ref().is_some_and(|q| {
+                is_ours(q)
+                    && q.meta().deletion_timestamp.is_none()
+                    && shares::exposure_to_write(q, &tenant.spec.admission)
+            })
+        })
+        .map(|(i, _)| i)
+        .collect();
     Plan {
         holders: holders.into_iter().map(|(ns, q, _)| (ns, q)).collect(),
         writes,
+        exposure,
     }
 }

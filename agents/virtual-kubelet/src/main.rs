@@ -299,7 +299,7 @@ async fn reflect(wiring: Wiring) {
         tracing::info!(%tenant, "the provider knows this cluster as its tenant");
         consumer.cluster_id = tenant;
     }
-    let provider_id = match liqo_api::ClusterId::new(foreign_cluster) {
+    let provider_id = match liqo_api::ClusterId::new(foreign_cluster.clone()) {
         Ok(id) => id,
         Err(error) => {
             tracing::error!(%error, "the ForeignCluster's name is not a cluster ID: nothing to offload to");
@@ -312,6 +312,14 @@ async fn reflect(wiring: Wiring) {
         names::peering::tenant_namespace(&consumer.cluster_id),
         seen_there_tx,
     );
+    let (terms_tx, terms) = watch::channel(provider::Terms::NotRead);
+    let keep_terms = provider::keep_terms(
+        provider.clone(),
+        consumer.cluster_id.clone(),
+        terms_tx,
+        client.clone(),
+        foreign_cluster,
+    );
     let peering = reflection::namespace::Peering {
         local: client.clone(),
         provider: provider.clone(),
@@ -320,6 +328,7 @@ async fn reflect(wiring: Wiring) {
         node_name: node_name.clone(),
         tunnel: Some(tunnel),
         seen_there,
+        terms,
     };
     let (offloadings, follow_offloadings) = follow(
         Api::<NamespaceOffloading>::all(client.clone()),
@@ -465,6 +474,7 @@ async fn reflect(wiring: Wiring) {
         kubelet_api,
         placement,
         keep_seen_there,
+        keep_terms,
         keep_demands,
         follow_offloadings,
         follow_pods,

@@ -238,11 +238,11 @@ pub async fn keep_checking(
 /// network is (re)connected.
 const SEEN_THERE_PERIOD: Duration = Duration::from_secs(5);
 
-/// Keeps `tx` on where the provider sees this cluster's pods: the remap
-/// its gateway decided in the provider's end of the tunnel (the one
-/// Connection of the tenant namespace, which the tenant may read), none
-/// when it sees them at their own addresses or there is no tunnel. A
-/// failed read keeps the last known value.
+/// Keeps `tx` on where the provider sees this cluster's pods: as its
+/// gateway decided in the provider's end of the tunnel (the one
+/// Connection of the tenant namespace, which the tenant may read), the
+/// same CIDR when it sees them at their own addresses, none while there is
+/// no tunnel. A failed read keeps the last known value.
 pub async fn keep_seen_there(
     clients: watch::Receiver<ProviderClient>,
     tenant_namespace: String,
@@ -255,7 +255,10 @@ pub async fn keep_seen_there(
                 Api::namespaced(client, &tenant_namespace);
             match api.list(&Default::default()).await {
                 Ok(list) => {
-                    let remap = list.items.first().and_then(liqo_api::networking::Remap::of);
+                    let remap = list
+                        .items
+                        .first()
+                        .and_then(liqo_api::networking::Remap::seen);
                     tx.send_if_modified(|known| {
                         let changed = *known != remap;
                         if changed {
@@ -269,6 +272,89 @@ pub async fn keep_seen_there(
             }
         }
         tokio::time::sleep(SEEN_THERE_PERIOD).await;
+    }
+}
+
+/// What the provider admits from this cluster (docs/offloading.md), as
+/// its record of this cluster as a tenant says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Terms {
+    /// Not read yet: nothing is sent until it is.
+    NotRead,
+    /// The provider's terms: twins carry its Pod Security labels, and pods
+    /// it would refuse are refused here, before they are sent.
+    Stated(liqo_api::admission::Admission),
+    /// The provider states none (a version without them, which refuses
+    /// the read): pods are sent as they are, and it decides.
+    Unstated,
+}
+
+/// How often the provider's terms are read again once known.
+const TERMS_PERIOD: Duration = Duration::from_secs(30);
+
+/// Keeps `tx` on the provider's terms for tenant `tenant` (its Tenant
+/// record, which the tenant may read). Terms once read are never loosened
+/// by a failed read: only a record read again changes them.
+/// The terms, once read, are also written into the provider's
+/// ForeignCluster here (`status.admission`), for `liqoctl info`.
+pub async fn keep_terms(
+    clients: watch::Receiver<ProviderClient>,
+    tenant: liqo_api::ClusterId,
+    tx: watch::Sender<Terms>,
+    local: kube::Client,
+    foreign_cluster: String,
+) {
+    let peers: Api<ForeignCluster> = Api::all(local);
+    let mut published = None;
+    loop {
+        let client = clients.borrow().clone();
+        if let Ok(client) = client {
+            let api: Api<liqo_api::authentication::Tenant> = Api::all(client);
+            let read = match api.get(tenant.as_str()).await {
+                Ok(record) => Some(Terms::Stated(record.spec.admission)),
+                Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
+                    (*tx.borrow() == Terms::NotRead).then_some(Terms::Unstated)
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading the provider's terms");
+                    None
+                }
+            };
+            if let Some(read) = read {
+                tx.send_if_modified(|known| {
+                    let changed = *known != read;
+                    if changed {
+                        tracing::info!(terms = ?read, "what the provider admits from this cluster");
+                        *known = read;
+                    }
+                    changed
+                });
+            }
+        }
+        let stated = match &*tx.borrow() {
+            Terms::Stated(a) => Some(a.clone()),
+            _ => None,
+        };
+        if let Some(stated) = stated.filter(|s| published.as_ref() != Some(s)) {
+            let patch = serde_json::json!({ "status": { "admission": stated } });
+            match peers
+                .patch_status(
+                    &foreign_cluster,
+                    &Default::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => published = Some(stated),
+                Err(e) => tracing::debug!(error = %e, "recording the provider's terms"),
+            }
+        }
+        let period = if *tx.borrow() == Terms::NotRead {
+            RETRY_PERIOD
+        } else {
+            TERMS_PERIOD
+        };
+        tokio::time::sleep(period).await;
     }
 }
 

@@ -68,4 +68,8 @@ pub struct ForeignClusterStatus {
     /// The local cluster's tenant namespace on the peer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_namespace: Option<String>,
+    /// What the peer admits from the local cluster beyond its grant (its
+    /// Pod Security level, ...), as the virtual kubelet last read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<crate::admission::Admission>,
 }

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
 use kube::api::ListParams;
 use liqo_api::ClusterIdentity;
+use liqo_api::admission::Admission;
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, labels, peering};
@@ -74,6 +75,9 @@ struct Peering {
     certificate_expiry: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tenant_namespace: Option<String>,
+    /// What the provider admits from the consumer beyond the grant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admission: Option<Admission>,
     /// The consumer's x509 user name (incoming).
     #[serde(skip_serializing_if = "Option::is_none")]
     user: Option<String>,
@@ -427,6 +431,7 @@ fn outgoing(fc: ForeignCluster, nodes: &[Node]) -> Peering {
         cost: status.cost,
         certificate_expiry: status.certificate_expiry,
         tenant_namespace: status.tenant_namespace,
+        admission: status.admission,
         user: None,
         network: None,
     }
@@ -451,6 +456,7 @@ fn incoming(t: Tenant) -> Peering {
         cost: t.spec.cost,
         certificate_expiry: None,
         tenant_namespace: Some(t.spec.namespace),
+        admission: Some(t.spec.admission),
         user: Some(t.spec.user),
         network: None,
     }
@@ -708,6 +714,10 @@ fn render_one(p: &Peering) -> String {
     row("Granted", dash(p.grant.as_ref().map(show_resources)));
     row("Cost", dash(p.cost.as_ref().map(show_cost)));
     row("Tenant namespace", dash(p.tenant_namespace.clone()));
+    row(
+        "Admits",
+        dash(p.admission.as_ref().map(Admission::describe)),
+    );
     if p.direction != "incoming" {
         row("Certificate expiry", dash(p.certificate_expiry.clone()));
     }
@@ -748,6 +758,7 @@ mod tests {
             cost: None,
             certificate_expiry: None,
             tenant_namespace: None,
+            admission: None,
             user: None,
             network: None,
         }

@@ -29,6 +29,7 @@ use crate::k8s::apply::{self, Change};
 use crate::k8s::ownership;
 use crate::k8s::wait::{self, Waited};
 use crate::manifests::{self, Manifest, Options};
+use crate::peering::terms;
 use crate::printer::Printer;
 
 pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
@@ -178,6 +179,15 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     }
     let summary: Vec<String> = changes.iter().map(|(c, n)| format!("{n} {c}")).collect();
     step.done(summary.join(", "));
+
+    // Tenants of an earlier version, or of a policy changed since, are
+    // brought under the terms their policy gives them now.
+    let step = printer.step("Bringing tenants under their sharing policy");
+    let lines = terms::bring_all_under(&cluster).await;
+    let lines = step.ended(lines)?;
+    for line in lines {
+        printer.info(line);
+    }
 
     let step = printer.step("Waiting for the gateway to be ready");
     if !wait_ready(&cluster, names::GATEWAY, wait::left(deadline)).await? {

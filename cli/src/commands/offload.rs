@@ -71,9 +71,17 @@ pub async fn offload(
             .get_opt(ns)
             .await
             .map_err(|e| cluster.explain(e, &format!("reading namespace {ns}")))?;
-        if found.is_none() {
+        let Some(found) = found else {
             return Err(UserError::NotFound(format!(
                 "namespace {ns} does not exist on cluster {}",
+                cluster.name
+            ))
+            .into());
+        };
+        // A twin: a consumer's pods, run here as its provider.
+        if let Some(tenant) = found.labels().get(labels::TENANT) {
+            return Err(UserError::Refused(format!(
+                "namespace {ns} on cluster {} is a twin namespace of consumer {tenant} and cannot be offloaded",
                 cluster.name
             ))
             .into());
@@ -319,9 +327,34 @@ fn check_names(names: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses the namespaces whose pods must stay on this cluster: liqo-rs's
+/// own (its agents would offload themselves), the cluster's system
+/// namespaces, and the tenant namespaces of its own consumers.
+fn check_offloadable(names: &[String]) -> anyhow::Result<()> {
+    for ns in names {
+        let why = if ns == names::NAMESPACE {
+            Some("runs liqo-rs's own agents")
+        } else if ns.starts_with("kube-") {
+            Some("is one of the cluster's system namespaces")
+        } else if ns.starts_with(names::peering::TENANT_NAMESPACE_PREFIX) {
+            Some("is a consumer's tenant namespace")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(UserError::Usage(format!(
+                "namespace {ns} {why} and cannot be offloaded; offload the namespaces of your workloads"
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// The spec the flags ask for, checked before any cluster is contacted.
 fn spec_of(args: &OffloadNamespaceArgs) -> anyhow::Result<NamespaceOffloadingSpec> {
     check_names(&args.names)?;
+    check_offloadable(&args.names)?;
     let mapping = match args.namespace_mapping_strategy {
         MappingStrategyArg::DefaultName => NamespaceMappingStrategy::DefaultName,
         MappingStrategyArg::EnforceSameName => NamespaceMappingStrategy::EnforceSameName,

@@ -17,9 +17,7 @@ use liqo_api::authentication::{Tenant, peer_user};
 use liqo_api::core::{ForeignCluster, ForeignClusterSpec};
 use liqo_api::names::{self, labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
-use liqo_api::sharing::{
-    self, AboveOffer, Amounts, Resources, SharingError, SharingPolicy, SharingPolicySpec,
-};
+use liqo_api::sharing::{self, AboveOffer, Amounts, Resources, SharingError, SharingPolicySpec};
 use serde::Serialize;
 use serde_json::json;
 
@@ -30,7 +28,7 @@ use crate::factory::ClusterClient;
 use crate::k8s::ownership;
 use crate::k8s::wait::{self, Waited};
 use crate::manifests::{Manifest, common_labels, from_json};
-use crate::peering::{Journal, Side, capacity, identity, network, tenant, virtual_kubelet};
+use crate::peering::{Journal, Side, capacity, identity, network, tenant, terms, virtual_kubelet};
 use crate::printer::Printer;
 
 /// What `peer` reports (`-o json|yaml`).
@@ -226,12 +224,17 @@ pub(crate) fn parse_request(args: &crate::cli::RequestArgs) -> Result<Option<Amo
     }
     let quantity = |flag: &str, v: &Option<String>, parse: fn(&str) -> Option<u64>| {
         v.as_deref()
-            .map(|text| {
-                parse(text).ok_or_else(|| {
-                    UserError::Usage(format!(
-                        "{flag}: {text:?} is not a quantity such as 2, 500m or 4Gi"
-                    ))
-                })
+            .map(|text| match parse(text) {
+                None => Err(UserError::Usage(format!(
+                    "{flag}: {text:?} is not a quantity such as 2, 500m or 4Gi"
+                ))),
+                // Zero would ask for nothing, which a grant reads as "all
+                // that is offered": said, rather than taken.
+                Some(0) => Err(UserError::Usage(format!(
+                    "{flag}: {text:?} asks for nothing; ask for more than 0, or leave {flag} out \
+                     to take what the provider offers"
+                ))),
+                Some(n) => Ok(n),
             })
             .transpose()
             .map(Option::unwrap_or_default)
@@ -334,7 +337,7 @@ impl Plan {
             .into());
         }
 
-        let policy = policy_for(provider, Some(&consumer_id.cluster_id)).await?;
+        let policy = terms::policy_for(provider, Some(&consumer_id.cluster_id)).await?;
         let tenants: Api<Tenant> = Api::all(provider.client.clone());
         let known = tenants
             .get_opt(consumer_id.cluster_id.as_str())
@@ -429,12 +432,24 @@ impl Plan {
             self.request.as_ref(),
             &self.grant,
             self.policy.cost.as_ref(),
+            &self.policy.admission,
         );
         refuse_foreign(provider, &objects).await?;
         for m in objects {
             journal.apply(Side::Provider, provider, m).await?;
         }
         self.tenant_status(provider).await?;
+        // Twins made under other terms (an earlier peering, or a policy
+        // changed since) are labelled for these.
+        let id = &self.consumer_id.cluster_id;
+        if let Some(brought) = terms::bring_under(provider, id, &self.policy.admission).await? {
+            for pod in brought.would_refuse {
+                printer.info(format!(
+                    "warning: pod {pod} on cluster {}; it keeps running, a new one would be refused",
+                    provider.name
+                ));
+            }
+        }
         step.done(peering::tenant_namespace(&self.consumer_id.cluster_id));
         Ok(())
     }
@@ -829,23 +844,6 @@ pub(crate) async fn start_virtual_kubelet(
         journal.apply(Side::Consumer, consumer, m).await?;
     }
     Ok(())
-}
-
-/// The sharing policy of `provider` that applies to `consumer`: its own,
-/// else `default`, else the built-in one.
-pub(crate) async fn policy_for(
-    provider: &ClusterClient,
-    consumer: Option<&liqo_api::ClusterId>,
-) -> anyhow::Result<SharingPolicySpec> {
-    let policies: Api<SharingPolicy> = Api::all(provider.client.clone());
-    for name in consumer.map(|c| c.as_str()).into_iter().chain(["default"]) {
-        match policies.get_opt(name).await {
-            Ok(Some(p)) => return Ok(p.spec),
-            Ok(None) => {}
-            Err(e) => return Err(provider.explain(e, "reading the provider's sharing policy")),
-        }
-    }
-    Ok(sharing::default_policy())
 }
 
 /// What `provider` grants under `policy` for `request`, from its free

@@ -6,8 +6,11 @@
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ListParams};
-use liqo_api::ClusterId;
+use liqo_api::admission::Admission;
+use liqo_api::authentication::Tenant;
+use liqo_api::pod_security::Level;
 use liqo_api::sharing::{self, Amounts, Cost, Offer, Resources, SharingPolicy, SharingPolicySpec};
+use liqo_api::{ClusterId, validation};
 use serde::Serialize;
 
 use crate::cli::{
@@ -20,7 +23,7 @@ use crate::factory::ClusterClient;
 use crate::k8s::apply::{self, Deletion};
 use crate::k8s::ownership::{self, Ownership};
 use crate::manifests::{Manifest, common_labels};
-use crate::peering::capacity;
+use crate::peering::{capacity, terms};
 use crate::printer::Printer;
 
 /// The name of the policy that applies to consumers without their own.
@@ -77,6 +80,7 @@ fn check_offer(flag: &str, value: &str) -> Result<Offer, UserError> {
         memory: None,
         pods: None,
         cost: None,
+        admission: Admission::default(),
     };
     match flag {
         "--cpu" => policy.cpu = Some(offer.clone()),
@@ -165,7 +169,90 @@ fn merged(
     if let Some(accept) = args.accept_new_peers {
         base.accept_new_peers = accept;
     }
+    merge_admission(&mut base.admission, args)?;
     Ok(base)
+}
+
+/// A comma-separated list; empty for "".
+fn list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The admission flags of `set` applied to `a`, every value checked as
+/// the API server would check it where it is used.
+fn merge_admission(a: &mut Admission, args: &SharingPolicySetArgs) -> Result<(), UserError> {
+    let bad =
+        |flag: &str, value: &str, why: String| UserError::Usage(format!("{flag}: {value:?} {why}"));
+    if let Some(v) = &args.pod_security {
+        a.pod_security = v
+            .trim()
+            .parse::<Level>()
+            .map_err(|e| UserError::Usage(format!("--pod-security: {e}")))?;
+    }
+    if let Some(v) = &args.priority_classes {
+        a.priority_classes = list(v);
+        for c in &a.priority_classes {
+            validation::dns_subdomain(c).map_err(|e| {
+                bad(
+                    "--priority-classes",
+                    c,
+                    format!("is not a PriorityClass name: {e}"),
+                )
+            })?;
+        }
+    }
+    if let Some(v) = &args.tolerations {
+        a.tolerations = list(v);
+        for k in &a.tolerations {
+            validation::label_key(k)
+                .map_err(|e| bad("--tolerations", k, format!("is not a taint key: {e}")))?;
+        }
+    }
+    if let Some(v) = &args.node_selector {
+        a.node_selector.clear();
+        for pair in list(v) {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(bad("--node-selector", &pair, "is not KEY=VALUE".to_owned()));
+            };
+            validation::label_key(key)
+                .map_err(|e| bad("--node-selector", key, format!("is not a label key: {e}")))?;
+            validation::label_value(value).map_err(|e| {
+                bad(
+                    "--node-selector",
+                    value,
+                    format!("is not a label value: {e}"),
+                )
+            })?;
+            a.node_selector.insert(key.to_owned(), value.to_owned());
+        }
+    }
+    if let Some(v) = &args.runtime_class {
+        let v = v.trim();
+        a.runtime_class_name = if v.is_empty() {
+            None
+        } else {
+            validation::dns_subdomain(v).map_err(|e| {
+                bad(
+                    "--runtime-class",
+                    v,
+                    format!("is not a RuntimeClass name: {e}"),
+                )
+            })?;
+            Some(v.to_owned())
+        };
+    }
+    if let Some(n) = args.node_ports {
+        a.node_ports = n;
+    }
+    if let Some(n) = args.load_balancers {
+        a.load_balancers = n;
+    }
+    Ok(())
 }
 
 /// The cluster, once it is known to have liqo-rs and its SharingPolicy CRD.
@@ -251,7 +338,63 @@ async fn set(
         cluster.name,
         describe(&policy.spec)
     ));
+    // What it admits applies at once to the tenants it governs; the
+    // amounts, at their next peer.
+    for id in governed(&cluster, &api, &name).await? {
+        let Some(brought) = terms::bring_under(&cluster, &id, &policy.spec.admission).await? else {
+            continue;
+        };
+        if brought.changed || !brought.relabelled.is_empty() {
+            printer.result(format!(
+                "tenant/{id} now admitted under these terms{}",
+                if brought.relabelled.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (relabelled {})", brought.relabelled.join(", "))
+                }
+            ));
+        }
+        for pod in brought.would_refuse {
+            printer.info(format!(
+                "warning: tenant/{id}: pod {pod}; it keeps running, a new one would be refused"
+            ));
+        }
+    }
     Ok(())
+}
+
+/// The consumers whose tenants the policy `name` governs: the one it
+/// names, or, for `default`, every tenant without a policy of its own.
+async fn governed(
+    cluster: &ClusterClient,
+    api: &Api<SharingPolicy>,
+    name: &str,
+) -> anyhow::Result<Vec<ClusterId>> {
+    let tenants: Api<Tenant> = Api::all(cluster.client.clone());
+    let all = tenants
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.explain(e, "listing the tenants"))?;
+    let own: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.explain(e, "listing the sharing policies"))?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    Ok(all
+        .items
+        .into_iter()
+        .map(|t| t.spec.cluster_id)
+        .filter(|id| {
+            if name == DEFAULT {
+                !own.iter().any(|o| o == id.as_str())
+            } else {
+                id.as_str() == name
+            }
+        })
+        .collect())
 }
 
 /// What `sharing-policy show` reports (`-o json|yaml`).
@@ -430,6 +573,7 @@ fn describe(p: &SharingPolicySpec) -> String {
     if let Some(cost) = &p.cost {
         out.push_str(&format!(", cost {}", show_cost(cost)));
     }
+    out.push_str(&format!("; admits {}", p.admission.describe()));
     out
 }
 
@@ -480,6 +624,67 @@ mod tests {
             cost_memory_gib_hour: None,
             currency: None,
             accept_new_peers: None,
+            pod_security: None,
+            priority_classes: None,
+            tolerations: None,
+            node_selector: None,
+            runtime_class: None,
+            node_ports: None,
+            load_balancers: None,
+        }
+    }
+
+    #[test]
+    fn admission_flags_replace_what_they_name_and_are_checked() {
+        let mut a = args();
+        a.pod_security = Some("baseline".into());
+        a.priority_classes = Some("batch-low, batch-high".into());
+        a.node_selector = Some("pool=peers,zone=a".into());
+        a.node_ports = Some(3);
+        let got = merged(sharing::default_policy(), &a)
+            .expect("valid")
+            .admission;
+        assert_eq!(got.pod_security, Level::Baseline);
+        assert_eq!(got.priority_classes, ["batch-low", "batch-high"]);
+        assert_eq!(got.node_selector.len(), 2);
+        assert_eq!((got.node_ports, got.load_balancers), (3, 0));
+        // "" clears a list; what is not given is kept.
+        let mut clear = args();
+        clear.priority_classes = Some(String::new());
+        clear.runtime_class = Some("gvisor".into());
+        let base = SharingPolicySpec {
+            admission: got.clone(),
+            ..sharing::default_policy()
+        };
+        let again = merged(base, &clear).expect("valid").admission;
+        assert!(again.priority_classes.is_empty());
+        assert_eq!(again.node_selector, got.node_selector);
+        assert_eq!(again.runtime_class_name.as_deref(), Some("gvisor"));
+        for (set, flag) in [
+            (
+                (|a: &mut SharingPolicySetArgs| a.pod_security = Some("root".into())) as fn(&mut _),
+                "--pod-security",
+            ),
+            (
+                |a| a.priority_classes = Some("Not_A_Name".into()),
+                "--priority-classes",
+            ),
+            (|a| a.tolerations = Some("bad key".into()), "--tolerations"),
+            (|a| a.node_selector = Some("pool".into()), "--node-selector"),
+            (
+                |a| a.node_selector = Some("pool=bad value".into()),
+                "--node-selector",
+            ),
+            (
+                |a| a.runtime_class = Some("UPPER".into()),
+                "--runtime-class",
+            ),
+        ] {
+            let mut a = args();
+            set(&mut a);
+            let err = merged(sharing::default_policy(), &a).expect_err(flag);
+            assert!(matches!(err, UserError::Usage(_)), "{flag}");
+            assert!(err.to_string().starts_with(flag), "{err}");
         }
     }
 
@@ -555,6 +760,7 @@ mod tests {
                 memory_gib_hour: None,
                 currency: "EUR".into(),
             }),
+            admission: Admission::default(),
         };
         let mut a = args();
         a.memory = Some("25%".into());

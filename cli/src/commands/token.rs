@@ -97,7 +97,7 @@ pub async fn generate(
                 provider.name
             ))
         })?;
-        let policy = peer::policy_for(&provider, consumer.as_ref()).await?;
+        let policy = crate::peering::terms::policy_for(&provider, consumer.as_ref()).await?;
         let grant = peer::grant_for(
             &provider,
             &policy,
@@ -256,6 +256,7 @@ impl Issue<'_> {
                 self.request.as_ref(),
                 self.grant,
                 self.policy.cost.as_ref(),
+                &self.policy.admission,
             );
             objects.extend(token::tenant_account(t, self.id));
             peer::refuse_foreign(provider, &objects).await?;

@@ -5,10 +5,12 @@
 //! that a failed peer leaves nothing new behind, and a re-run resumes from
 //! what earlier runs left.
 
+pub mod admission;
 pub mod capacity;
 pub mod identity;
 pub mod network;
 pub mod tenant;
+pub mod terms;
 pub mod token;
 pub mod virtual_kubelet;
 

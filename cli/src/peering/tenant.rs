@@ -8,44 +8,42 @@
 
 use std::collections::BTreeMap;
 
+use liqo_api::admission::Admission;
 use liqo_api::authentication::{Tenant, TenantSpec, peer_user};
 use liqo_api::names::{self, labels, peering};
 use liqo_api::sharing::{Cost, Resources};
 use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
 
+use super::admission;
 use crate::manifests::{Manifest, common_labels, from_json};
 
-/// What the consumer's identity may do in its tenant namespace: what
-/// offloading pods and the objects they need takes, nothing cluster-wide,
-/// nothing about certificates, nothing in any other namespace.
-const TENANT_RULES: [(&str, &[&str]); 5] = [
-    (
-        "",
-        &[
-            "pods",
-            "pods/status",
-            "configmaps",
-            "secrets",
-            "services",
-            "serviceaccounts",
-            "events",
-        ],
-    ),
+/// What the consumer's identity may do in each of its twin namespaces
+/// (the ClusterRole it binds there): what offloading pods and the objects
+/// they need takes, nothing cluster-wide, nothing about certificates.
+/// Each right, and why it is needed, is in docs/offloading.md ("The
+/// tenant's rights"). No ServiceAccounts (its pods run as the twin's
+/// default account, with no token mounted), no pod status (the provider's
+/// kubelets write it), no writing Events (they are reflected to the
+/// consumer, never from it).
+const TENANT_RULES: [(&str, &[&str]); 4] = [
+    ("", &["pods", "configmaps", "secrets", "services"]),
     ("apps", &["replicasets"]),
     // Offloaded pods meant to end (restartPolicy OnFailure or Never) run
     // as Jobs of one.
     ("batch", &["jobs"]),
     ("discovery.k8s.io", &["endpointslices"]),
-    ("events.k8s.io", &["events"]),
 ];
 
-/// What else the tenant may do in its twin namespaces: read the remote
+/// What else the tenant may do in its twin namespaces: read the provider's
+/// Events about its pods (reflected to the consumer), read the remote
 /// pods' logs (`kubectl logs` on the consumer, through its virtual
 /// kubelet), run commands in them (`kubectl exec`: get over WebSockets,
 /// create over SPDY), and read their figures (the virtual node's
 /// `/stats/summary`).
-const TENANT_LIMITED_RULES: [(&str, &[&str], &[&str]); 3] = [
+const TENANT_LIMITED_RULES: [(&str, &[&str], &[&str]); 5] = [
+    ("", &["events"], &["get", "list", "watch"]),
+    ("events.k8s.io", &["events"], &["get", "list", "watch"]),
     ("", &["pods/log"], &["get"]),
     ("", &["pods/exec"], &["get", "create"]),
     ("metrics.k8s.io", &["pods"], &["get", "list"]),
@@ -76,6 +74,7 @@ pub fn manifests(
     request: Option<&Resources>,
     grant: &Resources,
     cost: Option<&Cost>,
+    admission: &Admission,
 ) -> Vec<Manifest> {
     let id = &consumer.cluster_id;
     let namespace = peering::tenant_namespace(id);
@@ -93,14 +92,14 @@ pub fn manifests(
             json!({ "apiGroups": [group], "resources": resources, "verbs": verbs })
         }))
         .collect();
-    // Its end of the tunnel, in the tenant namespace only: the provider's
-    // gateway listens for it there (docs/network.md).
-    let mut tenant_rules = rules.clone();
-    tenant_rules.push(json!({
+    // In the tenant namespace, only its end of the tunnel: the provider's
+    // gateway listens for it there (docs/network.md). No pods nor anything
+    // else: those run in twin namespaces, under their rules.
+    let tenant_rules = [json!({
         "apiGroups": [names::GROUP],
         "resources": ["connections"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    }));
+    })];
     let hard = {
         let mut hard = BTreeMap::new();
         if let Some(cpu) = &grant.cpu {
@@ -116,12 +115,14 @@ pub fn manifests(
         }
         hard
     };
-    vec![
-        Manifest::Namespace(from_json(json!({
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": { "name": namespace, "labels": labels },
-        }))),
+    let mut out = vec![Manifest::Namespace(from_json(json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": { "name": namespace, "labels": labels },
+    })))];
+    // What the provider admits from it, before any of its rights.
+    out.extend(admission::bindings(id, &json!(labels)));
+    out.extend([
         Manifest::Role(from_json(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
@@ -190,6 +191,14 @@ pub fn manifests(
                     "resourceNames": [name],
                     "verbs": ["bind"],
                 },
+                // Its own record: the virtual kubelet reads what the
+                // provider admits from it.
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["tenants"],
+                    "resourceNames": [id.as_str()],
+                    "verbs": ["get"],
+                },
             ],
         }))),
         Manifest::ClusterRoleBinding(from_json(json!({
@@ -219,10 +228,12 @@ pub fn manifests(
                 request: request.cloned(),
                 grant: grant.clone(),
                 cost: cost.cloned(),
+                admission: admission.clone(),
             },
             status: None,
         })),
-    ]
+    ]);
+    out
 }
 
 /// The tenant's objects for what is known without its consumer: their
@@ -236,7 +247,13 @@ pub fn names_of(consumer: &ClusterId) -> Vec<Manifest> {
         service_cidr: "10.1.0.0/16".parse().expect("invariant: a CIDR"),
         version: liqo_api::VERSION.to_owned(),
     };
-    manifests(&stand_in, None, &Resources::default(), None)
+    manifests(
+        &stand_in,
+        None,
+        &Resources::default(),
+        None,
+        &Admission::default(),
+    )
 }
 
 #[cfg(test)]
@@ -262,7 +279,7 @@ mod tests {
             memory: Some(Quantity("4Gi".into())),
             pods: Some(Quantity("20".into())),
         };
-        let all = manifests(&consumer(), None, &grant, None);
+        let all = manifests(&consumer(), None, &grant, None, &Admission::default());
         for m in &all {
             let v = serde_json::to_value(m).expect("serialize");
             assert_eq!(

@@ -99,6 +99,13 @@ pub fn manifests(
                     "resourceNames": [foreign_cluster],
                     "verbs": ["get", "list", "watch"],
                 },
+                // Where it says what the provider admits from this cluster.
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["foreignclusters/status"],
+                    "resourceNames": [foreign_cluster],
+                    "verbs": ["patch"],
+                },
                 // The tunnel to its provider (named after it, in `liqo`):
                 // the node's NetworkUnavailable condition and where the
                 // provider's pods are seen come from its status.
@@ -471,13 +478,14 @@ mod tests {
                 Some(names) => {
                     // The ForeignCluster and the tunnel's Connection are
                     // named after the provider.
-                    let want = if resources == "foreignclusters" || resources == "connections" {
-                        "prov-1"
-                    } else if resources == "configmaps" {
-                        names::IDENTITY_CONFIGMAP
-                    } else {
-                        "liqo-prov-1"
-                    };
+                    let want =
+                        if resources.starts_with("foreignclusters") || resources == "connections" {
+                            "prov-1"
+                        } else if resources == "configmaps" {
+                            names::IDENTITY_CONFIGMAP
+                        } else {
+                            "liqo-prov-1"
+                        };
                     assert_eq!(names, [want], "{rule}");
                 }
             }

@@ -404,27 +404,55 @@ pub async fn least_privilege_probe(peer: &kube::Client, tenant_ns: &str) -> anyh
             "the peer identity may {what}: {r:?}"
         );
     };
-    // What it needs, in its tenant namespace and on the provider's identity.
+    // What it needs, in its tenant namespace (its end of the tunnel), on
+    // the provider's identity, and its own Tenant record.
     let mut allowed = 0;
-    let in_tenant: Api<ConfigMap> = Api::namespaced(peer.clone(), tenant_ns);
-    in_tenant
-        .create(&PostParams::default(), &cm("probe"))
-        .await?;
-    allowed += 1;
-    in_tenant.delete("probe", &Default::default()).await?;
-    allowed += 1;
-    Api::<Pod>::namespaced(peer.clone(), tenant_ns)
-        .list(&ListParams::default())
-        .await?;
+    let connections: Api<liqo_api::networking::Connection> =
+        Api::namespaced(peer.clone(), tenant_ns);
+    connections.list(&ListParams::default()).await?;
     allowed += 1;
     Api::<ConfigMap>::namespaced(peer.clone(), names::NAMESPACE)
         .get(names::IDENTITY_CONFIGMAP)
         .await?;
     allowed += 1;
-    Api::<CoreSecret>::namespaced(peer.clone(), tenant_ns)
-        .list(&ListParams::default())
+    let tenant = tenant_ns
+        .strip_prefix(names::peering::TENANT_NAMESPACE_PREFIX)
+        .unwrap_or_default();
+    Api::<liqo_api::authentication::Tenant>::all(peer.clone())
+        .get(tenant)
         .await?;
     allowed += 1;
+    // Nothing else in its tenant namespace: pods, ConfigMaps and Secrets
+    // run and live in its twin namespaces, under their rules.
+    let in_tenant: Api<ConfigMap> = Api::namespaced(peer.clone(), tenant_ns);
+    forbidden(
+        "create a configmap in its tenant namespace",
+        in_tenant
+            .create(&PostParams::default(), &cm("probe"))
+            .await
+            .map(|_| ()),
+    );
+    forbidden(
+        "list pods in its tenant namespace",
+        Api::<Pod>::namespaced(peer.clone(), tenant_ns)
+            .list(&ListParams::default())
+            .await
+            .map(|_| ()),
+    );
+    forbidden(
+        "read secrets in its tenant namespace",
+        Api::<CoreSecret>::namespaced(peer.clone(), tenant_ns)
+            .list(&ListParams::default())
+            .await
+            .map(|_| ()),
+    );
+    forbidden(
+        "read another tenant's record",
+        Api::<liqo_api::authentication::Tenant>::all(peer.clone())
+            .get("someone-else")
+            .await
+            .map(|_| ()),
+    );
 
     // Everything else: other namespaces, cluster-scoped writes, other
     // tenants, certificates, secrets outside its namespace, its own RBAC.
@@ -620,4 +648,54 @@ impl Drop for ScriptDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// `object` (JSON of a Pod, or of anything holding pod templates: a
+/// Deployment, a Job) with every pod spec in it made to pass the Pod
+/// Security `restricted` level, the level a provider gives its peers by
+/// default: not root, no privilege escalation, no capabilities, the
+/// runtime's seccomp profile. Fields the object sets itself are kept.
+pub fn restricted(mut object: serde_json::Value) -> serde_json::Value {
+    use serde_json::json;
+    fn harden(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if map.get("containers").is_some_and(|c| c.is_array()) {
+                    let pod = map.entry("securityContext").or_insert_with(|| json!({}));
+                    for (k, v) in [
+                        ("runAsNonRoot", json!(true)),
+                        ("runAsUser", json!(65534)),
+                        ("seccompProfile", json!({ "type": "RuntimeDefault" })),
+                    ] {
+                        pod.as_object_mut().map(|p| p.entry(k).or_insert(v));
+                    }
+                    for list in ["containers", "initContainers"] {
+                        for c in map
+                            .get_mut(list)
+                            .and_then(|c| c.as_array_mut())
+                            .into_iter()
+                            .flatten()
+                        {
+                            let sc = c
+                                .as_object_mut()
+                                .map(|c| c.entry("securityContext").or_insert_with(|| json!({})));
+                            if let Some(sc) = sc.and_then(|s| s.as_object_mut()) {
+                                sc.entry("allowPrivilegeEscalation").or_insert(json!(false));
+                                sc.entry("capabilities")
+                                    .or_insert(json!({ "drop": ["ALL"] }));
+                            }
+                        }
+                    }
+                    return;
+                }
+                for v in map.values_mut() {
+                    harden(v);
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(harden),
+            _ => {}
+        }
+    }
+    harden(&mut object);
+    object
 }

@@ -368,3 +368,31 @@ fn a_closed_stdout_ends_liqoctl_quietly() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
     }
 }
+
+/// What must stay on a cluster is not offloaded, and a zero request is
+/// not read as "all": each refused with one line, before any cluster is
+/// contacted (exit 2).
+#[test]
+fn what_must_stay_is_not_offloaded_and_zero_asks_for_nothing() {
+    for ns in [
+        "liqo",
+        "kube-system",
+        "kube-public",
+        "liqo-tenant-consumer-1",
+    ] {
+        let out = liqoctl(None, &["offload", "namespace", ns]).user_error(2);
+        assert!(
+            out.error_line().contains(ns) && out.error_line().contains("cannot be offloaded"),
+            "{}",
+            out.error_line()
+        );
+    }
+    for flag in ["--pods=0", "--cpu=0", "--memory=0Mi"] {
+        let out = liqoctl(None, &["peer", "--remote-kubeconfig=/nonexistent", flag]).user_error(2);
+        assert!(
+            out.error_line().contains("asks for nothing"),
+            "{flag}: {}",
+            out.error_line()
+        );
+    }
+}

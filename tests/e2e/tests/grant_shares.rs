@@ -28,7 +28,7 @@ const CONSUMER: &str = "consumer-1";
 const GRANT_PODS: u64 = 6;
 
 fn deployment(ns: &str, replicas: i32) -> Result<Deployment> {
-    Ok(serde_json::from_value(json!({
+    Ok(serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": { "name": "web", "namespace": ns },
         "spec": {
             "replicas": replicas,
@@ -45,12 +45,12 @@ fn deployment(ns: &str, replicas: i32) -> Result<Deployment> {
                 },
             },
         },
-    }))?)
+    })))?)
 }
 
 /// A pod as a consumer bypassing its virtual kubelet would make it.
 fn direct_pod(name: &str) -> Result<Pod> {
-    Ok(serde_json::from_value(json!({
+    Ok(serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": { "name": name },
         "spec": {
             "automountServiceAccountToken": false,
@@ -60,7 +60,7 @@ fn direct_pod(name: &str) -> Result<Pod> {
                 "resources": { "requests": { "cpu": "1m", "memory": "1Mi" } },
             }],
         },
-    }))?)
+    })))?)
 }
 
 /// Every share on the provider: namespace → (hard pods, used pods).

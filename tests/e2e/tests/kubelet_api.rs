@@ -32,7 +32,7 @@ const USAGE_CPU: &str = "250m";
 const USAGE_MEMORY: &str = "20Mi";
 
 fn pod() -> Pod {
-    serde_json::from_value(json!({
+    serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": {
             "name": POD,
             "namespace": NS,
@@ -47,7 +47,7 @@ fn pod() -> Pod {
             "terminationGracePeriodSeconds": 1,
             "containers": [{ "name": POD, "image": "busybox" }],
         },
-    }))
+    })))
     .expect("pod")
 }
 

@@ -30,7 +30,7 @@ const TWIN: &str = "shop-consumer";
 const WAIT: Duration = Duration::from_secs(90);
 
 fn deployment(replicas: i32) -> Deployment {
-    serde_json::from_value(json!({
+    serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": { "name": "web", "namespace": NS },
         "spec": {
             "replicas": replicas,
@@ -52,7 +52,7 @@ fn deployment(replicas: i32) -> Deployment {
                 },
             },
         },
-    }))
+    })))
     .expect("deployment")
 }
 

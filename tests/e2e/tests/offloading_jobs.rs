@@ -25,7 +25,7 @@ const TWIN: &str = "batch-consumer";
 const WAIT: Duration = Duration::from_secs(120);
 
 fn job() -> Job {
-    serde_json::from_value(json!({
+    serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": { "name": "report", "namespace": NS },
         "spec": {
             "backoffLimit": 0,
@@ -44,7 +44,7 @@ fn job() -> Job {
                 },
             },
         },
-    }))
+    })))
     .expect("job")
 }
 

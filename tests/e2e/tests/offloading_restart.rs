@@ -93,7 +93,7 @@ fn node_ready(node: Option<&Node>) -> Option<bool> {
 }
 
 fn deployment(replicas: i32) -> Deployment {
-    serde_json::from_value(json!({
+    serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": { "name": "fleet", "namespace": NS },
         "spec": {
             "replicas": replicas,
@@ -112,7 +112,7 @@ fn deployment(replicas: i32) -> Deployment {
                 },
             },
         },
-    }))
+    })))
     .expect("deployment")
 }
 

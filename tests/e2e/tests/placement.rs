@@ -19,10 +19,10 @@ use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed}
 use serde_json::json;
 
 fn pod(name: &str) -> Pod {
-    serde_json::from_value(json!({
+    serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": { "name": name },
         "spec": { "containers": [{ "name": "c", "image": "busybox" }] },
-    }))
+    })))
     .expect("pod")
 }
 
@@ -44,7 +44,7 @@ async fn bound_to(pods: &Api<Pod>, name: &str) -> Result<String> {
 /// A pod with a required node affinity of its own: one term, `key op
 /// values`.
 fn pod_requiring(name: &str, key: &str, op: &str, values: &[&str]) -> Pod {
-    serde_json::from_value(json!({
+    serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": { "name": name },
         "spec": {
             "containers": [{ "name": "c", "image": "busybox" }],
@@ -54,7 +54,7 @@ fn pod_requiring(name: &str, key: &str, op: &str, values: &[&str]) -> Pod {
                 ] }],
             } } },
         },
-    }))
+    })))
     .expect("pod")
 }
 

@@ -30,13 +30,13 @@ use serde_json::json;
 const WAIT: Duration = Duration::from_secs(90);
 
 fn pod(name: &str) -> Pod {
-    serde_json::from_value(json!({
+    serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": { "name": name },
         "spec": {
             "terminationGracePeriodSeconds": 0,
             "containers": [{ "name": "c", "image": "busybox" }],
         },
-    }))
+    })))
     .expect("pod")
 }
 

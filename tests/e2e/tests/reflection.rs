@@ -57,7 +57,7 @@ fn pod(name: &str, env_from: Value, volumes: Value) -> Result<Pod> {
         .flatten()
         .map(|v| json!({ "name": v["name"], "mountPath": format!("/etc/{}", v["name"].as_str().unwrap_or("x")) }))
         .collect();
-    Ok(serde_json::from_value(json!({
+    Ok(serde_json::from_value(liqo_e2e::restricted(json!({
         "metadata": { "name": name, "namespace": NS, "labels": { "test": "refs" } },
         "spec": {
             "nodeSelector": liqo_e2e::virtual_node_selector(),
@@ -71,7 +71,7 @@ fn pod(name: &str, env_from: Value, volumes: Value) -> Result<Pod> {
             }],
             "volumes": volumes,
         },
-    }))?)
+    })))?)
 }
 
 fn waiting_reason(p: &Pod) -> Option<String> {

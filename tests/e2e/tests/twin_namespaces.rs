@@ -21,8 +21,18 @@ use serde_json::json;
 const CONSUMER: &str = "consumer-1";
 const USER: &str = "liqo.io:peer:consumer-1";
 
+/// A namespace as a peer asks for it: with its tenant label (if any), and
+/// the Pod Security labels of the level its provider gives it.
 fn namespace(name: &str, tenant: Option<&str>) -> Namespace {
-    let labels = tenant.map(|t| json!({ labels::TENANT: t, labels::ORIGIN_NAMESPACE: "shop" }));
+    let labels = tenant.map(|t| {
+        json!({
+            labels::TENANT: t,
+            labels::ORIGIN_NAMESPACE: "shop",
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/audit": "restricted",
+            "pod-security.kubernetes.io/warn": "restricted",
+        })
+    });
     serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels } }))
         .expect("namespace")
 }

@@ -146,21 +146,27 @@ impl Reflected for EndpointSlice {
             .labels
             .as_ref()
             .and_then(|l| l.get(SERVICE_NAME_LABEL))?;
+        // Only this cluster's pods, where the provider reaches them: the
+        // provider admits no other address from a peer (not its nodes',
+        // nor another provider's pods), and none before a tunnel.
+        let seen = target.seen?;
         let endpoints: Vec<Endpoint> = self
             .endpoints
             .iter()
             .filter(|e| e.node_name.as_deref() != Some(target.node_name))
-            .map(|e| Endpoint {
-                // Where the provider reaches this cluster's pods.
-                addresses: e
+            .filter_map(|e| {
+                let addresses: Vec<String> = e
                     .addresses
                     .iter()
-                    .map(|a| target.remap.map_or_else(|| a.clone(), |r| r.address(a)))
-                    .collect(),
-                conditions: e.conditions.clone(),
-                hostname: e.hostname.clone(),
-                zone: e.zone.clone(),
-                ..Endpoint::default()
+                    .filter_map(|a| seen.pod_address(a))
+                    .collect();
+                (!addresses.is_empty()).then(|| Endpoint {
+                    addresses,
+                    conditions: e.conditions.clone(),
+                    hostname: e.hostname.clone(),
+                    zone: e.zone.clone(),
+                    ..Endpoint::default()
+                })
             })
             .collect();
         if endpoints.is_empty() {
@@ -322,12 +328,17 @@ mod tests {
         let elsewhere = endpoint("10.3.0.9", Some("liqo-other"));
         let cases = [
             (
-                "local and other providers' endpoints are copied",
+                "local endpoints are copied; other providers' pods are not",
                 slice(
                     Some("web"),
-                    vec![local_node.clone(), offloaded.clone(), elsewhere],
+                    vec![local_node.clone(), offloaded.clone(), elsewhere.clone()],
                 ),
-                Some(vec!["10.1.0.5", "10.3.0.9"]),
+                Some(vec!["10.1.0.5"]),
+            ),
+            (
+                "only other providers' pods: no copy",
+                slice(Some("web"), vec![elsewhere]),
+                None,
             ),
             (
                 "only this provider's pods: no copy",
@@ -338,7 +349,7 @@ mod tests {
             ("not a Service's slice", slice(None, vec![local_node]), None),
         ];
         for (what, local, want) in cases {
-            let copy = remote(&local, "shop-c", NODE);
+            let copy = remote(&local, "shop-c", linked());
             let ips = copy.as_ref().map(|c| {
                 c.endpoints
                     .iter()
@@ -362,9 +373,29 @@ mod tests {
         }
     }
 
+    /// A provider linked by a tunnel that sees this cluster's pods
+    /// (10.1.0.0/16) at their own addresses.
+    fn linked() -> Target<'static> {
+        let own = "10.1.0.0/16".parse().expect("cidr");
+        Target {
+            node_name: NODE,
+            seen: Some(liqo_api::networking::Remap {
+                real: own,
+                seen_as: own,
+            }),
+        }
+    }
+
+    #[test]
+    fn no_endpoints_are_copied_before_a_tunnel() {
+        let local = slice(Some("web"), vec![endpoint("10.1.0.5", Some("worker-1"))]);
+        assert!(remote(&local, "shop-c", NODE).is_none());
+        assert!(remote(&local, "shop-c", linked()).is_some());
+    }
+
     /// When the provider sees this cluster's pods under a remapped CIDR,
     /// the copied endpoints are there, host part kept; other addresses
-    /// (another provider's pods) are left.
+    /// (another provider's pods, a node's) are dropped.
     #[test]
     fn endpoints_are_copied_where_the_provider_sees_them() {
         let local = slice(
@@ -376,7 +407,7 @@ mod tests {
         );
         let target = Target {
             node_name: NODE,
-            remap: Some(liqo_api::networking::Remap {
+            seen: Some(liqo_api::networking::Remap {
                 real: "10.1.0.0/16".parse().expect("cidr"),
                 seen_as: "100.64.0.0/16".parse().expect("cidr"),
             }),
@@ -387,6 +418,6 @@ mod tests {
             .iter()
             .map(|e| e.addresses[0].as_str())
             .collect();
-        assert_eq!(ips, ["100.64.0.5", "10.3.0.9"]);
+        assert_eq!(ips, ["100.64.0.5"]);
     }
 }

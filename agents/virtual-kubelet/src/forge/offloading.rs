@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use kube::core::ObjectMeta;
 use liqo_api::ClusterId;
+use liqo_api::admission::Admission;
 use liqo_api::authentication::peer_user;
 use liqo_api::names::{self, labels, peering};
 use liqo_api::offloading::ClusterOffloadingStatus;
@@ -34,12 +35,22 @@ fn twin_labels(consumer: &ClusterId, origin: &str) -> BTreeMap<String, String> {
 }
 
 /// The twin namespace `name` of local namespace `origin`, as the
-/// provider's admission policies let consumer `consumer` create it.
-pub fn twin_namespace(name: &str, consumer: &ClusterId, origin: &str) -> Namespace {
+/// provider's admission policies let consumer `consumer` create it: with
+/// the Pod Security labels of the provider's terms, where it states them.
+pub fn twin_namespace(
+    name: &str,
+    consumer: &ClusterId,
+    origin: &str,
+    terms: Option<&Admission>,
+) -> Namespace {
+    let mut labels = twin_labels(consumer, origin);
+    if let Some(terms) = terms {
+        labels.extend(terms.namespace_labels());
+    }
     Namespace {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
-            labels: Some(twin_labels(consumer, origin)),
+            labels: Some(labels),
             ..ObjectMeta::default()
         },
         ..Namespace::default()
@@ -131,10 +142,21 @@ mod tests {
 
     #[test]
     fn twin_namespace_carries_the_tenant_and_origin() {
-        let ns = twin_namespace("shop-home", &id("cons-1"), "shop");
+        let ns = twin_namespace("shop-home", &id("cons-1"), "shop", None);
         let l = ns.metadata.labels.clone().expect("labels");
         assert_eq!(l[labels::TENANT], "cons-1");
         assert_eq!(l[labels::ORIGIN_NAMESPACE], "shop");
+        assert!(!l.contains_key(liqo_api::admission::labels::ENFORCE));
+        // With the provider's terms: its Pod Security level in each mode.
+        let baseline = Admission {
+            pod_security: liqo_api::pod_security::Level::Baseline,
+            ..Admission::default()
+        };
+        let with = twin_namespace("shop-home", &id("cons-1"), "shop", Some(&baseline));
+        let l = with.metadata.labels.expect("labels");
+        for mode in liqo_api::admission::labels::MODES {
+            assert_eq!(l[mode], "baseline", "{mode}");
+        }
         let table = [
             ("ours", "cons-1", "shop", true),
             ("another tenant's", "cons-2", "shop", false),

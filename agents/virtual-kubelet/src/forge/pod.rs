@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::ObjectMeta;
+use liqo_api::admission::Admission;
 use liqo_api::names::{self, labels};
 use liqo_api::networking::Remap;
 
@@ -134,6 +135,35 @@ pub fn remote_pod_spec(local: &PodSpec) -> PodSpec {
     spec
 }
 
+/// The remote pod's spec within what the provider admits from this
+/// cluster (`liqo_api::admission`): the runtime class and node labels it
+/// requires, and only the tolerations it allows (a toleration of the
+/// consumer's own taints means nothing on the provider, and one the
+/// provider does not allow would be refused).
+pub fn within_terms(mut spec: PodSpec, terms: &Admission) -> PodSpec {
+    if let Some(class) = &terms.runtime_class_name {
+        spec.runtime_class_name = Some(class.clone());
+    }
+    if !terms.node_selector.is_empty() {
+        spec.node_selector
+            .get_or_insert_default()
+            .extend(terms.node_selector.clone());
+    }
+    spec.tolerations = spec.tolerations.take().and_then(|t| {
+        let kept: Vec<_> = t.into_iter().filter(|t| terms.tolerates(t)).collect();
+        (!kept.is_empty()).then_some(kept)
+    });
+    spec
+}
+
+/// Why the provider would refuse the remote twin of `local` under
+/// `terms`, as said on the local pod; `None` when it would admit it.
+pub fn terms_refusal(local: &Pod, terms: &Admission) -> Option<String> {
+    let spec = within_terms(remote_pod_spec(local.spec.as_ref()?), terms);
+    let why = terms.refusals(&local.metadata, &spec);
+    (!why.is_empty()).then(|| format!("the provider would refuse it: {}", why.join("; ")))
+}
+
 /// What a pod requests, as the scheduler and the provider's quota count
 /// it: the larger of its containers' sum (with sidecars) and its largest
 /// init container (with the sidecars started before it), plus its
@@ -191,9 +221,19 @@ pub fn requests(spec: &PodSpec) -> Requests {
     add(max(total, init), overhead)
 }
 
+/// The remote pod spec of `local`, within the provider's terms where it
+/// states them.
+fn remote_spec_of(local: &Pod, terms: Option<&Admission>) -> Option<PodSpec> {
+    let spec = remote_pod_spec(local.spec.as_ref()?);
+    Some(match terms {
+        Some(terms) => within_terms(spec, terms),
+        None => spec,
+    })
+}
+
 /// The remote ReplicaSet of one that runs `local` in `remote_namespace`,
 /// named as the local pod and labelled with its UID.
-pub fn replica_set(local: &Pod, remote_namespace: &str) -> ReplicaSet {
+pub fn replica_set(local: &Pod, remote_namespace: &str, terms: Option<&Admission>) -> ReplicaSet {
     let uid = local.metadata.uid.clone().unwrap_or_default();
     let mut pod_labels = local.metadata.labels.clone().unwrap_or_default();
     pod_labels.insert(LOCAL_POD_UID.to_owned(), uid.clone());
@@ -218,7 +258,7 @@ pub fn replica_set(local: &Pod, remote_namespace: &str) -> ReplicaSet {
                     annotations: local.metadata.annotations.clone(),
                     ..ObjectMeta::default()
                 }),
-                spec: local.spec.as_ref().map(remote_pod_spec),
+                spec: remote_spec_of(local, terms),
             }),
         }),
         status: None,
@@ -327,12 +367,12 @@ const JOB_POD_LABELS: [&str; 5] = [
 ///   against its backoff limit, so the limit is the largest there is: the
 ///   pod is restarted until it succeeds, and a pod lost with its node is
 ///   replaced, as the ReplicaSet of one does for other pods.
-pub fn job(local: &Pod, remote_namespace: &str) -> Job {
+pub fn job(local: &Pod, remote_namespace: &str, terms: Option<&Admission>) -> Job {
     let uid = local.metadata.uid.clone().unwrap_or_default();
     let mut pod_labels = local.metadata.labels.clone().unwrap_or_default();
     pod_labels.retain(|k, _| !JOB_POD_LABELS.contains(&k.as_str()));
     pod_labels.insert(LOCAL_POD_UID.to_owned(), uid.clone());
-    let spec = local.spec.as_ref().map(remote_pod_spec);
+    let spec = remote_spec_of(local, terms);
     let never = spec
         .as_ref()
         .is_some_and(|s| s.restart_policy.as_deref() == Some("Never"));
@@ -604,7 +644,7 @@ mod tests {
     }
     use k8s_openapi::api::core::v1::{
         Affinity, Container, ContainerStatus, HostPathVolumeSource, NodeAffinity, PodAntiAffinity,
-        PodCondition, Toleration, Volume, VolumeMount,
+        PodCondition, SecurityContext, Toleration, Volume, VolumeMount,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
@@ -852,6 +892,60 @@ mod tests {
     }
 
     #[test]
+    fn remote_pods_keep_within_the_providers_terms() {
+        let terms = Admission {
+            tolerations: vec!["dedicated".to_owned()],
+            node_selector: BTreeMap::from([("pool".to_owned(), "peers".to_owned())]),
+            runtime_class_name: Some("gvisor".to_owned()),
+            ..Admission::default()
+        };
+        let mut spec = local_spec();
+        spec.tolerations
+            .get_or_insert_default()
+            .extend([toleration("dedicated"), toleration("gpu")]);
+        let remote = within_terms(remote_pod_spec(&spec), &terms);
+        assert_eq!(remote.runtime_class_name.as_deref(), Some("gvisor"));
+        assert_eq!(remote.node_selector, Some(terms.node_selector.clone()));
+        let kept: Vec<_> = remote
+            .tolerations
+            .iter()
+            .flatten()
+            .filter_map(|t| t.key.as_deref())
+            .collect();
+        // The consumer's own taints (gpu) and one the terms do not name
+        // are dropped; a not-ready toleration without NoExecute too.
+        assert_eq!(kept, ["dedicated"]);
+    }
+
+    #[test]
+    fn a_pod_the_provider_would_refuse_is_refused_here_with_its_reason() {
+        let pod = |spec: PodSpec| Pod {
+            spec: Some(spec),
+            ..Pod::default()
+        };
+        let bare = pod(local_spec());
+        let why = terms_refusal(&bare, &Admission::default()).expect("refused at restricted");
+        assert!(
+            why.starts_with(
+                "the provider would refuse it: violates PodSecurity \"restricted:latest\""
+            ),
+            "{why}"
+        );
+        let baseline = Admission {
+            pod_security: liqo_api::pod_security::Level::Baseline,
+            ..Admission::default()
+        };
+        assert_eq!(terms_refusal(&bare, &baseline), None);
+        let mut privileged = local_spec();
+        privileged.containers[0].security_context = Some(SecurityContext {
+            privileged: Some(true),
+            ..SecurityContext::default()
+        });
+        let why = terms_refusal(&pod(privileged), &baseline).expect("refused at baseline");
+        assert!(why.contains("privileged"), "{why}");
+    }
+
+    #[test]
     fn refusal_table() {
         let host_path = Volume {
             name: "root".to_owned(),
@@ -921,7 +1015,7 @@ mod tests {
             spec: Some(local_spec()),
             status: None,
         };
-        let rs = replica_set(&pod, "shop-consumer");
+        let rs = replica_set(&pod, "shop-consumer", None);
         // Its first pod, made before it: what the ReplicaSet would make,
         // named as it names pods, the same for the same local pod.
         let first = first_pod(&rs).expect("a pod");
@@ -942,7 +1036,7 @@ mod tests {
         );
         let mut other = pod.clone();
         other.metadata.uid = Some("u-2".to_owned());
-        let other = first_pod(&replica_set(&other, "shop-consumer")).expect("a pod");
+        let other = first_pod(&replica_set(&other, "shop-consumer", None)).expect("a pod");
         assert_ne!(other.metadata.name, Some(name), "another UID, another name");
         assert_eq!(rs.metadata.name.as_deref(), Some("web-1"));
         assert_eq!(rs.metadata.namespace.as_deref(), Some("shop-consumer"));
@@ -1015,7 +1109,7 @@ mod tests {
         // all, an OnFailure pod is restarted until it succeeds.
         let table = [(Some("Never"), 0), (Some("OnFailure"), i32::MAX)];
         for (restart, backoff) in table {
-            let job = job(&job_pod(restart, None), "batch-consumer");
+            let job = job(&job_pod(restart, None), "batch-consumer", None);
             assert_eq!(job.metadata.name.as_deref(), Some("batch-x1"));
             assert_eq!(job.metadata.namespace.as_deref(), Some("batch-consumer"));
             let labels = job.metadata.labels.clone().expect("labels");

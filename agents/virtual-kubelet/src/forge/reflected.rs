@@ -38,20 +38,20 @@ pub fn remote_selector() -> String {
 
 /// A kind whose objects are copied as they are into the twin namespace.
 /// Where a copy goes: the provider of the virtual node `node_name`, which
-/// sees this cluster's pods where `remap` says (when the pod CIDRs
-/// overlap, docs/network.md).
+/// sees this cluster's pods where `seen` says (remapped when the pod
+/// CIDRs overlap, docs/network.md; `None` while no tunnel links them).
 #[derive(Debug, Clone, Copy)]
 pub struct Target<'a> {
     pub node_name: &'a str,
-    pub remap: Option<liqo_api::networking::Remap>,
+    pub seen: Option<liqo_api::networking::Remap>,
 }
 
 impl<'a> From<&'a str> for Target<'a> {
-    /// A provider that sees this cluster's pods at their own addresses.
+    /// A provider no tunnel links to yet.
     fn from(node_name: &'a str) -> Self {
         Self {
             node_name,
-            remap: None,
+            seen: None,
         }
     }
 }

@@ -332,7 +332,7 @@ mod tests {
     }
 
     fn remote_spec(pod: &Pod) -> PodSpec {
-        let rs = replica_set(pod, "shop-c");
+        let rs = replica_set(pod, "shop-c", None);
         let mut remote = rs
             .spec
             .and_then(|s| s.template)

@@ -122,7 +122,7 @@ impl<K: Reflected> Kind for Reflector<K> {
         let want = local.as_deref().and_then(|l| {
             let target = reflected::Target {
                 node_name: &self.peering.node_name,
-                remap: *self.peering.seen_there.borrow(),
+                seen: *self.peering.seen_there.borrow(),
             };
             reflected::remote(l, &twin, target)
         });

@@ -61,6 +61,8 @@ pub struct Peering {
     /// Where the provider sees this cluster's pods, when elsewhere than
     /// at their own addresses (from the provider's end of the tunnel).
     pub seen_there: watch::Receiver<Option<liqo_api::networking::Remap>>,
+    /// What the provider admits from this cluster.
+    pub terms: watch::Receiver<crate::provider::Terms>,
 }
 
 impl Peering {
@@ -70,6 +72,17 @@ impl Peering {
         let tunnel = self.tunnel.as_ref()?;
         let found = tunnel.store.state().into_iter().next()?;
         liqo_api::networking::Remap::of(&found)
+    }
+
+    /// The provider's terms, once read: `None` when it states none.
+    pub fn admission(&self) -> Result<Option<liqo_api::admission::Admission>, Error> {
+        match &*self.terms.borrow() {
+            crate::provider::Terms::NotRead => Err(Error::NotYet(
+                "the provider's terms for this cluster are not read yet".to_owned(),
+            )),
+            crate::provider::Terms::Stated(a) => Ok(Some(a.clone())),
+            crate::provider::Terms::Unstated => Ok(None),
+        }
     }
 
     pub fn provider_client(&self) -> Result<kube::Client, Error> {
@@ -257,7 +270,8 @@ impl TwinNamespaces {
             }
             Some(_) => {}
             None => {
-                let ns = forge_off::twin_namespace(twin, consumer, local_ns);
+                let admission = self.peering.admission()?;
+                let ns = forge_off::twin_namespace(twin, consumer, local_ns, admission.as_ref());
                 match namespaces.create(&PostParams::default(), &ns).await {
                     Ok(_) => tracing::info!(%local_ns, %twin, "twin namespace created"),
                     Err(kube::Error::Api(s)) if s.code == 409 => {}

@@ -777,7 +777,10 @@ impl Pods {
     /// selector cannot change, and is ours already).
     fn replica_set_as_made(&self, pod: &Pod, rs: &mut ReplicaSet) {
         let twin = rs.metadata.namespace.clone().unwrap_or_default();
-        let mut want = forge_pod::replica_set(pod, &twin).spec.unwrap_or_default();
+        let terms = self.peering.admission().ok().flatten();
+        let mut want = forge_pod::replica_set(pod, &twin, terms.as_ref())
+            .spec
+            .unwrap_or_default();
         self.mount_token(
             pod,
             &pod.name_any(),
@@ -795,7 +798,10 @@ impl Pods {
     /// set back to what the agent made (one pod at a time, not suspended).
     fn job_as_made(&self, pod: &Pod, job: &mut Job) {
         let twin = job.metadata.namespace.clone().unwrap_or_default();
-        let want = forge_pod::job(pod, &twin).spec.unwrap_or_default();
+        let terms = self.peering.admission().ok().flatten();
+        let want = forge_pod::job(pod, &twin, terms.as_ref())
+            .spec
+            .unwrap_or_default();
         if let Some(spec) = job.spec.as_mut() {
             spec.parallelism = want.parallelism;
             spec.suspend = want.suspend;
@@ -1162,6 +1168,15 @@ impl Kind for Pods {
             if let Some(why) = pod.spec.as_ref().and_then(forge_pod::refusal) {
                 return self.refuse(&pod, &why).await;
             }
+            // What the provider would refuse is refused here, with its
+            // reason on the pod, rather than sent to fail there.
+            let terms = self.peering.admission()?;
+            if let Some(why) = terms
+                .as_ref()
+                .and_then(|t| forge_pod::terms_refusal(&pod, t))
+            {
+                return self.refuse(&pod, &why).await;
+            }
             // A missing ConfigMap or Secret it needs: it waits, as on a
             // kubelet.
             if let Some(references) = &self.references
@@ -1178,7 +1193,7 @@ impl Kind for Pods {
             let mut wrapper_made = true;
             let created = match kind {
                 Wrapper::ReplicaSet => {
-                    let mut want = forge_pod::replica_set(&pod, &twin);
+                    let mut want = forge_pod::replica_set(&pod, &twin, terms.as_ref());
                     token(
                         want.spec
                             .as_mut()
@@ -1201,7 +1216,7 @@ impl Kind for Pods {
                     }
                 }
                 Wrapper::Job => {
-                    let mut want = forge_pod::job(&pod, &twin);
+                    let mut want = forge_pod::job(&pod, &twin, terms.as_ref());
                     token(want.spec.as_mut().and_then(|s| s.template.spec.as_mut()));
                     let api: Api<Job> = Api::namespaced(provider.clone(), &twin);
                     api.create(&PostParams::default(), &want).await.map(|_| ())
