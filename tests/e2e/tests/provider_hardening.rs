@@ -31,7 +31,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::authentication::Tenant;
 use liqo_api::names::{labels, peering};
 use liqo_api::networking::Connection;
-use liqo_api::shares::SHARE_QUOTA;
+use liqo_api::shares::{DEMAND_ANNOTATION, SHARE_QUOTA};
 use liqo_e2e::{liqoctl, wait_for};
 use liqo_testbed::{ClusterSpec, Testbed};
 use serde_json::{Value, json};
@@ -49,6 +49,7 @@ const NAMESPACES: &str = "ValidatingAdmissionPolicy 'liqo-peer-namespaces'";
 const ROLEBINDINGS: &str = "ValidatingAdmissionPolicy 'liqo-peer-rolebindings'";
 const SECRETS: &str = "ValidatingAdmissionPolicy 'liqo-peer-secrets'";
 const RBAC: &str = "cannot";
+const ESCALATION: &str = "attempting to grant RBAC permissions not currently held";
 
 /// The attempts made, refused and allowed.
 #[derive(Default)]
@@ -397,11 +398,26 @@ async fn a_peer_runs_on_its_provider_only_what_the_provider_allowed() -> Result<
         "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin" },
         "subjects": [{ "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "liqo.io:peer:consumer-1" }],
     }));
+    // RBAC's escalation check refuses it before admission sees it.
     t.refused(
         "bind cluster-admin in its twin",
-        ROLEBINDINGS,
+        ESCALATION,
         Api::<RoleBinding>::namespaced(one.clone(), T1)
             .create(&pp, &cluster_admin)
+            .await,
+    );
+    t.refused(
+        "bind its role to someone else in its twin",
+        ROLEBINDINGS,
+        Api::<RoleBinding>::namespaced(one.clone(), T1)
+            .create(
+                &pp,
+                &from(json!({
+                    "metadata": { "name": "lend" },
+                    "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "liqo-tenant-consumer-1" },
+                    "subjects": [{ "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "mallory" }],
+                })),
+            )
             .await,
     );
     let crb: ClusterRoleBinding = from(json!({
@@ -560,17 +576,22 @@ async fn a_peer_runs_on_its_provider_only_what_the_provider_allowed() -> Result<
         )
         .await,
     );
-    let mut tolerating = pods.get("ok-pod").await?;
-    if let Some(spec) = tolerating.spec.as_mut() {
-        spec.tolerations.get_or_insert_default().push(from(json!({
-            "key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
-        })));
+    // Read and written again while the pod's status moves under it: a
+    // conflict is tried again, a few times.
+    let mut added = Err(kube::Error::LinesCodecMaxLineLengthExceeded);
+    for _ in 0..5 {
+        let mut tolerating = pods.get("ok-pod").await?;
+        if let Some(spec) = tolerating.spec.as_mut() {
+            spec.tolerations.get_or_insert_default().push(from(json!({
+                "key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+            })));
+        }
+        added = pods.replace("ok-pod", &pp, &tolerating).await;
+        if !matches!(&added, Err(kube::Error::Api(s)) if s.code == 409) {
+            break;
+        }
     }
-    t.refused(
-        "add a toleration to a pod it has",
-        PODS,
-        pods.replace("ok-pod", &pp, &tolerating).await,
-    );
+    t.refused("add a toleration to a pod it has", PODS, added);
     t.allowed(
         "label a pod it has",
         pods.patch(
@@ -1090,14 +1111,22 @@ async fn upgrade_brings_twins_under_the_rules(
     Api::<Namespace>::all(prov.clone())
         .create(
             &pp,
-            &from(
-                json!({ "metadata": { "name": OLD, "labels": { labels::TENANT: "consumer-1" } } }),
-            ),
+            &from(json!({ "metadata": {
+                "name": OLD,
+                "labels": { labels::TENANT: "consumer-1" },
+                // What its consumer says it needs there, for its share.
+                "annotations": { DEMAND_ANNOTATION: r#"{"cpu":"1m","memory":"1Mi","pods":"1"}"# },
+            } })),
         )
         .await?;
     let quotas: Api<ResourceQuota> = Api::namespaced(prov.clone(), OLD);
-    wait_for("the old twin's share", WAIT, || async {
-        Ok(quotas.get_opt(SHARE_QUOTA).await?.is_some())
+    wait_for("the old twin's share to hold a pod", WAIT, || async {
+        Ok(quotas.get_opt(SHARE_QUOTA).await?.is_some_and(|q| {
+            q.status
+                .and_then(|s| s.hard)
+                .and_then(|h| h.get("pods").cloned())
+                .is_some_and(|p| p.0 != "0")
+        }))
     })
     .await?;
     Api::<Pod>::namespaced(prov.clone(), OLD)
