@@ -443,11 +443,8 @@ impl Plan {
         // changed since) are labelled for these.
         let id = &self.consumer_id.cluster_id;
         if let Some(brought) = terms::bring_under(provider, id, &self.policy.admission).await? {
-            for pod in brought.would_refuse {
-                printer.info(format!(
-                    "warning: pod {pod} on cluster {}; it keeps running, a new one would be refused",
-                    provider.name
-                ));
+            for warning in brought.report(id, &self.policy.admission).1 {
+                printer.info(warning);
             }
         }
         step.done(peering::tenant_namespace(&self.consumer_id.cluster_id));

@@ -341,23 +341,16 @@ async fn set(
     // What it admits applies at once to the tenants it governs; the
     // amounts, at their next peer.
     for id in governed(&cluster, &api, &name).await? {
-        let Some(brought) = terms::bring_under(&cluster, &id, &policy.spec.admission).await? else {
+        let terms = &policy.spec.admission;
+        let Some(brought) = terms::bring_under(&cluster, &id, terms).await? else {
             continue;
         };
-        if brought.changed || !brought.relabelled.is_empty() {
-            printer.result(format!(
-                "tenant/{id} now admitted under these terms{}",
-                if brought.relabelled.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (relabelled {})", brought.relabelled.join(", "))
-                }
-            ));
+        let (changed, warnings) = brought.report(&id, terms);
+        if let Some(line) = changed {
+            printer.result(line);
         }
-        for pod in brought.would_refuse {
-            printer.info(format!(
-                "warning: tenant/{id}: pod {pod}; it keeps running, a new one would be refused"
-            ));
+        for warning in warnings {
+            printer.info(warning);
         }
     }
     Ok(())
@@ -375,14 +368,7 @@ async fn governed(
         .list(&ListParams::default())
         .await
         .map_err(|e| cluster.explain(e, "listing the tenants"))?;
-    let own: Vec<String> = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| cluster.explain(e, "listing the sharing policies"))?
-        .items
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect();
+    let own = policy_names(cluster, api).await?;
     Ok(all
         .items
         .into_iter()
@@ -394,6 +380,21 @@ async fn governed(
                 id.as_str() == name
             }
         })
+        .collect())
+}
+
+/// The names of every SharingPolicy.
+async fn policy_names(
+    cluster: &ClusterClient,
+    api: &Api<SharingPolicy>,
+) -> anyhow::Result<Vec<String>> {
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.explain(e, "listing the sharing policies"))?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
         .collect())
 }
 
@@ -434,13 +435,9 @@ async fn show(
         Ok(o) => (Some(o.to_resources()), None),
         Err(e) => (None, Some(e.to_string())),
     };
-    let mut peer_policies: Vec<String> = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| cluster.explain(e, "listing the sharing policies"))?
-        .items
+    let mut peer_policies: Vec<String> = policy_names(&cluster, &api)
+        .await?
         .into_iter()
-        .filter_map(|p| p.metadata.name)
         .filter(|n| n != DEFAULT)
         .collect();
     peer_policies.sort();

@@ -49,6 +49,34 @@ pub struct Brought {
     pub would_refuse: Vec<String>,
 }
 
+impl Brought {
+    /// What to tell of it: a line when the terms or labels changed, and a
+    /// warning per running pod the terms would refuse.
+    pub fn report(&self, id: &ClusterId, terms: &Admission) -> (Option<String>, Vec<String>) {
+        let changed = (self.changed || !self.relabelled.is_empty()).then(|| {
+            let relabelled = if self.relabelled.is_empty() {
+                String::new()
+            } else {
+                format!("; relabelled {}", self.relabelled.join(", "))
+            };
+            format!(
+                "tenant/{id} admitted under: {}{relabelled}",
+                terms.describe()
+            )
+        });
+        let warnings = self
+            .would_refuse
+            .iter()
+            .map(|pod| {
+                format!(
+                    "warning: tenant/{id}: pod {pod}; it keeps running, a new one would be refused"
+                )
+            })
+            .collect();
+        (changed, warnings)
+    }
+}
+
 /// Brings tenant `id` of `provider` under `terms`; `None` when the
 /// provider has no Tenant of ours by that name.
 pub async fn bring_under(
@@ -186,22 +214,9 @@ pub async fn bring_all_under(provider: &ClusterClient) -> anyhow::Result<Vec<Str
         let Some(brought) = bring_under(provider, id, &policy.admission).await? else {
             continue;
         };
-        if brought.changed || !brought.relabelled.is_empty() {
-            lines.push(format!(
-                "tenant/{id}: {}{}",
-                policy.admission.describe(),
-                if brought.relabelled.is_empty() {
-                    String::new()
-                } else {
-                    format!("; relabelled {}", brought.relabelled.join(", "))
-                }
-            ));
-        }
-        for pod in brought.would_refuse {
-            lines.push(format!(
-                "warning: tenant/{id}: pod {pod}; it keeps running, a new one would be refused"
-            ));
-        }
+        let (changed, warnings) = brought.report(id, &policy.admission);
+        lines.extend(changed);
+        lines.extend(warnings);
     }
     Ok(lines)
 }

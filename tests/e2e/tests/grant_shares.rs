@@ -283,7 +283,12 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
         .create(
             &pp,
             &serde_json::from_value(json!({
-                "metadata": { "name": twin_c, "labels": { labels::TENANT: CONSUMER } },
+                "metadata": { "name": twin_c, "labels": {
+                    labels::TENANT: CONSUMER,
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/audit": "restricted",
+                    "pod-security.kubernetes.io/warn": "restricted",
+                } },
             }))?,
         )
         .await?;

@@ -15,7 +15,7 @@ use kube::api::{Api, ListParams};
 use liqo_api::names;
 use liqo_api::networking::Connection;
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{ClusterSpec, Testbed};
+use liqo_testbed::{ClusterSpec, HOST_PROCESS_TAINT, Testbed};
 
 /// Both clusters' pods: each sees the other's under the remap pool's
 /// first /16.
@@ -60,6 +60,14 @@ async fn test_network_crosses_both_ways_and_tells_where_it_breaks() -> Result<()
             "--gateway-service-type=NodePort",
             "--tunnel-ports=51820-51829",
         ],
+    )
+    .success();
+    // The provider's only node is tainted for host processes: its terms
+    // let peers' pods tolerate that taint, or they would never schedule.
+    let tolerations = format!("--tolerations={HOST_PROCESS_TAINT}");
+    liqoctl(
+        Some(provider.kubeconfig_path()),
+        &["sharing-policy", "set", &tolerations],
     )
     .success();
     let consumer_client = consumer.client().await?;
