@@ -10,6 +10,7 @@
 //! - [`offloading`]: which namespaces run on which peers;
 //! - [`sharing`]: what a provider shares, at what cost, and its policy;
 //! - [`shares`]: how a grant is split across the namespaces a tenant runs pods in;
+//! - [`images`]: the agents' images and how a cluster's nodes get them;
 //! - [`networking`]: the networks clusters bring, and their arithmetic;
 //! - [`netcheck`]: what `liqoctl test network`'s probe pods report;
 //! - [`names`] and [`validation`]: well-known names, and the checks the API
@@ -19,6 +20,7 @@ pub mod admission;
 pub mod authentication;
 pub mod core;
 pub mod discovery;
+pub mod images;
 pub mod names;
 pub mod netcheck;
 pub mod networking;

@@ -71,7 +71,8 @@ pub const GATEWAY_PUBLIC_KEY: &str = "public-key";
 /// The port the gateway serves Prometheus metrics on, besides health.
 pub const GATEWAY_METRICS_PATH: &str = "/metrics";
 
-/// Image repositories of the agents; the tag is [`crate::VERSION`].
+/// The agents' published repositories; the tag is [`crate::VERSION`]
+/// ([`crate::images`] names them under another registry or tag).
 pub const GATEWAY_IMAGE: &str = "ghcr.io/liqo-rs/liqo-gateway";
 pub const VIRTUAL_KUBELET_IMAGE: &str = "ghcr.io/liqo-rs/liqo-virtual-kubelet";
 

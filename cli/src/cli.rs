@@ -217,6 +217,20 @@ pub struct InstallArgs {
     /// installation when not given (default 100.64.0.0/10).
     #[arg(long, value_name = "CIDR[,CIDR...]")]
     pub remap_pool: Option<String>,
+    /// The registry the nodes pull the agents' images from
+    /// (REGISTRY/liqo-gateway:TAG, REGISTRY/liqo-virtual-kubelet:TAG); kept
+    /// from the installation when not given (default ghcr.io/liqo-rs).
+    #[arg(long, value_name = "HOST[:PORT][/PATH]")]
+    pub image_registry: Option<String>,
+    /// The agents' images' tag; kept from the installation when not given
+    /// (default: this liqoctl's version).
+    #[arg(long, value_name = "TAG")]
+    pub image_tag: Option<String>,
+    /// When the nodes pull the agents' images; kept from the installation
+    /// when not given (default IfNotPresent, which uses an image loaded
+    /// into the nodes by hand).
+    #[arg(long, value_name = "Always|IfNotPresent|Never")]
+    pub image_pull_policy: Option<String>,
     /// How long to wait for the agents to be ready, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,

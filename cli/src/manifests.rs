@@ -23,6 +23,7 @@ use liqo_api::ClusterIdentity;
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::discovery::ApiAddress;
+use liqo_api::images::{self, ImageSource};
 use liqo_api::names::{self, labels};
 use liqo_api::networking::{Connection, GatewayServiceType};
 use liqo_api::sharing::SharingPolicy;
@@ -176,6 +177,8 @@ pub struct Options {
     pub identity: Option<ClusterIdentity>,
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<Toleration>,
+    /// Where the nodes get the agents' images.
+    pub images: ImageSource,
     /// The cluster does not serve MutatingAdmissionPolicy
     /// (admissionregistration.k8s.io/v1beta1): placement is left out.
     pub without_placement_policy: bool,
@@ -970,7 +973,8 @@ fn gateway(options: &Options) -> Vec<Manifest> {
         }],
         "containers": [agent_container(json!({
             "name": "gateway",
-            "image": format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION),
+            "image": options.images.reference(images::GATEWAY),
+            "imagePullPolicy": options.images.pull_policy.as_str(),
             "args": args,
             "env": [
                 { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
@@ -1339,6 +1343,7 @@ mod tests {
             }),
             node_selector: BTreeMap::from([("k".into(), "v".into())]),
             tolerations: Vec::new(),
+            images: ImageSource::default(),
             without_placement_policy: false,
             placement_webhook_ca: None,
             advertise_address: None,
@@ -1481,5 +1486,29 @@ mod tests {
     fn images_are_tagged_with_our_version() {
         let yaml = to_yaml(&render(&Options::default())).expect("render");
         assert!(yaml.contains(&format!("{}:{}", names::GATEWAY_IMAGE, liqo_api::VERSION)));
+    }
+
+    #[test]
+    fn the_gateway_runs_the_image_install_was_told() {
+        let images = ImageSource {
+            registry: "registry.local:5000/team".into(),
+            tag: "rc1".into(),
+            pull_policy: liqo_api::images::PullPolicy::Never,
+        };
+        let manifests = render(&Options {
+            images: images.clone(),
+            ..Default::default()
+        });
+        let container = gateway_of(&manifests)
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map(|p| p.containers[0].clone())
+            .expect("a container");
+        assert_eq!(
+            container.image.as_deref(),
+            Some("registry.local:5000/team/liqo-gateway:rc1")
+        );
+        assert_eq!(container.image_pull_policy.as_deref(), Some("Never"));
     }
 }

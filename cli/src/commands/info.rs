@@ -20,10 +20,11 @@ use liqo_api::sharing::{Cost, Resources};
 use serde::Serialize;
 
 use crate::cli::{GlobalArgs, InfoArgs, InfoCommand};
-use crate::commands::install::{deployment_ready, read_identity};
+use crate::commands::install::read_identity;
 use crate::commands::sharing_policy::{show_cost, show_resources};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
+use crate::k8s::agents::deployment_ready;
 use crate::printer::Printer;
 
 #[derive(Serialize, Debug)]

@@ -16,6 +16,7 @@ use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::runtime::wait::conditions;
 use liqo_api::core::identity;
 use liqo_api::discovery::ApiAddress;
+use liqo_api::images::{self, ImageSource, PullPolicy};
 use liqo_api::names::{self, labels};
 use liqo_api::networking::GatewayServiceType;
 use liqo_api::{ClusterId, ClusterIdentity};
@@ -25,6 +26,7 @@ use crate::cli::{GlobalArgs, InstallArgs, OutputFormat};
 use crate::commands::placement_tls;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
+use crate::k8s::agents::{self, Readiness};
 use crate::k8s::apply::{self, Change};
 use crate::k8s::ownership;
 use crate::k8s::wait::{self, Waited};
@@ -101,6 +103,13 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         identity: Some(identity.clone()),
         node_selector: flags.node_selector.unwrap_or(installed.node_selector),
         tolerations: flags.tolerations.unwrap_or(installed.tolerations),
+        images: ImageSource {
+            registry: flags.image_registry.unwrap_or(installed.images.registry),
+            tag: flags.image_tag.unwrap_or(installed.images.tag),
+            pull_policy: flags
+                .image_pull_policy
+                .unwrap_or(installed.images.pull_policy),
+        },
         without_placement_policy: !placement,
         placement_webhook_ca: placement_tls
             .as_ref()
@@ -190,18 +199,24 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     }
 
     let step = printer.step("Waiting for the gateway to be ready");
-    if !wait_ready(&cluster, names::GATEWAY, wait::left(deadline)).await? {
-        step.fail("timed out");
-        return Err(UserError::Timeout(format!(
-            "the gateway is not ready after {}s; see `kubectl -n {ns} get pods` and \
-             `kubectl -n {ns} logs deploy/{gw}`, then run install again",
-            args.timeout,
-            ns = names::NAMESPACE,
-            gw = names::GATEWAY
-        ))
-        .into());
+    match agents::wait_ready(&cluster, names::GATEWAY, wait::left(deadline)).await? {
+        Readiness::Ready => step.done(""),
+        Readiness::TimedOut => {
+            step.fail("timed out");
+            return Err(UserError::Timeout(format!(
+                "the gateway is not ready after {}s; see `kubectl -n {ns} get pods` and \
+                 `kubectl -n {ns} logs deploy/{gw}`, then run install again",
+                args.timeout,
+                ns = names::NAMESPACE,
+                gw = names::GATEWAY
+            ))
+            .into());
+        }
+        Readiness::CannotPull(failure) => {
+            step.fail("image not found");
+            return Err(UserError::NotFound(failure.advice("`liqoctl install`")).into());
+        }
     }
-    step.done("");
 
     if let Some(format) = args.output.output {
         return print_manifests(&printer, &manifests, format);
@@ -311,6 +326,10 @@ struct Flags {
     tunnels: manifests::TunnelSettings,
     /// `None` keeps the installed Service type; `Some(None)` removes it.
     service_type: Option<Option<GatewayServiceType>>,
+    /// `None`s keep the installed agents' registry, tag and pull policy.
+    image_registry: Option<String>,
+    image_tag: Option<String>,
+    image_pull_policy: Option<PullPolicy>,
 }
 
 impl Flags {
@@ -358,6 +377,33 @@ impl Flags {
                 .transpose()?,
             tunnels: tunnel_settings(args)?,
             service_type: service_type(args)?,
+            image_registry: args
+                .image_registry
+                .as_deref()
+                .map(|r| {
+                    let r = r.trim_end_matches('/');
+                    images::check_registry(r)
+                        .map(|()| r.to_owned())
+                        .map_err(|e| usage(format!("--image-registry: {e}")))
+                })
+                .transpose()?,
+            image_tag: args
+                .image_tag
+                .as_deref()
+                .map(|t| {
+                    images::check_tag(t)
+                        .map(|()| t.to_owned())
+                        .map_err(|e| usage(format!("--image-tag: {e}")))
+                })
+                .transpose()?,
+            image_pull_policy: args
+                .image_pull_policy
+                .as_deref()
+                .map(|p| {
+                    p.parse()
+                        .map_err(|e| usage(format!("--image-pull-policy: {e}")))
+                })
+                .transpose()?,
         })
     }
 }
@@ -566,16 +612,18 @@ async fn check_permissions(cluster: &ClusterClient) -> anyhow::Result<()> {
     .into())
 }
 
-/// Where the installed agents may run.
+/// Where the installed agents may run, and from which images.
 #[derive(Debug, Default)]
 pub struct Placement {
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<Toleration>,
+    pub images: ImageSource,
 }
 
-/// The node selector and tolerations of the installed gateway, so that a
-/// run without `--node-selector` or `--toleration` keeps them, as it keeps
-/// the identity.
+/// The node selector, tolerations and images of the installed gateway, so
+/// that a run without `--node-selector`, `--toleration` or the image flags
+/// keeps them, as it keeps the identity, and so that the virtual kubelets
+/// run where and as the gateway does.
 pub async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<Placement> {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let gateway = deployments
@@ -585,9 +633,25 @@ pub async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<
     let Some(spec) = gateway.and_then(|d| d.spec?.template.spec) else {
         return Ok(Placement::default());
     };
+    let container = spec.containers.iter().find(|c| c.name == "gateway");
+    let mut images = ImageSource::default();
+    if let Some((registry, tag)) = container
+        .and_then(|c| c.image.as_deref())
+        .and_then(|i| ImageSource::parse(i, images::GATEWAY))
+    {
+        images.registry = registry;
+        images.tag = tag;
+    }
+    if let Some(policy) = container
+        .and_then(|c| c.image_pull_policy.as_deref())
+        .and_then(|p| p.parse().ok())
+    {
+        images.pull_policy = policy;
+    }
     Ok(Placement {
         node_selector: spec.node_selector.unwrap_or_default(),
         tolerations: spec.tolerations.unwrap_or_default(),
+        images,
     })
 }
 
@@ -813,37 +877,6 @@ async fn wait_established(
         ))
         .into()),
     }
-}
-
-/// True once the Deployment's current generation is fully available,
-/// false if `timeout` passes first.
-pub async fn wait_ready(
-    cluster: &ClusterClient,
-    name: &str,
-    timeout: Duration,
-) -> anyhow::Result<bool> {
-    let api: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
-    let waited = wait::until(
-        cluster,
-        api,
-        name,
-        |d: Option<&Deployment>| d.is_some_and(deployment_ready),
-        timeout,
-        &format!("waiting for deployment {name}"),
-    )
-    .await?;
-    Ok(matches!(waited, Waited::Done(_)))
-}
-
-pub fn deployment_ready(d: &Deployment) -> bool {
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let generation = d.metadata.generation.unwrap_or(0);
-    d.status.as_ref().is_some_and(|s| {
-        s.observed_generation.unwrap_or(0) >= generation
-            && s.updated_replicas.unwrap_or(0) == want
-            && s.available_replicas.unwrap_or(0) == want
-            && s.replicas.unwrap_or(0) == want
-    })
 }
 
 fn print_manifests(

@@ -25,6 +25,7 @@ use crate::cli::{GlobalArgs, PeerArgs};
 use crate::commands::install::{installed_pod_placement, read_identity};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
+use crate::k8s::agents::{self, Readiness};
 use crate::k8s::ownership;
 use crate::k8s::wait::{self, Waited};
 use crate::manifests::{Manifest, common_labels, from_json};
@@ -184,22 +185,31 @@ pub(crate) async fn wait_for_virtual_node(
 ) -> anyhow::Result<String> {
     let node_name = peering::virtual_node(provider);
     let step = printer.step(format!("Waiting for the virtual node {node_name}"));
-    let nodes: Api<Node> = Api::all(consumer.client.clone());
-    let waited = wait::until(
-        consumer,
-        nodes,
-        &node_name,
-        |n: Option<&Node>| n.is_some_and(node_ready),
-        wait::left(deadline),
-        &format!("waiting for the virtual node {node_name}"),
-    )
-    .await?;
-    // The node is Ready as soon as the agent registers it; the agent's
-    // pod passes its readiness probe a moment later, and `info` shows
-    // that: both are waited for.
+    // The agent's pod first: an image its node cannot pull is told at
+    // once. The node is Ready as soon as the agent registers it, and the
+    // pod passes its readiness probe about then; `info` shows both, so
+    // both are waited for.
     let vk = peering::virtual_kubelet(provider);
-    let ready = matches!(waited, Waited::Done(_))
-        && crate::commands::install::wait_ready(consumer, &vk, wait::left(deadline)).await?;
+    let ready = match agents::wait_ready(consumer, &vk, wait::left(deadline)).await? {
+        Readiness::Ready => {
+            let nodes: Api<Node> = Api::all(consumer.client.clone());
+            let waited = wait::until(
+                consumer,
+                nodes,
+                &node_name,
+                |n: Option<&Node>| n.is_some_and(node_ready),
+                wait::left(deadline),
+                &format!("waiting for the virtual node {node_name}"),
+            )
+            .await?;
+            matches!(waited, Waited::Done(_))
+        }
+        Readiness::TimedOut => false,
+        Readiness::CannotPull(failure) => {
+            step.fail("image not found");
+            return Err(UserError::NotFound(failure.advice("`liqoctl peer`")).into());
+        }
+    };
     if !ready {
         step.fail("timed out");
         return Err(UserError::Timeout(format!(
@@ -814,6 +824,7 @@ pub(crate) async fn start_virtual_kubelet(
         Some(uid),
         &placement.node_selector,
         &placement.tolerations,
+        &placement.images,
     );
     // Its rights in the namespaces offloaded already (`liqoctl offload`
     // binds them in those offloaded later).

@@ -241,7 +241,13 @@ async fn remove_consumer_side(
     deadline: tokio::time::Instant,
     timeout: u64,
 ) -> anyhow::Result<Vec<String>> {
-    let mut objects = virtual_kubelet::manifests(provider, None, &Default::default(), &[]);
+    let mut objects = virtual_kubelet::manifests(
+        provider,
+        None,
+        &Default::default(),
+        &[],
+        &Default::default(),
+    );
     objects.push(Manifest::Secret(crate::manifests::from_json(serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": { "name": peering::identity_secret(provider), "namespace": liqo_api::names::NAMESPACE },

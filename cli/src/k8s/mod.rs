@@ -1,7 +1,9 @@
 //! What every command does with a cluster's API: apply and delete our
 //! objects ([`apply`]), tell ours from someone else's ([`ownership`]), and
-//! wait for a state with a deadline ([`wait`]).
+//! wait for a state with a deadline ([`wait`]), and for our agents to be
+//! ready ([`agents`]).
 
+pub mod agents;
 pub mod apply;
 pub mod ownership;
 pub mod wait;

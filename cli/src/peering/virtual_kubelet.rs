@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
 use liqo_api::ClusterId;
+use liqo_api::images::ImageSource;
 use liqo_api::names::{self, labels};
 use serde_json::json;
 
@@ -34,6 +35,7 @@ pub fn manifests(
     foreign_cluster_uid: Option<&str>,
     node_selector: &BTreeMap<String, String>,
     tolerations: &[Toleration],
+    images: &ImageSource,
 ) -> Vec<Manifest> {
     let name = names::peering::virtual_kubelet(provider);
     let node = names::peering::virtual_node(provider);
@@ -258,7 +260,8 @@ pub fn manifests(
                         "securityContext": pod_security,
                         "containers": [agent_container(json!({
                             "name": "virtual-kubelet",
-                            "image": format!("{}:{}", names::VIRTUAL_KUBELET_IMAGE, liqo_api::VERSION),
+                            "image": images.reference(liqo_api::images::VIRTUAL_KUBELET),
+                            "imagePullPolicy": images.pull_policy.as_str(),
                             "args": [
                                 format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT),
                                 // Its own pod IP: several virtual kubelets on
@@ -389,7 +392,7 @@ mod tests {
 
     fn render(uid: Option<&str>) -> Vec<serde_json::Value> {
         let selector = BTreeMap::from([("k".to_owned(), "v".to_owned())]);
-        manifests(&provider(), uid, &selector, &[])
+        manifests(&provider(), uid, &selector, &[], &ImageSource::default())
             .iter()
             .map(|m| serde_json::to_value(m).expect("serialize"))
             .collect()
@@ -604,7 +607,13 @@ mod tests {
             effect: Some("NoSchedule".to_owned()),
             toleration_seconds: None,
         };
-        let objects = manifests(&provider, None, &selector, &[toleration]);
+        let objects = manifests(
+            &provider,
+            None,
+            &selector,
+            &[toleration],
+            &ImageSource::default(),
+        );
         let want = serde_json::to_string_pretty(&objects).expect("serialize") + "\n";
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/e2e/fixtures/virtual-kubelet.json");

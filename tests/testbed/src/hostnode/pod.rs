@@ -442,6 +442,11 @@ impl PodRuntime {
         ctx: &Context<'_>,
     ) -> Result<(Process, ExecContext, MessageSource), StartError> {
         let spec = self.containers[i].spec.clone();
+        // A pull is tried again after its back-off, as a kubelet does: an
+        // image loaded (a binary built) meanwhile is found.
+        if matches!(self.containers[i].image, Image::Unpullable(_)) {
+            self.containers[i].image = image(&spec, ctx.config);
+        }
         let binary = match &self.containers[i].image {
             Image::Binary(binary) => binary.clone(),
             Image::Unpullable(why) => return Err(StartError::Pull(why.clone())),
