@@ -33,6 +33,10 @@ struct Args {
     /// Take the static binaries from this folder instead of building them.
     #[arg(long)]
     binaries: Option<PathBuf>,
+    /// The cargo profile the binaries are built with: `release` for what
+    /// ships; `dev` builds faster, for tests of the images themselves.
+    #[arg(long, default_value = "release")]
+    profile: String,
     /// The registry the images are named under.
     #[arg(long, default_value = DEFAULT_REGISTRY)]
     registry: String,
@@ -55,7 +59,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let workspace = workspace();
     let binaries = match &args.binaries {
         Some(folder) => folder.clone(),
-        None => build(&workspace)?,
+        None => build(&workspace, &args.profile)?,
     };
     let out = args
         .out
@@ -83,16 +87,14 @@ fn run(args: &Args) -> anyhow::Result<()> {
 
 /// The workspace's root: this crate lives in `agents/images`.
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
 }
 
-/// Builds the programs for [`TARGET`], with the paths of this machine
+/// Builds the programs for [`TARGET`] with cargo's `profile`, with the paths of this machine
 /// mapped to fixed ones (so that they appear in no binary and two clones
 /// build the same bytes), and returns their folder.
-fn build(workspace: &Path) -> anyhow::Result<PathBuf> {
-    let workspace = workspace
-        .canonicalize()
-        .with_context(|| format!("finding {}", workspace.display()))?;
+fn build(workspace: &Path, profile: &str) -> anyhow::Result<PathBuf> {
     let cargo_home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
@@ -111,8 +113,15 @@ fn build(workspace: &Path) -> anyhow::Result<PathBuf> {
     .join("\x1f");
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     command
-        .current_dir(&workspace)
-        .args(["build", "--release", "--locked", "--target", TARGET])
+        .current_dir(workspace)
+        .args([
+            "build",
+            "--locked",
+            "--target",
+            TARGET,
+            "--profile",
+            profile,
+        ])
         // Applies to the target's crates only: the host's build scripts
         // and macros keep their cache.
         .env("CARGO_ENCODED_RUSTFLAGS", rustflags)
@@ -127,7 +136,9 @@ fn build(workspace: &Path) -> anyhow::Result<PathBuf> {
              and a musl C compiler (Debian's musl-tools)"
         );
     }
-    Ok(target_dir.join(TARGET).join("release"))
+    // Cargo's folder for its `dev` profile is named for the old `debug`.
+    let folder = if profile == "dev" { "debug" } else { profile };
+    Ok(target_dir.join(TARGET).join(folder))
 }
 
 /// Writes `bytes` beside `path` and renames it over, so that a reader

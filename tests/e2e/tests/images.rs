@@ -1,6 +1,8 @@
 //! The agents' images as `liqoctl install` names them: another registry,
 //! tag and pull policy, kept by later runs; an image the nodes cannot pull
-//! told in one line, and the same command resuming once it is there.
+//! told in one line, and the same command resuming once it is there. And
+//! the images themselves, imported into a real containerd and run by runc
+//! (`bash tests/images.sh`, which builds them first).
 
 use std::collections::BTreeMap;
 
@@ -105,5 +107,77 @@ async fn an_image_the_nodes_cannot_pull_is_told_and_loading_it_resumes_the_insta
             "Never".to_owned()
         )
     );
+    Ok(())
+}
+
+/// The digest `index.json` of the OCI archive at `path` names its image by.
+fn archive_digest(path: &std::path::Path) -> Result<String> {
+    let file = std::fs::File::open(path).with_context(|| {
+        format!(
+            "{} is missing: `bash tests/images.sh` builds it",
+            path.display()
+        )
+    })?;
+    let mut archive = tar::Archive::new(file);
+    for entry in archive.entries()? {
+        let entry = entry?;
+        if entry.path()?.as_os_str() == "index.json" {
+            let index: serde_json::Value = serde_json::from_reader(entry)?;
+            return index["manifests"][0]["digest"]
+                .as_str()
+                .map(str::to_owned)
+                .context("no manifest in index.json");
+        }
+    }
+    anyhow::bail!("{} has no index.json", path.display())
+}
+
+/// Needs the archives of a release build (about half an hour of the
+/// test command's two cores): `bash tests/images.sh` builds them and runs it.
+#[test]
+#[ignore = "needs the images built: bash tests/images.sh"]
+fn the_images_import_into_containerd_and_run_under_runc() -> Result<()> {
+    use liqo_api::images::{GATEWAY, LIQOCTL, VIRTUAL_KUBELET, archive_name};
+    let images = liqo_e2e::bin_dir()
+        .parent()
+        .context("no target folder")?
+        .join("images");
+    let dir = tempfile::tempdir()?;
+    let containerd = liqo_testbed::Containerd::start(dir.path())?;
+    let reference = |name: &str| format!("ghcr.io/liqo-rs/{name}:{}", liqo_api::VERSION);
+    for name in [GATEWAY, VIRTUAL_KUBELET, LIQOCTL] {
+        let archive = images.join(archive_name(name, liqo_api::VERSION));
+        let digest = archive_digest(&archive)?;
+        containerd.import(&archive)?;
+        // Named as install names it, by the digest the archive gives.
+        let listed = containerd.images()?;
+        ensure!(
+            listed
+                .iter()
+                .any(|i| i.reference == reference(name) && i.digest == digest),
+            "{name} {digest} not in {listed:?}"
+        );
+    }
+
+    let run = |image: &str, id: &str, args: &[&str]| -> Result<String> {
+        let out = containerd.run(&reference(image), id, args)?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let version = run(LIQOCTL, "liqoctl", &["/usr/local/bin/liqoctl", "--version"])?;
+    ensure!(version.contains(liqo_api::VERSION), "{version}");
+    for (image, program) in [
+        (GATEWAY, "/usr/local/bin/liqo-gateway"),
+        (VIRTUAL_KUBELET, "/usr/local/bin/liqo-virtual-kubelet"),
+    ] {
+        let said = run(image, image, &[program, "--version"])?;
+        ensure!(said.contains(liqo_api::VERSION), "{program}: {said}");
+    }
+    // The gateway's tools run in its container; nothing else is there.
+    let nft = run(GATEWAY, "nft", &["/usr/sbin/nft", "--version"])?;
+    ensure!(nft.starts_with("nftables"), "{nft}");
+    let ip = run(GATEWAY, "ip", &["/usr/sbin/ip", "-V"])?;
+    ensure!(ip.contains("iproute2"), "{ip}");
+    let shell = containerd.run(&reference(GATEWAY), "shell", &["/bin/sh", "-c", "true"]);
+    ensure!(shell.is_err(), "a shell ran in the gateway's image");
     Ok(())
 }

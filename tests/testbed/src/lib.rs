@@ -5,7 +5,8 @@
 //! node whose agent pods run as real local processes (see [`HOST_PROCESS_LABEL`]);
 //! and, in the pod-network mode (`ClusterSpec::pod_network`), a node
 //! network namespace per cluster, a namespace per pod, an "internet"
-//! joining the clusters and kube-proxy (see `podnet`).
+//! joining the clusters and kube-proxy (see `podnet`); and a containerd of
+//! a test's own that imports and runs OCI image archives ([`Containerd`]).
 //!
 //! The binaries come from the Go modules pinned under `tests/toolchain/`
 //! (see [`Toolchain`]). Every process is tied to the thread that started it,
@@ -13,6 +14,7 @@
 //! at start, so a crashed run cannot wedge the next one.
 
 mod cluster;
+mod containerd;
 pub mod dirs;
 mod hostnode;
 mod pki;
@@ -27,6 +29,7 @@ pub use cluster::{
     ApiServerState, Cluster, ClusterSpec, KWOK_ANNOTATION, ProcessInfo, client_from_kubeconfig,
     kubeconfig_yaml,
 };
+pub use containerd::{Containerd, ContainerdError, ImageEntry};
 pub use hostnode::{HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, default_host_images};
 pub use pki::Pair;
 pub use process::{agent_processes, resident_bytes, tail};
