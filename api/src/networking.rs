@@ -142,9 +142,26 @@ impl std::str::FromStr for GatewayServiceType {
 pub mod conditions {
     pub const ESTABLISHED: &str = "Established";
     pub const CONFIGURED: &str = "Configured";
+    /// `Configured`'s reason while the tunnel's process keeps ending
+    /// (its message says why: a port taken, no TUN device, ...).
+    pub const FAILING: &str = "Failing";
 }
 
 impl Connection {
+    /// Why the gateway cannot keep this tunnel running, if it cannot.
+    pub fn failing(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| {
+                    c.type_ == conditions::CONFIGURED
+                        && c.status == "False"
+                        && c.reason == conditions::FAILING
+                })
+                .map(|c| c.message.as_str())
+        })
+    }
+
     /// Whether the gateway last reported a live session.
     pub fn is_established(&self) -> bool {
         self.status.as_ref().is_some_and(|s| {

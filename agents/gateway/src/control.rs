@@ -53,6 +53,9 @@ pub const COUNTERS_EVERY: Duration = Duration::from_secs(10);
 const SESSION: Duration = Duration::from_secs(180);
 /// The least time between two starts of one tunnel's process.
 const RESTART_BACKOFF: Duration = Duration::from_secs(5);
+/// What a tunnel process writes before it exits on an error (one line,
+/// the whole chain of causes), so that the agent can say why it ended.
+pub const TUNNEL_FAILED: &str = "tunnel failed: ";
 /// The field manager of what the gateway writes.
 const MANAGER: &str = "liqo-gateway";
 /// Keepalive of both sides: keeps NAT mappings on the way open, lets the
@@ -408,6 +411,8 @@ struct Child {
     plan: TunnelPlan,
     process: tokio::process::Child,
     reports: watch::Receiver<Option<Report>>,
+    /// The error the process wrote before exiting, if it did.
+    failure: watch::Receiver<Option<String>>,
 }
 
 /// What the agent shares with its metrics endpoint: each connection's
@@ -426,6 +431,8 @@ pub struct Tunnels {
     started: HashMap<ObjectRef<Connection>, Instant>,
     /// What was last written to each status, and when counters were.
     written: HashMap<ObjectRef<Connection>, (ConnectionStatus, Instant)>,
+    /// Why each tunnel's last process ended, until one runs and reports.
+    ended: HashMap<ObjectRef<Connection>, String>,
     pub observed: Observed,
 }
 
@@ -438,6 +445,7 @@ impl Tunnels {
             children: HashMap::new(),
             started: HashMap::new(),
             written: HashMap::new(),
+            ended: HashMap::new(),
             observed: Observed::default(),
         }
     }
@@ -458,18 +466,26 @@ impl Tunnels {
             .collect();
         // Stop what is no longer wanted as it runs (removed, changed,
         // exited), then start what is missing.
+        let mut ended = Vec::new();
         let stale: Vec<_> = self
             .children
             .iter_mut()
             .filter_map(|(key, child)| {
                 let exited = child.process.try_wait().ok().flatten();
                 if let Some(status) = exited {
-                    tracing::warn!(connection = %key, %status, "a tunnel process ended");
+                    let why = child
+                        .failure
+                        .borrow()
+                        .clone()
+                        .unwrap_or_else(|| format!("it exited ({status})"));
+                    tracing::warn!(connection = %key, %status, error = %why, "a tunnel process ended");
+                    ended.push((key.clone(), why));
                 }
                 (wanted.get(key) != Some(&child.plan) || exited.is_some()).then_some((key, child))
             })
             .map(|(key, _)| key.clone())
             .collect();
+        self.ended.extend(ended);
         for key in stale {
             if let Some(child) = self.children.remove(&key) {
                 stop(child).await;
@@ -496,6 +512,7 @@ impl Tunnels {
             }
         }
         self.started.retain(|key, _| wanted.contains_key(key));
+        self.ended.retain(|key, _| wanted.contains_key(key));
         self.written
             .retain(|key, _| planned.iter().any(|p| &p.object == key));
         let local_cidr = local.pod_cidr.map(|c| c.to_string());
@@ -506,7 +523,17 @@ impl Tunnels {
                 .get(&p.object)
                 .and_then(|c| c.reports.borrow().clone());
             let running = self.children.contains_key(&p.object);
-            let status = self.status_of(p, running, report.as_ref(), local_cidr.clone(), service);
+            if report.is_some() {
+                self.ended.remove(&p.object);
+            }
+            let ended = self.ended.get(&p.object).cloned();
+            let status = self.status_of(
+                p,
+                (running, ended.as_deref()),
+                report.as_ref(),
+                local_cidr.clone(),
+                service,
+            );
             self.write_status(&p.object, status).await;
             let key = format!(
                 "{}/{}",
@@ -561,6 +588,7 @@ impl Tunnels {
         command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         let netns = match &self.settings.netns {
             Some(path) => Some(
@@ -593,17 +621,35 @@ impl Tunnels {
                 }
             }
         });
+        let stderr = process
+            .stderr
+            .take()
+            .context("the tunnel's standard error")?;
+        let (tell_failure, failure) = watch::channel(None);
+        tokio::spawn(async move {
+            // Its log goes on into ours; its last word is kept.
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("{line}");
+                if let Some(why) = line.strip_prefix(TUNNEL_FAILED) {
+                    tell_failure.send_replace(Some(why.to_owned()));
+                }
+            }
+        });
         Ok(Child {
             plan: plan.clone(),
             process,
             reports,
+            failure,
         })
     }
 
+    /// `process`: whether a process runs, and why the last one ended if
+    /// none has reported since.
     fn status_of(
         &self,
         p: &Planned,
-        running: bool,
+        process: (bool, Option<&str>),
         report: Option<&Report>,
         pod_cidr: Option<String>,
         service: Option<&Service>,
@@ -639,8 +685,18 @@ impl Tunnels {
                         Err(why) => exposure = Err(why),
                     }
                 }
+                let (running, ended) = process;
                 let configured = if let Err(why) = exposure {
                     ("False", "NotExposed", why)
+                } else if let Some(why) = ended {
+                    (
+                        "False",
+                        conditions::FAILING,
+                        format!(
+                            "the tunnel's process ended: {why}; it is started again every {}s",
+                            RESTART_BACKOFF.as_secs()
+                        ),
+                    )
                 } else if running {
                     (
                         "True",

@@ -227,7 +227,17 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     liqo_agent_runtime::init_logging();
     let cli = Cli::parse();
     let done = match cli.command {
-        Some(Command::Tunnel(args)) => run_tunnel(args).await,
+        Some(Command::Tunnel(args)) => {
+            // One line, which the agent that started it keeps as the
+            // reason it ended (in the Connection's status).
+            return Ok(match run_tunnel(args).await {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{}{e:#}", control::TUNNEL_FAILED);
+                    std::process::ExitCode::FAILURE
+                }
+            });
+        }
         Some(Command::Announce(args)) => run_announce(args).await,
         // Blocking, and alone in its process.
         Some(Command::Netcheck(command)) => {

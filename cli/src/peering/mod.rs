@@ -14,9 +14,18 @@ pub mod terms;
 pub mod token;
 pub mod virtual_kubelet;
 
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::Api;
+
 use crate::factory::ClusterClient;
 use crate::k8s::apply::{self, Change};
+use crate::k8s::wait::{self, Waited};
 use crate::manifests::Manifest;
+
+/// How long a rollback waits for each namespace it deleted to be gone.
+const NAMESPACE_GONE: Duration = Duration::from_secs(60);
 
 /// Which side of the peering an object is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,16 +63,44 @@ impl Journal {
         provider: &ClusterClient,
     ) -> Vec<String> {
         let mut left = Vec::new();
+        let mut namespaces = Vec::new();
         for (side, manifest) in self.created.into_iter().rev() {
             let cluster = match side {
                 Side::Consumer => consumer,
                 Side::Provider => provider,
             };
-            if let Err(e) = apply::delete(cluster, &manifest).await {
-                tracing::warn!("rolling back {}: {e:#}", manifest.describe());
+            match apply::delete(cluster, &manifest).await {
+                Ok(_) => {
+                    if let Manifest::Namespace(ns) = &manifest {
+                        namespaces.push((cluster, ns.metadata.name.clone().unwrap_or_default()));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("rolling back {}: {e:#}", manifest.describe());
+                    left.push(format!(
+                        "{} on cluster {}",
+                        manifest.describe(),
+                        cluster.name
+                    ));
+                }
+            }
+        }
+        // A namespace goes once the namespace controller has emptied it:
+        // until then a re-run could not make it again.
+        for (cluster, name) in namespaces {
+            let api: Api<Namespace> = Api::all(cluster.client.clone());
+            let gone = wait::until(
+                cluster,
+                api,
+                &name,
+                |n: Option<&Namespace>| n.is_none(),
+                NAMESPACE_GONE,
+                &format!("waiting for namespace {name} to be deleted"),
+            )
+            .await;
+            if !matches!(gone, Ok(Waited::Done(_))) {
                 left.push(format!(
-                    "{} on cluster {}",
-                    manifest.describe(),
+                    "Namespace/{name} on cluster {} (still terminating)",
                     cluster.name
                 ));
             }

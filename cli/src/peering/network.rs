@@ -110,9 +110,10 @@ async fn link(
     let api: Api<Connection> = Api::namespaced(provider.client.clone(), tenant_namespace);
     let name = consumer_id.cluster_id.as_str();
     let answered = |c: Option<&Connection>| {
-        c.and_then(|c| c.status.as_ref()).is_some_and(|s| {
-            s.public_key.is_some() && (s.endpoint.is_some() || refused(&s.conditions).is_some())
-        })
+        c.is_some_and(|c| c.failing().is_some())
+            || c.and_then(|c| c.status.as_ref()).is_some_and(|s| {
+                s.public_key.is_some() && (s.endpoint.is_some() || refused(&s.conditions).is_some())
+            })
     };
     let answer = match wait::until(
         provider,
@@ -124,6 +125,9 @@ async fn link(
     )
     .await?
     {
+        Waited::Done(Some(c)) if c.failing().is_some() => {
+            return Err(cannot_run(provider, c.failing().unwrap_or_default()));
+        }
         Waited::Done(Some(c)) => c.status.unwrap_or_default(),
         Waited::Done(None) => {
             return Err(UserError::Refused(format!(
@@ -176,22 +180,31 @@ async fn link(
     let api: Api<Connection> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
     let name = provider_id.cluster_id.as_str();
     let up = |c: Option<&Connection>| c.is_some_and(Connection::is_established);
-    let established =
-        match wait::until(consumer, api, name, up, WAIT, "waiting for the tunnel").await? {
-            Waited::Done(Some(c)) => c,
-            _ => {
-                return Err(UserError::Timeout(format!(
-                    "no handshake between the gateways of clusters {} and {} within {}s: the \
+    // Either end's gateway may fail to run its tunnel (a port taken, no
+    // TUN device): told at once, not after the wait.
+    let ends = [
+        (consumer, names::NAMESPACE, provider_id.cluster_id.as_str()),
+        (provider, tenant_namespace, consumer_id.cluster_id.as_str()),
+    ];
+    let waited = tokio::select! {
+        waited = wait::until(consumer, api, name, up, WAIT, "waiting for the tunnel") => waited?,
+        (cluster, why) = failing_end(&ends) => return Err(cannot_run(cluster, &why)),
+    };
+    let established = match waited {
+        Waited::Done(Some(c)) => c,
+        _ => {
+            return Err(UserError::Timeout(format!(
+                "no handshake between the gateways of clusters {} and {} within {}s: the \
                  gateway of {} must reach UDP {endpoint} (see `liqoctl info` and the gateways' \
                  logs); or peer with --no-network and connect later with `liqoctl network connect`",
-                    consumer.name,
-                    provider.name,
-                    WAIT.as_secs(),
-                    consumer.name
-                ))
-                .into());
-            }
-        };
+                consumer.name,
+                provider.name,
+                WAIT.as_secs(),
+                consumer.name
+            ))
+            .into());
+        }
+    };
     let provider_view = Api::<Connection>::namespaced(provider.client.clone(), tenant_namespace)
         .get(consumer_id.cluster_id.as_str())
         .await
@@ -291,6 +304,33 @@ fn connection(
     c.metadata.namespace = Some(namespace.to_owned());
     c.metadata.labels = Some(l);
     c
+}
+
+/// The first of `ends` (a cluster, the namespace and name of its end of
+/// the tunnel) whose gateway cannot keep the tunnel running, and why;
+/// never returns while none fails.
+async fn failing_end<'a>(ends: &[(&'a ClusterClient, &str, &str)]) -> (&'a ClusterClient, String) {
+    loop {
+        for (cluster, namespace, name) in ends {
+            let api: Api<Connection> = Api::namespaced(cluster.client.clone(), namespace);
+            if let Ok(Some(c)) = api.get_opt(name).await
+                && let Some(why) = c.failing()
+            {
+                return (cluster, why.to_owned());
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// The error for a gateway of `cluster` that cannot run its tunnel.
+fn cannot_run(cluster: &ClusterClient, why: &str) -> anyhow::Error {
+    UserError::Refused(format!(
+        "the gateway of cluster {} cannot run the tunnel: {why} (see `liqoctl info` and the \
+         gateway's log there); fix it and run the same command again, or peer with --no-network",
+        cluster.name
+    ))
+    .into()
 }
 
 /// Why the gateway refused a connection, if it did.

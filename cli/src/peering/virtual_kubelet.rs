@@ -592,6 +592,27 @@ mod tests {
         assert_eq!(selector[labels::PEER_CLUSTER_ID], "prov-1");
     }
 
+    #[test]
+    fn the_agent_runs_the_image_the_gateway_was_installed_with() {
+        let images = ImageSource {
+            registry: "registry.local:5000/team".into(),
+            tag: "rc1".into(),
+            pull_policy: liqo_api::images::PullPolicy::Always,
+        };
+        let objects = manifests(&provider(), None, &BTreeMap::new(), &[], &images);
+        let deployment = objects
+            .iter()
+            .map(|m| serde_json::to_value(m).expect("serialize"))
+            .find(|o| o["kind"] == "Deployment")
+            .expect("a Deployment");
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            container["image"],
+            "registry.local:5000/team/liqo-virtual-kubelet:rc1"
+        );
+        assert_eq!(container["imagePullPolicy"], "Always");
+    }
+
     /// The e2e test (tests/e2e/tests/virtual_node.rs) applies exactly these
     /// objects, for its provider and its host-process node, from a fixture
     /// this test keeps current; LIQO_UPDATE_MANIFESTS=1 rewrites it.
