@@ -802,8 +802,10 @@ async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(IpNet, &'st
         .filter_map(|c| c.parse::<IpNet>().ok());
     match covering(cidrs) {
         Some(net) => Ok((net, "the nodes' pod CIDRs")),
-        None => Err(UserError::Config(format!(
-            "cannot find the pod CIDR of cluster {}: its nodes have none; pass --pod-cidr",
+        None => Err(UserError::NotFound(format!(
+            "cannot find the pod CIDR of cluster {}: no kube-controller-manager pod with \
+             --cluster-cidr, no kube-proxy ConfigMap with clusterCIDR, and no node with \
+             spec.podCIDR; give it with --pod-cidr",
             cluster.name
         ))
         .into()),

@@ -396,3 +396,38 @@ fn what_must_stay_is_not_offloaded_and_zero_asks_for_nothing() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_cidr_nothing_tells_is_asked_for_and_nothing_is_written() -> Result<()> {
+    // No node at all: neither a node's spec.podCIDR nor a kube-proxy
+    // ConfigMap nor a controller-manager pod says the pod CIDR.
+    let mut spec = liqo_testbed::ClusterSpec::new("no-cidr", 1);
+    spec.nodes = 0;
+    let testbed = Testbed::start(vec![spec]).await?;
+    let cluster = &testbed.clusters()[0];
+    let kubeconfig = Some(cluster.kubeconfig_path());
+    let out = liqoctl(kubeconfig, &["install", "--timeout=10"]).user_error(7);
+    let line = out.error_line();
+    assert!(
+        line.contains("cannot find the pod CIDR of cluster no-cidr")
+            && line.ends_with("give it with --pod-cidr"),
+        "{line}"
+    );
+    nothing_installed(cluster).await?;
+    // Given, it is taken (printed, not applied: no node could run the
+    // gateway).
+    let out = liqoctl(
+        kubeconfig,
+        &[
+            "install",
+            "--pod-cidr=10.230.0.0/16",
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("10.230.0.0/16"), "{}", out.stdout);
+    nothing_installed(cluster).await?;
+    Ok(())
+}
