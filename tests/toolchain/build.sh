@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the test clusters' control-plane binaries (kube-apiserver,
+# Builds the test clusters' binaries (kube-apiserver, kubelet,
 # kube-controller-manager, kube-scheduler, kube-proxy, kubectl, etcd, kwok) and
 # metrics-server (which scrapes kubelets, the virtual kubelet among them) from the Go
 # modules pinned beside this script, into a cache outside the repository.
@@ -18,7 +18,7 @@ cache_root=${LIQO_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/liqo-rs/toolc
 build_rev=3
 key=$( (echo "$build_rev"; cd "$here" && cat */go.mod */go.sum */*.go) | sha256sum | cut -c1-16)
 out="$cache_root/$key"
-bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd kwok metrics-server)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl etcd kwok metrics-server)
 
 complete() {
   for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done
@@ -56,7 +56,8 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 (cd "$here/kubernetes" && go build -trimpath -ldflags="-s -w$stamp" -o "$staging/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl)
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubelet \
+  k8s.io/kubernetes/cmd/kubectl)
 (cd "$here/etcd" && go build "${flags[@]}" -o "$staging/etcd" .)
 (cd "$here/kwok" && go build "${flags[@]}" -o "$staging/" sigs.k8s.io/kwok/cmd/kwok)
 (cd "$here/metrics-server" && go build "${flags[@]}" -o "$staging/" sigs.k8s.io/metrics-server/cmd/metrics-server)

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::layer::{File, Files};
+use crate::layer::{Compression, File, Files};
 use crate::oci::Image;
 
 /// The user every image runs as unless its pod says otherwise (the
@@ -117,7 +117,94 @@ pub fn image(program: Program, binary: &Path, registry: &str, tag: &str) -> Resu
         entrypoint: vec![entrypoint],
         user: USER.to_owned(),
         annotations,
+        compression: Compression::Gzip,
     })
+}
+
+/// The image of `program` from a build of this machine that loads shared
+/// libraries (the test clusters' images, made from the tests' own build):
+/// the binary stripped of its symbols, with the loader and libraries it
+/// needs, its layer not compressed. It runs as the shipped image does.
+pub fn local_image(
+    program: Program,
+    binary: &Path,
+    registry: &str,
+    tag: &str,
+) -> Result<Image, Error> {
+    let mut files = accounts();
+    let stripped = stripped(binary)?;
+    let entrypoint = format!("/usr/local/bin/{}", program.name());
+    files.extend(with_libraries(binary)?);
+    files.remove(&path_of(binary));
+    files.insert(entrypoint.clone(), File::executable(stripped));
+    for tool in program.tools() {
+        files.extend(with_libraries(Path::new(tool))?);
+    }
+    Ok(Image {
+        reference: format!("{registry}/{}:{tag}", program.name()),
+        files,
+        entrypoint: vec![entrypoint],
+        user: USER.to_owned(),
+        annotations: std::collections::BTreeMap::from([(
+            "org.opencontainers.image.title".to_owned(),
+            program.name().to_owned(),
+        )]),
+        compression: Compression::None,
+    })
+}
+
+/// An image of this machine's programs, each with the libraries it loads,
+/// running `entrypoint` as root: the test clusters' pause and workload
+/// images. `names` are further names of a multi-call program (busybox's
+/// applets), links in the same folder as the program.
+pub fn tools_image(
+    reference: &str,
+    programs: &[&Path],
+    names: &[(&Path, Vec<String>)],
+    entrypoint: &[&str],
+) -> Result<Image, Error> {
+    let mut files = accounts();
+    for program in programs {
+        files.extend(with_libraries(program)?);
+    }
+    for (program, others) in names {
+        let folder = program.parent().map(path_of).unwrap_or_default();
+        for name in others {
+            let at = format!("{folder}/{name}");
+            files
+                .entry(at)
+                .or_insert_with(|| File::symlink(path_of(program)));
+        }
+    }
+    Ok(Image {
+        reference: reference.to_owned(),
+        files,
+        entrypoint: entrypoint.iter().map(|s| (*s).to_owned()).collect(),
+        user: "0:0".to_owned(),
+        annotations: std::collections::BTreeMap::new(),
+        compression: Compression::None,
+    })
+}
+
+/// `binary` without its symbols (`strip`), or whole if `strip` is missing.
+fn stripped(binary: &Path) -> Result<Vec<u8>, Error> {
+    let out = std::env::temp_dir().join(format!(
+        "liqo-images-{}-{}",
+        std::process::id(),
+        binary
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    let ran = Command::new("strip")
+        .arg("-o")
+        .arg(&out)
+        .arg(binary)
+        .status()
+        .is_ok_and(|s| s.success());
+    let bytes = if ran { read(&out) } else { read(binary) };
+    let _ = std::fs::remove_file(&out);
+    bytes
 }
 
 /// `/etc/passwd` and `/etc/group` naming root and the image's user, so
@@ -139,7 +226,7 @@ fn accounts() -> Files {
 
 /// `tool`, the dynamic loader and every library it loads, each at the path
 /// the loader looks for it.
-fn with_libraries(tool: &Path) -> Result<Files, Error> {
+pub fn with_libraries(tool: &Path) -> Result<Files, Error> {
     let tree = lddtree::DependencyAnalyzer::new("/".into())
         .analyze(tool)
         .map_err(|e| Error::Libraries(tool.to_owned(), e))?;

@@ -7,14 +7,15 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 
-use flate2::{Compression, GzBuilder};
+use flate2::GzBuilder;
 use sha2::{Digest as _, Sha256};
 
-/// A regular file of a layer.
+/// A regular file of a layer, or a symbolic link (`link`: its target).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct File {
     pub content: Vec<u8>,
     pub mode: u32,
+    pub link: Option<String>,
 }
 
 impl File {
@@ -23,6 +24,7 @@ impl File {
         Self {
             content,
             mode: 0o755,
+            link: None,
         }
     }
 
@@ -31,19 +33,40 @@ impl File {
         Self {
             content: content.into(),
             mode: 0o644,
+            link: None,
         }
     }
+
+    /// A symbolic link to `target` (a multi-call program's names).
+    pub fn symlink(target: impl Into<String>) -> Self {
+        Self {
+            content: Vec::new(),
+            mode: 0o777,
+            link: Some(target.into()),
+        }
+    }
+}
+
+/// How a layer is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// Gzip at its best level: what ships.
+    Gzip,
+    /// The tar itself: quicker to write and import, for images that never
+    /// leave the machine (the test clusters' nodes).
+    None,
 }
 
 /// A layer's files by their absolute path in the image (`/usr/...`).
 pub type Files = BTreeMap<String, File>;
 
-/// A layer as it is stored: its compressed bytes and the two digests an
-/// image names it by.
+/// A layer as it is stored: its bytes and the two digests an image names
+/// it by.
 #[derive(Debug, Clone)]
 pub struct Layer {
-    /// The gzipped tar.
+    /// The tar, gzipped unless [`Compression::None`].
     pub blob: Vec<u8>,
+    pub compression: Compression,
     /// `sha256:…` of `blob`.
     pub digest: String,
     /// `sha256:…` of the tar before compression (the config's `diff_ids`).
@@ -59,21 +82,30 @@ pub enum Error {
 }
 
 /// The layer holding exactly `files`.
-pub fn build(files: &Files) -> Result<Layer, Error> {
+pub fn build(files: &Files, compression: Compression) -> Result<Layer, Error> {
     let tar = tar(files)?;
     let diff_id = sha256(&tar);
+    if compression == Compression::None {
+        return Ok(Layer {
+            digest: diff_id.clone(),
+            diff_id,
+            blob: tar,
+            compression,
+        });
+    }
     // Level and header are fixed, and flate2's pure-Rust backend compresses
     // the same input to the same output on every machine.
     let mut gz = GzBuilder::new()
         .mtime(0)
         .operating_system(255)
-        .write(Vec::new(), Compression::best());
+        .write(Vec::new(), flate2::Compression::best());
     gz.write_all(&tar).map_err(Error::Tar)?;
     let blob = gz.finish().map_err(Error::Tar)?;
     Ok(Layer {
         digest: sha256(&blob),
         diff_id,
         blob,
+        compression,
     })
 }
 
@@ -116,6 +148,18 @@ pub fn tar(files: &Files) -> Result<Vec<u8>, Error> {
                     .append_data(&mut header, &path, std::io::empty())
                     .map_err(Error::Tar)?;
             }
+            Some(File {
+                link: Some(target),
+                mode,
+                ..
+            }) => {
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_mode(*mode);
+                header.set_size(0);
+                builder
+                    .append_link(&mut header, &path, target)
+                    .map_err(Error::Tar)?;
+            }
             Some(file) => {
                 header.set_entry_type(tar::EntryType::Regular);
                 header.set_mode(file.mode);
@@ -142,21 +186,33 @@ mod tests {
 
     #[test]
     fn the_same_files_give_the_same_digests_and_a_change_changes_them() {
-        let a = build(&files(&[("/etc/passwd", "root"), ("/usr/bin/x", "x")]))
-            .expect("invariant of the test");
-        let b = build(&files(&[("/usr/bin/x", "x"), ("/etc/passwd", "root")]))
-            .expect("invariant of the test");
+        let a = build(
+            &files(&[("/etc/passwd", "root"), ("/usr/bin/x", "x")]),
+            Compression::Gzip,
+        )
+        .expect("invariant of the test");
+        let b = build(
+            &files(&[("/usr/bin/x", "x"), ("/etc/passwd", "root")]),
+            Compression::Gzip,
+        )
+        .expect("invariant of the test");
         assert_eq!((a.digest.clone(), a.diff_id.clone()), (b.digest, b.diff_id));
-        let c = build(&files(&[("/etc/passwd", "root"), ("/usr/bin/x", "y")]))
-            .expect("invariant of the test");
+        let c = build(
+            &files(&[("/etc/passwd", "root"), ("/usr/bin/x", "y")]),
+            Compression::Gzip,
+        )
+        .expect("invariant of the test");
         assert_ne!(a.digest, c.digest);
         assert_ne!(a.diff_id, c.diff_id);
     }
 
     #[test]
     fn folders_come_first_owned_by_root_at_time_zero() {
-        let layer = build(&files(&[("/usr/local/bin/tool", "t"), ("/etc/group", "g")]))
-            .expect("invariant of the test");
+        let layer = build(
+            &files(&[("/usr/local/bin/tool", "t"), ("/etc/group", "g")]),
+            Compression::Gzip,
+        )
+        .expect("invariant of the test");
         let tar = flate2::read::GzDecoder::new(layer.blob.as_slice());
         let mut archive = tar::Archive::new(tar);
         let listed: Vec<(String, u64, u64)> = archive
@@ -196,7 +252,8 @@ mod tests {
 
     #[test]
     fn a_relative_path_is_refused() {
-        let err = build(&files(&[("etc/passwd", "root")])).expect_err("an error");
+        let err =
+            build(&files(&[("etc/passwd", "root")]), Compression::Gzip).expect_err("an error");
         assert!(matches!(err, Error::Relative(p) if p == "etc/passwd"));
     }
 }

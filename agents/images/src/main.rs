@@ -2,14 +2,6 @@
 //! packs each into an OCI image archive under `target/images/`, with no
 //! container engine and no registry. The same commit gives the same
 //! digests (docs/install.md, "Images").
-//!
-//! - [`contents`]: what each image holds;
-//! - [`layer`]: one deterministic layer;
-//! - [`oci`]: the image layout and its archive.
-
-mod contents;
-mod layer;
-mod oci;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -18,7 +10,8 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use liqo_api::images::{DEFAULT_REGISTRY, archive_name};
 
-use crate::contents::Program;
+use liqo_images::contents::{self, Program};
+use liqo_images::oci;
 
 /// The static target every image's program is built for.
 const TARGET: &str = "x86_64-unknown-linux-musl";

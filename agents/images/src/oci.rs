@@ -11,7 +11,7 @@ use oci_spec::image::{
     ImageIndexBuilder, ImageManifestBuilder, MediaType, OciLayoutBuilder, Os, RootFsBuilder,
 };
 
-use crate::layer::{self, File, Files, Layer};
+use crate::layer::{self, Compression, File, Files, Layer};
 
 /// What an image runs and holds.
 #[derive(Debug, Clone)]
@@ -24,6 +24,8 @@ pub struct Image {
     pub user: String,
     /// `org.opencontainers.image.*` annotations of the manifest.
     pub annotations: BTreeMap<String, String>,
+    /// How its layer is stored.
+    pub compression: Compression,
 }
 
 /// An image packed: the archive and what it is named by.
@@ -54,7 +56,7 @@ pub fn pack(image: &Image) -> Result<Archive, Error> {
         .filter(|(_, tag)| !tag.contains('/'))
         .map(|(_, tag)| tag.to_owned())
         .ok_or_else(|| Error::NoTag(image.reference.clone()))?;
-    let layer = layer::build(&image.files)?;
+    let layer = layer::build(&image.files, image.compression)?;
     let config = ImageConfigurationBuilder::default()
         .architecture(Arch::Amd64)
         .os(Os::Linux)
@@ -160,7 +162,10 @@ fn descriptor(media_type: MediaType, blob: &[u8]) -> Result<Descriptor, Error> {
 
 fn layer_descriptor(layer: &Layer) -> Result<Descriptor, Error> {
     Ok(DescriptorBuilder::default()
-        .media_type(MediaType::ImageLayerGzip)
+        .media_type(match layer.compression {
+            Compression::Gzip => MediaType::ImageLayerGzip,
+            Compression::None => MediaType::ImageLayer,
+        })
         .size(layer.blob.len() as u64)
         .digest(layer.digest.parse::<oci_spec::image::Digest>()?)
         .build()?)
@@ -185,6 +190,7 @@ mod tests {
                 "org.opencontainers.image.version".into(),
                 "1.0".into(),
             )]),
+            compression: Compression::Gzip,
         }
     }
 

@@ -21,9 +21,11 @@ use serde_json::json;
 
 use crate::hostnode::{self, HostNode, HostNodeConfig, PodNetworkConfig};
 use crate::pki::{self, Authority, Pair};
+use crate::podnet::relay::ApiService;
 use crate::podnet::{self, Internet, NodeNet};
 use crate::ports::free_port;
 use crate::process::{self, Process, resident_bytes};
+use crate::realnode::{self, RealNode, RealNodeConfig};
 use crate::toolchain::Toolchain;
 use crate::{Error, io_error, write_private};
 
@@ -68,6 +70,14 @@ pub struct ClusterSpec {
     /// host's network, with loopback addresses.
     #[serde(default)]
     pub pod_network: bool,
+    /// The real-node mode: the node namespace of the pod-network mode runs
+    /// a real kubelet with containerd, runc and CNI instead of the
+    /// host-process node, and kube-proxy (see `docs/testbed.md`, "Real
+    /// nodes"). Its node, `<name>-node`, holds the agents' images made from
+    /// `agent_bin_dir` (needed) and a toolbox ([`crate::TOOLBOX_IMAGE`]).
+    /// Needs root, Debian's containerd, runc and CNI plugins.
+    #[serde(default)]
+    pub real_node: bool,
     /// The controller-manager's client rate limit, requests per second
     /// (`--kube-api-qps`; its burst is twice that). `None`: the
     /// controller-manager's own default (20, burst 30), as on most
@@ -101,6 +111,7 @@ impl ClusterSpec {
             agent_bin_dir: None,
             host_images: crate::default_host_images(),
             pod_network: false,
+            real_node: false,
             controller_manager_qps: None,
             without_mutating_admission_policy: false,
             profiling: false,
@@ -129,6 +140,10 @@ impl ClusterSpec {
 
     fn host_node_name(&self) -> String {
         format!("{}-host", self.name)
+    }
+
+    fn real_node_name(&self) -> String {
+        format!("{}-node", self.name)
     }
 }
 
@@ -205,6 +220,8 @@ pub struct Cluster {
     apiserver: Option<ApiServer>,
     /// Stopped before the control plane, while the API still answers.
     host_node: Option<HostNode>,
+    /// The real-node mode's node; stopped before the control plane.
+    real_node: Option<RealNode>,
     /// The node namespace of the pod-network mode; deleted last.
     node_net: Option<NodeNet>,
 }
@@ -233,15 +250,15 @@ impl Cluster {
         toolchain: &Toolchain,
         uplink: Option<Uplink>,
     ) -> Result<Self, Error> {
-        if spec.pod_network && spec.agent_bin_dir.is_none() {
+        if (spec.pod_network || spec.real_node) && spec.agent_bin_dir.is_none() {
             return Err(Error::Spec(format!(
-                "cluster {}: the pod-network mode needs a host-process node (an agent folder)",
+                "cluster {}: the pod-network and real-node modes need an agent folder",
                 spec.name
             )));
         }
         let uplink = match uplink {
             Some(uplink) => Some(uplink),
-            None if spec.pod_network => Some(Uplink {
+            None if spec.pod_network || spec.real_node => Some(Uplink {
                 internet: Internet::new()?,
                 place: 1,
             }),
@@ -340,6 +357,18 @@ impl Cluster {
             None => None,
         };
 
+        // The real node's kubelet, as the Node authorizer knows a node.
+        let kubelet_kubeconfig = spec
+            .real_node
+            .then(|| {
+                kubeconfig_for(
+                    "kubelet.kubeconfig",
+                    &format!("system:node:{}", spec.real_node_name()),
+                    &["system:nodes"],
+                )
+            })
+            .transpose()?;
+
         let mut cluster = Self {
             spec,
             dir: dir.to_owned(),
@@ -348,6 +377,7 @@ impl Cluster {
             processes: Vec::new(),
             apiserver: None,
             host_node: None,
+            real_node: None,
             node_net: None,
         };
         let spec = cluster.spec.clone();
@@ -422,6 +452,18 @@ impl Cluster {
             apiserver_args.push("--feature-gates=MutatingAdmissionPolicy=true".into());
             apiserver_args
                 .push("--runtime-config=admissionregistration.k8s.io/v1beta1=true".into());
+        }
+        let egress_socket = dir.join("egress.sock");
+        if spec.real_node {
+            let egress = dir.join("egress-selection.json");
+            std::fs::write(
+                &egress,
+                realnode::config::egress_selection(
+                    &std::path::absolute(&egress_socket).map_err(io_error(&egress_socket))?,
+                ),
+            )
+            .map_err(io_error(&egress))?;
+            apiserver_args.push(format!("--egress-selector-config-file={}", p(&egress)));
         }
         cluster.spawn(toolchain, "kube-apiserver", apiserver_args.clone())?;
         cluster.apiserver = Some(ApiServer {
@@ -520,10 +562,42 @@ impl Cluster {
 
         cluster.create_nodes(&client).await?;
         cluster.wait_until_usable(&client).await?;
+        let service = ApiService {
+            cluster_ip: match spec.kubernetes_service_ip()? {
+                IpAddr::V4(ip) => ip,
+                IpAddr::V6(_) => return Err(Error::Spec("an IPv6 service CIDR".into())),
+            },
+            api_server: ([127, 0, 0, 1], api_port).into(),
+        };
         if let Some(uplink) = uplink {
-            cluster.node_net = Some(NodeNet::new(api_port, uplink.internet, uplink.place)?);
+            cluster.node_net = Some(NodeNet::new(
+                api_port,
+                uplink.internet,
+                uplink.place,
+                spec.real_node.then_some(service),
+            )?);
         }
-        if let Some(bin_dir) = &spec.agent_bin_dir {
+        if let (Some(net), Some(bin_dir), Some(kubeconfig)) =
+            (&cluster.node_net, &spec.agent_bin_dir, &kubelet_kubeconfig)
+        {
+            let absolute = |path: &Path| std::path::absolute(path).map_err(io_error(path));
+            let name = spec.real_node_name();
+            let config = RealNodeConfig {
+                cluster: spec.name.clone(),
+                node_name: name,
+                dir: dir.join("node"),
+                netns: net.path(),
+                address: net.address(),
+                kubelet: toolchain.binary("kubelet"),
+                kubeconfig: absolute(kubeconfig)?,
+                ca_crt: absolute(&ca_crt)?,
+                agent_bin_dir: absolute(bin_dir)?,
+                service,
+                egress_socket: absolute(&egress_socket)?,
+                api_port,
+            };
+            cluster.start_real_node(config, &client).await?;
+        } else if let Some(bin_dir) = &spec.agent_bin_dir {
             // Absolute: the pods' processes run in folders of their own.
             let absolute = |path: &Path| std::path::absolute(path).map_err(io_error(path));
             let config = HostNodeConfig {
@@ -562,7 +636,10 @@ impl Cluster {
         toolchain: &Toolchain,
         kubeconfig: &Path,
     ) -> Result<(), Error> {
-        let (Some(net), Some(node)) = (&self.node_net, self.host_node_name()) else {
+        let node = self
+            .host_node_name()
+            .or_else(|| self.real_node.as_ref().map(RealNode::name));
+        let (Some(net), Some(node)) = (&self.node_net, node) else {
             return Ok(());
         };
         let netns = net.path();
@@ -604,6 +681,17 @@ impl Cluster {
         .await
     }
 
+    async fn start_real_node(
+        &mut self,
+        config: RealNodeConfig,
+        client: &kube::Client,
+    ) -> Result<(), Error> {
+        let name = config.node_name.clone();
+        self.real_node = Some(RealNode::start(config)?);
+        self.wait_for_node(client, name, "the real node to be Ready")
+            .await
+    }
+
     async fn start_host_node(
         &mut self,
         config: HostNodeConfig,
@@ -611,8 +699,19 @@ impl Cluster {
     ) -> Result<(), Error> {
         let name = config.node_name.clone();
         self.host_node = Some(HostNode::start(config).await?);
+        self.wait_for_node(client, name, "the host-process node to be Ready")
+            .await
+    }
+
+    /// Waits for node `name` to be Ready and free of the node lifecycle's taints.
+    async fn wait_for_node(
+        &mut self,
+        client: &kube::Client,
+        name: String,
+        what: &str,
+    ) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(client.clone());
-        self.wait_for("the host-process node to be Ready", || {
+        self.wait_for(what, || {
             let nodes = nodes.clone();
             let name = name.clone();
             async move {
@@ -768,6 +867,9 @@ impl Cluster {
         if let Some(host) = &self.host_node {
             host.ensure_running()?;
         }
+        if let Some(node) = &mut self.real_node {
+            node.ensure_running()?;
+        }
         let stopped_on_purpose = self
             .apiserver
             .as_ref()
@@ -889,6 +991,11 @@ impl Cluster {
         self.host_node.as_ref().map(HostNode::name)
     }
 
+    /// The name of the real node, in the real-node mode.
+    pub fn real_node_name(&self) -> Option<&str> {
+        self.real_node.as_ref().map(RealNode::name)
+    }
+
     /// The end (100 lines) of the log of every container the host-process
     /// node ran, each under a `==> <namespace>_<pod>_<container>.log <==`
     /// header: what a failing test prints to show the agents' side.
@@ -900,10 +1007,17 @@ impl Cluster {
     pub fn processes(&self) -> Vec<ProcessInfo> {
         self.processes
             .iter()
-            .map(|p| ProcessInfo {
-                name: p.name().to_owned(),
-                pid: p.pid(),
-                resident_bytes: resident_bytes(p.pid()),
+            .map(|p| (p.name().to_owned(), p.pid()))
+            .chain(
+                self.real_node
+                    .as_ref()
+                    .and_then(RealNode::pid)
+                    .map(|pid| ("real node".to_owned(), pid)),
+            )
+            .map(|(name, pid)| ProcessInfo {
+                name,
+                pid,
+                resident_bytes: resident_bytes(pid),
             })
             .collect()
     }
@@ -1078,6 +1192,7 @@ impl Cluster {
         if let Some(mut host) = self.host_node.take() {
             host.stop();
         }
+        self.real_node.take();
         // A paused kube-apiserver would hold SIGTERM pending until killed
         // after the grace period; resumed, it exits at once.
         if self.apiserver_state() == ApiServerState::Paused {

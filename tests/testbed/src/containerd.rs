@@ -93,6 +93,21 @@ impl Containerd {
         Ok(containerd)
     }
 
+    /// A handle on the containerd serving `socket`, started by another
+    /// (a real node's); dropping it leaves that containerd alone.
+    pub fn attach(socket: &Path) -> Self {
+        Self {
+            dir: socket.parent().unwrap_or(Path::new("/")).to_owned(),
+            socket: socket.to_owned(),
+            process: None,
+        }
+    }
+
+    /// Whether it answers.
+    pub fn answers(&self) -> bool {
+        self.ctr(&["version"]).is_ok()
+    }
+
     /// The socket kubelets and `ctr` talk to.
     pub fn socket(&self) -> &Path {
         &self.socket
@@ -153,9 +168,10 @@ impl Containerd {
 
 impl Drop for Containerd {
     fn drop(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            process.stop(Duration::from_secs(5));
-        }
+        let Some(mut process) = self.process.take() else {
+            return;
+        };
+        process.stop(Duration::from_secs(5));
         // Snapshots and shim mounts that a killed daemon left behind, the
         // deepest first.
         let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {

@@ -21,6 +21,7 @@ mod pki;
 mod podnet;
 mod ports;
 mod process;
+mod realnode;
 mod toolchain;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ pub use containerd::{Containerd, ContainerdError, ImageEntry};
 pub use hostnode::{HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, default_host_images};
 pub use pki::Pair;
 pub use process::{agent_processes, resident_bytes, tail};
+pub use realnode::{TOOLBOX_IMAGE, cgroups_of, protocol as cni_protocol};
 pub use toolchain::{BINARIES, Toolchain};
 
 /// Why a testbed could not start or be used.

@@ -304,12 +304,18 @@ pub(crate) struct NodeNet {
 impl NodeNet {
     /// The node namespace of the cluster whose API server listens on
     /// `api_port`, at place `place` of `internet`.
-    pub(crate) fn new(api_port: u16, internet: Arc<Internet>, place: u8) -> Result<Self, Error> {
+    /// `service`: the `kubernetes` Service the relay carries (a real node).
+    pub(crate) fn new(
+        api_port: u16,
+        internet: Arc<Internet>,
+        place: u8,
+        service: Option<relay::ApiService>,
+    ) -> Result<Self, Error> {
         reap_stale();
         let netns = Netns::new(names::node(api_port))?;
         sysctl(netns.name(), "net.ipv4.ip_forward=1")?;
         let address = internet.attach(&netns, place)?;
-        nft(netns.name(), &relay::ruleset())?;
+        nft(netns.name(), &relay::ruleset(service))?;
         Ok(Self {
             netns,
             address,
@@ -425,7 +431,7 @@ impl PodNet {
                 POD_INTERFACE,
             ],
         )?;
-        nft(ns, &relay::ruleset())?;
+        nft(ns, &relay::ruleset(None))?;
         Ok(pod)
     }
 

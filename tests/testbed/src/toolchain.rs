@@ -8,11 +8,12 @@ use std::sync::Mutex;
 use crate::Error;
 
 /// Names of the binaries a cluster needs.
-pub const BINARIES: [&str; 8] = [
+pub const BINARIES: [&str; 9] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
     "kube-proxy",
+    "kubelet",
     "kube-scheduler",
     "kubectl",
     "kwok",

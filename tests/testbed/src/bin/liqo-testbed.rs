@@ -164,6 +164,12 @@ struct UpArgs {
     /// (see docs/testbed.md). Needs root.
     #[arg(long)]
     pod_network: bool,
+    /// Give each cluster a real node instead of the host-process node: a
+    /// kubelet with containerd, runc and CNI in the node namespace, holding
+    /// the agents' images made from the agent folder (see docs/testbed.md,
+    /// "Real nodes"). Needs root.
+    #[arg(long)]
+    real_node: bool,
     /// The controller-managers' client rate limit in requests per second
     /// (burst twice that) [default: theirs, 20 with a burst of 30].
     #[arg(long, value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..))]
@@ -230,6 +236,7 @@ impl UpArgs {
                     spec.pod_cidr.clone_from(&first.pod_cidr);
                 }
                 spec.pod_network = self.pod_network;
+                spec.real_node = self.real_node;
                 spec.controller_manager_qps = self.controller_manager_qps;
                 spec.without_mutating_admission_policy = self.without_mutating_admission_policy;
                 spec.profiling = self.profiling;
@@ -254,8 +261,7 @@ struct ClusterState {
     kubeconfig: PathBuf,
     pod_cidr: String,
     service_cidr: String,
-    /// The host-process node, if the cluster has one.
-    #[serde(default)]
+    /// The node that runs the agents (host-process or real), if any.
     host_node: Option<String>,
     /// The node namespace and the node's address, in the pod-network mode.
     #[serde(default)]
@@ -400,6 +406,9 @@ fn up(args: &UpArgs) -> Result<()> {
         }
         if args.pod_network {
             cmd.arg("--pod-network");
+        }
+        if args.real_node {
+            cmd.arg("--real-node");
         }
         if let Some(qps) = args.controller_manager_qps {
             cmd.arg(format!("--controller-manager-qps={qps}"));
@@ -554,7 +563,7 @@ fn write_state(dir: &Path, testbed: &Testbed, started_in_seconds: f64) -> Result
                 kubeconfig: c.kubeconfig_path().to_owned(),
                 pod_cidr: c.spec().pod_cidr.clone(),
                 service_cidr: c.spec().service_cidr.clone(),
-                host_node: c.host_node_name().map(str::to_owned),
+                host_node: c.host_node_name().or(c.real_node_name()).map(str::to_owned),
                 node_netns: c.node_netns().map(str::to_owned),
                 node_address: c.node_address(),
                 apiserver: Some(c.apiserver_state()),

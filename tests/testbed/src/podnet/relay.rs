@@ -13,6 +13,13 @@
 //! marked so that the rule lets it through), else in the host's namespace.
 //! Then it copies bytes both ways. Other traffic is not touched: UDP to
 //! loopback stays in the namespace.
+//!
+//! On a real node ([`crate::realnode`]) pods find their API server as
+//! kubelet tells them, at the `kubernetes` Service's ClusterIP, whose
+//! endpoint is the API server's loopback address: unreachable from a pod.
+//! There the rule also takes connections to that ClusterIP's port 443
+//! (before kube-proxy's rules would), and the relay carries them to the
+//! API server ([`ApiService`]).
 
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -32,14 +39,37 @@ pub(crate) const RELAY_PORT: u16 = 1;
 /// redirection lets through ("lq").
 const MARK: u32 = 0x6c71;
 
-/// The nftables table of a namespace's redirection to its relay.
-pub(crate) fn ruleset() -> String {
+/// The `kubernetes` Service of a real node's cluster: connections to its
+/// ClusterIP on port 443 go to the API server.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ApiService {
+    pub(crate) cluster_ip: Ipv4Addr,
+    pub(crate) api_server: SocketAddr,
+}
+
+/// The port of the `kubernetes` Service.
+const API_SERVICE_PORT: u16 = 443;
+
+/// The nftables table of a namespace's redirection to its relay. Its
+/// chain comes before kube-proxy's (priority -100), so that the
+/// `kubernetes` Service is carried by the relay rather than DNATed to a
+/// loopback address.
+pub(crate) fn ruleset(service: Option<ApiService>) -> String {
+    let service = service
+        .map(|s| {
+            format!(
+                "\t\tip daddr {} tcp dport {API_SERVICE_PORT} redirect to :{RELAY_PORT}\n",
+                s.cluster_ip
+            )
+        })
+        .unwrap_or_default();
     format!(
         "table ip liqo-testbed-relay {{\n\
          \tchain output {{\n\
-         \t\ttype nat hook output priority -100; policy accept;\n\
+         \t\ttype nat hook output priority -110; policy accept;\n\
          \t\tmeta mark {MARK:#x} return\n\
          \t\tip daddr 127.0.0.0/8 tcp dport != {RELAY_PORT} redirect to :{RELAY_PORT}\n\
+         {service}\
          \t}}\n\
          }}\n"
     )
@@ -55,13 +85,22 @@ impl Relay {
     /// Starts the relay of the namespace at `netns` (a path under
     /// `/run/netns`), as a task of the calling runtime.
     pub(crate) fn start(netns: &Path) -> std::io::Result<Self> {
-        let ns = File::open(netns)?;
+        Self::start_with(File::open(netns)?, &netns.display().to_string(), None)
+    }
+
+    /// [`Relay::start`] for the namespace `ns` (`label` names it in logs),
+    /// carrying `service` to its API server.
+    pub(crate) fn start_with(
+        ns: File,
+        label: &str,
+        service: Option<ApiService>,
+    ) -> std::io::Result<Self> {
         let listener = in_netns(&ns, || {
             std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, RELAY_PORT))
         })?;
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
-        let label = netns.display().to_string();
+        let label = label.to_owned();
         let task = tokio::spawn(async move {
             // Dropped with the task: the connections end with the relay.
             let mut connections = JoinSet::new();
@@ -78,7 +117,7 @@ impl Relay {
                             };
                             let label = label.clone();
                             connections.spawn(async move {
-                                if let Err(e) = carry(stream, &ns).await {
+                                if let Err(e) = carry(stream, &ns, service).await {
                                     tracing::debug!(netns = %label, "relay: {e}");
                                 }
                             });
@@ -102,10 +141,21 @@ impl Drop for Relay {
 
 /// Connects a redirected connection to where it was going, and copies
 /// until either side closes.
-async fn carry(mut client: TcpStream, ns: &File) -> std::io::Result<()> {
+async fn carry(
+    mut client: TcpStream,
+    ns: &File,
+    service: Option<ApiService>,
+) -> std::io::Result<()> {
     let target = original_destination(&client)?;
     if target.port() == RELAY_PORT {
         return Err(std::io::Error::other("a connection to the relay itself"));
+    }
+    if let Some(service) = service
+        && target == SocketAddr::from((service.cluster_ip, API_SERVICE_PORT))
+    {
+        let mut upstream = TcpStream::connect(service.api_server).await?;
+        tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+        return Ok(());
     }
     let mut upstream = match connect_inside(ns, target).await {
         Ok(stream) => stream,
@@ -142,7 +192,16 @@ mod tests {
 
     #[test]
     fn the_ruleset_lets_the_relay_through_and_redirects_the_rest() {
-        let rules = ruleset();
+        let rules = ruleset(None);
+        assert!(!rules.contains("443"), "{rules}");
+        let with_service = ruleset(Some(ApiService {
+            cluster_ip: Ipv4Addr::new(10, 96, 0, 1),
+            api_server: "127.0.0.1:6443".parse().expect("an address"),
+        }));
+        assert!(
+            with_service.contains("ip daddr 10.96.0.1 tcp dport 443 redirect to :1"),
+            "{with_service}"
+        );
         let mark = rules.find("meta mark 0x6c71 return").expect("mark rule");
         let redirect = rules
             .find("ip daddr 127.0.0.0/8 tcp dport != 1 redirect to :1")

@@ -1,0 +1,82 @@
+//! The images a real node holds, built here (no registry is reachable):
+//! the pause image, the tests' toolbox, and the agents' images made from
+//! the agent folder's binaries under the names `liqoctl install` uses by
+//! default, so that an install needs no image flag, as on a cluster where
+//! the archives were loaded.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use liqo_images::contents::{self, Program};
+use liqo_images::oci;
+
+use super::config::{PAUSE_IMAGE, TOOLBOX_IMAGE};
+use crate::Error;
+
+/// The programs of the toolbox: busybox with all its applets, and curl.
+const BUSYBOX: &str = "/bin/busybox";
+const CURL: &str = "/usr/bin/curl";
+
+/// Writes the node's image archives into `dir` and returns their paths:
+/// pause, toolbox, and the agents of `agent_bin_dir` that were built.
+pub(crate) fn write_all(dir: &Path, agent_bin_dir: Option<&Path>) -> Result<Vec<PathBuf>, Error> {
+    std::fs::create_dir_all(dir).map_err(crate::io_error(dir))?;
+    let failed = |what: &str, e: &dyn std::fmt::Display| Error::Spec(format!("{what}: {e}"));
+    let applets = applets()?;
+    let busybox = Path::new(BUSYBOX);
+    let mut images = vec![
+        contents::tools_image(
+            PAUSE_IMAGE,
+            &[busybox],
+            &[],
+            &[BUSYBOX, "sleep", "2147483647"],
+        )
+        .map_err(|e| failed("the pause image", &e))?,
+        contents::tools_image(
+            TOOLBOX_IMAGE,
+            &[busybox, Path::new(CURL)],
+            &[(busybox, applets)],
+            &["/bin/sh"],
+        )
+        .map_err(|e| failed("the toolbox image", &e))?,
+    ];
+    if let Some(bin_dir) = agent_bin_dir {
+        for program in [Program::Gateway, Program::VirtualKubelet, Program::Liqoctl] {
+            let binary = bin_dir.join(program.name());
+            if !binary.exists() {
+                continue;
+            }
+            images.push(
+                contents::local_image(
+                    program,
+                    &binary,
+                    liqo_api::images::DEFAULT_REGISTRY,
+                    liqo_api::VERSION,
+                )
+                .map_err(|e| failed(program.name(), &e))?,
+            );
+        }
+    }
+    let mut paths = Vec::new();
+    for image in images {
+        let archive = oci::pack(&image).map_err(|e| failed(&image.reference, &e))?;
+        let name = image.reference.replace(['/', ':'], "_");
+        let path = dir.join(format!("{name}.oci.tar"));
+        std::fs::write(&path, &archive.bytes).map_err(crate::io_error(&path))?;
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// The names busybox answers to, but `busybox` itself.
+fn applets() -> Result<Vec<String>, Error> {
+    let out = Command::new(BUSYBOX)
+        .arg("--list")
+        .output()
+        .map_err(crate::io_error(Path::new(BUSYBOX)))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .filter(|a| a != "busybox")
+        .collect())
+}
