@@ -118,6 +118,12 @@ impl ClusterSpec {
         }
     }
 
+    /// Whether its node has a network namespace on the testbed's internet
+    /// (the pod-network and real-node modes).
+    pub fn has_node_netns(&self) -> bool {
+        self.pod_network || self.real_node
+    }
+
     /// The address of the `kubernetes` service: the first of the service CIDR.
     fn kubernetes_service_ip(&self) -> Result<IpAddr, Error> {
         let net: ipnet::IpNet = self.service_cidr.parse().map_err(|_| {
@@ -258,7 +264,7 @@ impl Cluster {
         }
         let uplink = match uplink {
             Some(uplink) => Some(uplink),
-            None if spec.pod_network || spec.real_node => Some(Uplink {
+            None if spec.has_node_netns() => Some(Uplink {
                 internet: Internet::new()?,
                 place: 1,
             }),
@@ -580,6 +586,7 @@ impl Cluster {
         if let (Some(net), Some(bin_dir), Some(kubeconfig)) =
             (&cluster.node_net, &spec.agent_bin_dir, &kubelet_kubeconfig)
         {
+            net.route_services(&spec.service_cidr)?;
             let absolute = |path: &Path| std::path::absolute(path).map_err(io_error(path));
             let name = spec.real_node_name();
             let config = RealNodeConfig {

@@ -37,6 +37,14 @@ pub use process::{agent_processes, resident_bytes, tail};
 pub use realnode::{TOOLBOX_IMAGE, cgroups_of, protocol as cni_protocol};
 pub use toolchain::{BINARIES, Toolchain};
 
+/// Removes what testbed processes that are gone left on the machine (one
+/// killed with SIGKILL cannot clean up): their network namespaces and
+/// their real nodes' cgroups. Their processes died with them.
+pub fn reap_stale() {
+    podnet::reap_stale();
+    realnode::reap_stale();
+}
+
 /// Why a testbed could not start or be used.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -283,7 +291,7 @@ impl Testbed {
             .map_err(|e| Error::Toolchain(e.to_string()))??;
         // One internet for all the pod-network clusters; a node's place on
         // it is its cluster's in `specs`.
-        let internet = if specs.iter().any(|s| s.pod_network) {
+        let internet = if specs.iter().any(ClusterSpec::has_node_netns) {
             Some(podnet::Internet::new()?)
         } else {
             None
@@ -292,7 +300,7 @@ impl Testbed {
             let dir = root.join(&spec.name);
             let toolchain = toolchain.clone();
             let uplink = (internet.clone())
-                .filter(|_| spec.pod_network)
+                .filter(|_| spec.has_node_netns())
                 .map(|internet| cluster::Uplink { internet, place });
             async move { Cluster::start_with(spec, &dir, &toolchain, uplink).await }
         });

@@ -338,6 +338,13 @@ impl NodeNet {
         self.address
     }
 
+    /// Routes the service CIDR `cidr` out of the node's uplink, as a
+    /// node's default route does: a connection to a ClusterIP needs a route
+    /// before kube-proxy's rules send it to an endpoint.
+    pub(crate) fn route_services(&self, cidr: &str) -> Result<(), Error> {
+        ip_in(self.name(), &["route", "add", cidr, "dev", NODE_UPLINK])
+    }
+
     pub(crate) fn set_internet_link(&self, up: bool) -> Result<(), Error> {
         self.internet.set_link(self.place, up)
     }

@@ -697,6 +697,9 @@ fn down(dir: &Path, keep: bool) -> Result<()> {
     for p in &leftovers {
         let _ = kill(Pid::from_raw(p.pid as i32), Signal::SIGKILL);
     }
+    // What a supervisor killed with SIGKILL could not remove: its node and
+    // internet namespaces, its real nodes' cgroups.
+    liqo_testbed::reap_stale();
     if !keep {
         dirs::remove(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
