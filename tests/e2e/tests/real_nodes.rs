@@ -1,0 +1,675 @@
+//! The mission on real nodes (the testbed's real-node mode): each cluster's
+//! node is a kubelet with containerd, runc and CNI, holding the agents'
+//! images built from this build. `liqoctl install` with no image flag runs
+//! the gateway and the virtual kubelet as real pods; a peering's offloaded
+//! Deployment runs as real containers on the provider's node; a consumer
+//! pod reaches it through its Service, and one of its containers reaches a
+//! consumer Service back, through the two gateways' WireGuard tunnel;
+//! `kubectl logs` and `exec` reach the remote containers; mounted
+//! ConfigMaps and Secrets follow their changes; a Job runs to completion;
+//! `liqoctl test network` is green; unpeer leaves both clusters as they
+//! were before the peering. Once with
+//! disjoint pod CIDRs (peered with two kubeconfigs), once with the same
+//! (NAT, peered with a token). Needs root, containerd, runc, CNI plugins.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, ListParams, PostParams};
+use liqo_e2e::{Run, liqoctl, run, snapshot, wait_for};
+use liqo_testbed::{Cluster, ClusterSpec, TOOLBOX_IMAGE, Testbed, Toolchain};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+const OFFLOADED: &str = "demo";
+
+fn spec(name: &str, index: u8, pod_cidr: Option<&str>) -> ClusterSpec {
+    let mut spec = ClusterSpec::new(name, index);
+    // Every pod runs on the real node: no kwok node to pick instead.
+    spec.nodes = 0;
+    spec.real_node = true;
+    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    if let Some(cidr) = pod_cidr {
+        spec.pod_cidr = cidr.to_owned();
+    }
+    spec
+}
+
+fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<Run> {
+    let mut cmd = std::process::Command::new(Toolchain::locate()?.binary("kubectl"));
+    cmd.arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(args);
+    Ok(run(&mut cmd))
+}
+
+/// A pod of the toolbox image that runs `script` as a non-root user, as the
+/// provider's `restricted` Pod Security level wants.
+fn toolbox(name: &str, script: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "containers": [{
+                "name": "main",
+                "image": TOOLBOX_IMAGE,
+                "command": ["sh", "-c", script],
+                "env": [
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                ],
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "runAsNonRoot": true,
+                    "runAsUser": 1000,
+                    "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+            }],
+        },
+    });
+    merge(&mut pod, extra);
+    pod
+}
+
+fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+    match (into, from) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// An HTTP server answering with its pod's name and node.
+const WEB: &str = "echo \"hello from $POD_NAME on $NODE_NAME\" > /www/index.html; \
+                   echo \"serving on $NODE_NAME\"; exec httpd -f -p 8080 -h /www";
+
+fn web_template() -> serde_json::Value {
+    toolbox(
+        "web",
+        WEB,
+        json!({"spec": {
+            "volumes": [{"name": "www", "emptyDir": {}}],
+        }}),
+    )
+}
+
+async fn create(client: &kube::Client, namespace: &str, object: serde_json::Value) -> Result<()> {
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            object["apiVersion"]
+                .as_str()
+                .unwrap_or("v1")
+                .rsplit_once('/')
+                .map_or("", |(g, _)| g),
+            object["apiVersion"]
+                .as_str()
+                .unwrap_or("v1")
+                .rsplit('/')
+                .next()
+                .unwrap_or("v1"),
+            object["kind"].as_str().context("kind")?,
+        )),
+    );
+    api.create(&PostParams::default(), &serde_json::from_value(object)?)
+        .await?;
+    Ok(())
+}
+
+/// The web Deployment's pods, by node, once `replicas` are Ready.
+async fn ready_pods(
+    client: &kube::Client,
+    namespace: &str,
+    app: &str,
+    replicas: usize,
+) -> Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let selector = format!("app={app}");
+    let mut ready = Vec::new();
+    wait_for(&format!("{replicas} {app} pods Ready"), WAIT, || {
+        let pods = pods.clone();
+        let selector = selector.clone();
+        async move {
+            let list = pods.list(&ListParams::default().labels(&selector)).await?;
+            let n = list.items.iter().filter(|p| is_ready(p)).count();
+            Ok(n == replicas)
+        }
+    })
+    .await?;
+    for p in pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+    {
+        ready.push(p);
+    }
+    Ok(ready)
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn cluster_ip(client: &kube::Client, namespace: &str, name: &str) -> Result<String> {
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let mut ip = String::new();
+    wait_for(&format!("service {namespace}/{name}"), WAIT, || {
+        let services = services.clone();
+        async move { Ok(services.get_opt(name).await?.is_some()) }
+    })
+    .await?;
+    if let Some(found) = services.get(name).await?.spec.and_then(|s| s.cluster_ip) {
+        ip = found;
+    }
+    ensure!(
+        !ip.is_empty(),
+        "service {namespace}/{name} has no ClusterIP"
+    );
+    Ok(ip)
+}
+
+/// `curl` from pod `pod` of `cluster` (through `kubectl exec`, which reaches
+/// an offloaded pod through the virtual kubelet) until it answers with
+/// `expect`, or the wait ends.
+async fn curl_until(
+    cluster: &Cluster,
+    namespace: &str,
+    pod: &str,
+    url: &str,
+    expect: &str,
+) -> Result<String> {
+    let mut last = String::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < deadline {
+        let out = kubectl(
+            cluster,
+            &[
+                "-n", namespace, "exec", pod, "--", "curl", "-s", "-m", "3", url,
+            ],
+        )?;
+        last = format!("{}{}", out.stdout, out.stderr);
+        if out.stdout.contains(expect) {
+            return Ok(out.stdout);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    anyhow::bail!("{url} from {namespace}/{pod} never answered {expect:?}; last: {last}")
+}
+
+/// Objects of a cluster but those in the namespaces the test made for its
+/// own workloads.
+fn without(set: BTreeSet<String>, namespaces: &[&str]) -> BTreeSet<String> {
+    set.into_iter()
+        .filter(|o| {
+            let ns = o.split('/').nth(1).unwrap_or("");
+            let name = o.split('/').nth(2).unwrap_or("");
+            !namespaces.contains(&ns)
+                && !(o.starts_with("namespaces/") && namespaces.contains(&name))
+        })
+        .collect()
+}
+
+struct Mission<'a> {
+    home: &'a Cluster,
+    foreign: &'a Cluster,
+}
+
+impl Mission<'_> {
+    async fn run(&self, peer: impl FnOnce() -> Result<()>) -> Result<()> {
+        let (home, foreign) = (self.home, self.foreign);
+        let hc = home.client().await?;
+        let fc = foreign.client().await?;
+
+        // 1. The agents from their images, as real pods.
+        for (cluster, id) in [(home, "home-1"), (foreign, "foreign-1")] {
+            let cidr = format!("--pod-cidr={}", cluster.spec().pod_cidr);
+            liqoctl(
+                Some(cluster.kubeconfig_path()),
+                &[
+                    "install",
+                    &format!("--cluster-id={id}"),
+                    &cidr,
+                    "--timeout=90",
+                ],
+            )
+            .success();
+        }
+        let gateway = kubectl(home, &["-n", "liqo", "get", "pods", "-o", "json"])?.success();
+        let pods: serde_json::Value = serde_json::from_str(&gateway.stdout)?;
+        let gw = pods["items"]
+            .as_array()
+            .and_then(|a| {
+                a.iter().find(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("liqo-gateway"))
+                })
+            })
+            .context("the gateway pod")?;
+        ensure!(
+            gw["spec"]["nodeName"] == home.real_node_name().unwrap_or("?"),
+            "the gateway runs on {}",
+            gw["spec"]["nodeName"]
+        );
+        ensure!(
+            gw["status"]["containerStatuses"][0]["imageID"]
+                .as_str()
+                .is_some_and(|i| i.contains("sha256:")),
+            "the gateway's container has no image digest: {}",
+            gw["status"]
+        );
+
+        // 2. Peer.
+        let foreign_before = snapshot(&fc).await?;
+        let home_before = snapshot(&hc).await?;
+        peer()?;
+        let vk = kubectl(home, &["-n", "liqo", "get", "pods", "-o", "wide"])?.success();
+        ensure!(
+            vk.stdout
+                .lines()
+                .any(|l| l.starts_with("liqo-vk-") && l.contains(" Running ")),
+            "the virtual kubelet is not a running pod: {}",
+            vk.stdout
+        );
+
+        // 3. Offload; the web Deployment runs on the provider's real node.
+        kubectl(home, &["create", "namespace", OFFLOADED])?.success();
+        liqoctl(
+            Some(home.kubeconfig_path()),
+            &["offload", "namespace", OFFLOADED],
+        )
+        .success();
+        let mut template = web_template();
+        template["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "www", "mountPath": "/www"}]);
+        template["spec"]["nodeSelector"] = liqo_e2e::virtual_node_selector();
+        template["spec"]["tolerations"] = liqo_e2e::virtual_node_tolerations();
+        create(
+            &hc,
+            OFFLOADED,
+            json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "web"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": template["metadata"], "spec": template["spec"]},
+                },
+            }),
+        )
+        .await?;
+        create(
+            &hc,
+            OFFLOADED,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+            }),
+        )
+        .await?;
+        let web = ready_pods(&hc, OFFLOADED, "web", 2).await?;
+        let foreign_node = foreign.real_node_name().context("foreign's node")?;
+        let remote = ready_pods(&fc, &format!("{OFFLOADED}-home"), "web", 2).await;
+        // The twin namespace's name is the provider's; find it by the pods.
+        let remote_pods = match remote {
+            Ok(pods) => pods,
+            Err(_) => {
+                let all: Api<Pod> = Api::all(fc.clone());
+                all.list(&ListParams::default().labels("app=web"))
+                    .await?
+                    .items
+            }
+        };
+        ensure!(
+            remote_pods.len() == 2
+                && remote_pods
+                    .iter()
+                    .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(foreign_node)),
+            "the provider's web pods are not on its real node"
+        );
+        let twin = remote_pods[0]
+            .metadata
+            .namespace
+            .clone()
+            .context("twin namespace")?;
+        let pod = web[0].metadata.name.clone().context("pod name")?;
+
+        // 4. A consumer pod reaches them through the Service.
+        create(&hc, "default", toolbox("client", "sleep 3600", json!({}))).await?;
+        ready_pods(&hc, "default", "client", 1).await?;
+        let web_ip = cluster_ip(&hc, OFFLOADED, "web").await?;
+        let answer = curl_until(
+            home,
+            "default",
+            "client",
+            &format!("http://{web_ip}/"),
+            &format!("on {foreign_node}"),
+        )
+        .await?;
+        eprintln!("consumer pod -> offloaded Service: {}", answer.trim());
+
+        // ... and a provider pod reaches a consumer Service.
+        let home_node = home.real_node_name().context("home's node")?;
+        let mut echo = web_template();
+        merge(
+            &mut echo,
+            json!({
+                "metadata": {"name": "echo", "labels": {"app": "echo"}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": home_node},
+                    "containers": [{"name": "main", "image": TOOLBOX_IMAGE, "command": ["sh", "-c", WEB],
+                        "volumeMounts": [{"name": "www", "mountPath": "/www"}]}],
+                },
+            }),
+        );
+        echo["spec"]["containers"][0]["env"] =
+            web_template()["spec"]["containers"][0]["env"].clone();
+        create(&hc, OFFLOADED, echo).await?;
+        create(
+            &hc,
+            OFFLOADED,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "echo"},
+                "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": 8080}]},
+            }),
+        )
+        .await?;
+        ready_pods(&hc, OFFLOADED, "echo", 1).await?;
+        let reflected = cluster_ip(&fc, &twin, "echo").await?;
+        let back = match curl_until(
+            home,
+            OFFLOADED,
+            &pod,
+            &format!("http://{reflected}/"),
+            &format!("on {home_node}"),
+        )
+        .await
+        {
+            Ok(back) => back,
+            Err(e) => {
+                let provider = kubectl(
+                    foreign,
+                    &["get", "endpointslices,pods,svc", "-A", "-o", "wide"],
+                )?;
+                let consumer = kubectl(
+                    home,
+                    &["get", "endpointslices,pods,svc", "-A", "-o", "wide"],
+                )?;
+                let connection = kubectl(home, &["get", "connections", "-A", "-o", "yaml"])?;
+                anyhow::bail!(
+                    "{e}\nprovider:\n{}\nconsumer:\n{}\n{}",
+                    provider.stdout,
+                    consumer.stdout,
+                    connection.stdout
+                );
+            }
+        };
+        eprintln!("offloaded pod -> consumer Service: {}", back.trim());
+
+        // 6. logs and exec reach the remote container.
+        let logs = kubectl(home, &["-n", OFFLOADED, "logs", &pod])?.success();
+        ensure!(
+            logs.stdout.contains(&format!("serving on {foreign_node}")),
+            "logs: {}",
+            logs.stdout
+        );
+        let exec = kubectl(
+            home,
+            &[
+                "-n",
+                OFFLOADED,
+                "exec",
+                &pod,
+                "--",
+                "cat",
+                "/www/index.html",
+            ],
+        )?
+        .success();
+        ensure!(
+            exec.stdout.contains(&format!("on {foreign_node}")),
+            "exec: {}",
+            exec.stdout
+        );
+
+        // 7. liqoctl test network.
+        liqoctl(
+            Some(home.kubeconfig_path()),
+            &["test", "network", "--timeout=120"],
+        )
+        .success();
+
+        // 8. A ConfigMap and a Secret, mounted, followed.
+        kubectl(
+            home,
+            &[
+                "-n",
+                OFFLOADED,
+                "create",
+                "configmap",
+                "settings",
+                "--from-literal=greeting=first",
+            ],
+        )?
+        .success();
+        kubectl(
+            home,
+            &[
+                "-n",
+                OFFLOADED,
+                "create",
+                "secret",
+                "generic",
+                "password",
+                "--from-literal=word=alpha",
+            ],
+        )?
+        .success();
+        let reader = toolbox(
+            "reader",
+            "while true; do echo \"$(cat /cfg/greeting) $(cat /sec/word)\"; sleep 1; done",
+            json!({"spec": {
+                "nodeSelector": liqo_e2e::virtual_node_selector(),
+                "tolerations": liqo_e2e::virtual_node_tolerations(),
+                "volumes": [
+                    {"name": "cfg", "configMap": {"name": "settings"}},
+                    {"name": "sec", "secret": {"secretName": "password"}},
+                ],
+            }}),
+        );
+        let mut reader = reader;
+        reader["spec"]["containers"][0]["volumeMounts"] = json!([
+            {"name": "cfg", "mountPath": "/cfg"},
+            {"name": "sec", "mountPath": "/sec"},
+        ]);
+        create(&hc, OFFLOADED, reader).await?;
+        ready_pods(&hc, OFFLOADED, "reader", 1).await?;
+        let read = |expect: &'static str| async move {
+            wait_for(
+                &format!("the offloaded pod to read {expect:?}"),
+                WAIT,
+                || async {
+                    let out = kubectl(
+                        home,
+                        &[
+                            "-n",
+                            OFFLOADED,
+                            "exec",
+                            "reader",
+                            "--",
+                            "sh",
+                            "-c",
+                            "echo $(cat /cfg/greeting) $(cat /sec/word)",
+                        ],
+                    )?;
+                    Ok(out.stdout.trim() == expect)
+                },
+            )
+            .await
+        };
+        read("first alpha").await?;
+        kubectl(
+            home,
+            &[
+                "-n",
+                OFFLOADED,
+                "patch",
+                "configmap",
+                "settings",
+                "-p",
+                r#"{"data":{"greeting":"second"}}"#,
+            ],
+        )?
+        .success();
+        kubectl(
+            home,
+            &[
+                "-n",
+                OFFLOADED,
+                "patch",
+                "secret",
+                "password",
+                "-p",
+                r#"{"stringData":{"word":"beta"}}"#,
+            ],
+        )?
+        .success();
+        read("second beta").await?;
+
+        // 9. A Job runs to completion.
+        let job = toolbox(
+            "job",
+            "echo counted $(seq 1 3 | wc -l)",
+            json!({"spec": {
+                "restartPolicy": "Never",
+                "nodeSelector": liqo_e2e::virtual_node_selector(),
+                "tolerations": liqo_e2e::virtual_node_tolerations(),
+            }}),
+        );
+        create(&hc, OFFLOADED, json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "count"},
+            "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {"app": "job"}}, "spec": job["spec"]}},
+        }))
+        .await?;
+        kubectl(
+            home,
+            &[
+                "-n",
+                OFFLOADED,
+                "wait",
+                "--for=condition=Complete",
+                "job/count",
+                "--timeout=120s",
+            ],
+        )?
+        .success();
+        let job_logs = kubectl(home, &["-n", OFFLOADED, "logs", "job/count"])?.success();
+        ensure!(
+            job_logs.stdout.contains("counted 3"),
+            "the Job's logs: {}",
+            job_logs.stdout
+        );
+
+        // 10. Unpeer: nothing of the peering is left.
+        kubectl(home, &["delete", "namespace", OFFLOADED, "--timeout=120s"])?.success();
+        let remote_kubeconfig = foreign
+            .kubeconfig_path()
+            .to_str()
+            .context("path")?
+            .to_owned();
+        liqoctl(
+            Some(home.kubeconfig_path()),
+            &["unpeer", "--remote-kubeconfig", &remote_kubeconfig, "--yes"],
+        )
+        .success();
+        let mine = [OFFLOADED, "default"];
+        let home_after = without(snapshot(&hc).await?, &mine);
+        let foreign_after = snapshot(&fc).await?;
+        let leftovers = |before: &BTreeSet<String>, after: &BTreeSet<String>| {
+            after.difference(before).cloned().collect::<Vec<_>>()
+        };
+        let home_left = leftovers(&without(home_before, &mine), &home_after);
+        ensure!(home_left.is_empty(), "left on home: {home_left:?}");
+        let foreign_left = leftovers(&foreign_before, &foreign_after);
+        ensure!(foreign_left.is_empty(), "left on foreign: {foreign_left:?}");
+        Ok(())
+    }
+}
+
+fn path(p: &Path) -> Result<&str> {
+    p.to_str().context("a UTF-8 path")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mission_runs_on_real_nodes_with_disjoint_pod_cidrs() -> Result<()> {
+    let testbed = Testbed::start(vec![
+        spec("home", 1, Some("10.201.0.0/16")),
+        spec("foreign", 2, Some("10.202.0.0/16")),
+    ])
+    .await?;
+    let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
+    let mission = Mission { home, foreign };
+    mission
+        .run(|| {
+            liqoctl(
+                Some(home.kubeconfig_path()),
+                &[
+                    "peer",
+                    "--remote-kubeconfig",
+                    path(foreign.kubeconfig_path())?,
+                ],
+            )
+            .success();
+            Ok(())
+        })
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mission_runs_on_real_nodes_with_identical_pod_cidrs_through_nat() -> Result<()> {
+    let testbed = Testbed::start(vec![
+        spec("home", 1, Some("10.200.0.0/16")),
+        spec("foreign", 2, Some("10.200.0.0/16")),
+    ])
+    .await?;
+    let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
+    let mission = Mission { home, foreign };
+    mission
+        .run(|| {
+            let token = liqoctl(
+                Some(foreign.kubeconfig_path()),
+                &["generate", "peering-token"],
+            )
+            .success();
+            let dir = tempfile::tempdir()?;
+            let file = dir.path().join("token");
+            std::fs::write(&file, token.stdout.trim())?;
+            liqoctl(
+                Some(home.kubeconfig_path()),
+                &["peer", "--token-file", path(&file)?],
+            )
+            .success();
+            Ok(())
+        })
+        .await
+}
