@@ -29,7 +29,9 @@ fi
 # tunnel's tests need iproute2, nftables, ping, and standard WireGuard
 # (wireguard-tools, Debian's wireguard-go) to talk to; iperf3 is for the
 # benchmark; curl fetches from pods in the testbed's pod-network test;
-# a C compiler and make build jemalloc, the virtual kubelet's allocator.
+# a C compiler and make build jemalloc, the virtual kubelet's allocator;
+# the testbed's real nodes run Debian's containerd, runc and CNI plugins,
+# and their toolbox image holds busybox and curl.
 packages=()
 need cc || packages+=(gcc libc6-dev)
 need make || packages+=(make)
@@ -43,13 +45,18 @@ need wireguard-go || packages+=(wireguard-go)
 need iperf3 || packages+=(iperf3)
 need jq || packages+=(jq)
 need curl || packages+=(curl)
+need containerd || packages+=(containerd)
+need runc || packages+=(runc)
+[ -x /usr/lib/cni/ptp ] || packages+=(containernetworking-plugins)
+[ -x /bin/busybox ] || packages+=(busybox)
+need strip || packages+=(binutils)
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "error: missing packages ${packages[*]}; install them (apt-get install ${packages[*]})" >&2
     exit 1
   fi
   apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >&2
 fi
 
 # The current wireguard-go, which the tunnel's interoperability test runs.

@@ -87,6 +87,12 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
             .into());
         }
     };
+    // The provider knows a peering made with a token by the token's
+    // tenant, not by the consumer's cluster ID.
+    let tenant = match crate::commands::token::identity_of(&consumer, &provider_cluster_id).await? {
+        crate::commands::token::Identity::Token { tenant, .. } => tenant,
+        _ => consumer_id.cluster_id.clone(),
+    };
     let offloaded = offloaded_to(&consumer, &provider_cluster_id).await?;
     if !offloaded.is_empty() && !args.force {
         step.fail("in use");
@@ -112,7 +118,7 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
         remove_consumer_side(&consumer, &provider_cluster_id, deadline, args.timeout);
     let provider_side = async {
         match &provider {
-            Some(p) => remove_tenant(p, &consumer_id.cluster_id, deadline, args.timeout).await,
+            Some(p) => remove_tenant(p, &tenant, deadline, args.timeout).await,
             None => Ok(Vec::new()),
         }
     };

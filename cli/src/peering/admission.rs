@@ -78,11 +78,16 @@ pub fn bindings(consumer: &ClusterId, tenant_labels: &serde_json::Value) -> Vec<
                     "matchResources": { "objectSelector": { "matchLabels": { labels::TENANT: id } } },
                 }),
                 // Where the provider sees its pods: its end of the tunnel,
-                // which only the provider's gateway gives a status.
+                // which only the provider's gateway gives a status. It is
+                // named after the consumer's cluster ID, which a tenant
+                // made for a peering token does not know: every Connection
+                // of the tenant's namespace is a parameter, and each must
+                // admit the request (one the consumer adds has no status,
+                // and admits nothing).
                 ENDPOINT_SLICES => json!({
                     "paramRef": {
-                        "name": id,
                         "namespace": peering::tenant_namespace(consumer),
+                        "selector": {},
                         "parameterNotFoundAction": "Deny",
                     },
                     "matchResources": own_namespaces,
@@ -429,7 +434,16 @@ mod tests {
                 Some(binding_name(policy, &id).as_str())
             );
             let param = spec.param_ref.as_ref().expect("a parameter");
-            assert_eq!(param.name.as_deref(), Some("home-1"));
+            if policy == ENDPOINT_SLICES {
+                assert_eq!(param.name, None);
+                assert_eq!(
+                    param.namespace.as_deref(),
+                    Some(peering::tenant_namespace(&id).as_str())
+                );
+                assert!(param.selector.is_some(), "{param:?}");
+            } else {
+                assert_eq!(param.name.as_deref(), Some("home-1"));
+            }
             assert_eq!(param.parameter_not_found_action.as_deref(), Some("Deny"));
             assert_eq!(
                 spec.validation_actions.as_deref(),

@@ -2,7 +2,8 @@
 //! usable clusters, `apiserver` stops, starts, pauses and resumes one's API
 //! server, a supervisor killed outright takes its clusters with it, the
 //! next `up` in the same folder starts afresh, and no command deletes a
-//! folder that a testbed did not make.
+//! folder that a testbed did not make; a real node's daemons, shims and
+//! containers die with a killed supervisor, and `down` removes the rest.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -239,5 +240,134 @@ fn down_in_the_working_tree_deletes_nothing() -> Result<()> {
         .collect();
     assert_eq!(before, after, "down --dir . changed the working tree");
     assert!(workspace.join("Cargo.toml").is_file());
+    Ok(())
+}
+
+/// Processes whose command line mentions `text`.
+fn processes_mentioning(text: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
+        })
+        .filter(|&pid| process_running(pid))
+        .collect()
+}
+
+/// Mounts under `dir` in any process's mount namespace.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = dir.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = std::collections::BTreeSet::new();
+    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        if let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")) {
+            for point in info.lines().filter_map(|l| l.split_whitespace().nth(4)) {
+                if point.starts_with(&dir) {
+                    found.insert(point.to_owned());
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+#[tokio::test]
+async fn a_killed_supervisor_takes_its_real_node_and_containers_along() -> Result<()> {
+    let root = std::env::temp_dir().join(format!("liqo-testbed-real-{}", std::process::id()));
+    let dir = root.join("tb");
+    let dir_arg = dir.to_str().context("temp path is UTF-8")?;
+    testbed(&[
+        "up",
+        "--dir",
+        dir_arg,
+        "--cluster",
+        "one",
+        "--nodes",
+        "0",
+        "--real-node",
+    ])
+    .success();
+    let supervisor = state(&dir)?["supervisor_pid"]
+        .as_u64()
+        .context("supervisor pid")? as u32;
+    let kubeconfig = dir.join("one/kubeconfig");
+    let kubectl = liqo_testbed::Toolchain::locate()?.binary("kubectl");
+    // A container that would run for a day.
+    run(Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "run",
+            "sleeper",
+            "--image",
+            liqo_testbed::TOOLBOX_IMAGE,
+            "--command",
+            "--",
+            "sleep",
+            "86399",
+        ]))
+    .success();
+    run(Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "wait",
+            "--for=condition=Ready",
+            "pod/sleeper",
+            "--timeout=60s",
+        ]))
+    .success();
+    let node_dir = dir.join("one/node").display().to_string();
+    let shims = processes_mentioning(&format!("{node_dir}/containerd.sock"));
+    let containers = processes_mentioning("sleep 86399");
+    let daemons = processes_mentioning(&node_dir);
+    assert!(!shims.is_empty(), "no containerd shim runs for the node");
+    assert!(!containers.is_empty(), "the container does not run");
+    assert!(!mounts_under(&dir).is_empty(), "the node mounted nothing");
+    assert!(
+        !liqo_testbed::cgroups_of(supervisor).is_empty(),
+        "the node made no cgroup"
+    );
+
+    run(Command::new("kill").args(["-9", &supervisor.to_string()])).success();
+    let all: Vec<u32> = shims
+        .iter()
+        .chain(&containers)
+        .chain(&daemons)
+        .copied()
+        .collect();
+    wait_for(
+        "the node's daemons, shims and containers to die with the supervisor",
+        Duration::from_secs(20),
+        || {
+            let all = all.clone();
+            async move { Ok(!all.iter().any(|&pid| process_running(pid))) }
+        },
+    )
+    .await?;
+    let mounts = mounts_under(&dir);
+    assert!(
+        mounts.is_empty(),
+        "mounts outlived the supervisor: {mounts:?}"
+    );
+
+    // What only a living process could remove is removed by `down`.
+    testbed(&["down", "--dir", dir_arg]).success();
+    let cgroups = liqo_testbed::cgroups_of(supervisor);
+    assert!(cgroups.is_empty(), "cgroups left: {cgroups:?}");
+    let prefix = format!("lqtb-{supervisor}-");
+    let namespaces: Vec<String> = std::fs::read_dir("/run/netns")?
+        .filter_map(|e| e.ok()?.file_name().to_str().map(str::to_owned))
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(namespaces.is_empty(), "namespaces left: {namespaces:?}");
+    assert!(!dir.exists(), "down removes the folder");
+    let _ = std::fs::remove_dir_all(&root);
     Ok(())
 }
