@@ -243,7 +243,7 @@ fn down_in_the_working_tree_deletes_nothing() -> Result<()> {
     Ok(())
 }
 
-/// Processes whose command line mentions `text`.
+/// Processes whose command line (arguments joined by spaces) mentions `text`.
 fn processes_mentioning(text: &str) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -251,8 +251,11 @@ fn processes_mentioning(text: &str) -> Vec<u32> {
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(text)
+            })
         })
         .filter(|&pid| process_running(pid))
         .collect()

@@ -95,7 +95,7 @@ pub(crate) fn reap_stale() {
         let Some(pid) = names::owner(&name) else {
             continue;
         };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+        if pid != std::process::id() && crate::process::is_gone(pid) {
             tracing::info!(netns = %name, "deleting a namespace left by a testbed that is gone");
             // Another process may be reaping the same one.
             let _ = ip(&["netns", "del", &name]);

@@ -240,6 +240,19 @@ pub(crate) fn with_netns(cmd: &mut Command, netns: Option<&Path>) -> std::io::Re
     Ok(())
 }
 
+/// Whether process `pid` is gone: it does not exist, or it has exited and
+/// waits to be reaped by a parent (a supervisor killed after `up` left,
+/// whose parent is the machine's init, may stay a zombie a while).
+pub(crate) fn is_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's name, which ends with ")".
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
+}
+
 /// Whether a process of the machine, in whatever mount namespace, has a
 /// mount on `path`: such a folder must not be removed, as removing a mount
 /// point of another namespace detaches that mount.

@@ -396,7 +396,7 @@ pub(crate) fn reap_stale() {
         else {
             continue;
         };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+        if pid != std::process::id() && crate::process::is_gone(pid) {
             tracing::info!(cgroup = %name, "removing the cgroup of a real node whose testbed is gone");
             remove_cgroup(&name, Duration::from_secs(5));
         }
