@@ -215,8 +215,8 @@ fn without(set: BTreeSet<String>, namespaces: &[&str]) -> BTreeSet<String> {
         .filter(|o| {
             let ns = o.split('/').nth(1).unwrap_or("");
             let name = o.split('/').nth(2).unwrap_or("");
-            !namespaces.contains(&ns)
-                && !(o.starts_with("namespaces/") && namespaces.contains(&name))
+            let is_one = o.starts_with("namespaces/") && namespaces.contains(&name);
+            !(namespaces.contains(&ns) || is_one)
         })
         .collect()
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 pub(crate) const PAUSE_IMAGE: &str = "liqo.test/pause:1";
 
 /// The image of the tests' workloads: busybox (a shell, an HTTP server,
-/// `nc`, `wget`) and curl.
+/// `nc`, `wget`), curl, and iperf3 where the machine has it.
 pub const TOOLBOX_IMAGE: &str = "liqo.test/toolbox:1";
 
 /// The CNI network's name, also the name of the IPAM's folder.

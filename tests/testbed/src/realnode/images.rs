@@ -13,9 +13,11 @@ use liqo_images::oci;
 use super::config::{PAUSE_IMAGE, TOOLBOX_IMAGE};
 use crate::Error;
 
-/// The programs of the toolbox: busybox with all its applets, and curl.
+/// The programs of the toolbox: busybox with all its applets, curl, and
+/// iperf3 when the machine has it (the throughput benchmark's).
 const BUSYBOX: &str = "/bin/busybox";
 const CURL: &str = "/usr/bin/curl";
+const IPERF3: &str = "/usr/bin/iperf3";
 
 /// Writes the node's image archives into `dir` and returns their paths:
 /// pause, toolbox, and the agents of `agent_bin_dir` that were built.
@@ -24,6 +26,10 @@ pub(crate) fn write_all(dir: &Path, agent_bin_dir: Option<&Path>) -> Result<Vec<
     let failed = |what: &str, e: &dyn std::fmt::Display| Error::Spec(format!("{what}: {e}"));
     let applets = applets()?;
     let busybox = Path::new(BUSYBOX);
+    let mut toolbox = vec![busybox, Path::new(CURL)];
+    if Path::new(IPERF3).exists() {
+        toolbox.push(Path::new(IPERF3));
+    }
     let mut images = vec![
         contents::tools_image(
             PAUSE_IMAGE,
@@ -32,13 +38,8 @@ pub(crate) fn write_all(dir: &Path, agent_bin_dir: Option<&Path>) -> Result<Vec<
             &[BUSYBOX, "sleep", "2147483647"],
         )
         .map_err(|e| failed("the pause image", &e))?,
-        contents::tools_image(
-            TOOLBOX_IMAGE,
-            &[busybox, Path::new(CURL)],
-            &[(busybox, applets)],
-            &["/bin/sh"],
-        )
-        .map_err(|e| failed("the toolbox image", &e))?,
+        contents::tools_image(TOOLBOX_IMAGE, &toolbox, &[(busybox, applets)], &["/bin/sh"])
+            .map_err(|e| failed("the toolbox image", &e))?,
     ];
     if let Some(bin_dir) = agent_bin_dir {
         for program in [Program::Gateway, Program::VirtualKubelet, Program::Liqoctl] {
