@@ -55,6 +55,10 @@ pub const NAMESPACE_OFFLOADING: &str = "offloading";
 /// The gateway's Deployment and ServiceAccount, in [`NAMESPACE`].
 pub const GATEWAY: &str = "liqo-gateway";
 
+/// The TUN device the gateway's tunnels are made on: a host path of its
+/// node, mounted into its pod.
+pub const TUN_DEVICE: &str = "/dev/net/tun";
+
 /// The Secret in [`NAMESPACE`] that holds the gateway's WireGuard private
 /// key: made by the gateway itself on its first start, so that the key
 /// never leaves the cluster.

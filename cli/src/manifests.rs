@@ -969,7 +969,7 @@ fn gateway(options: &Options) -> Vec<Manifest> {
         },
         "volumes": [{
             "name": "tun",
-            "hostPath": { "path": "/dev/net/tun", "type": "CharDevice" },
+            "hostPath": { "path": names::TUN_DEVICE, "type": "CharDevice" },
         }],
         "containers": [agent_container(json!({
             "name": "gateway",
@@ -981,7 +981,7 @@ fn gateway(options: &Options) -> Vec<Manifest> {
                 { "name": "HOST_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.hostIP" } } },
                 { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
             ],
-            "volumeMounts": [{ "name": "tun", "mountPath": "/dev/net/tun" }],
+            "volumeMounts": [{ "name": "tun", "mountPath": names::TUN_DEVICE }],
             "securityContext": {
                 "allowPrivilegeEscalation": false,
                 "readOnlyRootFilesystem": true,

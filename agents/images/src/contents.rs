@@ -188,8 +188,11 @@ pub fn tools_image(
 
 /// `binary` without its symbols (`strip`), or whole if `strip` is missing.
 fn stripped(binary: &Path) -> Result<Vec<u8>, Error> {
+    // Unique in the process: images may be built on several threads.
+    static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let copy = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let out = std::env::temp_dir().join(format!(
-        "liqo-images-{}-{}",
+        "liqo-images-{}-{copy}-{}",
         std::process::id(),
         binary
             .file_name()

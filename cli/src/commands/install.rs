@@ -216,6 +216,10 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
             step.fail("image not found");
             return Err(UserError::NotFound(failure.advice("`liqoctl install`")).into());
         }
+        Readiness::CannotMount(failure) => {
+            step.fail("the node lacks a device");
+            return Err(UserError::NotFound(failure.advice("`liqoctl install`")).into());
+        }
     }
 
     if let Some(format) = args.output.output {

@@ -209,6 +209,10 @@ pub(crate) async fn wait_for_virtual_node(
             step.fail("image not found");
             return Err(UserError::NotFound(failure.advice("`liqoctl peer`")).into());
         }
+        Readiness::CannotMount(failure) => {
+            step.fail("the node lacks a device");
+            return Err(UserError::NotFound(failure.advice("`liqoctl peer`")).into());
+        }
     };
     if !ready {
         step.fail("timed out");

@@ -1,6 +1,7 @@
 //! Waiting for one of our agents' Deployments to be ready, and telling at
 //! once when its pods cannot start because their nodes cannot pull the
-//! image: waiting longer would not help, loading the image would.
+//! image, or lack a device the pod mounts (the gateway's `/dev/net/tun`):
+//! waiting longer would not help, loading the image or the module would.
 
 use std::time::Duration;
 
@@ -19,7 +20,42 @@ pub enum Readiness {
     TimedOut,
     /// A pod's node cannot pull the image.
     CannotPull(PullFailure),
+    /// A pod's node has not got a host path the pod mounts.
+    CannotMount(MountFailure),
 }
+
+/// A host path a node could not give a pod, as the kubelet's event says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountFailure {
+    pub node: Option<String>,
+    /// The kubelet's message (`MountVolume.SetUp failed for volume …`).
+    pub message: String,
+}
+
+impl MountFailure {
+    /// One line for the user: what the node lacks, and what to do.
+    pub fn advice(&self, again: &str) -> String {
+        let node = self.node.as_deref().unwrap_or("the node");
+        if self.message.contains(names::TUN_DEVICE) {
+            format!(
+                "node {node} has no {tun}, which the gateway's tunnel needs: load the tun module \
+                 there (modprobe tun) or run the gateway on another node (--node-selector), then \
+                 run {again} again",
+                tun = names::TUN_DEVICE
+            )
+        } else {
+            format!(
+                "node {node} cannot give the pod a folder or device it mounts ({}); fix the node \
+                 or choose another (--node-selector), then run {again} again",
+                self.message
+            )
+        }
+    }
+}
+
+/// What the kubelet says of a host path that is not what the pod asks
+/// for (missing, or of another type).
+const HOST_PATH_FAILURE: &str = "hostPath type check failed";
 
 /// An image a node could not pull, as the pod's container status says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +139,10 @@ pub async fn wait_ready(
         loop {
             let failed = pull_failures(cluster, &api, name).await?;
             if let Some(failure) = failed.iter().find_map(failure_of) {
-                return anyhow::Ok(failure);
+                return anyhow::Ok(Readiness::CannotPull(failure));
+            }
+            if let Some(failure) = mount_failure(cluster, &api, name).await? {
+                return anyhow::Ok(Readiness::CannotMount(failure));
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -113,8 +152,37 @@ pub async fn wait_ready(
             Waited::Done(_) => Readiness::Ready,
             _ => Readiness::TimedOut,
         }),
-        failure = pull => Ok(Readiness::CannotPull(failure?)),
+        failure = pull => failure,
     }
+}
+
+/// A host-path mount that a current pod of Deployment `name` cannot get,
+/// from the kubelet's `FailedMount` events.
+async fn mount_failure(
+    cluster: &ClusterClient,
+    deployments: &Api<Deployment>,
+    name: &str,
+) -> anyhow::Result<Option<MountFailure>> {
+    use k8s_openapi::api::core::v1::Event;
+    let pods = deployment_pods(cluster, deployments, name).await?;
+    if pods.is_empty() {
+        return Ok(None);
+    }
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    let events = events
+        .list(&ListParams::default().fields("involvedObject.kind=Pod,reason=FailedMount"))
+        .await
+        .map_err(|e| cluster.explain(e, "listing the events of the agents' pods"))?;
+    Ok(events.items.iter().find_map(|event| {
+        let message = event.message.as_deref()?;
+        let pod = pods
+            .iter()
+            .find(|p| p.metadata.uid.is_some() && p.metadata.uid == event.involved_object.uid)?;
+        message.contains(HOST_PATH_FAILURE).then(|| MountFailure {
+            node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            message: message.to_owned(),
+        })
+    }))
 }
 
 /// True once the Deployment's current generation is fully available.
@@ -132,6 +200,19 @@ pub fn deployment_ready(d: &Deployment) -> bool {
 /// The pods of Deployment `name` that cannot pull an image (and are not
 /// being deleted).
 async fn pull_failures(
+    cluster: &ClusterClient,
+    deployments: &Api<Deployment>,
+    name: &str,
+) -> anyhow::Result<Vec<Pod>> {
+    Ok(deployment_pods(cluster, deployments, name)
+        .await?
+        .into_iter()
+        .filter(|p| failure_of(p).is_some())
+        .collect())
+}
+
+/// The pods of Deployment `name` that are not being deleted.
+async fn deployment_pods(
     cluster: &ClusterClient,
     deployments: &Api<Deployment>,
     name: &str,
@@ -160,7 +241,7 @@ async fn pull_failures(
     Ok(pods
         .items
         .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none() && failure_of(p).is_some())
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect())
 }
 
@@ -209,6 +290,29 @@ mod tests {
         for reason in ["ContainerCreating", "PodInitializing", "CrashLoopBackOff"] {
             assert_eq!(failure_of(&pod(reason)), None, "{reason}");
         }
+    }
+
+    #[test]
+    fn a_missing_tun_device_is_told_as_such_and_another_path_as_it_is() {
+        let tun = MountFailure {
+            node: Some("node-1".into()),
+            message: "MountVolume.SetUp failed for volume \"tun\" : hostPath type check failed: \
+                      /dev/net/tun is not a character device"
+                .into(),
+        };
+        let line = tun.advice("`liqoctl install`");
+        assert!(
+            line.starts_with("node node-1 has no /dev/net/tun"),
+            "{line}"
+        );
+        assert!(line.contains("modprobe tun"), "{line}");
+        let other = MountFailure {
+            node: None,
+            message: "hostPath type check failed: /srv/x is not a directory".into(),
+        };
+        let line = other.advice("`liqoctl install`");
+        assert!(line.contains("/srv/x is not a directory"), "{line}");
+        assert!(!line.contains("modprobe"), "{line}");
     }
 
     #[test]

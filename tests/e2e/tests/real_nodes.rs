@@ -673,3 +673,65 @@ async fn the_mission_runs_on_real_nodes_with_identical_pod_cidrs_through_nat() -
         })
         .await
 }
+
+/// On real nodes, what a node cannot give the agents is told in one line
+/// with what to do: a node without `/dev/net/tun` (the other cluster's
+/// node has it, and installs), and an image no node has; the same command
+/// resumes once the image is loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_real_nodes_a_missing_tun_device_or_image_is_told_in_one_line() -> Result<()> {
+    let mut no_tun = spec("no-tun", 1, None);
+    no_tun.real_node_without_tun = true;
+    let testbed = Testbed::start(vec![no_tun, spec("plain", 2, None)]).await?;
+    let (no_tun, plain) = (&testbed.clusters()[0], &testbed.clusters()[1]);
+
+    let refused =
+        liqoctl(Some(no_tun.kubeconfig_path()), &["install", "--timeout=90"]).user_error(7);
+    let line = refused.error_line();
+    assert!(
+        line.contains("node no-tun-node has no /dev/net/tun") && line.contains("modprobe tun"),
+        "{line}"
+    );
+
+    let missing = format!(
+        "{}/liqo-gateway:0.0.0-missing",
+        liqo_api::images::DEFAULT_REGISTRY
+    );
+    let refused = liqoctl(
+        Some(plain.kubeconfig_path()),
+        &["install", "--image-tag=0.0.0-missing", "--timeout=90"],
+    )
+    .user_error(7);
+    let line = refused.error_line();
+    assert!(
+        line.contains(&format!(
+            "the image {missing} cannot be pulled on node plain-node"
+        )),
+        "{line}"
+    );
+    // The image loaded, the same command resumes.
+    let registry = liqo_api::images::DEFAULT_REGISTRY;
+    for image in ["liqo-gateway", "liqo-virtual-kubelet"] {
+        plain.tag_node_image(
+            &format!("{registry}/{image}:{}", liqo_api::VERSION),
+            &format!("{registry}/{image}:0.0.0-missing"),
+        )?;
+    }
+    liqoctl(
+        Some(plain.kubeconfig_path()),
+        &["install", "--image-tag=0.0.0-missing", "--timeout=90"],
+    )
+    .success();
+    let pods = kubectl(plain, &["-n", "liqo", "get", "pods"])?.success();
+    ensure!(
+        pods.stdout
+            .lines()
+            .filter(|l| l.contains(" Running "))
+            .count()
+            == 1
+            && !pods.stdout.contains("ImagePull"),
+        "after the resumed install: {}",
+        pods.stdout
+    );
+    Ok(())
+}

@@ -78,6 +78,10 @@ pub struct ClusterSpec {
     /// Needs root, Debian's containerd, runc and CNI plugins.
     #[serde(default)]
     pub real_node: bool,
+    /// The real node has no `/dev/net/tun`, as a node without the tun
+    /// module (hidden in its mount namespace only).
+    #[serde(default)]
+    pub real_node_without_tun: bool,
     /// The controller-manager's client rate limit, requests per second
     /// (`--kube-api-qps`; its burst is twice that). `None`: the
     /// controller-manager's own default (20, burst 30), as on most
@@ -112,6 +116,7 @@ impl ClusterSpec {
             host_images: crate::default_host_images(),
             pod_network: false,
             real_node: false,
+            real_node_without_tun: false,
             controller_manager_qps: None,
             without_mutating_admission_policy: false,
             profiling: false,
@@ -602,6 +607,7 @@ impl Cluster {
                 service,
                 egress_socket: absolute(&egress_socket)?,
                 api_port,
+                without_tun: spec.real_node_without_tun,
             };
             cluster.start_real_node(config, &client).await?;
         } else if let Some(bin_dir) = &spec.agent_bin_dir {
@@ -996,6 +1002,18 @@ impl Cluster {
     /// The name of the host-process node, if the cluster has one.
     pub fn host_node_name(&self) -> Option<&str> {
         self.host_node.as_ref().map(HostNode::name)
+    }
+
+    /// Gives image `source` of the real node the name `target` too, as
+    /// loading an image under that name into the node would.
+    pub fn tag_node_image(&self, source: &str, target: &str) -> Result<(), Error> {
+        let node = self
+            .real_node
+            .as_ref()
+            .ok_or_else(|| Error::Spec(format!("cluster {} has no real node", self.spec.name)))?;
+        node.containerd()
+            .tag(source, target)
+            .map_err(|e| Error::Spec(format!("real node {}: {e}", node.name())))
     }
 
     /// The name of the real node, in the real-node mode.

@@ -121,6 +121,13 @@ impl Containerd {
             .map(drop)
     }
 
+    /// Names image `source` also `target`, as loading an image under
+    /// that name would.
+    pub fn tag(&self, source: &str, target: &str) -> Result<(), ContainerdError> {
+        self.ctr(&["images", "tag", "--force", source, target])
+            .map(drop)
+    }
+
     /// The images of [`NAMESPACE`], with their manifests' digests.
     pub fn images(&self) -> Result<Vec<ImageEntry>, ContainerdError> {
         let out = self.ctr(&["images", "ls"])?;

@@ -82,6 +82,8 @@ pub(crate) struct RealNodeConfig {
     pub(crate) egress_socket: PathBuf,
     /// Names the node's cgroup: unique on the machine while it runs.
     pub(crate) api_port: u16,
+    /// Hide `/dev/net/tun` from the node.
+    pub(crate) without_tun: bool,
 }
 
 /// A running real node. Dropping it stops everything it started.
@@ -214,8 +216,14 @@ impl RealNode {
         }
 
         let socket = dir.join("containerd.sock");
+        // Over /dev/net, in the node's mount namespace only.
+        let hide_tun = if config.without_tun {
+            "mount -t tmpfs -o size=4k,mode=755 no-tun /dev/net\n"
+        } else {
+            ""
+        };
         let script = format!(
-            "containerd --config '{containerd}' >>'{containerd_log}' 2>&1 &\n\
+            "{hide_tun}containerd --config '{containerd}' >>'{containerd_log}' 2>&1 &\n\
              while [ ! -S '{socket}' ]; do sleep 0.1; done\n\
              '{kubelet}' --config='{kubelet_config}' --kubeconfig='{kubeconfig}' \
              --root-dir='{root}' --hostname-override='{name}' --node-ip='{address}' \
@@ -274,6 +282,11 @@ impl RealNode {
 
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The node's containerd.
+    pub(crate) fn containerd(&self) -> crate::Containerd {
+        crate::Containerd::attach(&self.dir.join("containerd.sock"))
     }
 
     /// An error if containerd and the kubelet are no longer running.
