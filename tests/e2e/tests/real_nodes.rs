@@ -101,6 +101,21 @@ fn web_template() -> serde_json::Value {
     )
 }
 
+/// A Service on port 80 for the pods labelled `app=<app>`, port 8080.
+async fn service(client: &kube::Client, namespace: &str, app: &str) -> Result<()> {
+    create(
+        client,
+        namespace,
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": app},
+            "spec": {"selector": {"app": app}, "ports": [{"port": 80, "targetPort": 8080}]},
+        }),
+    )
+    .await
+}
+
 async fn create(client: &kube::Client, namespace: &str, object: serde_json::Value) -> Result<()> {
     let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -311,17 +326,7 @@ impl Mission<'_> {
             }),
         )
         .await?;
-        create(
-            &hc,
-            OFFLOADED,
-            json!({
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": "web"},
-                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
-            }),
-        )
-        .await?;
+        service(&hc, OFFLOADED, "web").await?;
         let web = ready_pods(&hc, OFFLOADED, "web", 2).await?;
         let foreign_node = foreign.real_node_name().context("foreign's node")?;
         let remote = ready_pods(&fc, &format!("{OFFLOADED}-home"), "web", 2).await;
@@ -381,17 +386,7 @@ impl Mission<'_> {
         echo["spec"]["containers"][0]["env"] =
             web_template()["spec"]["containers"][0]["env"].clone();
         create(&hc, OFFLOADED, echo).await?;
-        create(
-            &hc,
-            OFFLOADED,
-            json!({
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": "echo"},
-                "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": 8080}]},
-            }),
-        )
-        .await?;
+        service(&hc, OFFLOADED, "echo").await?;
         ready_pods(&hc, OFFLOADED, "echo", 1).await?;
         let reflected = cluster_ip(&fc, &twin, "echo").await?;
         let back = match curl_until(
