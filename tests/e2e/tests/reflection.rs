@@ -39,7 +39,9 @@ use serde_json::{Value, json};
 const NS: &str = "shop";
 /// DefaultName: `<namespace>-<consumer cluster name>`.
 const TWIN: &str = "shop-consumer";
-const WAIT: Duration = Duration::from_secs(90);
+/// Bounds each wait; the provider's controllers (its endpoint slices) lag
+/// under the whole test command's load, well beyond their time alone.
+const WAIT: Duration = Duration::from_secs(180);
 
 fn config_map(name: &str, data: Value, annotations: Value) -> Result<ConfigMap> {
     Ok(serde_json::from_value(json!({
