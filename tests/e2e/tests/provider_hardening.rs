@@ -929,14 +929,24 @@ async fn a_peer_runs_on_its_provider_only_what_the_provider_allowed() -> Result<
         pods.create(&pp, &allowed_extras("esc-extras")).await,
     );
     let services_two: Api<Service> = Api::namespaced(two.clone(), T2);
+    // Counted by its share's quota: two node ports per namespace. The
+    // quota counts a Service when it is admitted only once its status
+    // holds the limit; one admitted before waits for the quota
+    // controller's full resync (minutes).
+    let quotas: Api<ResourceQuota> = Api::namespaced(prov.clone(), T2);
+    wait_for("the share of T2 to limit node ports", WAIT, || async {
+        let q = quotas.get(SHARE_QUOTA).await?;
+        Ok(q.status
+            .and_then(|s| s.hard)
+            .is_some_and(|h| h.contains_key("services.nodeports")))
+    })
+    .await?;
     t.allowed(
         "a NodePort Service of consumer-2",
         services_two
             .create(&pp, &service("np-1", json!({ "type": "NodePort" })))
             .await,
     );
-    // Counted by its share's quota: two node ports per namespace.
-    let quotas: Api<ResourceQuota> = Api::namespaced(prov.clone(), T2);
     wait_for("the share of T2 to count node ports", WAIT, || async {
         let q = quotas.get(SHARE_QUOTA).await?;
         Ok(q.status
