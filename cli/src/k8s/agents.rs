@@ -137,11 +137,11 @@ pub async fn wait_ready(
     );
     let pull = async {
         loop {
-            let failed = pull_failures(cluster, &api, name).await?;
-            if let Some(failure) = failed.iter().find_map(failure_of) {
+            let pods = deployment_pods(cluster, &api, name).await?;
+            if let Some(failure) = pods.iter().find_map(failure_of) {
                 return anyhow::Ok(Readiness::CannotPull(failure));
             }
-            if let Some(failure) = mount_failure(cluster, &api, name).await? {
+            if let Some(failure) = mount_failure(cluster, &pods).await? {
                 return anyhow::Ok(Readiness::CannotMount(failure));
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -156,15 +156,13 @@ pub async fn wait_ready(
     }
 }
 
-/// A host-path mount that a current pod of Deployment `name` cannot get,
-/// from the kubelet's `FailedMount` events.
+/// A host-path mount that one of `pods` cannot get, from the kubelet's
+/// `FailedMount` events.
 async fn mount_failure(
     cluster: &ClusterClient,
-    deployments: &Api<Deployment>,
-    name: &str,
+    pods: &[Pod],
 ) -> anyhow::Result<Option<MountFailure>> {
     use k8s_openapi::api::core::v1::Event;
-    let pods = deployment_pods(cluster, deployments, name).await?;
     if pods.is_empty() {
         return Ok(None);
     }

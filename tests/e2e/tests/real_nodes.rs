@@ -91,14 +91,17 @@ fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
 const WEB: &str = "echo \"hello from $POD_NAME on $NODE_NAME\" > /www/index.html; \
                    echo \"serving on $NODE_NAME\"; exec httpd -f -p 8080 -h /www";
 
-fn web_template() -> serde_json::Value {
-    toolbox(
-        "web",
+/// A pod `name` of the HTTP server, its page in an emptyDir.
+fn web_pod(name: &str) -> serde_json::Value {
+    let mut pod = toolbox(
+        name,
         WEB,
         json!({"spec": {
             "volumes": [{"name": "www", "emptyDir": {}}],
         }}),
-    )
+    );
+    pod["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "www", "mountPath": "/www"}]);
+    pod
 }
 
 /// A Service on port 80 for the pods labelled `app=<app>`, port 8080.
@@ -140,7 +143,7 @@ async fn create(client: &kube::Client, namespace: &str, object: serde_json::Valu
     Ok(())
 }
 
-/// The web Deployment's pods, by node, once `replicas` are Ready.
+/// The pods labelled `app=<app>`, once `replicas` of them are Ready.
 async fn ready_pods(
     client: &kube::Client,
     namespace: &str,
@@ -149,7 +152,6 @@ async fn ready_pods(
 ) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let selector = format!("app={app}");
-    let mut ready = Vec::new();
     wait_for(&format!("{replicas} {app} pods Ready"), WAIT, || {
         let pods = pods.clone();
         let selector = selector.clone();
@@ -160,14 +162,10 @@ async fn ready_pods(
         }
     })
     .await?;
-    for p in pods
+    Ok(pods
         .list(&ListParams::default().labels(&selector))
         .await?
-        .items
-    {
-        ready.push(p);
-    }
-    Ok(ready)
+        .items)
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -179,20 +177,13 @@ fn is_ready(pod: &Pod) -> bool {
 
 async fn cluster_ip(client: &kube::Client, namespace: &str, name: &str) -> Result<String> {
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
-    let mut ip = String::new();
+    let ip = |service: Option<Service>| service.and_then(|s| s.spec?.cluster_ip);
     wait_for(&format!("service {namespace}/{name}"), WAIT, || {
         let services = services.clone();
-        async move { Ok(services.get_opt(name).await?.is_some()) }
+        async move { Ok(ip(services.get_opt(name).await?).is_some()) }
     })
     .await?;
-    if let Some(found) = services.get(name).await?.spec.and_then(|s| s.cluster_ip) {
-        ip = found;
-    }
-    ensure!(
-        !ip.is_empty(),
-        "service {namespace}/{name} has no ClusterIP"
-    );
-    Ok(ip)
+    ip(services.get_opt(name).await?).context("a ClusterIP")
 }
 
 /// `curl` from pod `pod` of `cluster` (through `kubectl exec`, which reaches
@@ -306,9 +297,7 @@ impl Mission<'_> {
             &["offload", "namespace", OFFLOADED],
         )
         .success();
-        let mut template = web_template();
-        template["spec"]["containers"][0]["volumeMounts"] =
-            json!([{"name": "www", "mountPath": "/www"}]);
+        let mut template = web_pod("web");
         template["spec"]["nodeSelector"] = liqo_e2e::virtual_node_selector();
         template["spec"]["tolerations"] = liqo_e2e::virtual_node_tolerations();
         create(
@@ -371,20 +360,8 @@ impl Mission<'_> {
 
         // ... and a provider pod reaches a consumer Service.
         let home_node = home.real_node_name().context("home's node")?;
-        let mut echo = web_template();
-        merge(
-            &mut echo,
-            json!({
-                "metadata": {"name": "echo", "labels": {"app": "echo"}},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": home_node},
-                    "containers": [{"name": "main", "image": TOOLBOX_IMAGE, "command": ["sh", "-c", WEB],
-                        "volumeMounts": [{"name": "www", "mountPath": "/www"}]}],
-                },
-            }),
-        );
-        echo["spec"]["containers"][0]["env"] =
-            web_template()["spec"]["containers"][0]["env"].clone();
+        let mut echo = web_pod("echo");
+        echo["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": home_node});
         create(&hc, OFFLOADED, echo).await?;
         service(&hc, OFFLOADED, "echo").await?;
         ready_pods(&hc, OFFLOADED, "echo", 1).await?;
@@ -611,17 +588,22 @@ impl Mission<'_> {
     }
 }
 
+/// Two real-node clusters, `home` and `foreign`, with these pod CIDRs.
+async fn home_and_foreign(home: &str, foreign: &str) -> Result<Testbed> {
+    Ok(Testbed::start(vec![
+        spec("home", 1, Some(home)),
+        spec("foreign", 2, Some(foreign)),
+    ])
+    .await?)
+}
+
 fn path(p: &Path) -> Result<&str> {
     p.to_str().context("a UTF-8 path")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mission_runs_on_real_nodes_with_disjoint_pod_cidrs() -> Result<()> {
-    let testbed = Testbed::start(vec![
-        spec("home", 1, Some("10.201.0.0/16")),
-        spec("foreign", 2, Some("10.202.0.0/16")),
-    ])
-    .await?;
+    let testbed = home_and_foreign("10.201.0.0/16", "10.202.0.0/16").await?;
     let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
     let mission = Mission { home, foreign };
     mission
@@ -642,11 +624,7 @@ async fn the_mission_runs_on_real_nodes_with_disjoint_pod_cidrs() -> Result<()> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mission_runs_on_real_nodes_with_identical_pod_cidrs_through_nat() -> Result<()> {
-    let testbed = Testbed::start(vec![
-        spec("home", 1, Some("10.200.0.0/16")),
-        spec("foreign", 2, Some("10.200.0.0/16")),
-    ])
-    .await?;
+    let testbed = home_and_foreign("10.200.0.0/16", "10.200.0.0/16").await?;
     let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
     let mission = Mission { home, foreign };
     mission

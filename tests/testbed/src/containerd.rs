@@ -28,6 +28,27 @@ pub enum ContainerdError {
     Failed { args: String, stderr: String },
 }
 
+/// The socket of the containerd whose files live in `dir`.
+pub(crate) fn socket_in(dir: &Path) -> PathBuf {
+    dir.join("containerd.sock")
+}
+
+/// The start of the config of a containerd whose files (root, state,
+/// sockets) all live in `dir`, so that it shares nothing with another.
+pub(crate) fn own_files(dir: &Path) -> String {
+    let socket = socket_in(dir);
+    format!(
+        "version = 2\n\
+         root = \"{root}\"\n\
+         state = \"{state}\"\n\
+         [grpc]\n  address = \"{socket}\"\n\
+         [ttrpc]\n  address = \"{socket}.ttrpc\"\n",
+        root = dir.join("root").display(),
+        state = dir.join("state").display(),
+        socket = socket.display(),
+    )
+}
+
 /// A running containerd.
 #[derive(Debug)]
 pub struct Containerd {
@@ -46,7 +67,7 @@ pub struct ImageEntry {
 impl Containerd {
     /// Starts a containerd whose files all live in `dir`.
     pub fn start(dir: &Path) -> Result<Self, ContainerdError> {
-        let socket = dir.join("containerd.sock");
+        let socket = socket_in(dir);
         let config = dir.join("config.toml");
         let write = |path: &Path, text: String| {
             std::fs::write(path, text).map_err(|e| ContainerdError::Write(path.to_owned(), e))
@@ -55,16 +76,9 @@ impl Containerd {
         write(
             &config,
             format!(
-                "version = 2\n\
-                 root = \"{root}\"\n\
-                 state = \"{state}\"\n\
-                 [grpc]\n  address = \"{socket}\"\n\
-                 [ttrpc]\n  address = \"{socket}.ttrpc\"\n\
-                 [debug]\n  level = \"info\"\n\
+                "{}[debug]\n  level = \"info\"\n\
                  [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n",
-                root = dir.join("root").display(),
-                state = dir.join("state").display(),
-                socket = socket.display(),
+                own_files(dir)
             ),
         )?;
         let log = dir.join("containerd.log");

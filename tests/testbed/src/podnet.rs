@@ -131,7 +131,8 @@ fn sysctl(netns: &str, setting: &str) -> Result<(), Error> {
     )
 }
 
-fn run(cmd: &mut Command, input: Option<&str>) -> Result<(), Error> {
+/// Runs `cmd`, with `input` on its stdin; a failure carries what it printed.
+pub(crate) fn run(cmd: &mut Command, input: Option<&str>) -> Result<(), Error> {
     let what = format!(
         "{} {}",
         cmd.get_program().to_string_lossy(),

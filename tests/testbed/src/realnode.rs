@@ -215,7 +215,7 @@ impl RealNode {
             }
         }
 
-        let socket = dir.join("containerd.sock");
+        let socket = crate::containerd::socket_in(&dir);
         // Over /dev/net, in the node's mount namespace only.
         let hide_tun = if config.without_tun {
             "mount -t tmpfs -o size=4k,mode=755 no-tun /dev/net\n"
@@ -271,7 +271,7 @@ impl RealNode {
             node.ensure_running()?;
             std::thread::sleep(Duration::from_millis(100));
         }
-        for archive in images::write_all(&dir.join("images"), Some(&config.agent_bin_dir))? {
+        for archive in images::write_all(&dir.join("images"), &config.agent_bin_dir)? {
             containerd
                 .import(&archive)
                 .map_err(|e| Error::Spec(format!("real node {}: {e}", node.name)))?;
@@ -286,7 +286,7 @@ impl RealNode {
 
     /// The node's containerd.
     pub(crate) fn containerd(&self) -> crate::Containerd {
-        crate::Containerd::attach(&self.dir.join("containerd.sock"))
+        crate::Containerd::attach(&crate::containerd::socket_in(&self.dir))
     }
 
     /// An error if containerd and the kubelet are no longer running.

@@ -53,7 +53,6 @@ fn run() -> Result<(), String> {
                 command: command.clone(),
                 container: std::env::var("CNI_CONTAINERID").unwrap_or_default(),
                 netns: std::env::var("CNI_NETNS").unwrap_or_default(),
-                pid: std::process::id(),
             };
             // A DEL of a pod whose namespace is gone has nothing to do there.
             if command == "ADD" || !request.container.is_empty() {

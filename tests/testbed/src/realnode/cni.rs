@@ -12,11 +12,12 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
+use crate::podnet;
 use crate::podnet::relay::{self, ApiService, Relay};
 
 /// What the plugin and the node say to each other: one line of JSON each.
@@ -30,12 +31,10 @@ pub mod protocol {
         pub command: String,
         /// The pod sandbox's id (`CNI_CONTAINERID`).
         pub container: String,
-        /// The namespace's path in the plugin's mount namespace (`CNI_NETNS`).
+        /// The namespace's path in the plugin's mount namespace
+        /// (`CNI_NETNS`); the node reaches that mount namespace through the
+        /// plugin's pid, which it takes from the socket (`SO_PEERCRED`).
         pub netns: String,
-        /// The plugin's pid, to reach that mount namespace: the node takes
-        /// it from the socket (`SO_PEERCRED`), in its own PID namespace.
-        #[serde(default)]
-        pub pid: u32,
     }
 
     /// The answer: `ok`, or why not.
@@ -79,11 +78,9 @@ async fn answer(
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     BufReader::new(read).read_line(&mut line).await?;
-    let mut request: protocol::Request =
-        serde_json::from_str(&line).map_err(std::io::Error::other)?;
-    request.pid = pid;
+    let request: protocol::Request = serde_json::from_str(&line).map_err(std::io::Error::other)?;
     let result = match request.command.as_str() {
-        "ADD" => add(&request, service).map(|relay| {
+        "ADD" => add(&request, pid, service).map(|relay| {
             relays.insert(request.container.clone(), relay);
         }),
         "DEL" => {
@@ -99,32 +96,17 @@ async fn answer(
     write.write_all(format!("{reply}\n").as_bytes()).await
 }
 
-/// Puts the redirection and a relay in the pod's namespace.
-fn add(request: &protocol::Request, service: ApiService) -> Result<Relay, String> {
+/// Puts the redirection and a relay in the pod's namespace, which the
+/// plugin (process `pid`) names.
+fn add(request: &protocol::Request, pid: u32, service: ApiService) -> Result<Relay, String> {
     let path = Path::new("/proc")
-        .join(request.pid.to_string())
+        .join(pid.to_string())
         .join("root")
         .join(request.netns.trim_start_matches('/'));
     let ns = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut nft = Command::new("nft");
-    nft.args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    nft.args(["-f", "-"]);
     crate::process::with_netns(&mut nft, Some(&path)).map_err(|e| e.to_string())?;
-    let mut child = nft.spawn().map_err(|e| format!("nft: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        use std::io::Write as _;
-        stdin
-            .write_all(relay::ruleset(Some(service)).as_bytes())
-            .map_err(|e| format!("nft: {e}"))?;
-    }
-    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "nft: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+    podnet::run(&mut nft, Some(&relay::ruleset(Some(service)))).map_err(|e| e.to_string())?;
     Relay::start_with(ns, &request.container, Some(service)).map_err(|e| e.to_string())
 }

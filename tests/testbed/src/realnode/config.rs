@@ -25,11 +25,7 @@ const NETWORK: &str = "testbed";
 pub(crate) fn containerd(dir: &Path, address: Ipv4Addr) -> String {
     let d = |name: &str| dir.join(name).display().to_string();
     format!(
-        "version = 2\n\
-         root = \"{root}\"\n\
-         state = \"{state}\"\n\
-         [grpc]\n  address = \"{socket}\"\n\
-         [ttrpc]\n  address = \"{socket}.ttrpc\"\n\
+        "{own}\
          [plugins.\"io.containerd.grpc.v1.cri\"]\n\
          \x20 disable_tcp_service = true\n\
          \x20 stream_server_address = \"{address}\"\n\
@@ -46,9 +42,7 @@ pub(crate) fn containerd(dir: &Path, address: Ipv4Addr) -> String {
          \x20 runtime_type = \"io.containerd.runc.v2\"\n\
          [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n\
          \x20 SystemdCgroup = false\n",
-        root = d("root"),
-        state = d("state"),
-        socket = d("containerd.sock"),
+        own = crate::containerd::own_files(dir),
         bin = d("cni/bin"),
         conf = d("cni/net.d"),
         template = d("cni/template.json"),

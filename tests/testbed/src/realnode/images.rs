@@ -21,7 +21,7 @@ const IPERF3: &str = "/usr/bin/iperf3";
 
 /// Writes the node's image archives into `dir` and returns their paths:
 /// pause, toolbox, and the agents of `agent_bin_dir` that were built.
-pub(crate) fn write_all(dir: &Path, agent_bin_dir: Option<&Path>) -> Result<Vec<PathBuf>, Error> {
+pub(crate) fn write_all(dir: &Path, agent_bin_dir: &Path) -> Result<Vec<PathBuf>, Error> {
     std::fs::create_dir_all(dir).map_err(crate::io_error(dir))?;
     let failed = |what: &str, e: &dyn std::fmt::Display| Error::Spec(format!("{what}: {e}"));
     let applets = applets()?;
@@ -41,22 +41,20 @@ pub(crate) fn write_all(dir: &Path, agent_bin_dir: Option<&Path>) -> Result<Vec<
         contents::tools_image(TOOLBOX_IMAGE, &toolbox, &[(busybox, applets)], &["/bin/sh"])
             .map_err(|e| failed("the toolbox image", &e))?,
     ];
-    if let Some(bin_dir) = agent_bin_dir {
-        for program in [Program::Gateway, Program::VirtualKubelet, Program::Liqoctl] {
-            let binary = bin_dir.join(program.name());
-            if !binary.exists() {
-                continue;
-            }
-            images.push(
-                contents::local_image(
-                    program,
-                    &binary,
-                    liqo_api::images::DEFAULT_REGISTRY,
-                    liqo_api::VERSION,
-                )
-                .map_err(|e| failed(program.name(), &e))?,
-            );
+    for program in Program::ALL {
+        let binary = agent_bin_dir.join(program.name());
+        if !binary.exists() {
+            continue;
         }
+        images.push(
+            contents::local_image(
+                program,
+                &binary,
+                liqo_api::images::DEFAULT_REGISTRY,
+                liqo_api::VERSION,
+            )
+            .map_err(|e| failed(program.name(), &e))?,
+        );
     }
     let mut paths = Vec::new();
     for image in images {
