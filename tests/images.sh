@@ -20,4 +20,4 @@ fi
 start=$(date +%s)
 cargo run --locked -q -p liqo-images
 echo "images built in $(( $(date +%s) - start )) s"
-cargo test --locked -p liqo-e2e --test images -- --ignored
+cargo test --locked -p liqo-e2e --test e2e -- --ignored images::
