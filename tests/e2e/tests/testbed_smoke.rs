@@ -391,3 +391,41 @@ async fn two_clusters_run_workloads_issue_certificates_and_stop_clean() -> Resul
     assert!(!root.exists(), "the testbed's temporary folder is removed");
     Ok(())
 }
+
+/// A test that fails keeps its clusters' folder, logs included, and one
+/// that passes leaves nothing: the panic is the test's, in a thread of its
+/// own here.
+#[test]
+fn a_failed_test_keeps_its_clusters_folder_and_a_passed_one_does_not() -> Result<()> {
+    // Each run's folder, told before the thread passes or panics.
+    let run = |fail: bool| -> Result<(std::path::PathBuf, bool)> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || -> Result<()> {
+            let runtime = tokio::runtime::Runtime::new()?;
+            let mut spec = liqo_testbed::ClusterSpec::new("kept", 1);
+            spec.nodes = 0;
+            let testbed = runtime.block_on(Testbed::start(vec![spec]))?;
+            tx.send(testbed.root().to_owned())?;
+            if fail {
+                panic!("failing on purpose");
+            }
+            Ok(())
+        });
+        let panicked = thread.join().is_err();
+        let root = rx.recv().context("the thread started a testbed")?;
+        Ok((root, panicked))
+    };
+    let (passed, panicked) = run(false)?;
+    assert!(!panicked);
+    assert!(!passed.exists(), "a passed test's folder is removed");
+
+    let (kept, panicked) = run(true)?;
+    assert!(panicked, "the failing thread panics");
+    let log = kept.join("kept/logs/kube-apiserver.log");
+    let found = log.exists();
+    if kept.exists() {
+        std::fs::remove_dir_all(&kept)?;
+    }
+    assert!(found, "the API server's log is kept: {}", log.display());
+    Ok(())
+}

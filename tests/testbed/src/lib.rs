@@ -16,6 +16,7 @@
 mod cluster;
 mod containerd;
 pub mod dirs;
+mod failure;
 mod hostnode;
 mod pki;
 mod podnet;
@@ -252,8 +253,9 @@ pub(crate) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_
 pub struct Testbed {
     clusters: Vec<Cluster>,
     root: PathBuf,
-    /// Set when the testbed made its own folder, which goes with it.
-    _tempdir: Option<tempfile::TempDir>,
+    /// Set when the testbed made its own folder, which goes with it
+    /// (unless the thread is panicking: a failed test keeps it).
+    tempdir: Option<tempfile::TempDir>,
 }
 
 impl Testbed {
@@ -265,7 +267,7 @@ impl Testbed {
             .map_err(io_error(&std::env::temp_dir()))?;
         dirs::claim(tempdir.path())?;
         let mut testbed = Self::start_in(tempdir.path(), specs).await?;
-        testbed._tempdir = Some(tempdir);
+        testbed.tempdir = Some(tempdir);
         Ok(testbed)
     }
 
@@ -309,7 +311,7 @@ impl Testbed {
         Ok(Self {
             clusters,
             root: root.to_owned(),
-            _tempdir: None,
+            tempdir: None,
         })
     }
 
@@ -358,5 +360,18 @@ impl Testbed {
     /// Stops every cluster.
     pub fn stop(self) {
         drop(self);
+    }
+}
+
+impl Drop for Testbed {
+    /// A test that panics keeps the folder and prints the logs' tails; the
+    /// clusters' processes are stopped either way (their own drop).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(tempdir) = self.tempdir.take() {
+                let _ = tempdir.keep();
+            }
+            failure::report(&self.root);
+        }
     }
 }
