@@ -2,6 +2,7 @@
 //! binaries, built current first, as a user would, and waiting on cluster
 //! state.
 
+pub mod fixture;
 pub mod netns;
 
 use std::collections::BTreeSet;

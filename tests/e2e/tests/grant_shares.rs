@@ -19,10 +19,11 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
 use liqo_api::shares::{DEMAND_ANNOTATION, SHARE_QUOTA};
+use liqo_e2e::fixture::WAIT;
+use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(90);
 const CONSUMER: &str = "consumer-1";
 /// The grant: pods are what this test counts.
 const GRANT_PODS: u64 = 6;
@@ -119,9 +120,8 @@ async fn checked_shares(prov: &kube::Client) -> Result<BTreeMap<String, (u64, Op
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_grant_bounds_every_twin_together() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     for (cluster, id, cidr) in [
         (consumer, CONSUMER, "10.201.0.0/16"),
         (provider, "provider-1", "10.202.0.0/16"),

@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use liqo_e2e::fixture::pod::{phase, ready};
 use liqo_e2e::{process_running, wait_for};
 use liqo_testbed::{
     Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, KWOK_ANNOTATION, Testbed,
@@ -77,13 +78,6 @@ fn pid(status: &ContainerStatus) -> Option<u32> {
         .strip_prefix("hostprocess://")?
         .parse()
         .ok()
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn pod_ip(pod: &Pod) -> Option<&str> {
@@ -198,10 +192,6 @@ fn waiting_reason(pod: &Pod) -> Option<(String, String)> {
     ))
 }
 
-fn phase(pod: &Pod) -> Option<&str> {
-    pod.status.as_ref()?.phase.as_deref()
-}
-
 /// `reason: message` of the events of pod `name`.
 async fn events(client: &kube::Client, namespace: &str, name: &str) -> Result<Vec<String>> {
     let list = Api::<Event>::namespaced(client.clone(), namespace)
@@ -296,7 +286,7 @@ async fn fails_like_a_kubelet(cluster: &Cluster) -> Result<()> {
         "{message}"
     );
     assert_eq!(phase(&web), Some("Pending"));
-    assert!(!is_ready(&web));
+    assert!(!ready(&web));
     assert_eq!(container(&web).and_then(pid), None, "no process for nginx");
     let told = events(&client, HONEST, "web").await?;
     assert!(
@@ -420,7 +410,7 @@ async fn fails_like_a_kubelet(cluster: &Cluster) -> Result<()> {
         json!([{ "name": "init", "image": format!("{AGENT_IMAGE}:1") }]);
     create(&pods, init).await?;
 
-    let volumes = wait_pod(&pods, "volumes", "the volumes pod to be Ready", is_ready).await?;
+    let volumes = wait_pod(&pods, "volumes", "the volumes pod to be Ready", ready).await?;
     let ip = pod_ip(&volumes).context("no pod IP")?.to_owned();
     // Ready by its exec probe, which does not wait for the server.
     wait_for("the volumes pod's server", Duration::from_secs(10), || {
@@ -480,7 +470,7 @@ async fn fails_like_a_kubelet(cluster: &Cluster) -> Result<()> {
             container(&pod).and_then(pid).is_some(),
             "{name} does not run"
         );
-        assert!(!is_ready(&pod), "{name} is Ready");
+        assert!(!ready(&pod), "{name} is Ready");
     }
     let told = events(&client, HONEST, "exec-false").await?;
     assert!(
@@ -635,7 +625,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     // ...and is not Ready while nothing answers its readiness probe...
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pod = agent_pod(&pods).await?.context("the agent pod went away")?;
-    assert!(!is_ready(&pod), "Ready before its probe answered");
+    assert!(!ready(&pod), "Ready before its probe answered");
     assert!(std::net::TcpStream::connect((ip.as_str(), 8080)).is_err());
     assert_eq!(
         container(&pod).and_then(pid),
@@ -647,7 +637,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     std::fs::write(gate, "")?;
     wait_for("the agent to be Ready", Duration::from_secs(30), || {
         let pods = pods.clone();
-        async move { Ok(agent_pod(&pods).await?.is_some_and(|p| is_ready(&p))) }
+        async move { Ok(agent_pod(&pods).await?.is_some_and(|p| ready(&p))) }
     })
     .await?;
     assert!(
@@ -750,7 +740,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
             let restarted = container(&pod).is_some_and(|c| {
                 c.restart_count == 1 && pid(c).is_some_and(|p| p != first_pid) && c.ready
             });
-            Ok(restarted && is_ready(&pod))
+            Ok(restarted && ready(&pod))
         }
     })
     .await?;
@@ -859,7 +849,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
         let pods = default_pods.clone();
         async move {
             let pod = pods.get_opt("leftover").await?;
-            Ok(pod.as_ref().is_some_and(is_ready))
+            Ok(pod.as_ref().is_some_and(ready))
         }
     })
     .await?;

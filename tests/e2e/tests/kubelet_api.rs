@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::peering;
+use liqo_e2e::fixture::{Pair, Stage, WAIT};
 use liqo_e2e::{liqoctl, run, wait_for};
 use liqo_testbed::Toolchain;
 use serde_json::json;
@@ -25,7 +26,6 @@ use tokio::io::AsyncBufReadExt;
 
 const NS: &str = "logs";
 const POD: &str = "logger";
-const WAIT: Duration = Duration::from_secs(90);
 /// What the provider's kwok node measures for the offloaded pod (the
 /// local pod's annotations, which the agent copies to the remote pod).
 const USAGE_CPU: &str = "250m";
@@ -515,11 +515,9 @@ fn append(path: &std::path::Path, lines: &[&str]) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
-    liqo_e2e::install_and_peer(consumer, provider)?;
-    let local = consumer.client().await?;
+    let pair = Pair::at(Stage::Peered).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let local = pair.consumer_client.clone();
     let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
     let nodes: Api<Node> = Api::all(local.clone());
     wait_for(
@@ -849,6 +847,5 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
             .is_ok_and(|body| body.contains("PodList")))
     })
     .await?;
-    testbed.stop();
     Ok(())
 }

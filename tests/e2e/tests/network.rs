@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use liqo_api::names;
 use liqo_api::networking::Connection;
+use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::netns::{Cluster as Site, NetNs, link, ping, transfer_seen};
 use liqo_e2e::{liqoctl, wait_for};
 
@@ -40,9 +41,8 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
     let b = Site::new("nb", &[PROVIDER_POD])?;
     let (internet, _) = link(&a.node, "192.168.78.1/24", &b.node, "192.168.78.2/24")?;
 
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     for (cluster, id, address, node) in [
         (consumer, "consumer-1", "192.168.78.1", &a.node),
         (provider, "provider-1", "192.168.78.2", &b.node),

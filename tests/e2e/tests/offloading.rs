@@ -19,6 +19,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
+use liqo_e2e::fixture::pod::{ip, running};
+use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
 
@@ -27,7 +29,6 @@ const LOCAL_POD_UID: &str = "liqo.io/local-pod-uid";
 const NS: &str = "shop";
 /// DefaultName: `<namespace>-<consumer cluster name>`.
 const TWIN: &str = "shop-consumer";
-const WAIT: Duration = Duration::from_secs(90);
 
 fn deployment(replicas: i32) -> Deployment {
     serde_json::from_value(liqo_e2e::restricted(json!({
@@ -56,14 +57,6 @@ fn deployment(replicas: i32) -> Deployment {
     .expect("deployment")
 }
 
-fn running(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
-
-fn ip(p: &Pod) -> Option<String> {
-    p.status.as_ref().and_then(|s| s.pod_ip.clone())
-}
-
 /// Local pods of the Deployment that are not being deleted.
 async fn local_pods(api: &Api<Pod>) -> Result<Vec<Pod>> {
     Ok(api
@@ -77,23 +70,12 @@ async fn local_pods(api: &Api<Pod>) -> Result<Vec<Pod>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offloaded_pods_run_on_the_provider() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
-    liqo_e2e::install_and_peer(consumer, provider)?;
-    let local = consumer.client().await?;
-    let prov = provider.client().await?;
-    let provider_id = ClusterId::new("provider-1")?;
+    let pair = Pair::at(Stage::Peered).await?;
+    let consumer = pair.consumer();
+    let local = pair.consumer_client.clone();
+    let prov = pair.provider_client.clone();
+    let provider_id = ClusterId::new(PROVIDER_ID)?;
     let node_name = peering::virtual_node(&provider_id);
-    let nodes: Api<Node> = Api::all(local.clone());
-    wait_for("the virtual node to be Ready", WAIT, || async {
-        let node = nodes.get_opt(&node_name).await?;
-        Ok(node
-            .and_then(|n| n.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
-    })
-    .await?;
 
     // The offloading: a twin namespace and a ready status entry.
     let start = Instant::now();
@@ -345,7 +327,6 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
     })
     .await?;
     eprintln!("twin namespace gone in {:?}", start.elapsed());
-    testbed.stop();
     Ok(())
 }
 

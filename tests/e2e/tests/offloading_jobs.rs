@@ -16,13 +16,14 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::peering;
+use liqo_e2e::fixture::pod::phase;
+use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
 
 const LOCAL_POD_UID: &str = "liqo.io/local-pod-uid";
 const NS: &str = "batch";
 const TWIN: &str = "batch-consumer";
-const WAIT: Duration = Duration::from_secs(120);
 
 fn job() -> Job {
     serde_json::from_value(liqo_e2e::restricted(json!({
@@ -48,20 +49,13 @@ fn job() -> Job {
     .expect("job")
 }
 
-fn phase(p: &Pod) -> Option<&str> {
-    p.status.as_ref()?.phase.as_deref()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_to_completion_on_the_provider() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
-    liqo_e2e::install_and_peer(consumer, provider)?;
-    let local = consumer.client().await?;
-    let prov = provider.client().await?;
-    let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
-    liqo_e2e::virtual_node_ready(&local, "provider-1", WAIT).await?;
+    let pair = Pair::at(Stage::Peered).await?;
+    let consumer = pair.consumer();
+    let local = pair.consumer_client.clone();
+    let prov = pair.provider_client.clone();
+    let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
     Api::<Namespace>::all(local.clone())
         .create(
             &PostParams::default(),
@@ -228,6 +222,5 @@ async fn a_job_runs_to_completion_on_the_provider() -> Result<()> {
                 .is_empty())
     })
     .await?;
-    testbed.stop();
     Ok(())
 }

@@ -8,8 +8,6 @@
 //! namespaces offloaded before, and it goes with `unpeer` and with the
 //! offloading (`unoffload`).
 
-use std::time::Duration;
-
 use anyhow::{Context, Result};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -18,10 +16,10 @@ use kube::api::{Api, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
 use liqo_api::offloading::NamespaceOffloading;
+use liqo_e2e::fixture::{Pair, Stage, WAIT};
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(90);
 /// Offloaded.
 const SHOP: &str = "shop";
 /// Never offloaded.
@@ -89,13 +87,10 @@ async fn entry(
 
 #[tokio::test]
 async fn the_agent_reads_offloaded_namespaces_only() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
-    liqo_e2e::install_and_peer(consumer, provider)?;
-    let local = consumer.client().await?;
-    let prov = provider.client().await?;
-    liqo_e2e::virtual_node_ready(&local, "provider-1", WAIT).await?;
+    let pair = Pair::at(Stage::Peered).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let local = pair.consumer_client.clone();
+    let prov = pair.provider_client.clone();
     let pp = PostParams::default();
     for ns in [SHOP, PRIVATE] {
         Api::<Namespace>::all(local.clone())

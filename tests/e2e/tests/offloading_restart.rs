@@ -20,6 +20,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::peering;
+use liqo_e2e::fixture::WAIT;
+use liqo_e2e::fixture::pod::running;
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
 
@@ -28,7 +30,6 @@ const LOCAL_POD_UID: &str = "liqo.io/local-pod-uid";
 const NS: &str = "fleet";
 /// DefaultName: `<namespace>-<consumer cluster name>`.
 const TWIN: &str = "fleet-consumer";
-const WAIT: Duration = Duration::from_secs(90);
 const SCALE: i32 = 500;
 /// How long the scale-up may take; generous, the machine is shared.
 const SCALE_WAIT: Duration = Duration::from_secs(600);
@@ -114,10 +115,6 @@ fn deployment(replicas: i32) -> Deployment {
         },
     })))
     .expect("deployment")
-}
-
-fn running(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
 /// What the provider holds for the offloaded pods, and checks against the

@@ -12,13 +12,13 @@ use k8s_openapi::api::core::v1::{Namespace, Node, ResourceQuota, Secret};
 use kube::api::{Api, ListParams};
 use liqo_api::names::{self, peering};
 use liqo_api::{ClusterId, core::ForeignCluster};
+use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::{liqoctl, snapshot, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     // A provider without liqo-rs is refused first, saying so.
     let out = liqoctl(
         Some(consumer.kubeconfig_path()),
@@ -547,7 +547,7 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         Vec::<String>::new(),
         "provider differs after a forced unpeer"
     );
-    testbed.stop();
+    drop(pair);
     Ok(())
 }
 

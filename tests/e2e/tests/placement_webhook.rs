@@ -23,11 +23,10 @@ use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
+use liqo_e2e::fixture::WAIT;
 use liqo_e2e::{liqoctl, wait_for};
 use liqo_testbed::{ClusterSpec, Testbed};
 use serde_json::json;
-
-const WAIT: Duration = Duration::from_secs(90);
 
 fn pod(name: &str) -> Pod {
     serde_json::from_value(liqo_e2e::restricted(json!({

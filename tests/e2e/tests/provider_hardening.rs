@@ -16,7 +16,6 @@
 //! `liqoctl install`, which reports the running pods they would refuse.
 
 use std::fmt::Debug;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -32,13 +31,10 @@ use liqo_api::authentication::Tenant;
 use liqo_api::names::{labels, peering};
 use liqo_api::networking::Connection;
 use liqo_api::shares::{DEMAND_ANNOTATION, SHARE_QUOTA};
+use liqo_e2e::fixture::WAIT;
 use liqo_e2e::{liqoctl, wait_for};
 use liqo_testbed::{ClusterSpec, Testbed};
 use serde_json::{Value, json};
-
-// A bound, not a target: under the whole test command's load the quota
-// controller has taken over 90 s to count a new node port.
-const WAIT: Duration = Duration::from_secs(180);
 
 /// The rules a refusal names.
 const PSA: &str = "violates PodSecurity";

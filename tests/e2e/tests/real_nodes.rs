@@ -19,11 +19,12 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams, PostParams};
+use liqo_e2e::fixture::WAIT;
+use liqo_e2e::fixture::pod::ready;
 use liqo_e2e::{Run, liqoctl, run, snapshot, wait_for};
 use liqo_testbed::{Cluster, ClusterSpec, TOOLBOX_IMAGE, Testbed, Toolchain};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(120);
 const OFFLOADED: &str = "demo";
 
 fn spec(name: &str, index: u8, pod_cidr: Option<&str>) -> ClusterSpec {
@@ -157,7 +158,7 @@ async fn ready_pods(
         let selector = selector.clone();
         async move {
             let list = pods.list(&ListParams::default().labels(&selector)).await?;
-            let n = list.items.iter().filter(|p| is_ready(p)).count();
+            let n = list.items.iter().filter(|p| ready(p)).count();
             Ok(n == replicas)
         }
     })
@@ -166,13 +167,6 @@ async fn ready_pods(
         .list(&ListParams::default().labels(&selector))
         .await?
         .items)
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 async fn cluster_ip(client: &kube::Client, namespace: &str, name: &str) -> Result<String> {

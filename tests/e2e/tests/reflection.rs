@@ -27,22 +27,20 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event, Namespace, Node, Pod, Secret, Service, ServiceAccount,
+    ConfigMap, Event, Namespace, Pod, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
+use liqo_e2e::fixture::pod::{ip, running, waiting_reason};
+use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::{Value, json};
 
 const NS: &str = "shop";
 /// DefaultName: `<namespace>-<consumer cluster name>`.
 const TWIN: &str = "shop-consumer";
-/// Bounds each wait; the provider's controllers (its endpoint slices) lag
-/// under the whole test command's load, well beyond their time alone.
-const WAIT: Duration = Duration::from_secs(180);
-
 fn config_map(name: &str, data: Value, annotations: Value) -> Result<ConfigMap> {
     Ok(serde_json::from_value(json!({
         "metadata": { "name": name, "namespace": NS, "labels": { "app": "web" }, "annotations": annotations },
@@ -76,46 +74,17 @@ fn pod(name: &str, env_from: Value, volumes: Value) -> Result<Pod> {
     })))?)
 }
 
-fn waiting_reason(p: &Pod) -> Option<String> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()?
-        .reason
-        .clone()
-}
-
-fn running(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
-
 fn label<'a>(meta: &'a kube::core::ObjectMeta, key: &str) -> Option<&'a str> {
     meta.labels.as_ref()?.get(key).map(String::as_str)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
-    liqo_e2e::install_and_peer(consumer, provider)?;
-    let local = consumer.client().await?;
-    let prov = provider.client().await?;
-    let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
-    let nodes: Api<Node> = Api::all(local.clone());
-    wait_for("the virtual node to be Ready", WAIT, || async {
-        let node = nodes.get_opt(&node_name).await?;
-        Ok(node
-            .and_then(|n| n.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
-    })
-    .await?;
+    let pair = Pair::at(Stage::Peered).await?;
+    let consumer = pair.consumer();
+    let local = pair.consumer_client.clone();
+    let prov = pair.provider_client.clone();
+    let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
     Api::<Namespace>::all(local.clone())
         .create(
             &PostParams::default(),
@@ -783,10 +752,5 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
         "the Scheduled copy was written again though nothing changed: {after:?}"
     );
 
-    testbed.stop();
     Ok(())
-}
-
-fn ip(p: &Pod) -> Option<String> {
-    p.status.as_ref().and_then(|s| s.pod_ip.clone())
 }

@@ -12,6 +12,7 @@ use liqo_api::ClusterId;
 use liqo_api::authentication::Tenant;
 use liqo_api::names::peering;
 use liqo_api::sharing::SharingPolicy;
+use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::liqoctl;
 
 fn json(stdout: &str) -> Result<serde_json::Value> {
@@ -20,9 +21,8 @@ fn json(stdout: &str) -> Result<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     let on_consumer = |args: &[&str]| liqoctl(Some(consumer.kubeconfig_path()), args);
     let on_provider = |args: &[&str]| liqoctl(Some(provider.kubeconfig_path()), args);
 
@@ -258,6 +258,6 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
             .is_none(),
         "a refused peer made a tenant"
     );
-    testbed.stop();
+    drop(pair);
     Ok(())
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::api::{Api, DeleteParams, PostParams};
+use liqo_e2e::fixture::pod;
 use liqo_e2e::wait_for;
 use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 use serde_json::json;
@@ -111,17 +112,10 @@ fn server(name: &str, port: u16, host_network: bool) -> Result<Pod> {
     pod(name, SERVER_IMAGE, env, extra)
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Waits until the pod is Ready, and returns it.
 async fn ready(pods: &Api<Pod>, name: &str) -> Result<Pod> {
     wait_for(&format!("pod {name} to be Ready"), TIMEOUT, || async {
-        Ok(pods.get_opt(name).await?.is_some_and(|p| is_ready(&p)))
+        Ok(pods.get_opt(name).await?.is_some_and(|p| pod::ready(&p)))
     })
     .await?;
     Ok(pods.get(name).await?)

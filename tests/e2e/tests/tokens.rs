@@ -16,6 +16,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::authentication::Tenant;
 use liqo_api::names::{self, peering};
 use liqo_api::token::{self, PeeringToken, objects};
+use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::{liqoctl, snapshot, wait_for};
 use serde_json::json;
 
@@ -116,9 +117,8 @@ fn token_request(bound: Option<(&str, &str)>) -> TokenRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as_they_were()
 -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     install_both(consumer, provider);
     let consumer_client = consumer.client().await?;
     let provider_client = provider.client().await?;
@@ -313,9 +313,8 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     install_both(consumer, provider);
     let provider_client = provider.client().await?;
     let dir = tempfile::tempdir()?;
@@ -647,9 +646,8 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_through_request_and_response_files() -> Result<()> {
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     install_both(consumer, provider);
     let provider_client = provider.client().await?;
     let dir = tempfile::tempdir()?;

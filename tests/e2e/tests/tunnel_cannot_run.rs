@@ -7,6 +7,7 @@ use anyhow::{Context, Result, ensure};
 use kube::api::{Api, ListParams};
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
+use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::liqoctl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -14,9 +15,8 @@ async fn a_taken_tunnel_port_is_told_and_freeing_it_lets_the_same_peer_through()
     // Another program holds the one port the provider's tunnels may use.
     let squatter = std::net::UdpSocket::bind("0.0.0.0:0")?;
     let port = squatter.local_addr()?.port();
-    let testbed = liqo_e2e::consumer_and_provider().await?;
-    let consumer = &testbed.clusters()[0];
-    let provider = &testbed.clusters()[1];
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     liqo_e2e::install(consumer, "consumer-1", "10.201.0.0/16", &[]).success();
     let ports = format!("--tunnel-ports={port}-{port}");
     liqo_e2e::install(provider, "provider-1", "10.202.0.0/16", &[&ports]).success();

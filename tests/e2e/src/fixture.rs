@@ -1,0 +1,168 @@
+//! The fixture of the end-to-end tests: a consumer and a provider at the
+//! stage a test starts from (started, installed, peered, a namespace
+//! offloaded), and the waits and pod predicates every test shares.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use liqo_e2e::fixture::{Pair, Stage};
+//! let pair = Pair::at(Stage::Offloaded("shop")).await?;
+//! let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(pair.consumer_client.clone(), "shop");
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use liqo_testbed::{Cluster, Testbed};
+
+use crate::{Run, liqoctl};
+
+/// How long a test waits for the clusters to reach a state before it fails:
+/// long enough for a loaded machine running four tests at once (a wait
+/// that succeeds returns as soon as it can), short enough that a real hang
+/// ends the run.
+pub const WAIT: Duration = Duration::from_secs(180);
+
+/// The consumer's cluster ID ([`Pair`] installs it so).
+pub const CONSUMER_ID: &str = "consumer-1";
+/// The provider's cluster ID.
+pub const PROVIDER_ID: &str = "provider-1";
+
+/// Where a test starts.
+#[derive(Debug, Clone, Copy)]
+pub enum Stage<'a> {
+    /// Both clusters running, nothing of ours in them.
+    Started,
+    /// liqo-rs installed on both (IDs [`CONSUMER_ID`], [`PROVIDER_ID`]).
+    Installed,
+    /// Installed, and the consumer peered with the provider by `liqoctl
+    /// peer --remote-kubeconfig`; the virtual node is Ready.
+    Peered,
+    /// Peered, and this namespace made on the consumer and offloaded with
+    /// `liqoctl offload namespace --wait`.
+    Offloaded(&'a str),
+}
+
+/// A consumer and a provider (see [`crate::consumer_and_provider`]) with a
+/// client of each; stopped, and its folder removed, when dropped (kept when
+/// the test fails).
+#[allow(missing_debug_implementations, reason = "kube::Client has no Debug")]
+pub struct Pair {
+    pub testbed: Testbed,
+    pub consumer_client: kube::Client,
+    pub provider_client: kube::Client,
+}
+
+impl Pair {
+    /// Starts the two clusters and brings them to `stage`.
+    pub async fn at(stage: Stage<'_>) -> anyhow::Result<Self> {
+        let testbed = crate::consumer_and_provider().await?;
+        let consumer_client = testbed.cluster("consumer").client().await?;
+        let provider_client = testbed.cluster("provider").client().await?;
+        let pair = Self {
+            testbed,
+            consumer_client,
+            provider_client,
+        };
+        match stage {
+            Stage::Started => {}
+            Stage::Installed => pair.install(),
+            Stage::Peered => pair.peer().await?,
+            Stage::Offloaded(namespace) => {
+                pair.peer().await?;
+                pair.offload(namespace).await?;
+            }
+        }
+        Ok(pair)
+    }
+
+    pub fn consumer(&self) -> &Cluster {
+        self.testbed.cluster("consumer")
+    }
+
+    pub fn provider(&self) -> &Cluster {
+        self.testbed.cluster("provider")
+    }
+
+    /// `liqoctl` on the consumer's kubeconfig.
+    pub fn on_consumer(&self, args: &[&str]) -> Run {
+        liqoctl(Some(self.consumer().kubeconfig_path()), args)
+    }
+
+    /// `liqoctl` on the provider's kubeconfig.
+    pub fn on_provider(&self, args: &[&str]) -> Run {
+        liqoctl(Some(self.provider().kubeconfig_path()), args)
+    }
+
+    fn install(&self) {
+        for (cluster, id, cidr) in [
+            (self.consumer(), CONSUMER_ID, "10.201.0.0/16"),
+            (self.provider(), PROVIDER_ID, "10.202.0.0/16"),
+        ] {
+            crate::install(cluster, id, cidr, &[]).success();
+        }
+    }
+
+    async fn peer(&self) -> anyhow::Result<()> {
+        crate::install_and_peer(self.consumer(), self.provider())?;
+        crate::virtual_node_ready(&self.consumer_client, PROVIDER_ID, WAIT).await
+    }
+
+    /// Makes `namespace` on the consumer and offloads it, waiting for its
+    /// twin on the provider.
+    pub async fn offload(&self, namespace: &str) -> anyhow::Result<()> {
+        let namespaces: Api<Namespace> = Api::all(self.consumer_client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({ "metadata": { "name": namespace } }))?,
+            )
+            .await?;
+        self.on_consumer(&["offload", "namespace", namespace, "--wait", "--timeout=60"])
+            .success();
+        Ok(())
+    }
+}
+
+/// What the tests ask of a pod's status.
+pub mod pod {
+    use k8s_openapi::api::core::v1::Pod;
+
+    /// Its phase (`Pending`, `Running`, ...).
+    pub fn phase(p: &Pod) -> Option<&str> {
+        p.status.as_ref()?.phase.as_deref()
+    }
+
+    pub fn running(p: &Pod) -> bool {
+        phase(p) == Some("Running")
+    }
+
+    /// Its Ready condition is True.
+    pub fn ready(p: &Pod) -> bool {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    }
+
+    /// Its IP, once it has one.
+    pub fn ip(p: &Pod) -> Option<String> {
+        p.status.as_ref()?.pod_ip.clone()
+    }
+
+    /// Why its first container waits (`ErrImagePull`, ...), if it does.
+    pub fn waiting_reason(p: &Pod) -> Option<String> {
+        p.status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .state
+            .as_ref()?
+            .waiting
+            .as_ref()?
+            .reason
+            .clone()
+    }
+}
