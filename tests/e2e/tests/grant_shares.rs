@@ -20,11 +20,10 @@ use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
 use liqo_api::shares::{DEMAND_ANNOTATION, SHARE_QUOTA};
 use liqo_e2e::fixture::WAIT;
-use liqo_e2e::fixture::{Pair, Stage};
+use liqo_e2e::fixture::{CONSUMER_ID, Pair, Stage};
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
 
-const CONSUMER: &str = "consumer-1";
 /// The grant: pods are what this test counts.
 const GRANT_PODS: u64 = 6;
 
@@ -120,14 +119,8 @@ async fn checked_shares(prov: &kube::Client) -> Result<BTreeMap<String, (u64, Op
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_grant_bounds_every_twin_together() -> Result<()> {
-    let pair = Pair::at(Stage::Started).await?;
+    let pair = Pair::at(Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
-    for (cluster, id, cidr) in [
-        (consumer, CONSUMER, "10.201.0.0/16"),
-        (provider, "provider-1", "10.202.0.0/16"),
-    ] {
-        liqo_e2e::install(cluster, id, cidr, &[]).success();
-    }
     let remote = provider.kubeconfig_path().to_str().context("path")?;
     liqoctl(
         Some(consumer.kubeconfig_path()),
@@ -145,7 +138,7 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
     let local = consumer.client().await?;
     let prov = provider.client().await?;
     liqo_e2e::virtual_node_ready(&local, "provider-1", WAIT).await?;
-    let tenant_ns = peering::tenant_namespace(&ClusterId::new(CONSUMER)?);
+    let tenant_ns = peering::tenant_namespace(&ClusterId::new(CONSUMER_ID)?);
 
     // No twin yet: the tenant namespace holds the whole grant.
     wait_for("the tenant namespace's share", WAIT, || async {
@@ -284,7 +277,7 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
             &pp,
             &serde_json::from_value(json!({
                 "metadata": { "name": twin_c, "labels": {
-                    labels::TENANT: CONSUMER,
+                    labels::TENANT: CONSUMER_ID,
                     "pod-security.kubernetes.io/enforce": "restricted",
                     "pod-security.kubernetes.io/audit": "restricted",
                     "pod-security.kubernetes.io/warn": "restricted",

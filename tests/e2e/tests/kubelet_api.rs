@@ -14,12 +14,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::peering;
 use liqo_e2e::fixture::{Pair, Stage, WAIT};
-use liqo_e2e::{liqoctl, run, wait_for};
+use liqo_e2e::{run, wait_for};
 use liqo_testbed::Toolchain;
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
@@ -515,7 +515,7 @@ fn append(path: &std::path::Path, lines: &[&str]) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<()> {
-    let pair = Pair::at(Stage::Peered).await?;
+    let pair = Pair::at(Stage::Offloaded(NS)).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
     let local = pair.consumer_client.clone();
     let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
@@ -559,18 +559,6 @@ async fn kubectl_reaches_offloaded_pods_through_the_virtual_kubelet() -> Result<
     eprintln!("kubelet API at {address}:{port}");
 
     // An offloaded pod, Running on the provider's kwok node.
-    let namespaces: Api<Namespace> = Api::all(local.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
-        )
-        .await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["offload", "namespace", NS, "--wait", "--timeout=60"],
-    )
-    .success();
     let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
     pods.create(&PostParams::default(), &pod()).await?;
     wait_for("the offloaded pod Running", WAIT, || async {

@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::peering;
 use liqo_e2e::fixture::pod::phase;
 use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
-use liqo_e2e::{liqoctl, wait_for};
+use liqo_e2e::wait_for;
 use serde_json::json;
 
 const LOCAL_POD_UID: &str = "liqo.io/local-pod-uid";
@@ -51,22 +51,10 @@ fn job() -> Job {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_to_completion_on_the_provider() -> Result<()> {
-    let pair = Pair::at(Stage::Peered).await?;
-    let consumer = pair.consumer();
+    let pair = Pair::at(Stage::Offloaded(NS)).await?;
     let local = pair.consumer_client.clone();
     let prov = pair.provider_client.clone();
     let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
-    Api::<Namespace>::all(local.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
-        )
-        .await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["offload", "namespace", NS, "--wait", "--timeout=60"],
-    )
-    .success();
 
     let jobs: Api<Job> = Api::namespaced(local.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(local.clone(), NS);

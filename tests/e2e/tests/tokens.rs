@@ -20,16 +20,6 @@ use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::{liqoctl, snapshot, wait_for};
 use serde_json::json;
 
-/// Installs both clusters as `consumer-1` and `provider-1`.
-fn install_both(consumer: &liqo_testbed::Cluster, provider: &liqo_testbed::Cluster) {
-    for (cluster, id, cidr) in [
-        (consumer, "consumer-1", "10.201.0.0/16"),
-        (provider, "provider-1", "10.202.0.0/16"),
-    ] {
-        liqo_e2e::install(cluster, id, cidr, &[]).success();
-    }
-}
-
 /// `liqoctl generate peering-token` on the provider; returns the token.
 fn generate(provider: &liqo_testbed::Cluster, extra: &[&str]) -> String {
     let mut args = vec!["generate", "peering-token"];
@@ -117,11 +107,10 @@ fn token_request(bound: Option<(&str, &str)>) -> TokenRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as_they_were()
 -> Result<()> {
-    let pair = Pair::at(Stage::Started).await?;
+    let pair = Pair::at(Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
-    install_both(consumer, provider);
-    let consumer_client = consumer.client().await?;
-    let provider_client = provider.client().await?;
+    let consumer_client = pair.consumer_client.clone();
+    let provider_client = pair.provider_client.clone();
     let before = (
         snapshot(&consumer_client).await?,
         snapshot(&provider_client).await?,
@@ -313,10 +302,9 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Result<()> {
-    let pair = Pair::at(Stage::Started).await?;
+    let pair = Pair::at(Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
-    install_both(consumer, provider);
-    let provider_client = provider.client().await?;
+    let provider_client = pair.provider_client.clone();
     let dir = tempfile::tempdir()?;
 
     // Refused before anything is written, each with one line.
@@ -646,10 +634,9 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_through_request_and_response_files() -> Result<()> {
-    let pair = Pair::at(Stage::Started).await?;
+    let pair = Pair::at(Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
-    install_both(consumer, provider);
-    let provider_client = provider.client().await?;
+    let provider_client = pair.provider_client.clone();
     let dir = tempfile::tempdir()?;
     let path = |name: &str| -> Result<String> {
         Ok(dir.path().join(name).to_str().context("path")?.to_owned())
