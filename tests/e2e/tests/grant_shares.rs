@@ -21,7 +21,7 @@ use liqo_api::names::{self, labels, peering};
 use liqo_api::shares::{DEMAND_ANNOTATION, SHARE_QUOTA};
 use liqo_e2e::fixture::WAIT;
 use liqo_e2e::fixture::{CONSUMER_ID, Pair, Stage};
-use liqo_e2e::{liqoctl, wait_for};
+use liqo_e2e::wait_for;
 use serde_json::json;
 
 /// The grant: pods are what this test counts.
@@ -122,18 +122,15 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
     let remote = provider.kubeconfig_path().to_str().context("path")?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
-            "peer",
-            "--remote-kubeconfig",
-            remote,
-            "--cpu=2",
-            "--memory=2Gi",
-            &format!("--pods={GRANT_PODS}"),
-            "--timeout=90",
-        ],
-    )
+    pair.on_consumer(&[
+        "peer",
+        "--remote-kubeconfig",
+        remote,
+        "--cpu=2",
+        "--memory=2Gi",
+        &format!("--pods={GRANT_PODS}"),
+        "--timeout=90",
+    ])
     .success();
     let local = consumer.client().await?;
     let prov = provider.client().await?;
@@ -157,11 +154,8 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
             )
             .await?;
     }
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["offload", "namespace", "a", "b", "--wait", "--timeout=60"],
-    )
-    .success();
+    pair.on_consumer(&["offload", "namespace", "a", "b", "--wait", "--timeout=60"])
+        .success();
     let (twin_a, twin_b) = ("a-consumer", "b-consumer");
     wait_for("equal shares for the twins", WAIT, || async {
         let s = checked_shares(&prov).await?;
@@ -321,11 +315,8 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
         .delete(&format!("extra-{attempt}"), &DeleteParams::default())
         .await;
     }
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unoffload", "namespace", "a", "--timeout=60"],
-    )
-    .success();
+    pair.on_consumer(&["unoffload", "namespace", "a", "--timeout=60"])
+        .success();
     wait_for("b's share to grow once a is gone", WAIT, || async {
         let s = checked_shares(&prov).await?;
         Ok(!s.contains_key(twin_a) && s.get(twin_b).map(|s| s.0) == Some(GRANT_PODS))

@@ -22,7 +22,7 @@ use liqo_api::names;
 use liqo_api::networking::Connection;
 use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::netns::{Cluster as Site, NetNs, link, ping, transfer_seen};
-use liqo_e2e::{liqoctl, wait_for};
+use liqo_e2e::wait_for;
 
 /// Both clusters' pods.
 const POD_CIDR: &str = "10.200.0.0/16";
@@ -56,11 +56,9 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
 
     // Peering links the networks and says how each side sees the other.
     let remote = provider.kubeconfig_path().to_str().context("path")?;
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--remote-kubeconfig", remote],
-    )
-    .success();
+    let out = pair
+        .on_consumer(&["peer", "--remote-kubeconfig", remote])
+        .success();
     assert!(
         out.stdout.contains(&format!(
             "network: tunnel to 192.168.78.2:51820; its pods are seen here as {SEEN_AS}, ours there as {SEEN_AS}"
@@ -153,7 +151,7 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
         },
     )
     .await?;
-    let info = liqoctl(Some(consumer.kubeconfig_path()), &["info", "-o", "json"]).success();
+    let info = pair.on_consumer(&["info", "-o", "json"]).success();
     let info: serde_json::Value = serde_json::from_str(&info.stdout)?;
     let network = &info["peerings"][0]["network"];
     assert_eq!(network["established"], true, "{info:#}");
@@ -218,11 +216,8 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
 
     // Disconnect removes both ends and what the gateways installed;
     // connect brings them back.
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["network", "disconnect", "--cluster-id", "provider-1"],
-    )
-    .success();
+    pair.on_consumer(&["network", "disconnect", "--cluster-id", "provider-1"])
+        .success();
     for (node, name) in [(&a.node, "consumer"), (&b.node, "provider")] {
         wait_for(
             &format!("the {name}'s tunnel device gone"),
@@ -238,28 +233,24 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
         );
     }
     ensure!(ends().await.is_err(), "a Connection is left");
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
+    let out = pair
+        .on_consumer(&[
             "network",
             "connect",
             "--cluster-id",
             "provider-1",
             "-o",
             "json",
-        ],
-    )
-    .success();
+        ])
+        .success();
     let linked: serde_json::Value = serde_json::from_str(&out.stdout)?;
     assert_eq!(linked["providerPodsSeenAs"], SEEN_AS);
     reach(&a, &b).await?;
 
     // An unknown peer is one clear line.
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["network", "connect", "--cluster-id", "nobody"],
-    )
-    .user_error(7);
+    let out = pair
+        .on_consumer(&["network", "connect", "--cluster-id", "nobody"])
+        .user_error(7);
     assert!(
         out.error_line().contains("no outgoing peering"),
         "{}",
@@ -267,11 +258,8 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
     );
 
     // Unpeer takes the tunnel with it.
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--remote-kubeconfig", remote],
-    )
-    .success();
+    pair.on_consumer(&["unpeer", "--remote-kubeconfig", remote])
+        .success();
     wait_for("the consumer's tunnel device gone", TIMEOUT, || async {
         Ok(!a.node.stdout("ip", &["link", "show"])?.contains("liqo-"))
     })

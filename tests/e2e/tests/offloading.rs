@@ -21,7 +21,7 @@ use liqo_api::names::{self, labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
 use liqo_e2e::fixture::pod::{ip, running};
 use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
-use liqo_e2e::{liqoctl, wait_for};
+use liqo_e2e::wait_for;
 use serde_json::json;
 
 /// The label the virtual kubelet puts on remote ReplicaSets and pods.
@@ -87,11 +87,8 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         )
         .await?;
     let offloadings: Api<NamespaceOffloading> = Api::namespaced(local.clone(), NS);
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["offload", "namespace", NS, "--wait", "--timeout=60"],
-    )
-    .success();
+    pair.on_consumer(&["offload", "namespace", NS, "--wait", "--timeout=60"])
+        .success();
     let remote_namespaces: Api<Namespace> = Api::all(prov.clone());
     wait_for("the twin namespace and a ready entry", WAIT, || async {
         let off = offloadings.get(names::NAMESPACE_OFFLOADING).await?;
@@ -313,11 +310,8 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
             .is_empty())
     })
     .await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unoffload", "namespace", NS, "--timeout=60"],
-    )
-    .success();
+    pair.on_consumer(&["unoffload", "namespace", NS, "--timeout=60"])
+        .success();
     wait_for("the twin namespace to be gone", WAIT, || async {
         Ok(remote_namespaces.get_opt(TWIN).await?.is_none()
             && offloadings

@@ -17,7 +17,7 @@ use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
 use liqo_api::offloading::NamespaceOffloading;
 use liqo_e2e::fixture::{Pair, Stage, WAIT};
-use liqo_e2e::{liqoctl, wait_for};
+use liqo_e2e::wait_for;
 use serde_json::json;
 
 /// Offloaded.
@@ -88,7 +88,7 @@ async fn entry(
 #[tokio::test]
 async fn the_agent_reads_offloaded_namespaces_only() -> Result<()> {
     let pair = Pair::at(Stage::Peered).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let provider = pair.provider();
     let local = pair.consumer_client.clone();
     let prov = pair.provider_client.clone();
     let pp = PostParams::default();
@@ -117,11 +117,9 @@ async fn the_agent_reads_offloaded_namespaces_only() -> Result<()> {
 
     // An offloading applied by hand, as GitOps would from `-o yaml`: the
     // agent has no rights there, and says so instead of offloading.
-    let yaml = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["offload", "namespace", SHOP, "-o", "json"],
-    )
-    .success();
+    let yaml = pair
+        .on_consumer(&["offload", "namespace", SHOP, "-o", "json"])
+        .success();
     let declared: NamespaceOffloading = serde_json::from_str(&yaml.stdout)?;
     let offloadings: Api<NamespaceOffloading> = Api::namespaced(local.clone(), SHOP);
     offloadings.create(&pp, &declared).await?;
@@ -145,11 +143,8 @@ async fn the_agent_reads_offloaded_namespaces_only() -> Result<()> {
     );
 
     // `liqoctl offload` binds it: the twin comes, the Secret is reflected.
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["offload", "namespace", SHOP, "--wait", "--timeout=60"],
-    )
-    .success();
+    pair.on_consumer(&["offload", "namespace", SHOP, "--wait", "--timeout=60"])
+        .success();
     let remote_secrets: Api<Secret> = Api::namespaced(prov.clone(), "shop-consumer");
     wait_for("the Secret in the twin", WAIT, || async {
         Ok(remote_secrets.get_opt("db").await?.is_some())
@@ -188,11 +183,8 @@ async fn the_agent_reads_offloaded_namespaces_only() -> Result<()> {
         .kubeconfig_path()
         .to_str()
         .context("the provider's kubeconfig path is not UTF-8")?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--remote-kubeconfig", remote, "--force"],
-    )
-    .success();
+    pair.on_consumer(&["unpeer", "--remote-kubeconfig", remote, "--force"])
+        .success();
     assert!(bindings.get_opt(&vk).await?.is_none(), "left by unpeer");
     assert_eq!(rights_in(&local, Some(SHOP)).await?, none, "after unpeer");
     // The forced unpeer does not wait for the twin, which the provider's
@@ -201,11 +193,8 @@ async fn the_agent_reads_offloaded_namespaces_only() -> Result<()> {
         Ok(twins.get_opt("shop-consumer").await?.is_none())
     })
     .await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--remote-kubeconfig", remote],
-    )
-    .success();
+    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
+        .success();
     let binding = bindings.get(&vk).await?;
     assert_eq!(
         binding
@@ -225,11 +214,8 @@ async fn the_agent_reads_offloaded_namespaces_only() -> Result<()> {
 
     // Unoffloaded: the binding goes with the offloading (the garbage
     // collector, once the agent has removed its finalizer).
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unoffload", "namespace", SHOP, "--timeout=60"],
-    )
-    .success();
+    pair.on_consumer(&["unoffload", "namespace", SHOP, "--timeout=60"])
+        .success();
     wait_for("the binding to go with the offloading", WAIT, || async {
         Ok(bindings.get_opt(&vk).await?.is_none())
     })

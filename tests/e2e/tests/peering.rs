@@ -13,22 +13,20 @@ use kube::api::{Api, ListParams};
 use liqo_api::names::{self, peering};
 use liqo_api::{ClusterId, core::ForeignCluster};
 use liqo_e2e::fixture::{Pair, Stage};
-use liqo_e2e::{liqoctl, snapshot, wait_for};
+use liqo_e2e::{snapshot, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
     // A provider without liqo-rs is refused first, saying so.
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
+    let out = pair
+        .on_consumer(&[
             "peer",
             "--remote-kubeconfig",
             provider.kubeconfig_path().to_str().context("path")?,
-        ],
-    )
-    .user_error(7);
+        ])
+        .user_error(7);
     assert!(
         out.error_line().contains("not installed on cluster"),
         "{}",
@@ -49,23 +47,18 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
 
     // Refused before anything is written: itself, a request above the offer.
     let own = consumer.kubeconfig_path().to_str().context("path")?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--remote-kubeconfig", own],
-    )
-    .user_error(6);
+    pair.on_consumer(&["peer", "--remote-kubeconfig", own])
+        .user_error(6);
     let remote = provider.kubeconfig_path().to_str().context("path")?;
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
+    let out = pair
+        .on_consumer(&[
             "peer",
             "--remote-kubeconfig",
             remote,
             "--cpu=1000",
             "--require-request",
-        ],
-    )
-    .user_error(6);
+        ])
+        .user_error(6);
     assert!(out.error_line().contains("cannot grant"), "{}", out.stderr);
     // A provider running a version this liqoctl cannot speak to.
     let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
@@ -79,11 +72,9 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         &version_patch("9.9.0"),
     )
     .await?;
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--remote-kubeconfig", remote],
-    )
-    .user_error(6);
+    let out = pair
+        .on_consumer(&["peer", "--remote-kubeconfig", remote])
+        .user_error(6);
     assert!(
         out.error_line().contains("runs liqo-rs 9.9.0"),
         "{}",
@@ -107,20 +98,17 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     );
 
     let start = std::time::Instant::now();
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
-            "peer",
-            "--remote-kubeconfig",
-            remote,
-            "--cpu=2",
-            "--memory=1Gi",
-            "--pods=10",
-            "-o",
-            "json",
-            "--timeout=90",
-        ],
-    );
+    let out = pair.on_consumer(&[
+        "peer",
+        "--remote-kubeconfig",
+        remote,
+        "--cpu=2",
+        "--memory=1Gi",
+        "--pods=10",
+        "-o",
+        "json",
+        "--timeout=90",
+    ]);
     if out.code != 0 {
         eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
     }
@@ -173,33 +161,27 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     );
 
     // Peering again changes nothing and succeeds.
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
-            "peer",
-            "--remote-kubeconfig",
-            remote,
-            "--cpu=2",
-            "--memory=1Gi",
-            "--pods=10",
-        ],
-    )
+    pair.on_consumer(&[
+        "peer",
+        "--remote-kubeconfig",
+        remote,
+        "--cpu=2",
+        "--memory=1Gi",
+        "--pods=10",
+    ])
     .success();
 
     // Renewal: a new certificate (here with the shortest lifetime a signer
     // takes), the Secret updated in place, the agent reloads it and its
     // node stays Ready throughout.
     let old = secret_kubeconfig(&consumer_client, &provider_id).await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
-            "peer",
-            "--remote-kubeconfig",
-            remote,
-            "--renew",
-            "--certificate-lifetime=600",
-        ],
-    )
+    pair.on_consumer(&[
+        "peer",
+        "--remote-kubeconfig",
+        remote,
+        "--renew",
+        "--certificate-lifetime=600",
+    ])
     .success();
     let new = secret_kubeconfig(&consumer_client, &provider_id).await?;
     assert_ne!(old, new, "the identity was not renewed");
@@ -256,11 +238,9 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
             "spec": {},
         }))?;
     offloadings.create(&Default::default(), &offloading).await?;
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--remote-kubeconfig", remote],
-    )
-    .user_error(6);
+    let out = pair
+        .on_consumer(&["unpeer", "--remote-kubeconfig", remote])
+        .user_error(6);
     assert!(out.error_line().contains("offloaded"), "{}", out.stderr);
     offloadings
         .delete(names::NAMESPACE_OFFLOADING, &Default::default())
@@ -280,11 +260,8 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     .await?;
 
     let start = std::time::Instant::now();
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--remote-kubeconfig", remote],
-    )
-    .success();
+    pair.on_consumer(&["unpeer", "--remote-kubeconfig", remote])
+        .success();
     eprintln!("unpeer took {:?}", start.elapsed());
     // The provider's gateway saw the tenant namespace go with its share,
     // and did not take that for a failure.
@@ -357,27 +334,18 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
 
     // The provider's administrator ends the tenancy alone: the consumer's
     // node turns NotReady, and the consumer cleans its side alone.
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--remote-kubeconfig", remote],
-    )
-    .success();
-    let out = liqoctl(Some(provider.kubeconfig_path()), &["uninstall", "--yes"]).user_error(6);
+    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
+        .success();
+    let out = pair.on_provider(&["uninstall", "--yes"]).user_error(6);
     assert!(
         out.error_line().contains("consume its resources"),
         "{}",
         out.stderr
     );
-    liqoctl(
-        Some(provider.kubeconfig_path()),
-        &["unpeer", "--tenant", "nope"],
-    )
-    .user_error(7);
-    liqoctl(
-        Some(provider.kubeconfig_path()),
-        &["unpeer", "--tenant", "consumer-1", "--yes"],
-    )
-    .success();
+    pair.on_provider(&["unpeer", "--tenant", "nope"])
+        .user_error(7);
+    pair.on_provider(&["unpeer", "--tenant", "consumer-1", "--yes"])
+        .success();
     let nodes: Api<Node> = Api::all(consumer_client.clone());
     let node_name = peering::virtual_node(&provider_id);
     wait_for(
@@ -401,11 +369,8 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         },
     )
     .await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--force", "--cluster-id", "provider-1"],
-    )
-    .success();
+    pair.on_consumer(&["unpeer", "--force", "--cluster-id", "provider-1"])
+        .success();
     let after = (
         snapshot(&consumer_client).await?,
         snapshot(&provider_client).await?,
@@ -423,16 +388,13 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
 
     // Both ways at once: each cluster gets a virtual node for the other.
     let own = consumer.kubeconfig_path().to_str().context("path")?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
-            "peer",
-            "--remote-kubeconfig",
-            remote,
-            "--bidirectional",
-            "--pods=5",
-        ],
-    )
+    pair.on_consumer(&[
+        "peer",
+        "--remote-kubeconfig",
+        remote,
+        "--bidirectional",
+        "--pods=5",
+    ])
     .success();
     for (client, peer) in [
         (&consumer_client, "provider-1"),
@@ -448,16 +410,10 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
             "{peer}"
         );
     }
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--remote-kubeconfig", remote],
-    )
-    .success();
-    liqoctl(
-        Some(provider.kubeconfig_path()),
-        &["unpeer", "--remote-kubeconfig", own],
-    )
-    .success();
+    pair.on_consumer(&["unpeer", "--remote-kubeconfig", remote])
+        .success();
+    pair.on_provider(&["unpeer", "--remote-kubeconfig", own])
+        .success();
     let after = (
         snapshot(&consumer_client).await?,
         snapshot(&provider_client).await?,
@@ -474,11 +430,8 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     );
     // `unpeer --force` while a namespace is offloaded: the peering goes,
     // and the agent's finalizer does not keep the offloading forever.
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--remote-kubeconfig", remote],
-    )
-    .success();
+    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
+        .success();
     offloadings.create(&Default::default(), &offloading).await?;
     let finalizer = peering::twin_finalizer(&provider_id);
     wait_for(
@@ -497,11 +450,8 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         },
     )
     .await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--remote-kubeconfig", remote, "--force"],
-    )
-    .success();
+    pair.on_consumer(&["unpeer", "--remote-kubeconfig", remote, "--force"])
+        .success();
     offloadings
         .delete(names::NAMESPACE_OFFLOADING, &Default::default())
         .await?;

@@ -35,7 +35,7 @@ use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
 use liqo_e2e::fixture::pod::{ip, running, waiting_reason};
 use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
-use liqo_e2e::{liqoctl, wait_for};
+use liqo_e2e::wait_for;
 use serde_json::{Value, json};
 
 const NS: &str = "shop";
@@ -135,11 +135,8 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
         )
         .await?;
 
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["offload", "namespace", NS, "--wait", "--timeout=60"],
-    )
-    .success();
+    pair.on_consumer(&["offload", "namespace", NS, "--wait", "--timeout=60"])
+        .success();
     let remote_ns: Api<Namespace> = Api::all(prov.clone());
     wait_for("the twin namespace", WAIT, || async {
         Ok(remote_ns.get_opt(TWIN).await?.is_some())

@@ -13,7 +13,6 @@ use liqo_api::authentication::Tenant;
 use liqo_api::names::peering;
 use liqo_api::sharing::SharingPolicy;
 use liqo_e2e::fixture::{Pair, Stage};
-use liqo_e2e::liqoctl;
 
 fn json(stdout: &str) -> Result<serde_json::Value> {
     serde_json::from_str(stdout).with_context(|| format!("not JSON:\n{stdout}"))
@@ -23,8 +22,8 @@ fn json(stdout: &str) -> Result<serde_json::Value> {
 async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
-    let on_consumer = |args: &[&str]| liqoctl(Some(consumer.kubeconfig_path()), args);
-    let on_provider = |args: &[&str]| liqoctl(Some(provider.kubeconfig_path()), args);
+    let on_consumer = |args: &[&str]| pair.on_consumer(args);
+    let on_provider = |args: &[&str]| pair.on_provider(args);
 
     // Without liqo-rs there is no policy to set.
     let out = on_provider(&["sharing-policy", "show"]).user_error(7);

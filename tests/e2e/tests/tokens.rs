@@ -108,7 +108,7 @@ fn token_request(bound: Option<(&str, &str)>) -> TokenRequest {
 async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as_they_were()
 -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let provider = pair.provider();
     let consumer_client = pair.consumer_client.clone();
     let provider_client = pair.provider_client.clone();
     let before = (
@@ -123,11 +123,9 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
     );
     let path = save(&dir, "token", &text)?;
     let start = std::time::Instant::now();
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--token-file", &path, "-o", "json"],
-    )
-    .success();
+    let out = pair
+        .on_consumer(&["peer", "--token-file", &path, "-o", "json"])
+        .success();
     eprintln!(
         "peer --token: virtual node Ready after {:?}",
         start.elapsed()
@@ -175,17 +173,14 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
             &serde_json::from_value(json!({ "metadata": { "name": "shop" } }))?,
         )
         .await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
-            "offload",
-            "namespace",
-            "shop",
-            "--pod-offloading-strategy=Remote",
-            "--wait",
-            "--timeout=60",
-        ],
-    )
+    pair.on_consumer(&[
+        "offload",
+        "namespace",
+        "shop",
+        "--pod-offloading-strategy=Remote",
+        "--wait",
+        "--timeout=60",
+    ])
     .success();
     let tenant = tenant_ns
         .strip_prefix("liqo-tenant-")
@@ -223,11 +218,7 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
     assert_eq!(remote.items.len(), 1, "one remote pod");
 
     // A second run resumes: nothing changes, nothing is claimed again.
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--token-file", &path],
-    )
-    .success();
+    pair.on_consumer(&["peer", "--token-file", &path]).success();
     // The token had one use: it revoked itself when used.
     let spent: PeeringToken = PeeringToken::decode(&text)?;
     until_unauthorized("the spent token to stop working", || {
@@ -236,24 +227,19 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
     .await?;
 
     // info on both sides, as with two kubeconfigs.
-    let out = liqoctl(Some(consumer.kubeconfig_path()), &["info", "-o", "json"]).success();
+    let out = pair.on_consumer(&["info", "-o", "json"]).success();
     assert!(out.stdout.contains("provider-1"), "{}", out.stdout);
-    let out = liqoctl(Some(provider.kubeconfig_path()), &["info", "-o", "json"]).success();
+    let out = pair.on_provider(&["info", "-o", "json"]).success();
     assert!(out.stdout.contains(&tenant_ns), "{}", out.stdout);
 
     // Unpeer with the consumer's kubeconfig only: refused while a
     // namespace is offloaded, then forced (its twin goes too).
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--cluster-id", "provider-1"],
-    )
-    .user_error(6);
+    let out = pair
+        .on_consumer(&["unpeer", "--cluster-id", "provider-1"])
+        .user_error(6);
     assert!(out.error_line().contains("shop"), "{}", out.stderr);
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--cluster-id", "provider-1", "--force"],
-    )
-    .success();
+    pair.on_consumer(&["unpeer", "--cluster-id", "provider-1", "--force"])
+        .success();
     Api::<Namespace>::all(consumer_client.clone())
         .delete("shop", &Default::default())
         .await?;
@@ -308,32 +294,23 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
     let dir = tempfile::tempdir()?;
 
     // Refused before anything is written, each with one line.
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--token", "liqo-token-v1.AAAA"],
-    )
-    .user_error(2);
+    let out = pair
+        .on_consumer(&["peer", "--token", "liqo-token-v1.AAAA"])
+        .user_error(2);
     assert!(out.error_line().contains("damaged"), "{}", out.stderr);
-    let out = liqoctl(
-        Some(provider.kubeconfig_path()),
-        &["generate", "peering-token", "--expires=1m"],
-    );
+    let out = pair.on_provider(&["generate", "peering-token", "--expires=1m"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
-    let out = liqoctl(
-        Some(provider.kubeconfig_path()),
-        &["generate", "peering-token", "--for=provider-1"],
-    )
-    .user_error(6);
+    let out = pair
+        .on_provider(&["generate", "peering-token", "--for=provider-1"])
+        .user_error(6);
     assert!(out.error_line().contains("itself"), "{}", out.stderr);
 
     // A token for another consumer.
     let other = generate(provider, &["--for=someone-else"]);
     let path = save(&dir, "other", &other)?;
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--token-file", &path],
-    )
-    .user_error(6);
+    let out = pair
+        .on_consumer(&["peer", "--token-file", &path])
+        .user_error(6);
     assert!(
         out.error_line().contains("is for cluster someone-else"),
         "{}",
@@ -344,11 +321,9 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
     let mut expired = PeeringToken::decode(&other)?;
     expired.expires = 1_000_000_000;
     let path = save(&dir, "expired", &expired.encode())?;
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--token-file", &path],
-    )
-    .user_error(6);
+    let out = pair
+        .on_consumer(&["peer", "--token-file", &path])
+        .user_error(6);
     assert!(out.error_line().contains("expired"), "{}", out.stderr);
 
     // The token under test: two uses, bound to nobody.
@@ -512,11 +487,7 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
 
     // The legitimate use: the consumer takes the first tenant.
     let path = save(&dir, "token", &text)?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--token-file", &path],
-    )
-    .success();
+    pair.on_consumer(&["peer", "--token-file", &path]).success();
     // Its claim cannot be made again, and its credential cannot be
     // minted again by another holder of the token: the UID is unknown.
     refused(
@@ -554,11 +525,8 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
 
     // Revoked: the bootstrap stops working, the unclaimed tenant goes,
     // the peering made with it stays.
-    liqoctl(
-        Some(provider.kubeconfig_path()),
-        &["revoke", "peering-token", &held.id],
-    )
-    .success();
+    pair.on_provider(&["revoke", "peering-token", &held.id])
+        .success();
     until_unauthorized("the revoked token to stop working", || {
         bootstrap_client(&held, None)
     })
@@ -575,18 +543,13 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
     )
     .await?;
     assert!(tenants.get_opt(first.as_str()).await?.is_some());
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["info", "peer", "provider-1", "-o", "json"],
-    )
-    .success();
+    let out = pair
+        .on_consumer(&["info", "peer", "provider-1", "-o", "json"])
+        .success();
     assert!(out.stdout.contains("provider-1"), "{}", out.stdout);
     // A revoked token used by a new consumer: one line.
-    liqoctl(
-        Some(provider.kubeconfig_path()),
-        &["revoke", "peering-token", "nosuch00"],
-    )
-    .user_error(7);
+    pair.on_provider(&["revoke", "peering-token", "nosuch00"])
+        .user_error(7);
     // The provider takes the credential back alone: it stops working.
     let identity = Api::<Secret>::namespaced(consumer.client().await?, names::NAMESPACE)
         .get(&peering::identity_secret(&liqo_api::ClusterId::new(
@@ -601,29 +564,22 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
     let peer = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?,
     )?;
-    liqoctl(
-        Some(provider.kubeconfig_path()),
-        &["unpeer", "--tenant", first.as_str(), "--yes"],
-    )
-    .success();
+    pair.on_provider(&["unpeer", "--tenant", first.as_str(), "--yes"])
+        .success();
     until_unauthorized("the tenant's credential to stop working", || {
         Ok(peer.clone())
     })
     .await?;
     // The consumer then cleans its side alone, told why.
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--cluster-id", "provider-1"],
-    )
-    .success();
+    let out = pair
+        .on_consumer(&["unpeer", "--cluster-id", "provider-1"])
+        .success();
     assert!(out.stdout.contains("no longer peers"), "{}", out.stdout);
     assert!(out.stderr.contains("ended the tenancy"), "{}", out.stderr);
     let path = save(&dir, "again", &text)?;
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--token-file", &path],
-    )
-    .user_error(6);
+    let out = pair
+        .on_consumer(&["peer", "--token-file", &path])
+        .user_error(6);
     assert!(
         out.error_line().contains("revoked, used up or has expired"),
         "{}",
@@ -643,11 +599,8 @@ async fn peer_through_request_and_response_files() -> Result<()> {
     };
     let (request, response) = (path("request.json")?, path("response.json")?);
 
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "request", "--file", &request, "--cpu=1", "--pods=5"],
-    )
-    .success();
+    pair.on_consumer(&["peer", "request", "--file", &request, "--cpu=1", "--pods=5"])
+        .success();
     let text = std::fs::read_to_string(&request)?;
     assert!(!text.contains("PRIVATE KEY"), "the key left the consumer");
     let provider_before = snapshot(&provider_client).await?;
@@ -658,32 +611,27 @@ async fn peer_through_request_and_response_files() -> Result<()> {
     altered["consumer"]["clusterId"] = json!("someone-else");
     let altered_path = path("altered.json")?;
     std::fs::write(&altered_path, altered.to_string())?;
-    let out = liqoctl(
-        Some(provider.kubeconfig_path()),
-        &[
+    let out = pair
+        .on_provider(&[
             "peer",
             "accept",
             "--file",
             &altered_path,
             "--response-file",
             &response,
-        ],
-    )
-    .user_error(6);
+        ])
+        .user_error(6);
     assert!(out.error_line().contains("subject"), "{}", out.stderr);
     assert_eq!(snapshot(&provider_client).await?, provider_before);
 
-    liqoctl(
-        Some(provider.kubeconfig_path()),
-        &[
-            "peer",
-            "accept",
-            "--file",
-            &request,
-            "--response-file",
-            &response,
-        ],
-    )
+    pair.on_provider(&[
+        "peer",
+        "accept",
+        "--file",
+        &request,
+        "--response-file",
+        &response,
+    ])
     .success();
     let answer: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&response)?)?;
     assert_eq!(answer["kind"], "PeeringResponse");
@@ -692,16 +640,11 @@ async fn peer_through_request_and_response_files() -> Result<()> {
 
     // A second request replaces the first: its response no longer fits.
     let newer = path("newer.json")?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "request", "--file", &newer],
-    )
-    .success();
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "complete", "--file", &response],
-    )
-    .user_error(6);
+    pair.on_consumer(&["peer", "request", "--file", &newer])
+        .success();
+    let out = pair
+        .on_consumer(&["peer", "complete", "--file", &response])
+        .user_error(6);
     assert!(
         out.error_line().contains("pending request"),
         "{}",
@@ -709,23 +652,18 @@ async fn peer_through_request_and_response_files() -> Result<()> {
     );
     // Accepting the newer one (the tenant exists: accept is idempotent)
     // and completing with it peers.
-    liqoctl(
-        Some(provider.kubeconfig_path()),
-        &[
-            "peer",
-            "accept",
-            "--file",
-            &newer,
-            "--response-file",
-            &response,
-        ],
-    )
+    pair.on_provider(&[
+        "peer",
+        "accept",
+        "--file",
+        &newer,
+        "--response-file",
+        &response,
+    ])
     .success();
-    let out = liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "complete", "--file", &response, "-o", "json"],
-    )
-    .success();
+    let out = pair
+        .on_consumer(&["peer", "complete", "--file", &response, "-o", "json"])
+        .success();
     let report: serde_json::Value = serde_json::from_str(&out.stdout)?;
     assert_eq!(report["virtualNode"], "liqo-provider-1");
     assert_eq!(report["tenantNamespace"], "liqo-tenant-consumer-1");
@@ -734,14 +672,11 @@ async fn peer_through_request_and_response_files() -> Result<()> {
         .get_opt("liqo-peering-request")
         .await?;
     assert!(pending.is_none());
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
-            "unpeer",
-            "--remote-kubeconfig",
-            provider.kubeconfig_path().to_str().context("path")?,
-        ],
-    )
+    pair.on_consumer(&[
+        "unpeer",
+        "--remote-kubeconfig",
+        provider.kubeconfig_path().to_str().context("path")?,
+    ])
     .success();
     Ok(())
 }

@@ -8,7 +8,6 @@ use kube::api::{Api, ListParams};
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_e2e::fixture::{Pair, Stage};
-use liqo_e2e::liqoctl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_tunnel_port_is_told_and_freeing_it_lets_the_same_peer_through() -> Result<()> {
@@ -21,12 +20,7 @@ async fn a_taken_tunnel_port_is_told_and_freeing_it_lets_the_same_peer_through()
     let ports = format!("--tunnel-ports={port}-{port}");
     liqo_e2e::install(provider, "provider-1", "10.202.0.0/16", &[&ports]).success();
     let remote = provider.kubeconfig_path().to_str().context("path")?;
-    let peer = || {
-        liqoctl(
-            Some(consumer.kubeconfig_path()),
-            &["peer", "--remote-kubeconfig", remote, "--timeout=120"],
-        )
-    };
+    let peer = || pair.on_consumer(&["peer", "--remote-kubeconfig", remote, "--timeout=120"]);
 
     let refused = peer().user_error(6);
     let line = refused.error_line();
