@@ -78,13 +78,13 @@ fn label<'a>(meta: &'a kube::core::ObjectMeta, key: &str) -> Option<&'a str> {
     meta.labels.as_ref()?.get(key).map(String::as_str)
 }
 
+/// ConfigMaps and Secrets: copied with our labels, updated, put back,
+/// removed when opted out or deleted; what is not ours is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
+async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -> Result<()> {
     let pair = Pair::at(Stage::Peered).await?;
-    let consumer = pair.consumer();
     let local = pair.consumer_client.clone();
     let prov = pair.provider_client.clone();
-    let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
     Api::<Namespace>::all(local.clone())
         .create(
             &PostParams::default(),
@@ -273,6 +273,19 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
         Some("admin"),
         "the admin's object is still theirs"
     );
+    Ok(())
+}
+
+/// Pods that reference a missing ConfigMap wait as on a kubelet, an
+/// optional reference holds nothing back, and they start once it exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_need_a_missing_config_map_wait_until_it_exists() -> Result<()> {
+    let pair = Pair::at(Stage::Offloaded(NS)).await?;
+    let local = pair.consumer_client.clone();
+    let prov = pair.provider_client.clone();
+    let pp = PostParams::default();
+    let cms: Api<ConfigMap> = Api::namespaced(local.clone(), NS);
+    let remote_cms: Api<ConfigMap> = Api::namespaced(prov.clone(), TWIN);
 
     // Pods and missing ConfigMaps.
     let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
@@ -367,12 +380,27 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
     // And what they read exists on the provider.
     assert!(remote_cms.get_opt("late").await?.is_some());
     assert!(remote_cms.get_opt("late-vol").await?.is_some());
+    Ok(())
+}
+
+/// A Service gets its remote copy, and its endpoints on either cluster
+/// appear in the other's EndpointSlices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_is_copied_and_its_endpoints_are_seen_on_both_sides() -> Result<()> {
+    let pair = Pair::at(Stage::Offloaded(NS)).await?;
+    let local = pair.consumer_client.clone();
+    let prov = pair.provider_client.clone();
+    let pp = PostParams::default();
+    let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
+    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
 
     // A Service with one endpoint on the consumer's own node and one
     // offloaded pod.
     let mut on_local_node = pod("local-web", json!([]), json!([]))?;
     let spec = on_local_node.spec.as_mut().context("spec")?;
-    spec.node_selector = None;
+    // On the consumer's kwok node: in an offloaded namespace, a pod the
+    // placement leaves free may land on either side.
+    spec.node_selector = Some(BTreeMap::from([("type".to_owned(), "kwok".to_owned())]));
     spec.tolerations = None;
     on_local_node.metadata.labels = Some(BTreeMap::from([("app".to_owned(), "web".to_owned())]));
     let mut offloaded = pod("remote-web", json!([]), json!([]))?;
@@ -473,6 +501,21 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
         "service web: local {local_cluster_ip:?}, remote {:?}",
         spec.cluster_ip
     );
+    Ok(())
+}
+
+/// A pod that mounts its service account token gets a Secret in the twin
+/// whose token authenticates on the consumer's API, gone with the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_mounts_its_token_gets_one_of_the_consumer_that_works_there() -> Result<()> {
+    let pair = Pair::at(Stage::Offloaded(NS)).await?;
+    let local = pair.consumer_client.clone();
+    let prov = pair.provider_client.clone();
+    let pp = PostParams::default();
+    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
+    let cms: Api<ConfigMap> = Api::namespaced(local.clone(), NS);
+    let remote_secrets: Api<Secret> = Api::namespaced(prov.clone(), TWIN);
+    let remote_rs: Api<ReplicaSet> = Api::namespaced(prov.clone(), TWIN);
 
     // A pod that mounts its service account token gets one of the
     // consumer's, for its own account, that works on the consumer's API.
@@ -582,6 +625,30 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
     pods.delete("token-user", &DeleteParams::default()).await?;
     wait_for("the token Secret gone with the pod", WAIT, || async {
         Ok(remote_secrets.get_opt(token_secret).await?.is_none())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Events of the remote pod come back onto the local pod, counts
+/// included; settled copies and statuses are put back; a restarted
+/// virtual kubelet duplicates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_events_and_status_come_back_and_a_restart_copies_nothing_twice() -> Result<()> {
+    let pair = Pair::at(Stage::Offloaded(NS)).await?;
+    let local = pair.consumer_client.clone();
+    let prov = pair.provider_client.clone();
+    let pp = PostParams::default();
+    let consumer = pair.consumer();
+    let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
+    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
+    let events: Api<Event> = Api::namespaced(local.clone(), NS);
+    pods.create(&pp, &pod("remote-web", json!([]), json!([]))?)
+        .await?;
+    wait_for("remote-web Ready", WAIT, || async {
+        Ok(liqo_e2e::fixture::pod::ready(
+            &pods.get("remote-web").await?,
+        ))
     })
     .await?;
 
@@ -748,6 +815,5 @@ async fn objects_offloaded_pods_need_are_reflected() -> Result<()> {
         after[0].metadata.resource_version, scheduled,
         "the Scheduled copy was written again though nothing changed: {after:?}"
     );
-
     Ok(())
 }
