@@ -224,6 +224,8 @@ fn without(set: BTreeSet<String>, namespaces: &[&str]) -> BTreeSet<String> {
 struct Mission<'a> {
     home: &'a Cluster,
     foreign: &'a Cluster,
+    /// More `liqoctl install` flags for the foreign cluster.
+    foreign_install: Vec<String>,
 }
 
 impl Mission<'_> {
@@ -233,18 +235,15 @@ impl Mission<'_> {
         let fc = foreign.client().await?;
 
         // 1. The agents from their images, as real pods.
-        for (cluster, id) in [(home, "home-1"), (foreign, "foreign-1")] {
+        for (cluster, id, extra) in [
+            (home, "home-1", &[][..]),
+            (foreign, "foreign-1", &self.foreign_install[..]),
+        ] {
+            let id = format!("--cluster-id={id}");
             let cidr = format!("--pod-cidr={}", cluster.spec().pod_cidr);
-            liqoctl(
-                Some(cluster.kubeconfig_path()),
-                &[
-                    "install",
-                    &format!("--cluster-id={id}"),
-                    &cidr,
-                    "--timeout=90",
-                ],
-            )
-            .success();
+            let mut args = vec!["install", &id, &cidr, "--timeout=90"];
+            args.extend(extra.iter().map(String::as_str));
+            liqoctl(Some(cluster.kubeconfig_path()), &args).success();
         }
         let gateway = kubectl(home, &["-n", "liqo", "get", "pods", "-o", "json"])?.success();
         let pods: serde_json::Value = serde_json::from_str(&gateway.stdout)?;
@@ -599,28 +598,74 @@ fn path(p: &Path) -> Result<&str> {
 async fn the_mission_runs_on_real_nodes_with_disjoint_pod_cidrs() -> Result<()> {
     let testbed = home_and_foreign("10.201.0.0/16", "10.202.0.0/16").await?;
     let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
-    let mission = Mission { home, foreign };
+    // Another program of the foreign node holds the one port its tunnels
+    // may use (the gateway pod is on the node's network): the first peer
+    // is refused in one line and undone, and goes through once it is free.
+    let squatter = udp_socket_in(foreign.node_netns().context("the node's netns")?)?;
+    let port = squatter.local_addr()?.port();
+    let mission = Mission {
+        home,
+        foreign,
+        foreign_install: vec![format!("--tunnel-ports={port}-{port}")],
+    };
     mission
         .run(|| {
-            liqoctl(
-                Some(home.kubeconfig_path()),
-                &[
-                    "peer",
-                    "--remote-kubeconfig",
-                    path(foreign.kubeconfig_path())?,
-                ],
-            )
-            .success();
+            let remote = path(foreign.kubeconfig_path())?;
+            let peer = || {
+                liqoctl(
+                    Some(home.kubeconfig_path()),
+                    &["peer", "--remote-kubeconfig", remote, "--timeout=120"],
+                )
+            };
+            let refused = peer().user_error(6);
+            let line = refused.error_line();
+            for part in [
+                "the gateway of cluster foreign cannot run the tunnel: ",
+                &format!(":{port}"),
+                "in use",
+                "run the same command again",
+            ] {
+                ensure!(line.contains(part), "{part:?} not in: {line}");
+            }
+            // Undone on both sides.
+            for (cluster, kind) in [(home, "foreignclusters"), (foreign, "tenants")] {
+                let left = kubectl(cluster, &["get", kind, "-o", "name"])?.success();
+                ensure!(
+                    left.stdout.trim().is_empty(),
+                    "{kind} left: {}",
+                    left.stdout
+                );
+            }
+            drop(squatter);
+            peer().success();
             Ok(())
         })
         .await
+}
+
+/// A UDP socket bound to a free port in the network namespace `netns`
+/// (by name, as `ip netns` knows it).
+fn udp_socket_in(netns: &str) -> Result<std::net::UdpSocket> {
+    let path = Path::new("/run/netns").join(netns);
+    std::thread::spawn(move || -> Result<std::net::UdpSocket> {
+        let ns =
+            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+        Ok(std::net::UdpSocket::bind("0.0.0.0:0")?)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the thread binding the socket panicked"))?
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mission_runs_on_real_nodes_with_identical_pod_cidrs_through_nat() -> Result<()> {
     let testbed = home_and_foreign("10.200.0.0/16", "10.200.0.0/16").await?;
     let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
-    let mission = Mission { home, foreign };
+    let mission = Mission {
+        home,
+        foreign,
+        foreign_install: Vec::new(),
+    };
     mission
         .run(|| {
             let token = liqoctl(
