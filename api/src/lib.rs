@@ -17,6 +17,7 @@
 //!   server applies to names and labels.
 
 pub mod admission;
+pub mod agents;
 pub mod authentication;
 pub mod core;
 pub mod discovery;
