@@ -19,7 +19,6 @@ mod placement;
 mod provider;
 mod reflection;
 
-use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -30,6 +29,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use liqo_agent_runtime::Readiness;
 use liqo_agent_runtime::follow::{follow, follow_with};
+use liqo_api::agents::ListenAddr;
+use liqo_api::agents::virtual_kubelet::VirtualKubeletFlags;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names;
 use liqo_api::offloading::NamespaceOffloading;
@@ -61,52 +62,21 @@ static MALLOC_CONF: &[u8; 27] = b"narenas:1,dirty_decay_ms:0\0";
 #[derive(Parser, Debug)]
 #[command(version = liqo_api::VERSION, about = "The virtual node of one outgoing liqo-rs peering")]
 struct Args {
-    /// The local ForeignCluster of the provider this node stands for.
-    #[arg(long, env = "LIQO_FOREIGN_CLUSTER")]
-    foreign_cluster: String,
-    /// A kubeconfig that reaches the provider's API as this cluster; re-read
-    /// whenever its content changes.
-    #[arg(
-        long,
-        env = "LIQO_PROVIDER_KUBECONFIG",
-        default_value = "/etc/liqo/provider/kubeconfig"
-    )]
-    provider_kubeconfig: PathBuf,
-    /// The virtual node's name.
-    #[arg(long, env = "LIQO_NODE_NAME")]
-    node_name: String,
-    /// Where to serve /healthz and /readyz.
-    #[arg(long, env = "LIQO_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
-    health_addr: SocketAddr,
-    /// The consumer's API as the provider's pods reach it (`host:port`),
-    /// given to offloaded pods that mount their service account token;
-    /// by default, the address this agent reaches it at.
-    #[arg(long, env = "LIQO_CONSUMER_API_ADDRESS")]
-    consumer_api_address: Option<String>,
-    /// Where to serve the kubelet API (TLS); port 0 picks a free port.
-    /// The port bound is registered on the Node. Not served when unset.
-    #[arg(long, env = "LIQO_KUBELET_ADDR")]
-    kubelet_addr: Option<SocketAddr>,
-    /// The address the API server reaches the kubelet API at (the
-    /// agent's pod IP); by default the address of `--kubelet-addr`.
-    #[arg(long, env = "POD_IP")]
-    node_ip: Option<IpAddr>,
-    /// Where to serve the placement webhook (TLS, with the Secret
-    /// `liqo/liqo-placement-tls`), for clusters without
-    /// MutatingAdmissionPolicy. Not served when unset.
-    #[arg(long, env = "LIQO_PLACEMENT_ADDR")]
-    placement_addr: Option<SocketAddr>,
+    /// The flags liqoctl gives (their contract is in `liqo_api::agents`).
+    #[command(flatten)]
+    flags: VirtualKubeletFlags,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     liqo_agent_runtime::init_logging();
-    let args = Args::parse();
+    let args = Args::parse().flags;
+    let health_addr = args.health_addr.socket_addr()?;
     let readiness = Readiness::default();
-    let listener = liqo_agent_runtime::bind_health(args.health_addr).await?;
+    let listener = liqo_agent_runtime::bind_health(health_addr).await?;
     tracing::info!(
         version = liqo_api::VERSION,
-        health = %args.health_addr,
+        health = %health_addr,
         foreign_cluster = %args.foreign_cluster,
         node = %args.node_name,
         "virtual kubelet starting"
@@ -137,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
     let mut keep_tls: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
         Box::pin(std::future::pending());
     if let Some(addr) = args.kubelet_addr {
-        let listener = kubelet_api::bind(addr).await?;
+        let listener = kubelet_api::bind(addr.socket_addr()?).await?;
         let bound = listener.local_addr()?;
         let ip = args
             .node_ip
@@ -196,7 +166,11 @@ async fn main() -> anyhow::Result<()> {
         tunnel: tunnel.clone(),
         placement: placement_able_rx,
     };
-    let placement = match args.placement_addr {
+    let placement = match args
+        .placement_addr
+        .map(ListenAddr::socket_addr)
+        .transpose()?
+    {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
                 .await
