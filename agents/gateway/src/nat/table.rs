@@ -1,26 +1,12 @@
-//! What the gateway installs on its node for one peer: the route of the
-//! peer's pods into the tunnel's device and, when this cluster sees them
-//! under a remapped CIDR (theirs overlaps one of ours), one nftables table
-//! of its own that translates between the two. It touches nothing else of
-//! the host: removing the table and the device restores it.
-//!
-//! The translation is stateless and keeps the host part:
-//! - **outgoing** (postrouting, out of the tunnel's device, so after the
-//!   routing decision was taken on the remapped address): the destination,
-//!   remapped → the peer's real CIDR;
-//! - **incoming** (prerouting at raw priority, into the device, so before
-//!   conntrack and routing): the source, the peer's real CIDR → remapped.
-//!
-//! So real addresses cross the tunnel, and each side needs nothing but its
-//! own decision and the peer's real pod CIDR; the peer's decision about us
-//! is the peer's own business. Being stateless, it needs no conntrack
-//! entry to translate replies, so connections opened from either side work
-//! alike; ICMP errors quoting a packet keep the quoted addresses untranslated.
+//! One peer's nftables table: the stateless translation between the
+//! peer's real pod CIDR and where this cluster sees it.
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
 use ipnet::IpNet;
+
+use super::Error;
 
 /// How one peer's pods are reached through one tunnel device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,19 +17,6 @@ pub struct Peering {
     pub peer: IpNet,
     /// Where this cluster sees the peer's pods, when not at `peer`.
     pub seen_as: Option<IpNet>,
-}
-
-/// Why the route or the table could not be installed or removed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("running {0}")]
-    Spawn(&'static str, #[source] std::io::Error),
-    #[error("{what} refused {input}: {stderr}")]
-    Refused {
-        what: &'static str,
-        input: String,
-        stderr: String,
-    },
 }
 
 impl Peering {
@@ -122,24 +95,6 @@ pub fn nft(input: &str) -> Result<(), Error> {
         return Err(Error::Refused {
             what: "nft",
             input: input.to_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
-    Ok(())
-}
-
-/// Routes `dest` into `device` (replacing any route to it).
-pub fn route(dest: IpNet, device: &str) -> Result<(), Error> {
-    let args = ["route", "replace", &dest.to_string(), "dev", device];
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::Spawn("ip", e))?;
-    if !out.status.success() {
-        return Err(Error::Refused {
-            what: "ip",
-            input: args.join(" "),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         });
     }
