@@ -23,11 +23,11 @@
 mod announce;
 mod control;
 mod flags;
+mod grant_shares;
 mod io;
 mod metrics;
 mod nat;
 mod netcheck;
-mod shares;
 mod tunnel;
 
 use anyhow::Context as _;
@@ -113,7 +113,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         .context("the gateway's key")?;
     tracing::info!(public_key = %key.public_of_private(), "key pair ready");
     // On a provider: the tenants' grants, split across their namespaces.
-    let keep_shares = shares::keep(client.clone());
+    let keep_shares = grant_shares::keep(client.clone());
     let tunnels = control::Tunnels::new(
         client,
         control::Settings {
