@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use clap::Parser;
-use liqo_api::discovery::ApiAddress;
+use liqo_api::discovery::{ApiAddress, DiscoveryError};
 use liqo_api::names;
 
 use crate::{netcheck, tunnel};
@@ -176,7 +176,7 @@ fn parse_ports(value: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
 impl Args {
     /// Where the API server is said to be when the agent announces; `None`
     /// when it does not.
-    pub(crate) fn announcement(&self) -> anyhow::Result<Option<ApiAddress>> {
+    pub(crate) fn announcement(&self) -> Result<Option<ApiAddress>, DiscoveryError> {
         if !self.announce {
             return Ok(None);
         }

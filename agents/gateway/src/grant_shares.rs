@@ -25,6 +25,27 @@ use liqo_api::shares::{self, Grant, Holder, QuotaState, SHARE_QUOTA};
 use serde_json::json;
 
 use crate::control;
+use crate::error_chain::chain;
+
+/// Why a round could not read or write the shares. Where the API's error
+/// alone said it, it still does (`transparent`).
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error(transparent)]
+    List(kube::Error),
+    #[error("writing {quota} in {namespace}", quota = SHARE_QUOTA)]
+    Write {
+        namespace: String,
+        #[source]
+        error: kube::Error,
+    },
+    #[error("writing the Services bounds of {quota} in {namespace}", quota = SHARE_QUOTA)]
+    WriteBounds {
+        namespace: String,
+        #[source]
+        error: kube::Error,
+    },
+}
 
 /// The field manager of the shares.
 const MANAGER: &str = "liqo-gateway";
@@ -112,7 +133,7 @@ impl Keeper {
                     if wrote { AGAIN } else { PERIOD }
                 }
                 Err(error) => {
-                    let text = format!("{error:#}");
+                    let text = chain(&error);
                     if self.failing.as_ref() != Some(&text) {
                         tracing::warn!(error = %text, "cannot keep the tenants' shares");
                         self.failing = Some(text);
@@ -124,7 +145,7 @@ impl Keeper {
     }
 
     /// One round for every tenant; whether anything was written.
-    async fn round(&self) -> anyhow::Result<bool> {
+    async fn round(&self) -> Result<bool, RoundError> {
         let tenants = self.tenants.store.state();
         let twins = self.twins.store.state();
         // From the stores first: a round that would write nothing costs
@@ -139,7 +160,8 @@ impl Keeper {
         }
         let fresh = Api::<ResourceQuota>::all(self.client.clone())
             .list(&ListParams::default().fields(&format!("metadata.name={SHARE_QUOTA}")))
-            .await?
+            .await
+            .map_err(RoundError::List)?
             .items;
         let fresh: Vec<&ResourceQuota> = fresh.iter().collect();
         let mut wrote = false;
@@ -164,10 +186,10 @@ impl Keeper {
                     }
                     // The rest of this tenant's writes may depend on it.
                     Err(error) => {
-                        failed.get_or_insert(
-                            anyhow::Error::new(error)
-                                .context(format!("writing {SHARE_QUOTA} in {namespace}")),
-                        );
+                        failed.get_or_insert(RoundError::Write {
+                            namespace: namespace.clone(),
+                            error,
+                        });
                         break;
                     }
                     Ok(()) => {
@@ -207,9 +229,10 @@ impl Keeper {
                     Ok(_) => wrote = true,
                     Err(error) if liqo_agent_runtime::namespace_terminating(&error) => {}
                     Err(error) => {
-                        failed.get_or_insert(anyhow::Error::new(error).context(format!(
-                            "writing the Services bounds of {SHARE_QUOTA} in {namespace}"
-                        )));
+                        failed.get_or_insert(RoundError::WriteBounds {
+                            namespace: namespace.clone(),
+                            error,
+                        });
                     }
                 }
             }

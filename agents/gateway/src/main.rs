@@ -22,6 +22,7 @@
 
 mod announce;
 mod control;
+mod error_chain;
 mod flags;
 mod grant_shares;
 mod io;
@@ -56,7 +57,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
             return Ok(match io::process::run(args).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("{}{e:#}", control::TUNNEL_FAILED);
+                    eprintln!("{}{}", control::TUNNEL_FAILED, error_chain::chain(&e));
                     std::process::ExitCode::FAILURE
                 }
             });

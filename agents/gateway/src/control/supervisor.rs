@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::runtime::reflector::ObjectRef;
 use liqo_agent_runtime::follow::Followed;
@@ -21,6 +20,7 @@ use tokio::sync::watch;
 use super::Settings;
 use super::plan::{Local, Planned, TunnelPlan, node_networks, plan};
 use super::status::Report;
+use crate::error_chain::chain;
 use crate::tunnel::Key;
 
 /// The least time between two starts of one tunnel's process.
@@ -32,6 +32,34 @@ pub const TUNNEL_FAILED: &str = "tunnel failed: ";
 /// listening side learn the dialer's endpoint before any traffic, and
 /// lets each side tell that the other is alive (see [`super::status`]).
 const KEEPALIVE_SECONDS: u16 = 10;
+
+/// Why a tunnel process could not be started. Where an error alone said
+/// it, it still does (`transparent`).
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("finding the gateway's own binary")]
+    OwnBinary(#[source] std::io::Error),
+    #[error("resolving the peer's endpoint {endpoint}")]
+    Resolve {
+        endpoint: String,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error("the peer's endpoint {0} resolves to nothing")]
+    Unresolved(String),
+    #[error("opening the network namespace {path}")]
+    OpenNetns {
+        path: String,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error("starting a tunnel process")]
+    Spawn(#[source] std::io::Error),
+    #[error("the tunnel's standard {0}")]
+    NoPipe(&'static str),
+    #[error(transparent)]
+    HandKey(std::io::Error),
+}
 
 /// One running tunnel process.
 struct Child {
@@ -134,7 +162,7 @@ impl Tunnels {
                     self.children.insert(key.clone(), child);
                 }
                 Err(e) => {
-                    tracing::warn!(connection = %key, error = %format!("{e:#}"), "cannot start the tunnel")
+                    tracing::warn!(connection = %key, error = %chain(&e), "cannot start the tunnel")
                 }
             }
         }
@@ -179,8 +207,8 @@ impl Tunnels {
         }
     }
 
-    async fn start(&self, plan: &TunnelPlan) -> anyhow::Result<Child> {
-        let exe = std::env::current_exe().context("finding the gateway's own binary")?;
+    async fn start(&self, plan: &TunnelPlan) -> Result<Child, StartError> {
+        let exe = std::env::current_exe().map_err(StartError::OwnBinary)?;
         let mut command = tokio::process::Command::new(exe);
         command
             .arg("tunnel")
@@ -203,11 +231,12 @@ impl Tunnels {
         if let Some(endpoint) = &plan.endpoint {
             let resolved = tokio::net::lookup_host(endpoint)
                 .await
-                .with_context(|| format!("resolving the peer's endpoint {endpoint}"))?
+                .map_err(|error| StartError::Resolve {
+                    endpoint: endpoint.clone(),
+                    error,
+                })?
                 .next()
-                .ok_or_else(|| {
-                    anyhow::anyhow!("the peer's endpoint {endpoint} resolves to nothing")
-                })?;
+                .ok_or_else(|| StartError::Unresolved(endpoint.clone()))?;
             command
                 .arg(format!("--peer-endpoint={resolved}"))
                 .arg(format!("--persistent-keepalive={KEEPALIVE_SECONDS}"));
@@ -218,24 +247,25 @@ impl Tunnels {
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         let netns = match &self.settings.netns {
-            Some(path) => Some(
-                std::fs::File::open(path)
-                    .with_context(|| format!("opening the network namespace {}", path.display()))?,
-            ),
+            Some(path) => {
+                Some(
+                    std::fs::File::open(path).map_err(|error| StartError::OpenNetns {
+                        path: path.display().to_string(),
+                        error,
+                    })?,
+                )
+            }
             None => None,
         };
         before_exec(&mut command, netns);
-        let mut process = command.spawn().context("starting a tunnel process")?;
-        let mut stdin = process
-            .stdin
-            .take()
-            .context("the tunnel's standard input")?;
-        stdin.write_all(self.key.expose().as_bytes()).await?;
+        let mut process = command.spawn().map_err(StartError::Spawn)?;
+        let mut stdin = process.stdin.take().ok_or(StartError::NoPipe("input"))?;
+        stdin
+            .write_all(self.key.expose().as_bytes())
+            .await
+            .map_err(StartError::HandKey)?;
         drop(stdin);
-        let stdout = process
-            .stdout
-            .take()
-            .context("the tunnel's standard output")?;
+        let stdout = process.stdout.take().ok_or(StartError::NoPipe("output"))?;
         let (tell, reports) = watch::channel(None);
         tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(stdout).lines();
@@ -248,10 +278,7 @@ impl Tunnels {
                 }
             }
         });
-        let stderr = process
-            .stderr
-            .take()
-            .context("the tunnel's standard error")?;
+        let stderr = process.stderr.take().ok_or(StartError::NoPipe("error"))?;
         let (tell_failure, failure) = watch::channel(None);
         tokio::spawn(async move {
             // Its log goes on into ours; its last word is kept.
@@ -343,7 +370,7 @@ pub async fn run_tunnels(
                 .converge(&local, &connections.store.state(), exposure.as_deref())
                 .await;
         }
-        // Counters and exited processes are looked at every second too.
+        // Report and exited processes are looked at every second too.
         tokio::select! {
             _ = stop.changed() => break,
             _ = connections.state.changed() => {}

@@ -3,24 +3,70 @@
 //! sans-IO peer they carry. The agent runs one for each connection; the
 //! tests and the benchmark run it against standard WireGuard.
 
-use anyhow::Context as _;
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
+use liqo_api::networking::RemapError;
 
 use crate::flags::TunnelArgs;
 use crate::{control, nat, tunnel};
 
-pub async fn run(args: TunnelArgs) -> anyhow::Result<()> {
+/// Why the tunnel process could not start or stopped. Its chain of
+/// causes is the one line the agent keeps as the reason the tunnel ended;
+/// where an error alone said it, it still does (`transparent`).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("reading {0}")]
+    ReadKey(String, #[source] std::io::Error),
+    #[error("{0}")]
+    BadKey(String, #[source] tunnel::KeyError),
+    #[error("give --allowed-ips, --peer-cidr or both: the peer would be allowed nothing")]
+    NothingAllowed,
+    #[error(
+        "--peer-remapped-cidr {remapped} must be of the family and length of \
+         --peer-cidr {peer}: the host part is kept"
+    )]
+    RemappedShape { remapped: IpNet, peer: IpNet },
+    #[error(
+        "--peer-remapped-cidr {remapped} overlaps {clash}, which this cluster uses: \
+         choose another"
+    )]
+    RemappedClash { remapped: IpNet, clash: IpNet },
+    #[error(transparent)]
+    Remap(RemapError),
+    #[error("creating the TUN device {0}")]
+    CreateDevice(String, #[source] std::io::Error),
+    #[error("listening on {0}")]
+    Listen(SocketAddr, #[source] std::io::Error),
+    #[error(transparent)]
+    LocalAddress(std::io::Error),
+    #[error("installing the NAT table")]
+    InstallNat(#[source] nat::Error),
+    #[error("routing the peer's pods")]
+    Route(#[source] nat::Error),
+    #[error("starting the tunnel's threads")]
+    StartThreads(#[source] std::io::Error),
+    #[error("the tunnel's threads ended")]
+    ThreadsEnded(#[source] tokio::sync::oneshot::error::RecvError),
+    #[error("tunnel IO")]
+    Io(#[source] std::io::Error),
+}
+
+/// Runs the tunnel its flags describe until a signal, or until its IO
+/// fails.
+pub async fn run(args: TunnelArgs) -> Result<(), ProcessError> {
+    let key_file = || args.private_key_file.display().to_string();
     let private_key: tunnel::Key = read_key(&args.private_key_file)
-        .with_context(|| format!("reading {}", args.private_key_file.display()))?
+        .map_err(|e| ProcessError::ReadKey(key_file(), e))?
         .parse()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.private_key_file.display()))?;
+        .map_err(|e| ProcessError::BadKey(key_file(), e))?;
     let peering = peering(&args)?;
     let mut allowed_ips = args.allowed_ips.clone();
     // Real addresses cross the tunnel: the peer's own pod CIDR.
     allowed_ips.extend(peering.as_ref().map(|p| p.peer));
-    anyhow::ensure!(
-        !allowed_ips.is_empty(),
-        "give --allowed-ips, --peer-cidr or both: the peer would be allowed nothing"
-    );
+    if allowed_ips.is_empty() {
+        return Err(ProcessError::NothingAllowed);
+    }
     let config = tunnel::PeerConfig {
         private_key,
         peer_public_key: args.peer_public_key,
@@ -36,13 +82,13 @@ pub async fn run(args: TunnelArgs) -> anyhow::Result<()> {
         .mtu(args.mtu)
         .offload(!args.no_offload)
         .build_sync()
-        .with_context(|| format!("creating the TUN device {}", args.interface))?;
-    let socket = std::net::UdpSocket::bind(args.listen)
-        .with_context(|| format!("listening on {}", args.listen))?;
+        .map_err(|e| ProcessError::CreateDevice(args.interface.clone(), e))?;
+    let socket =
+        std::net::UdpSocket::bind(args.listen).map_err(|e| ProcessError::Listen(args.listen, e))?;
     tracing::info!(
         interface = %args.interface,
         address = ?args.address,
-        listen = %socket.local_addr()?,
+        listen = %socket.local_addr().map_err(ProcessError::LocalAddress)?,
         public_key = %config.private_key.public_of_private(),
         offload = !args.no_offload,
         "tunnel up"
@@ -54,8 +100,8 @@ pub async fn run(args: TunnelArgs) -> anyhow::Result<()> {
         Some(peering) => {
             let routed = peering.routed();
             let installed =
-                nat::Installed::install(peering.clone()).context("installing the NAT table")?;
-            nat::route(routed, &args.interface).context("routing the peer's pods")?;
+                nat::Installed::install(peering.clone()).map_err(ProcessError::InstallNat)?;
+            nat::route(routed, &args.interface).map_err(ProcessError::Route)?;
             tracing::info!(
                 peer_cidr = %peering.peer,
                 seen_as = %routed,
@@ -87,9 +133,11 @@ pub async fn run(args: TunnelArgs) -> anyhow::Result<()> {
         .spawn(move || {
             let _ = done.send(super::run(device, socket, peer, report));
         })
-        .context("starting the tunnel's threads")?;
+        .map_err(ProcessError::StartThreads)?;
     tokio::select! {
-        result = tunnel => result.context("the tunnel's threads ended")?.context("tunnel IO")?,
+        result = tunnel => result
+            .map_err(ProcessError::ThreadsEnded)?
+            .map_err(ProcessError::Io)?,
         () = liqo_agent_runtime::shutdown_signal() => {}
     }
     Ok(())
@@ -106,7 +154,7 @@ fn read_key(path: &std::path::Path) -> std::io::Result<String> {
 
 /// What the flags say about the peer's pods: where they are, and where
 /// this cluster sees them.
-fn peering(args: &TunnelArgs) -> anyhow::Result<Option<nat::Peering>> {
+fn peering(args: &TunnelArgs) -> Result<Option<nat::Peering>, ProcessError> {
     use liqo_api::networking::{overlap, remap};
     let Some(peer) = args.peer_cidr.map(|c| c.trunc()) else {
         return Ok(None);
@@ -114,25 +162,26 @@ fn peering(args: &TunnelArgs) -> anyhow::Result<Option<nat::Peering>> {
     let seen_as = match (args.peer_remapped_cidr, args.local_cidr) {
         (Some(remapped), local) => {
             let remapped = remapped.trunc();
-            anyhow::ensure!(
-                remapped.prefix_len() == peer.prefix_len()
-                    && remapped.max_prefix_len() == peer.max_prefix_len(),
-                "--peer-remapped-cidr {remapped} must be of the family and length of \
-                 --peer-cidr {peer}: the host part is kept"
-            );
+            if remapped.prefix_len() != peer.prefix_len()
+                || remapped.max_prefix_len() != peer.max_prefix_len()
+            {
+                return Err(ProcessError::RemappedShape { remapped, peer });
+            }
             if let Some(clash) = local
                 .iter()
                 .chain(&args.avoid)
                 .find(|n| overlap(n, &remapped))
             {
-                anyhow::bail!(
-                    "--peer-remapped-cidr {remapped} overlaps {clash}, which this cluster uses: \
-                     choose another"
-                );
+                return Err(ProcessError::RemappedClash {
+                    remapped,
+                    clash: *clash,
+                });
             }
             Some(remapped)
         }
-        (None, Some(local)) => remap(local, peer, &args.remap_pool, &args.avoid)?,
+        (None, Some(local)) => {
+            remap(local, peer, &args.remap_pool, &args.avoid).map_err(ProcessError::Remap)?
+        }
         (None, None) => None,
     };
     Ok(Some(nat::Peering {
@@ -164,7 +213,7 @@ mod tests {
         let Some(Command::Tunnel(args)) = cli.command else {
             anyhow::bail!("not the tunnel command");
         };
-        peering(&args)
+        Ok(peering(&args)?)
     }
 
     fn net(s: &str) -> ipnet::IpNet {

@@ -17,16 +17,24 @@ impl std::fmt::Debug for Key {
     }
 }
 
-impl std::str::FromStr for Key {
-    type Err = String;
+/// Why a text is not a key. The decoder's error is part of the message,
+/// not a source: clap shows a flag's parse error by its message alone.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("not base64: {0}")]
+    NotBase64(base64::DecodeError),
+    #[error("{0} bytes, a key has 32")]
+    Length(usize),
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bytes = BASE64
-            .decode(s.trim())
-            .map_err(|e| format!("not base64: {e}"))?;
+impl std::str::FromStr for Key {
+    type Err = KeyError;
+
+    fn from_str(s: &str) -> Result<Self, KeyError> {
+        let bytes = BASE64.decode(s.trim()).map_err(KeyError::NotBase64)?;
         let bytes: [u8; 32] = bytes
             .try_into()
-            .map_err(|b: Vec<u8>| format!("{} bytes, a key has 32", b.len()))?;
+            .map_err(|b: Vec<u8>| KeyError::Length(b.len()))?;
         Ok(Self(bytes))
     }
 }

@@ -19,7 +19,7 @@ mod key;
 mod peer;
 mod probe;
 
-pub use key::Key;
+pub use key::{Key, KeyError};
 pub use peer::{Peer, PeerConfig, Stats, TICK};
 
 /// WireGuard's overhead on a packet: outer IPv4 (20) or IPv6 (40), UDP
