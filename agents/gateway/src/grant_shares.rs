@@ -153,8 +153,8 @@ impl Keeper {
         let stored = self.quotas.store.state();
         let stored: Vec<&ResourceQuota> = stored.iter().map(|q| &**q).collect();
         if !tenants.iter().any(|t| {
-            let plan = plan(t, &twins, &stored);
-            !plan.writes.is_empty() || !plan.exposure.is_empty()
+            let due = tenant_shares(t, &twins, &stored);
+            !due.writes.is_empty() || !due.exposure.is_empty()
         }) {
             return Ok(false);
         }
@@ -169,9 +169,9 @@ impl Keeper {
         // One tenant's failure (its namespace not made yet) does not hold
         // back the others.
         for tenant in &tenants {
-            let plan = plan(tenant, &twins, &fresh);
-            for write in &plan.writes {
-                let (namespace, existing) = &plan.holders[write.holder];
+            let due = tenant_shares(tenant, &twins, &fresh);
+            for write in &due.writes {
+                let (namespace, existing) = &due.holders[write.holder];
                 if existing.as_ref().is_some_and(|q| !is_ours(q)) {
                     tracing::warn!(%namespace, "a ResourceQuota {SHARE_QUOTA} that is not ours: left as it is");
                     continue;
@@ -208,9 +208,9 @@ impl Keeper {
         // part of the grant already written (under a manager of their own,
         // so that neither write takes the other's keys).
         for tenant in &tenants {
-            let plan = plan(tenant, &twins, &fresh);
-            for holder in plan.exposure {
-                let (namespace, _) = &plan.holders[holder];
+            let due = tenant_shares(tenant, &twins, &fresh);
+            for holder in due.exposure {
+                let (namespace, _) = &due.holders[holder];
                 let id = tenant.spec.cluster_id.to_string();
                 let quota = json!({
                     "apiVersion": "v1",
@@ -267,7 +267,7 @@ impl Keeper {
 }
 
 /// One tenant's namespaces with their share quotas, and what to write.
-struct Plan {
+struct TenantShares {
     holders: Vec<(String, Option<ResourceQuota>)>,
     writes: Vec<shares::Write>,
     /// The holders whose share lacks the Services bounds of the terms.
@@ -277,12 +277,16 @@ struct Plan {
 /// The tenant namespace first, then the twins by name. A twin being
 /// deleted keeps its share (its pods are still counted) and gets no new
 /// one.
-fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[&ResourceQuota]) -> Plan {
+fn tenant_shares(
+    tenant: &Tenant,
+    twins: &[std::sync::Arc<Namespace>],
+    quotas: &[&ResourceQuota],
+) -> TenantShares {
     let id = tenant.spec.cluster_id.to_string();
     let grant =
         Grant::of(&tenant.spec.grant).filter(|_| tenant.meta().deletion_timestamp.is_none());
     let Some(grant) = grant else {
-        return Plan {
+        return TenantShares {
             holders: Vec::new(),
             writes: Vec::new(),
             exposure: Vec::new(),
@@ -348,7 +352,7 @@ fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[&Resourc
         })
         .map(|(i, _)| i)
         .collect();
-    Plan {
+    TenantShares {
         holders: holders.into_iter().map(|(ns, q, _)| (ns, q)).collect(),
         writes,
         exposure,

@@ -156,7 +156,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
         service,
         tunnels_stop,
     ));
-    let state = control::State {
+    let inputs = control::ReadinessInputs {
         identity,
         identity_ref: ObjectRef::new(names::IDENTITY_CONFIGMAP).within(&args.namespace),
         peers,
@@ -196,7 +196,7 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
                 keep_shares
             );
         },
-        state,
+        inputs,
         announcer_failed,
     )
     .await;
@@ -217,14 +217,14 @@ async fn run_until_stopped(
     more_routes: liqo_agent_runtime::axum::Router,
     readiness: Readiness,
     following: impl Future<Output = ()>,
-    state: control::State,
+    inputs: control::ReadinessInputs,
     announcer: impl Future<Output = Result<anyhow::Result<()>, tokio::task::JoinError>>,
 ) -> anyhow::Result<()> {
     tokio::select! {
         result = liqo_agent_runtime::serve_health_with(listener, readiness.clone(), more_routes) => result?,
         result = announcer => result.map_err(anyhow::Error::from).and_then(|r| r).context("announcing on the LAN")?,
         () = following => {}
-        () = state.keep_readiness(&readiness) => {}
+        () = inputs.keep_readiness(&readiness) => {}
         () = liqo_agent_runtime::shutdown_signal() => {}
     }
     Ok(())

@@ -45,14 +45,14 @@ pub struct TunnelPlan {
 
 /// The local networks a peer's pods must not be seen in.
 #[derive(Debug, Clone, Default)]
-pub struct Local {
+pub struct LocalNetworks {
     pub pod_cidr: Option<IpNet>,
     pub service_cidr: Option<IpNet>,
     /// The node's own networks (its interfaces').
     pub node: Vec<IpNet>,
 }
 
-impl Local {
+impl LocalNetworks {
     pub fn of(identity: &ClusterIdentity, node: Vec<IpNet>) -> Self {
         Self {
             pod_cidr: Some(identity.pod_cidr),
@@ -66,7 +66,11 @@ impl Local {
 /// peer's pods are seen. Pure: the same objects give the same plan.
 /// Connections are taken oldest first, so a newer one never takes what
 /// an older one holds, and a decision in a status is kept while valid.
-pub fn plan(local: &Local, connections: &[Arc<Connection>], settings: &Settings) -> Vec<Planned> {
+pub fn plan(
+    local: &LocalNetworks,
+    connections: &[Arc<Connection>],
+    settings: &Settings,
+) -> Vec<Planned> {
     let mut sorted: Vec<&Arc<Connection>> = connections
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
@@ -229,8 +233,8 @@ mod tests {
         }
     }
 
-    fn local() -> Local {
-        Local {
+    fn local() -> LocalNetworks {
+        LocalNetworks {
             pod_cidr: Some("10.200.0.0/16".parse().expect("cidr")),
             service_cidr: Some("10.100.0.0/16".parse().expect("cidr")),
             node: vec!["192.168.1.0/24".parse().expect("cidr")],

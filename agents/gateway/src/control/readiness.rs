@@ -15,7 +15,7 @@ use liqo_api::networking::Connection;
 use tokio::sync::watch;
 
 /// What the gateway follows.
-pub struct State {
+pub struct ReadinessInputs {
     pub identity: Followed<ConfigMap>,
     pub identity_ref: ObjectRef<ConfigMap>,
     pub peers: Followed<ForeignCluster>,
@@ -32,7 +32,7 @@ pub struct Known {
     pub peers: Vec<(String, String)>,
 }
 
-impl State {
+impl ReadinessInputs {
     /// Re-evaluates readiness whenever either store changes: ready when
     /// both stores are current and the identity is present and valid.
     pub async fn keep_readiness(mut self, readiness: &Readiness) {

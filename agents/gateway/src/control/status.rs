@@ -1,5 +1,5 @@
 //! What each tunnel reports and what is written of it: every tunnel
-//! process prints its counters once a second ([`Report`]); a Connection's
+//! process prints its counters once a second ([`Counters`]); a Connection's
 //! status is written when a condition or decision changes, and the
 //! counters at most every [`COUNTERS_EVERY`].
 
@@ -33,7 +33,7 @@ const HEARD_WITHIN: Duration = Duration::from_secs(30);
 /// line) and the agent reads them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Report {
+pub struct Counters {
     pub since_handshake_ms: Option<u64>,
     pub tx_bytes: u64,
     pub rx_bytes: u64,
@@ -47,7 +47,7 @@ pub struct Report {
     pub probe_rtt_ms: Option<f64>,
 }
 
-impl Report {
+impl Counters {
     fn of(stats: &Stats) -> Self {
         Self {
             since_handshake_ms: stats.since_last_handshake.map(|d| d.as_millis() as u64),
@@ -71,7 +71,7 @@ impl Report {
                 return;
             }
             last = Some(Instant::now());
-            let line = serde_json::to_string(&Report::of(stats)).unwrap_or_default();
+            let line = serde_json::to_string(&Counters::of(stats)).unwrap_or_default();
             let mut out = std::io::stdout().lock();
             // The agent reading it is gone: nothing to tell anyone.
             let _ = writeln!(out, "{line}").and_then(|()| out.flush());
@@ -93,7 +93,7 @@ impl Tunnels {
         &self,
         p: &Planned,
         process: (bool, Option<&str>),
-        report: Option<&Report>,
+        report: Option<&Counters>,
         pod_cidr: Option<String>,
         service: Option<&Service>,
     ) -> ConnectionStatus {
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn reports_round_trip_and_tell_a_live_session() {
-        let report = Report {
+        let report = Counters {
             since_handshake_ms: Some(1_000),
             tx_bytes: 10,
             rx_bytes: 20,
@@ -272,18 +272,21 @@ mod tests {
             probe_rtt_ms: Some(0.25),
         };
         let line = serde_json::to_string(&report).expect("json");
-        assert_eq!(serde_json::from_str::<Report>(&line).expect("back"), report);
+        assert_eq!(
+            serde_json::from_str::<Counters>(&line).expect("back"),
+            report
+        );
         assert!(report.established());
-        let old = Report {
+        let old = Counters {
             since_handshake_ms: Some(181_000),
             ..report.clone()
         };
         assert!(!old.established());
-        let silent = Report {
+        let silent = Counters {
             since_heard_ms: Some(31_000),
             ..report
         };
         assert!(!silent.established(), "a peer not heard from for 30 s");
-        assert!(!Report::default().established());
+        assert!(!Counters::default().established());
     }
 }

@@ -18,8 +18,8 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::watch;
 
 use super::Settings;
-use super::plan::{Local, Planned, TunnelPlan, node_networks, plan};
-use super::status::Report;
+use super::plan::{LocalNetworks, Planned, TunnelPlan, node_networks, plan};
+use super::status::Counters;
 use crate::error_chain::chain;
 use crate::tunnel::Key;
 
@@ -65,14 +65,14 @@ enum StartError {
 struct Child {
     plan: TunnelPlan,
     process: tokio::process::Child,
-    reports: watch::Receiver<Option<Report>>,
+    reports: watch::Receiver<Option<Counters>>,
     /// The error the process wrote before exiting, if it did.
     failure: watch::Receiver<Option<String>>,
 }
 
 /// What the agent shares with its metrics endpoint: each connection's
 /// last report.
-pub type Observed = Arc<RwLock<BTreeMap<String, (Planned, Option<Report>)>>>;
+pub type Observed = Arc<RwLock<BTreeMap<String, (Planned, Option<Counters>)>>>;
 
 /// The tunnels the connections ask for, and what was written of them:
 /// [`Tunnels::converge`] is called whenever the connections or the
@@ -110,7 +110,7 @@ impl Tunnels {
     /// last seen (when the settings say there is one).
     pub async fn converge(
         &mut self,
-        local: &Local,
+        local: &LocalNetworks,
         connections: &[Arc<Connection>],
         service: Option<&Service>,
     ) {
@@ -270,7 +270,7 @@ impl Tunnels {
         tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                match serde_json::from_str::<Report>(&line) {
+                match serde_json::from_str::<Counters>(&line) {
                     Ok(report) => {
                         tell.send_replace(Some(report));
                     }
@@ -361,7 +361,7 @@ pub async fn run_tunnels(
                 .and_then(|map| {
                     ClusterIdentity::from_data(&map.data.clone().unwrap_or_default()).ok()
                 })
-                .map(|id| Local::of(&id, node_networks()))
+                .map(|id| LocalNetworks::of(&id, node_networks()))
                 .unwrap_or_default();
             let exposure = service
                 .as_ref()
@@ -370,7 +370,7 @@ pub async fn run_tunnels(
                 .converge(&local, &connections.store.state(), exposure.as_deref())
                 .await;
         }
-        // Report and exited processes are looked at every second too.
+        // Counters and exited processes are looked at every second too.
         tokio::select! {
             _ = stop.changed() => break,
             _ = connections.state.changed() => {}

@@ -68,12 +68,12 @@ const SEAL: usize = 32 + 15;
 
 /// What the timers thread tells every [`crate::tunnel::TICK`]: the
 /// peer's counters.
-pub type Report = Box<dyn FnMut(&crate::tunnel::Stats) + Send>;
+pub type OnStats = Box<dyn FnMut(&crate::tunnel::Stats) + Send>;
 
 /// Runs the tunnel on threads of its own until an IO error on the
 /// device or the socket, which it returns. `report` is given the peer's
 /// counters every tick.
-pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer, report: Report) -> io::Result<()> {
+pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer, report: OnStats) -> io::Result<()> {
     // quinn-udp keeps the socket non-blocking (a blocking recvmmsg would
     // wait for a whole batch): the threads wait in poll() instead.
     let state = UdpSocketState::new((&socket).into())?;

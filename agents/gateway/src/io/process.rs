@@ -60,10 +60,10 @@ pub async fn run(args: TunnelArgs) -> Result<(), ProcessError> {
         .map_err(|e| ProcessError::ReadKey(key_file(), e))?
         .parse()
         .map_err(|e| ProcessError::BadKey(key_file(), e))?;
-    let peering = peering(&args)?;
+    let pods = peer_pods(&args)?;
     let mut allowed_ips = args.allowed_ips.clone();
     // Real addresses cross the tunnel: the peer's own pod CIDR.
-    allowed_ips.extend(peering.as_ref().map(|p| p.peer));
+    allowed_ips.extend(pods.as_ref().map(|p| p.peer));
     if allowed_ips.is_empty() {
         return Err(ProcessError::NothingAllowed);
     }
@@ -95,17 +95,17 @@ pub async fn run(args: TunnelArgs) -> Result<(), ProcessError> {
     );
     // Before traffic flows: the table (or the removal of one an earlier
     // run left), then the route. The route goes with the device.
-    let _nat = match peering {
+    let _nat = match pods {
         None => None,
-        Some(peering) => {
-            let routed = peering.routed();
+        Some(pods) => {
+            let routed = pods.routed();
             let installed =
-                nat::Installed::install(peering.clone()).map_err(ProcessError::InstallNat)?;
+                nat::Installed::install(pods.clone()).map_err(ProcessError::InstallNat)?;
             nat::route(routed, &args.interface).map_err(ProcessError::Route)?;
             tracing::info!(
-                peer_cidr = %peering.peer,
+                peer_cidr = %pods.peer,
                 seen_as = %routed,
-                table = %peering.seen_as.map(|_| peering.table()).unwrap_or_else(|| "none".into()),
+                table = %pods.seen_as.map(|_| pods.table()).unwrap_or_else(|| "none".into()),
                 "routed into the tunnel"
             );
             Some(installed)
@@ -118,8 +118,8 @@ pub async fn run(args: TunnelArgs) -> Result<(), ProcessError> {
     {
         peer = peer.with_probes(local.network(), theirs.network());
     }
-    let report: super::Report = if args.report {
-        Box::new(control::Report::printer())
+    let report: super::OnStats = if args.report {
+        Box::new(control::Counters::printer())
     } else {
         Box::new(|_: &tunnel::Stats| {})
     };
@@ -154,7 +154,7 @@ fn read_key(path: &std::path::Path) -> std::io::Result<String> {
 
 /// What the flags say about the peer's pods: where they are, and where
 /// this cluster sees them.
-fn peering(args: &TunnelArgs) -> Result<Option<nat::Peering>, ProcessError> {
+fn peer_pods(args: &TunnelArgs) -> Result<Option<nat::PeerPods>, ProcessError> {
     use liqo_api::networking::{overlap, remap};
     let Some(peer) = args.peer_cidr.map(|c| c.trunc()) else {
         return Ok(None);
@@ -184,7 +184,7 @@ fn peering(args: &TunnelArgs) -> Result<Option<nat::Peering>, ProcessError> {
         }
         (None, None) => None,
     };
-    Ok(Some(nat::Peering {
+    Ok(Some(nat::PeerPods {
         device: args.interface.clone(),
         peer,
         seen_as,
@@ -198,7 +198,7 @@ mod tests {
     use clap::Parser as _;
 
     /// What `liqo-gateway tunnel` with these flags routes, and under what.
-    fn peering_of(extra: &[&str]) -> anyhow::Result<Option<nat::Peering>> {
+    fn pods_of(extra: &[&str]) -> anyhow::Result<Option<nat::PeerPods>> {
         let base = [
             "liqo-gateway",
             "tunnel",
@@ -213,7 +213,7 @@ mod tests {
         let Some(Command::Tunnel(args)) = cli.command else {
             anyhow::bail!("not the tunnel command");
         };
-        Ok(peering(&args)?)
+        Ok(peer_pods(&args)?)
     }
 
     fn net(s: &str) -> ipnet::IpNet {
@@ -222,9 +222,9 @@ mod tests {
 
     #[test]
     fn the_peer_is_remapped_only_when_it_overlaps_something_of_ours() -> anyhow::Result<()> {
-        assert_eq!(peering_of(&[])?, None);
+        assert_eq!(pods_of(&[])?, None);
         let p = |extra: &[&str]| -> anyhow::Result<(ipnet::IpNet, Option<ipnet::IpNet>)> {
-            let p = peering_of(extra)?.expect("a peering");
+            let p = pods_of(extra)?.expect("a peering");
             assert_eq!(p.device, "liqo0");
             Ok((p.peer, p.seen_as))
         };
@@ -265,8 +265,8 @@ mod tests {
             (net("10.201.0.0/16"), Some(net("10.202.0.0/16")))
         );
         // Flags that mean nothing alone.
-        assert!(peering_of(&local).is_err());
-        assert!(peering_of(&["--peer-remapped-cidr", "10.202.0.0/16"]).is_err());
+        assert!(pods_of(&local).is_err());
+        assert!(pods_of(&["--peer-remapped-cidr", "10.202.0.0/16"]).is_err());
         Ok(())
     }
 }

@@ -6,10 +6,10 @@ use std::sync::Mutex;
 use std::thread;
 
 use super::udp::{Outgoing, Udp};
-use super::{Report, lock};
+use super::{OnStats, lock};
 use crate::tunnel::{Peer, TICK};
 
-pub(super) fn timers(udp: &Udp, peer: &Mutex<Peer>, mut report: Report) -> io::Result<()> {
+pub(super) fn timers(udp: &Udp, peer: &Mutex<Peer>, mut report: OnStats) -> io::Result<()> {
     let mut due = Outgoing::new();
     let mut handshaken = false;
     loop {

@@ -28,7 +28,7 @@ mod route;
 mod table;
 
 pub use route::route;
-pub use table::{Installed, Peering};
+pub use table::{Installed, PeerPods};
 
 /// Why the route or the table could not be installed or removed.
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@ use super::Error;
 
 /// How one peer's pods are reached through one tunnel device.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peering {
+pub struct PeerPods {
     /// The tunnel's device (one per peer).
     pub device: String,
     /// The peer's pod CIDR as the peer knows it: what crosses the tunnel.
@@ -19,7 +19,7 @@ pub struct Peering {
     pub seen_as: Option<IpNet>,
 }
 
-impl Peering {
+impl PeerPods {
     /// The CIDR routed into the device: where local pods send.
     pub fn routed(&self) -> IpNet {
         self.seen_as.unwrap_or(self.peer)
@@ -30,10 +30,10 @@ impl Peering {
         format!("liqo-gw-{}", self.device)
     }
 
-    /// The `nft -f` input that makes our table what this peering needs, in
+    /// The `nft -f` input that makes our table what these pods need, in
     /// one transaction: created if missing, deleted, then defined, so that
     /// applying it again (or after a crash) leaves exactly one copy, and a
-    /// peering that needs no translation leaves no table.
+    /// peer whose pods need no translation leaves no table.
     pub fn ruleset(&self) -> String {
         let table = self.table();
         let mut text = format!("add table inet {table}\ndelete table inet {table}\n");
@@ -105,25 +105,25 @@ pub fn nft(input: &str) -> Result<(), Error> {
 /// with the device.
 #[derive(Debug)]
 pub struct Installed {
-    peering: Peering,
+    pods: PeerPods,
 }
 
 impl Installed {
-    /// Makes the table what `peering` needs (none when nothing is
+    /// Makes the table what `pods` need (none when nothing is
     /// remapped, removing what an earlier run may have left).
-    pub fn install(peering: Peering) -> Result<Self, Error> {
-        nft(&peering.ruleset())?;
-        Ok(Self { peering })
+    pub fn install(pods: PeerPods) -> Result<Self, Error> {
+        nft(&pods.ruleset())?;
+        Ok(Self { pods })
     }
 }
 
 impl Drop for Installed {
     fn drop(&mut self) {
-        if self.peering.seen_as.is_none() {
+        if self.pods.seen_as.is_none() {
             return;
         }
-        match nft(&self.peering.removal()) {
-            Ok(()) => tracing::info!(table = %self.peering.table(), "NAT table removed"),
+        match nft(&self.pods.removal()) {
+            Ok(()) => tracing::info!(table = %self.pods.table(), "NAT table removed"),
             Err(e) => tracing::warn!(error = %e, "removing the NAT table"),
         }
     }
@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn identical_cidrs_translate_both_ways_keeping_the_host_part() {
-        let p = Peering {
+        let p = PeerPods {
             device: "liqo0".into(),
             peer: net("10.200.0.0/16"),
             seen_as: Some(net("10.201.0.0/16")),
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn without_remap_the_ruleset_only_removes_our_table() {
-        let p = Peering {
+        let p = PeerPods {
             device: "wg1".into(),
             peer: net("10.210.0.0/16"),
             seen_as: None,
@@ -184,7 +184,7 @@ mod tests {
 
     #[test]
     fn ipv6_uses_ip6_matches() {
-        let p = Peering {
+        let p = PeerPods {
             device: "liqo0".into(),
             peer: net("fd00::/64"),
             seen_as: Some(net("fd01::/64")),

@@ -24,7 +24,7 @@ const DATA_OVERHEAD: usize = 32;
 /// The largest handshake message (an initiation): no buffer handed to
 /// boringtun is ever shorter.
 const HANDSHAKE_MAX: usize = 148;
-/// What a peering is configured with.
+/// What a peer is configured with.
 #[derive(Debug, Clone)]
 pub struct PeerConfig {
     pub private_key: Key,
@@ -67,7 +67,7 @@ pub enum Dropped {
     NotAllowed(IpAddr),
 }
 
-/// One peering's protocol state.
+/// One peer's protocol state.
 pub struct Peer {
     tunn: Tunn,
     /// Where replies and timers' messages are made: the data path writes
