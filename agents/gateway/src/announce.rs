@@ -10,6 +10,8 @@ use liqo_api::discovery::{ClusterRecord, MDNS_SERVICE_TYPE};
 use mdns_sd::{IfKind, ServiceDaemon, ServiceInfo};
 use tokio::sync::watch;
 
+use crate::flags::AnnounceArgs;
+
 /// Announces `records`' current value until the sender goes or `stop`
 /// ends, then withdraws it (mDNS goodbye packets, so that browsers forget
 /// it at once). `None` announces nothing. With `interface`, only there;
@@ -99,6 +101,33 @@ async fn withdraw(daemon: &ServiceDaemon, fullname: &str) {
         }
         Err(e) => tracing::warn!(%fullname, error = %e, "withdrawing the announcement"),
     }
+}
+
+/// `liqo-gateway announce`: announces the cluster its flags describe,
+/// until stopped.
+pub async fn from_flags(args: AnnounceArgs) -> anyhow::Result<()> {
+    use liqo_api::discovery::txt_keys;
+    // Checked as a browser would check it: what is announced can be read.
+    let mut txt = vec![
+        (txt_keys::ID.to_owned(), args.cluster_id),
+        (txt_keys::NAME.to_owned(), args.cluster_name),
+        (txt_keys::API.to_owned(), args.api_address),
+        (txt_keys::VERSION.to_owned(), liqo_api::VERSION.to_owned()),
+    ];
+    for label in &args.labels {
+        let (key, value) = label
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--label {label:?} is not KEY=VALUE"))?;
+        txt.push((format!("{}{key}", txt_keys::LABEL_PREFIX), value.to_owned()));
+    }
+    let record = ClusterRecord::from_txt(txt)?;
+    let (_keep, records) = watch::channel(Some(record));
+    announce(
+        args.interface.as_deref(),
+        records,
+        liqo_agent_runtime::shutdown_signal(),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -1,30 +1,16 @@
-//! What the gateway installs on its node for one peer: the route of the
-//! peer's pods into the tunnel's device and, when this cluster sees them
-//! under a remapped CIDR (theirs overlaps one of ours), one nftables table
-//! of its own that translates between the two. It touches nothing else of
-//! the host: removing the table and the device restores it.
-//!
-//! The translation is stateless and keeps the host part:
-//! - **outgoing** (postrouting, out of the tunnel's device, so after the
-//!   routing decision was taken on the remapped address): the destination,
-//!   remapped → the peer's real CIDR;
-//! - **incoming** (prerouting at raw priority, into the device, so before
-//!   conntrack and routing): the source, the peer's real CIDR → remapped.
-//!
-//! So real addresses cross the tunnel, and each side needs nothing but its
-//! own decision and the peer's real pod CIDR; the peer's decision about us
-//! is the peer's own business. Being stateless, it needs no conntrack
-//! entry to translate replies, so connections opened from either side work
-//! alike; ICMP errors quoting a packet keep the quoted addresses untranslated.
+//! One peer's nftables table: the stateless translation between the
+//! peer's real pod CIDR and where this cluster sees it.
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
 use ipnet::IpNet;
 
+use super::Error;
+
 /// How one peer's pods are reached through one tunnel device.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peering {
+pub struct PeerPods {
     /// The tunnel's device (one per peer).
     pub device: String,
     /// The peer's pod CIDR as the peer knows it: what crosses the tunnel.
@@ -33,20 +19,7 @@ pub struct Peering {
     pub seen_as: Option<IpNet>,
 }
 
-/// Why the route or the table could not be installed or removed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("running {0}")]
-    Spawn(&'static str, #[source] std::io::Error),
-    #[error("{what} refused {input}: {stderr}")]
-    Refused {
-        what: &'static str,
-        input: String,
-        stderr: String,
-    },
-}
-
-impl Peering {
+impl PeerPods {
     /// The CIDR routed into the device: where local pods send.
     pub fn routed(&self) -> IpNet {
         self.seen_as.unwrap_or(self.peer)
@@ -57,10 +30,10 @@ impl Peering {
         format!("liqo-gw-{}", self.device)
     }
 
-    /// The `nft -f` input that makes our table what this peering needs, in
+    /// The `nft -f` input that makes our table what these pods need, in
     /// one transaction: created if missing, deleted, then defined, so that
     /// applying it again (or after a crash) leaves exactly one copy, and a
-    /// peering that needs no translation leaves no table.
+    /// peer whose pods need no translation leaves no table.
     pub fn ruleset(&self) -> String {
         let table = self.table();
         let mut text = format!("add table inet {table}\ndelete table inet {table}\n");
@@ -128,47 +101,29 @@ pub fn nft(input: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Routes `dest` into `device` (replacing any route to it).
-pub fn route(dest: IpNet, device: &str) -> Result<(), Error> {
-    let args = ["route", "replace", &dest.to_string(), "dev", device];
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::Spawn("ip", e))?;
-    if !out.status.success() {
-        return Err(Error::Refused {
-            what: "ip",
-            input: args.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
-    Ok(())
-}
-
 /// Our table while it is installed: removed when dropped. The route goes
 /// with the device.
 #[derive(Debug)]
 pub struct Installed {
-    peering: Peering,
+    pods: PeerPods,
 }
 
 impl Installed {
-    /// Makes the table what `peering` needs (none when nothing is
+    /// Makes the table what `pods` need (none when nothing is
     /// remapped, removing what an earlier run may have left).
-    pub fn install(peering: Peering) -> Result<Self, Error> {
-        nft(&peering.ruleset())?;
-        Ok(Self { peering })
+    pub fn install(pods: PeerPods) -> Result<Self, Error> {
+        nft(&pods.ruleset())?;
+        Ok(Self { pods })
     }
 }
 
 impl Drop for Installed {
     fn drop(&mut self) {
-        if self.peering.seen_as.is_none() {
+        if self.pods.seen_as.is_none() {
             return;
         }
-        match nft(&self.peering.removal()) {
-            Ok(()) => tracing::info!(table = %self.peering.table(), "NAT table removed"),
+        match nft(&self.pods.removal()) {
+            Ok(()) => tracing::info!(table = %self.pods.table(), "NAT table removed"),
             Err(e) => tracing::warn!(error = %e, "removing the NAT table"),
         }
     }
@@ -184,7 +139,7 @@ mod tests {
 
     #[test]
     fn identical_cidrs_translate_both_ways_keeping_the_host_part() {
-        let p = Peering {
+        let p = PeerPods {
             device: "liqo0".into(),
             peer: net("10.200.0.0/16"),
             seen_as: Some(net("10.201.0.0/16")),
@@ -214,7 +169,7 @@ mod tests {
 
     #[test]
     fn without_remap_the_ruleset_only_removes_our_table() {
-        let p = Peering {
+        let p = PeerPods {
             device: "wg1".into(),
             peer: net("10.210.0.0/16"),
             seen_as: None,
@@ -229,7 +184,7 @@ mod tests {
 
     #[test]
     fn ipv6_uses_ip6_matches() {
-        let p = Peering {
+        let p = PeerPods {
             device: "liqo0".into(),
             peer: net("fd00::/64"),
             seen_as: Some(net("fd01::/64")),

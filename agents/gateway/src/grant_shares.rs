@@ -25,6 +25,27 @@ use liqo_api::shares::{self, Grant, Holder, QuotaState, SHARE_QUOTA};
 use serde_json::json;
 
 use crate::control;
+use crate::error_chain::chain;
+
+/// Why a round could not read or write the shares. Where the API's error
+/// alone said it, it still does (`transparent`).
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error(transparent)]
+    List(kube::Error),
+    #[error("writing {quota} in {namespace}", quota = SHARE_QUOTA)]
+    Write {
+        namespace: String,
+        #[source]
+        error: kube::Error,
+    },
+    #[error("writing the Services bounds of {quota} in {namespace}", quota = SHARE_QUOTA)]
+    WriteBounds {
+        namespace: String,
+        #[source]
+        error: kube::Error,
+    },
+}
 
 /// The field manager of the shares.
 const MANAGER: &str = "liqo-gateway";
@@ -112,7 +133,7 @@ impl Keeper {
                     if wrote { AGAIN } else { PERIOD }
                 }
                 Err(error) => {
-                    let text = format!("{error:#}");
+                    let text = chain(&error);
                     if self.failing.as_ref() != Some(&text) {
                         tracing::warn!(error = %text, "cannot keep the tenants' shares");
                         self.failing = Some(text);
@@ -124,7 +145,7 @@ impl Keeper {
     }
 
     /// One round for every tenant; whether anything was written.
-    async fn round(&self) -> anyhow::Result<bool> {
+    async fn round(&self) -> Result<bool, RoundError> {
         let tenants = self.tenants.store.state();
         let twins = self.twins.store.state();
         // From the stores first: a round that would write nothing costs
@@ -132,14 +153,15 @@ impl Keeper {
         let stored = self.quotas.store.state();
         let stored: Vec<&ResourceQuota> = stored.iter().map(|q| &**q).collect();
         if !tenants.iter().any(|t| {
-            let plan = plan(t, &twins, &stored);
-            !plan.writes.is_empty() || !plan.exposure.is_empty()
+            let due = tenant_shares(t, &twins, &stored);
+            !due.writes.is_empty() || !due.exposure.is_empty()
         }) {
             return Ok(false);
         }
         let fresh = Api::<ResourceQuota>::all(self.client.clone())
             .list(&ListParams::default().fields(&format!("metadata.name={SHARE_QUOTA}")))
-            .await?
+            .await
+            .map_err(RoundError::List)?
             .items;
         let fresh: Vec<&ResourceQuota> = fresh.iter().collect();
         let mut wrote = false;
@@ -147,9 +169,9 @@ impl Keeper {
         // One tenant's failure (its namespace not made yet) does not hold
         // back the others.
         for tenant in &tenants {
-            let plan = plan(tenant, &twins, &fresh);
-            for write in &plan.writes {
-                let (namespace, existing) = &plan.holders[write.holder];
+            let due = tenant_shares(tenant, &twins, &fresh);
+            for write in &due.writes {
+                let (namespace, existing) = &due.holders[write.holder];
                 if existing.as_ref().is_some_and(|q| !is_ours(q)) {
                     tracing::warn!(%namespace, "a ResourceQuota {SHARE_QUOTA} that is not ours: left as it is");
                     continue;
@@ -164,10 +186,10 @@ impl Keeper {
                     }
                     // The rest of this tenant's writes may depend on it.
                     Err(error) => {
-                        failed.get_or_insert(
-                            anyhow::Error::new(error)
-                                .context(format!("writing {SHARE_QUOTA} in {namespace}")),
-                        );
+                        failed.get_or_insert(RoundError::Write {
+                            namespace: namespace.clone(),
+                            error,
+                        });
                         break;
                     }
                     Ok(()) => {
@@ -186,9 +208,9 @@ impl Keeper {
         // part of the grant already written (under a manager of their own,
         // so that neither write takes the other's keys).
         for tenant in &tenants {
-            let plan = plan(tenant, &twins, &fresh);
-            for holder in plan.exposure {
-                let (namespace, _) = &plan.holders[holder];
+            let due = tenant_shares(tenant, &twins, &fresh);
+            for holder in due.exposure {
+                let (namespace, _) = &due.holders[holder];
                 let id = tenant.spec.cluster_id.to_string();
                 let quota = json!({
                     "apiVersion": "v1",
@@ -207,9 +229,10 @@ impl Keeper {
                     Ok(_) => wrote = true,
                     Err(error) if liqo_agent_runtime::namespace_terminating(&error) => {}
                     Err(error) => {
-                        failed.get_or_insert(anyhow::Error::new(error).context(format!(
-                            "writing the Services bounds of {SHARE_QUOTA} in {namespace}"
-                        )));
+                        failed.get_or_insert(RoundError::WriteBounds {
+                            namespace: namespace.clone(),
+                            error,
+                        });
                     }
                 }
             }
@@ -244,7 +267,7 @@ impl Keeper {
 }
 
 /// One tenant's namespaces with their share quotas, and what to write.
-struct Plan {
+struct TenantShares {
     holders: Vec<(String, Option<ResourceQuota>)>,
     writes: Vec<shares::Write>,
     /// The holders whose share lacks the Services bounds of the terms.
@@ -254,12 +277,16 @@ struct Plan {
 /// The tenant namespace first, then the twins by name. A twin being
 /// deleted keeps its share (its pods are still counted) and gets no new
 /// one.
-fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[&ResourceQuota]) -> Plan {
+fn tenant_shares(
+    tenant: &Tenant,
+    twins: &[std::sync::Arc<Namespace>],
+    quotas: &[&ResourceQuota],
+) -> TenantShares {
     let id = tenant.spec.cluster_id.to_string();
     let grant =
         Grant::of(&tenant.spec.grant).filter(|_| tenant.meta().deletion_timestamp.is_none());
     let Some(grant) = grant else {
-        return Plan {
+        return TenantShares {
             holders: Vec::new(),
             writes: Vec::new(),
             exposure: Vec::new(),
@@ -325,7 +352,7 @@ fn plan(tenant: &Tenant, twins: &[std::sync::Arc<Namespace>], quotas: &[&Resourc
         })
         .map(|(i, _)| i)
         .collect();
-    Plan {
+    TenantShares {
         holders: holders.into_iter().map(|(ns, q, _)| (ns, q)).collect(),
         writes,
         exposure,

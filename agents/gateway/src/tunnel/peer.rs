@@ -1,26 +1,16 @@
-//! The sans-IO side of one WireGuard peering: boringtun's `Tunn` (the
-//! Noise handshake, sessions, timers) plus what WireGuard asks of the
-//! device around it: cryptokey routing of what comes in (a decrypted
-//! packet must come from the peer's allowed addresses), roaming (the
-//! peer's endpoint is wherever its last authenticated datagram came from),
-//! and counters. Bytes in, bytes out, no sockets and no clock of its own
-//! beyond boringtun's: [`crate::io`] drives it, and the tests here drive
-//! two of them against each other.
+//! One peer's protocol state: boringtun's `Tunn`, cryptokey routing,
+//! roaming, timers and counters.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use boringtun::noise::errors::WireGuardError;
 use boringtun::noise::{Tunn, TunnResult};
 use boringtun::x25519::{PublicKey, StaticSecret};
 use ipnet::IpNet;
 
-/// WireGuard's overhead on a packet: outer IPv4 (20) or IPv6 (40), UDP
-/// (8), and the data message's header and tag (32). The tunnel's MTU is
-/// the link's minus the IPv6 figure, as WireGuard's own default does.
-pub const OVERHEAD_V6: u16 = 40 + 8 + 32;
+use super::Key;
+use super::probe::{PROBE_EVERY, PROBE_LEN, Probe, parse_probe, probe_packet};
 
 /// The room for rare messages (handshakes, keepalives, packets that
 /// waited for a handshake): a whole IP packet plus the data message's
@@ -34,54 +24,7 @@ const DATA_OVERHEAD: usize = 32;
 /// The largest handshake message (an initiation): no buffer handed to
 /// boringtun is ever shorter.
 const HANDSHAKE_MAX: usize = 148;
-
-/// A key in WireGuard's text form (32 bytes, base64), as `wg genkey` and
-/// `wg pubkey` write them.
-#[derive(Clone)]
-pub struct Key([u8; 32]);
-
-impl std::fmt::Debug for Key {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Private keys never reach a log: show nothing of the bytes.
-        f.write_str("Key(..)")
-    }
-}
-
-impl std::str::FromStr for Key {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bytes = BASE64
-            .decode(s.trim())
-            .map_err(|e| format!("not base64: {e}"))?;
-        let bytes: [u8; 32] = bytes
-            .try_into()
-            .map_err(|b: Vec<u8>| format!("{} bytes, a key has 32", b.len()))?;
-        Ok(Self(bytes))
-    }
-}
-
-impl Key {
-    /// A new private key from the system's random source.
-    pub fn generate() -> Self {
-        Self(StaticSecret::random_from_rng(rand_core::OsRng).to_bytes())
-    }
-
-    /// The key in WireGuard's text form. Not `Display`, so that a private
-    /// key never reaches a log by a stray `{}`: only where it must go
-    /// (its Secret, a tunnel process's standard input).
-    pub fn expose(&self) -> String {
-        BASE64.encode(self.0)
-    }
-
-    /// The public key of this private key, in WireGuard's text form.
-    pub fn public_of_private(&self) -> String {
-        let secret = StaticSecret::from(self.0);
-        BASE64.encode(PublicKey::from(&secret).as_bytes())
-    }
-}
-
-/// What a peering is configured with.
+/// What a peer is configured with.
 #[derive(Debug, Clone)]
 pub struct PeerConfig {
     pub private_key: Key,
@@ -124,7 +67,7 @@ pub enum Dropped {
     NotAllowed(IpAddr),
 }
 
-/// One peering's protocol state.
+/// One peer's protocol state.
 pub struct Peer {
     tunn: Tunn,
     /// Where replies and timers' messages are made: the data path writes
@@ -143,79 +86,6 @@ pub struct Peer {
     forced: Option<std::time::Instant>,
     /// The round-trip probes through the tunnel, when configured.
     probe: Option<Probe>,
-}
-
-/// Round-trip probes through the tunnel: a small UDP packet from an
-/// address of ours to one of the peer's (each side's pod CIDR's network
-/// address, which no pod has), answered by the peer's gateway itself:
-/// neither request nor reply ever reaches a device. They measure what
-/// the peers' pods see: the tunnel, both gateways and the link.
-#[derive(Debug, Clone)]
-struct Probe {
-    ours: Ipv4Addr,
-    theirs: Ipv4Addr,
-    next: u64,
-    /// The request in flight: its number and when it left.
-    pending: Option<(u64, std::time::Instant)>,
-    last_sent: Option<std::time::Instant>,
-    rtt: Option<Duration>,
-}
-
-/// How often a probe is sent while a session is up.
-const PROBE_EVERY: Duration = Duration::from_secs(5);
-/// What marks a probe: UDP to and from this port, with this payload head.
-const PROBE_PORT: u16 = 51899;
-const PROBE_MAGIC: &[u8; 9] = b"liqoprobe";
-const PROBE_LEN: usize = 20 + 8 + PROBE_MAGIC.len() + 1 + 8;
-
-/// A probe packet: IPv4, UDP (checksum 0, allowed over IPv4), the magic,
-/// `reply` (0 or 1), the number.
-fn probe_packet(src: Ipv4Addr, dst: Ipv4Addr, reply: bool, number: u64) -> [u8; PROBE_LEN] {
-    let mut p = [0u8; PROBE_LEN];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&(PROBE_LEN as u16).to_be_bytes());
-    p[6] = 0x40; // don't fragment
-    p[8] = 64;
-    p[9] = 17; // UDP
-    p[12..16].copy_from_slice(&src.octets());
-    p[16..20].copy_from_slice(&dst.octets());
-    let sum = ipv4_checksum(&p[..20]);
-    p[10..12].copy_from_slice(&sum.to_be_bytes());
-    p[20..22].copy_from_slice(&PROBE_PORT.to_be_bytes());
-    p[22..24].copy_from_slice(&PROBE_PORT.to_be_bytes());
-    p[24..26].copy_from_slice(&((PROBE_LEN - 20) as u16).to_be_bytes());
-    let body = &mut p[28..];
-    body[..PROBE_MAGIC.len()].copy_from_slice(PROBE_MAGIC);
-    body[PROBE_MAGIC.len()] = u8::from(reply);
-    body[PROBE_MAGIC.len() + 1..].copy_from_slice(&number.to_be_bytes());
-    p
-}
-
-fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w.get(1).copied().unwrap_or(0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// A probe addressed to `to`: (source, reply, number).
-fn parse_probe(packet: &[u8], to: Ipv4Addr) -> Option<(Ipv4Addr, bool, u64)> {
-    if packet.len() != PROBE_LEN || packet[0] != 0x45 || packet[9] != 17 {
-        return None;
-    }
-    let dst = Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]);
-    let port = u16::from_be_bytes([packet[22], packet[23]]);
-    let body = &packet[28..];
-    if dst != to || port != PROBE_PORT || &body[..PROBE_MAGIC.len()] != PROBE_MAGIC {
-        return None;
-    }
-    let src = Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
-    let number = u64::from_be_bytes(body[PROBE_MAGIC.len() + 1..].try_into().ok()?);
-    Some((src, body[PROBE_MAGIC.len()] == 1, number))
 }
 
 /// How often a forced handshake is retried: WireGuard's REKEY_TIMEOUT.
@@ -494,6 +364,7 @@ fn describe(e: &WireGuardError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tunnel::probe::ipv4_checksum;
 
     fn key(byte: u8) -> Key {
         let mut k = [byte; 32];
@@ -758,20 +629,5 @@ mod tests {
         pair.a_addr = "198.51.100.9:40000".parse().expect("addr");
         pair.a_sends(&ipv4([10, 1, 0, 5], [10, 2, 0, 7], b"moved"));
         assert_eq!(pair.b.endpoint(), Some(pair.a_addr));
-    }
-
-    #[test]
-    fn keys_read_as_wireguard_writes_them() {
-        // RFC 7748's test vector: Alice's private and public keys.
-        let private: Key = "dwdtCnMYpX08FsFyUbJmRd9ML4frwJkqsXf7pR25LCo="
-            .parse()
-            .expect("key");
-        assert_eq!(
-            private.public_of_private(),
-            "hSDwCYkwp1R0i33ctD73Wg2/Og0mOBr066SpjqqbTmo="
-        );
-        assert!("c2hvcnQ=".parse::<Key>().is_err());
-        assert!("not base64!".parse::<Key>().is_err());
-        assert_eq!(format!("{private:?}"), "Key(..)");
     }
 }
