@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 
 use clap::Parser;
+use liqo_api::agents::gateway::GatewayFlags;
 use liqo_api::discovery::{ApiAddress, DiscoveryError};
-use liqo_api::names;
 
 use crate::{netcheck, tunnel};
 
@@ -14,8 +14,10 @@ use crate::{netcheck, tunnel};
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Option<Command>,
+    /// The agent's own flags: liqoctl's contract with it
+    /// (`liqo_api::agents::gateway`).
     #[command(flatten)]
-    pub(crate) agent: Args,
+    pub(crate) agent: GatewayFlags,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -112,77 +114,14 @@ pub(crate) struct TunnelArgs {
     pub(crate) report: bool,
 }
 
-#[derive(clap::Args, Debug)]
-pub(crate) struct Args {
-    /// Where to serve /healthz and /readyz.
-    #[arg(long, env = "LIQO_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
-    pub(crate) health_addr: SocketAddr,
-    /// The namespace of liqo-rs's objects (the pod's own).
-    #[arg(long, env = "POD_NAMESPACE", default_value = names::NAMESPACE)]
-    pub(crate) namespace: String,
-    /// Announce the cluster on the LAN with mDNS (off unless given:
-    /// announcing multicasts on the node's networks).
-    #[arg(long, requires = "advertise_address")]
-    pub(crate) announce: bool,
-    /// The URL of the API server that peers should use, announced with
-    /// --announce.
-    #[arg(long, value_name = "URL")]
-    pub(crate) advertise_address: Option<String>,
-    /// The host (address or DNS name) peers dial to reach this gateway's
-    /// tunnels; without it, a listening connection publishes no endpoint.
-    #[arg(long, value_name = "HOST")]
-    pub(crate) endpoint_address: Option<String>,
-    /// The tunnels are exposed by the Service `liqo-gateway` of this type
-    /// in the agent's namespace: the endpoint published to peers is its
-    /// node port (NodePort) or its load balancer's address (LoadBalancer,
-    /// unless --endpoint-address names one).
-    #[arg(long, value_name = "NodePort|LoadBalancer")]
-    pub(crate) expose: Option<liqo_api::networking::GatewayServiceType>,
-    /// The UDP ports the tunnels of incoming peerings listen on, one each.
-    #[arg(long, value_name = "FIRST-LAST", default_value = "51820-51899", value_parser = parse_ports)]
-    pub(crate) tunnel_ports: std::ops::RangeInclusive<u16>,
-    /// Where the CIDRs that overlapping peers are seen under are taken from.
-    #[arg(long, value_delimiter = ',', default_value = liqo_api::networking::DEFAULT_REMAP_POOL)]
-    pub(crate) remap_pool: Vec<ipnet::IpNet>,
-    /// The tunnel devices' MTU: the node network's less WireGuard's overhead.
-    #[arg(long, default_value_t = 1500 - tunnel::OVERHEAD_V6)]
-    pub(crate) mtu: u16,
-    /// Run the tunnels (devices, sockets, routes, NAT tables) in this
-    /// network namespace (a path such as /run/netns/NAME) rather than the
-    /// agent's: to keep the peers' traffic in a namespace of its own, as
-    /// the tests do with one namespace per simulated node.
-    #[arg(long, value_name = "PATH")]
-    pub(crate) tunnel_netns: Option<std::path::PathBuf>,
-}
-
-fn parse_ports(value: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
-    let (first, last) = value.split_once('-').unwrap_or((value, value));
-    let port = |p: &str| {
-        p.trim()
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or_else(|| format!("{p:?} is not a port (1-65535)"))
-    };
-    let (first, last) = (port(first)?, port(last)?);
-    if first > last {
-        return Err(format!(
-            "{first}-{last} is empty: give FIRST-LAST, FIRST <= LAST"
-        ));
+/// Where the API server is said to be when the agent announces; `None`
+/// when it does not.
+pub(crate) fn announcement(args: &GatewayFlags) -> Result<Option<ApiAddress>, DiscoveryError> {
+    if !args.announce {
+        return Ok(None);
     }
-    Ok(first..=last)
-}
-
-impl Args {
-    /// Where the API server is said to be when the agent announces; `None`
-    /// when it does not.
-    pub(crate) fn announcement(&self) -> Result<Option<ApiAddress>, DiscoveryError> {
-        if !self.announce {
-            return Ok(None);
-        }
-        let url = self.advertise_address.as_deref().unwrap_or_default();
-        Ok(Some(ApiAddress::parse(url)?))
-    }
+    let url = args.advertise_address.as_deref().unwrap_or_default();
+    Ok(Some(ApiAddress::parse(url)?))
 }
 
 #[cfg(test)]
@@ -194,18 +133,18 @@ mod tests {
     #[test]
     fn the_agent_announces_only_with_announce() {
         let cli = Cli::try_parse_from(["liqo-gateway"]).expect("no flags");
-        assert_eq!(cli.agent.announcement().expect("valid"), None);
+        assert_eq!(announcement(&cli.agent).expect("valid"), None);
         let cli =
             Cli::try_parse_from(["liqo-gateway", "--advertise-address=https://10.0.0.1:6443"])
                 .expect("an address alone");
-        assert_eq!(cli.agent.announcement().expect("valid"), None);
+        assert_eq!(announcement(&cli.agent).expect("valid"), None);
         let cli = Cli::try_parse_from([
             "liqo-gateway",
             "--announce",
             "--advertise-address=https://10.0.0.1:6443",
         ])
         .expect("both");
-        let api = cli.agent.announcement().expect("valid").expect("announces");
+        let api = announcement(&cli.agent).expect("valid").expect("announces");
         assert_eq!(api.port(), 6443);
         assert!(Cli::try_parse_from(["liqo-gateway", "--announce"]).is_err());
     }

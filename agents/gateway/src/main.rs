@@ -44,7 +44,8 @@ use liqo_api::names;
 use liqo_api::networking::Connection;
 use tokio::sync::watch;
 
-use flags::{Args, Cli, Command};
+use flags::{Cli, Command};
+use liqo_api::agents::gateway::GatewayFlags;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<std::process::ExitCode> {
@@ -72,11 +73,12 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     done.map(|()| std::process::ExitCode::SUCCESS)
 }
 
-async fn run_agent(args: Args) -> anyhow::Result<()> {
-    let announcement = args.announcement()?;
+async fn run_agent(args: GatewayFlags) -> anyhow::Result<()> {
+    let announcement = flags::announcement(&args)?;
     let readiness = Readiness::default();
-    let listener = liqo_agent_runtime::bind_health(args.health_addr).await?;
-    tracing::info!(version = liqo_api::VERSION, health = %args.health_addr, "gateway starting");
+    let health_addr = args.health_addr.socket_addr()?;
+    let listener = liqo_agent_runtime::bind_health(health_addr).await?;
+    tracing::info!(version = liqo_api::VERSION, health = %health_addr, "gateway starting");
     // KUBECONFIG when set, else the pod's service account.
     let client = liqo_agent_runtime::client::client(kube::Config::infer().await?)?;
 
@@ -123,7 +125,10 @@ async fn run_agent(args: Args) -> anyhow::Result<()> {
             endpoint_host: args.endpoint_address.clone(),
             exposed_by: args.expose,
             listen_address: control::listen_address(args.endpoint_address.as_deref()),
-            ports: args.tunnel_ports.clone(),
+            ports: {
+                let ports = args.tunnel_ports();
+                ports.first..=ports.last
+            },
             remap_pool: args.remap_pool.clone(),
             mtu: args.mtu,
             netns: args.tunnel_netns.clone(),

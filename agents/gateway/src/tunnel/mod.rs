@@ -25,4 +25,4 @@ pub use peer::{Peer, PeerConfig, Stats, TICK};
 /// WireGuard's overhead on a packet: outer IPv4 (20) or IPv6 (40), UDP
 /// (8), and the data message's header and tag (32). The tunnel's MTU is
 /// the link's minus the IPv6 figure, as WireGuard's own default does.
-pub const OVERHEAD_V6: u16 = 40 + 8 + 32;
+pub const OVERHEAD_V6: u16 = liqo_api::agents::gateway::WIREGUARD_OVERHEAD;
