@@ -36,9 +36,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("putting back the {kind} {twin}/{name} on the provider")]
+    #[error("putting back the {kind:?} {twin}/{name} on the provider")]
     PutBackWrapper {
-        kind: String,
+        kind: Wrapper,
         twin: String,
         name: String,
         #[source]
@@ -110,13 +110,36 @@ pub enum Error {
     },
 
     // Mirrored objects (ConfigMaps, Secrets, Services, EndpointSlices).
-    #[error("{verb} {kind} {twin}/{name} on the provider")]
-    Mirror {
-        /// "creating", "updating", "replacing" or "deleting".
-        verb: &'static str,
+    #[error("creating {kind} {twin}/{name} on the provider")]
+    CreateCopy {
         kind: &'static str,
         twin: String,
-        name: String,
+        name: std::sync::Arc<str>,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("updating {kind} {twin}/{name} on the provider")]
+    UpdateCopy {
+        kind: &'static str,
+        twin: String,
+        name: std::sync::Arc<str>,
+        #[source]
+        source: kube::Error,
+    },
+    /// An immutable copy deleted to be made anew.
+    #[error("replacing {kind} {twin}/{name} on the provider")]
+    ReplaceCopy {
+        kind: &'static str,
+        twin: String,
+        name: std::sync::Arc<str>,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting {kind} {twin}/{name} on the provider")]
+    DeleteCopy {
+        kind: &'static str,
+        twin: String,
+        name: std::sync::Arc<str>,
         #[source]
         source: kube::Error,
     },

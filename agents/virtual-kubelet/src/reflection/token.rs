@@ -24,7 +24,7 @@ use tokio::sync::{Notify, watch};
 use super::namespace::{Peering, Twins};
 use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
-use super::{Context, Error, Kind, Next, ObjectKey, in_local_namespaces};
+use super::{Context, Error, Kind, Next, NotYet, ObjectKey, in_local_namespaces};
 use crate::forge::pod as forge_pod;
 use crate::forge::reflected::ROOT_CA_CONFIGMAP;
 use crate::forge::token::{self as forge_token, StoredToken};
@@ -179,16 +179,15 @@ impl Kind for Tokens {
         // A pod missing from a store still being listed is not gone: its
         // token Secret would be deleted under its remote pod.
         if !self.local.is_current() {
-            return Err(Error::NotYet(
-                "the local pods are not in sync yet".to_owned(),
-            ));
+            return Err(NotYet::LocalPods.into());
         }
         let Some(twin) = self.twins.borrow().get(&**ns).cloned() else {
             return Ok(Next::Done);
         };
-        let remote = self.remote.current(&twin).ok_or_else(|| {
-            Error::NotYet(format!("the token Secrets of {twin} are not in sync yet"))
-        })?;
+        let remote = self
+            .remote
+            .current(&twin)
+            .ok_or_else(|| NotYet::TokenSecrets(twin.clone()))?;
         let secret_name = forge_token::secret_name(name);
         let have = remote.store.get(&twin, &secret_name);
         let pod = self
@@ -216,8 +215,9 @@ impl Kind for Tokens {
                     }
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => {
-                        return Err(Error::Api {
-                            what: format!("deleting the token secret {twin}/{secret_name}"),
+                        return Err(Error::DeleteTokenSecret {
+                            twin,
+                            secret: secret_name,
                             source: e,
                         });
                     }
@@ -231,7 +231,7 @@ impl Kind for Tokens {
             .current(ns)
             .and_then(|cms| cms.store.get(ns, ROOT_CA_CONFIGMAP))
             .and_then(|cm| cm.data.as_ref()?.get(forge_token::ROOT_CA_KEY).cloned())
-            .ok_or_else(|| Error::NotYet(format!("the CA of {ns} is not known yet")))?;
+            .ok_or_else(|| NotYet::RootCa(ns.to_string()))?;
         let now = Timestamp::now();
         if let Some(have) = &have
             && let Some(refresh) = forge_token::still_good(have, &pod.metadata(), &ca, now)
@@ -249,12 +249,12 @@ impl Kind for Tokens {
                 &forge_token::token_request(&pod.metadata()),
             )
             .await
-            .map_err(Error::api(format!(
-                "requesting a token of the service account {ns}/{account}"
-            )))?;
-        let status = response
-            .status
-            .ok_or_else(|| Error::NotYet("the token request has no status".to_owned()))?;
+            .map_err(|source| Error::RequestToken {
+                namespace: ns.to_string(),
+                account: account.to_string(),
+                source,
+            })?;
+        let status = response.status.ok_or(NotYet::TokenStatus)?;
         let refresh = forge_token::refresh_at(issued, status.expiration_timestamp.0);
         let mut want =
             forge_token::token_secret(&pod.metadata(), &twin, &status.token, &ca, refresh);
@@ -270,13 +270,16 @@ impl Kind for Tokens {
             Ok(_) => {}
             // Someone else's Secret of that name: never taken over.
             Err(kube::Error::Api(s)) if s.code == 409 && have.is_none() => {
-                return Err(Error::NotYet(format!(
-                    "{twin}/{secret_name} exists on the provider and is not (yet) known as ours"
-                )));
+                return Err(NotYet::NotOurs {
+                    twin,
+                    name: secret_name,
+                }
+                .into());
             }
             Err(e) => {
-                return Err(Error::Api {
-                    what: format!("writing the token secret {twin}/{secret_name}"),
+                return Err(Error::WriteTokenSecret {
+                    twin,
+                    secret: secret_name,
                     source: e,
                 });
             }

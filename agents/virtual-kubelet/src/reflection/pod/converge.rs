@@ -21,7 +21,7 @@ use super::remote::Found;
 use super::stored::{LocalPod, RemotePod};
 use crate::forge::pod::{self as forge_pod, Wrapper};
 use crate::node::FIELD_MANAGER;
-use crate::reflection::{Error, Next, ObjectKey};
+use crate::reflection::{Error, Next, NotYet, ObjectKey};
 
 /// How soon a pod that waits for the twins to be known is looked at again.
 const NOT_SYNCED_POLL: Duration = Duration::from_millis(500);
@@ -35,9 +35,7 @@ impl Pods {
         // start, or a failed watch) is not a pod that is gone: its wrapper
         // would be taken for an orphan and deleted.
         if !self.local.is_current() {
-            return Err(Error::NotYet(
-                "the local pods are not in sync yet".to_owned(),
-            ));
+            return Err(NotYet::LocalPods.into());
         }
         let local = self.local.store.get(ns, name);
         let Some(twin) = self.twin_of(ns) else {
@@ -54,11 +52,10 @@ impl Pods {
             }
             return Ok(Next::Done);
         };
-        let side = self.side(&twin).filter(|s| s.is_current()).ok_or_else(|| {
-            Error::NotYet(format!(
-                "the provider's namespace {twin} is not in sync yet"
-            ))
-        })?;
+        let side = self
+            .side(&twin)
+            .filter(|s| s.is_current())
+            .ok_or_else(|| NotYet::RemotePods(twin.clone()))?;
         let provider = self.peering.provider_client()?;
         let pod_api: Api<Pod> = Api::namespaced(provider.clone(), &twin);
         let wrappers = side.wrappers(&twin, name);
@@ -104,8 +101,9 @@ impl Pods {
                     // Gone already, or taken by its wrapper's deletion.
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => {
-                        return Err(Error::Api {
-                            what: format!("deleting the pod {twin}/{} on the provider", p.id.name),
+                        return Err(Error::DeleteOrphanPod {
+                            twin: twin.clone(),
+                            name: p.id.name.to_string(),
                             source: e,
                         });
                     }
@@ -226,8 +224,10 @@ impl Pods {
                 // Created by our previous pass, not yet in the store.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
-                    return Err(Error::Api {
-                        what: format!("creating the {kind:?} {twin}/{name} on the provider"),
+                    return Err(Error::CreateWrapper {
+                        kind,
+                        twin,
+                        name: name.to_string(),
                         source: e,
                     });
                 }
@@ -248,11 +248,17 @@ impl Pods {
             .find(|w| w.changed && !w.deleting && w.for_pod == local_uid);
         match changed.map(|w| w.kind) {
             Some(Wrapper::ReplicaSet) => {
-                self.put_back(&provider, &twin, &pod, Self::replica_set_as_made)
-                    .await?
+                self.put_back(
+                    &provider,
+                    &twin,
+                    &pod,
+                    Wrapper::ReplicaSet,
+                    Self::replica_set_as_made,
+                )
+                .await?
             }
             Some(Wrapper::Job) if !pod.ended() => {
-                self.put_back(&provider, &twin, &pod, Self::job_as_made)
+                self.put_back(&provider, &twin, &pod, Wrapper::Job, Self::job_as_made)
                     .await?
             }
             _ => {}
@@ -278,10 +284,10 @@ impl Pods {
         let pod = api
             .get_opt(&stored.name_any())
             .await
-            .map_err(Error::api(format!(
-                "reading the local pod {}",
-                stored.name_any()
-            )))?;
+            .map_err(|source| Error::ReadLocalPod {
+                name: stored.name_any(),
+                source,
+            })?;
         Ok(pod.filter(|p| p.metadata.uid == stored.uid()))
     }
 
@@ -305,10 +311,7 @@ impl Pods {
             }
             // Gone already, or another pod of that name now.
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Next::Done),
-            Err(e) => Err(Error::Api {
-                what: "removing the local pod".to_owned(),
-                source: e,
-            }),
+            Err(e) => Err(Error::RemoveLocalPod(e)),
         }
     }
 
@@ -327,7 +330,7 @@ impl Pods {
         events
             .create(&PostParams::default(), &event)
             .await
-            .map_err(Error::api("recording the refusal"))?;
+            .map_err(Error::RecordRefusal)?;
         tracing::warn!(pod = %pod.name_any(), namespace = %ns, %why, "pod refused");
         self.patch_local_status(&pod.metadata, &forge_pod::refused_status(why))
             .await?;
@@ -366,7 +369,7 @@ async fn delete_wrapper(
 /// Deletes a remote object unless it is gone already.
 async fn delete_remote<K>(
     api: &Api<K>,
-    what: &str,
+    what: &'static str,
     name: &str,
     params: &DeleteParams,
 ) -> Result<(), Error>
@@ -376,8 +379,9 @@ where
     match api.delete(name, params).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(Error::Api {
-            what: format!("deleting {what} {name} on the provider"),
+        Err(e) => Err(Error::DeleteRemote {
+            what,
+            name: name.to_owned(),
             source: e,
         }),
     }

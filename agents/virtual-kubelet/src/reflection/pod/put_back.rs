@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::Pods;
 use super::stored::LocalPod;
-use crate::forge::pod as forge_pod;
+use crate::forge::pod::{self as forge_pod, Wrapper};
 use crate::reflection::Error;
 
 impl Pods {
@@ -24,6 +24,7 @@ impl Pods {
         provider: &kube::Client,
         twin: &str,
         pod: &LocalPod,
+        wrapper_kind: Wrapper,
         set: impl FnOnce(&Self, &Pod, &mut K),
     ) -> Result<(), Error>
     where
@@ -36,8 +37,10 @@ impl Pods {
         let name = pod.name_any();
         let kind = K::kind(&());
         let api: Api<K> = Api::namespaced(provider.clone(), twin);
-        let api_error = |source| Error::Api {
-            what: format!("putting back the {kind} {twin}/{name} on the provider"),
+        let api_error = |source| Error::PutBackWrapper {
+            kind: wrapper_kind,
+            twin: twin.to_owned(),
+            name: name.clone(),
             source,
         };
         let Some(mut wrapper) = api.get_opt(&name).await.map_err(api_error)? else {

@@ -48,10 +48,11 @@ impl Pods {
                     Api::namespaced(provider.clone(), &remote.id.namespace);
                 api.get_opt(&remote.id.name)
                     .await
-                    .map_err(Error::api(format!(
-                        "reading the pod {}/{}",
-                        remote.id.namespace, remote.id.name
-                    )))?
+                    .map_err(|source| Error::ReadRemotePod {
+                        twin: remote.id.namespace.to_string(),
+                        name: remote.id.name.to_string(),
+                        source,
+                    })?
                     .and_then(|read| read.status)
             }
         };
@@ -96,7 +97,7 @@ impl Pods {
             &Patch::Merge(&patch),
         )
         .await
-        .map_err(Error::api("updating the local pod's status"))?;
+        .map_err(Error::UpdateLocalPodStatus)?;
         Ok(())
     }
 }
