@@ -24,15 +24,15 @@ use liqo_api::names::labels;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
-use super::namespace::{Peering, Twins};
+use super::namespace::{PeeringContext, Twins};
 use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
-use super::{Context, Error, Kind, Next, NotYet, ObjectKey};
+use super::{Error, Kind, Next, NotYet, ObjectKey, Unjournaled};
 use crate::forge::event::{self as forge_event, LocalCopy, RemoteEvent};
 
 #[allow(missing_debug_implementations)]
 pub struct Events {
-    peering: Peering,
+    peering: PeeringContext,
     twins: watch::Receiver<Twins>,
     /// Local pods bound to the virtual node.
     pods: Followed<LocalPod>,
@@ -44,12 +44,12 @@ pub struct Events {
     /// The remote Events that changed. A copy or a local pod that
     /// changed is not journaled: the sweep finds it by its fingerprint.
     changed: Journal<ObjectKey>,
-    context: Context,
+    unjournaled: Unjournaled,
 }
 
 impl Events {
     pub fn new(
-        peering: Peering,
+        peering: PeeringContext,
         twins: watch::Receiver<Twins>,
         pods: Followed<LocalPod>,
         wake: &Arc<Notify>,
@@ -80,7 +80,7 @@ impl Events {
             remote,
             clients,
             changed,
-            context: Context::default(),
+            unjournaled: Unjournaled::default(),
         }
     }
 }
@@ -156,7 +156,7 @@ impl Kind for Events {
         let keys = self.changed.take();
         let mut h = DefaultHasher::new();
         self.twins.borrow().hash(&mut h);
-        if self.context.changed(h.finish()) {
+        if self.unjournaled.changed(h.finish()) {
             return None;
         }
         keys

@@ -19,7 +19,7 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::watcher;
 use tokio::sync::{Notify, watch};
 
-use super::namespace::{Peering, Twins};
+use super::namespace::{PeeringContext, Twins};
 use super::stores::{Clients, PerNamespace};
 use super::{Error, Kind, Next, NotYet, ObjectKey};
 use crate::forge::reflected::{self, Reflected};
@@ -27,7 +27,7 @@ use crate::forge::reflected::{self, Reflected};
 /// The reflection of one kind.
 #[allow(missing_debug_implementations)]
 pub struct Reflector<K: Reflected> {
-    peering: Peering,
+    peering: PeeringContext,
     twins: watch::Receiver<Twins>,
     /// The consumer's objects, per offloaded namespace; shared with the
     /// pods' reflection, which checks that what a pod needs exists.
@@ -40,7 +40,7 @@ impl<K: Reflected> Reflector<K> {
     /// `wake` is woken by either side's stores; `also` by the local ones
     /// only (the pods that wait for them).
     pub fn new(
-        peering: Peering,
+        peering: PeeringContext,
         twins: watch::Receiver<Twins>,
         wake: &Arc<Notify>,
         also: &Arc<Notify>,

@@ -357,9 +357,9 @@ fn record<K: Kind>(
 /// the provider's client, the remap) changed since it was last asked:
 /// its hash is kept, and a change means "any key may have changed".
 #[derive(Debug, Default)]
-pub struct Context(std::sync::Mutex<Option<u64>>);
+pub struct Unjournaled(std::sync::Mutex<Option<u64>>);
 
-impl Context {
+impl Unjournaled {
     /// Whether `now` differs from the hash of the last call (true on the
     /// first).
     pub fn changed(&self, now: u64) -> bool {

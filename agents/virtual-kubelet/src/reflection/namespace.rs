@@ -47,10 +47,11 @@ const AGENT_NOT_BOUND: &str = "AgentNotBound";
 /// twin's name.
 pub type Twins = BTreeMap<String, String>;
 
-/// What both kinds need to know about this peering.
+/// What every kind needs to know about this peering: both clusters'
+/// clients and identities, the tunnel's remap and the provider's terms.
 #[allow(missing_debug_implementations)] // kube::Client is not Debug.
 #[derive(Clone)]
-pub struct Peering {
+pub struct PeeringContext {
     pub local: kube::Client,
     pub provider: watch::Receiver<ProviderClient>,
     pub provider_id: liqo_api::ClusterId,
@@ -65,7 +66,7 @@ pub struct Peering {
     pub terms: watch::Receiver<crate::provider::Terms>,
 }
 
-impl Peering {
+impl PeeringContext {
     /// Where this cluster sees the provider's pods, when elsewhere than at
     /// their own addresses (overlapping pod CIDRs, docs/network.md).
     pub fn remap(&self) -> Option<liqo_api::networking::Remap> {
@@ -97,7 +98,7 @@ pub type Verified = (String, Option<i64>, tokio::time::Instant);
 
 #[allow(missing_debug_implementations)]
 pub struct TwinNamespaces {
-    pub peering: Peering,
+    pub peering: PeeringContext,
     pub offloadings: Followed<NamespaceOffloading>,
     pub peers: Followed<ForeignCluster>,
     pub fc_ref: ObjectRef<ForeignCluster>,

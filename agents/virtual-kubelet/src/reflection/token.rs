@@ -21,17 +21,17 @@ use liqo_agent_runtime::follow::{Followed, Journal, Options};
 use liqo_api::names::labels;
 use tokio::sync::{Notify, watch};
 
-use super::namespace::{Peering, Twins};
+use super::namespace::{PeeringContext, Twins};
 use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
-use super::{Context, Error, Kind, Next, NotYet, ObjectKey, in_local_namespaces};
+use super::{Error, Kind, Next, NotYet, ObjectKey, Unjournaled, in_local_namespaces};
 use crate::forge::pod as forge_pod;
 use crate::forge::reflected::ROOT_CA_CONFIGMAP;
 use crate::forge::token::{self as forge_token, StoredToken};
 
 #[allow(missing_debug_implementations)]
 pub struct Tokens {
-    peering: Peering,
+    peering: PeeringContext,
     twins: watch::Receiver<Twins>,
     /// Local pods bound to the virtual node.
     local: Followed<LocalPod>,
@@ -45,12 +45,12 @@ pub struct Tokens {
     changed_local: Journal<ObjectKey>,
     /// The token Secrets that changed, by twin and local pod name.
     changed_remote: Journal<ObjectKey>,
-    context: Context,
+    unjournaled: Unjournaled,
 }
 
 impl Tokens {
     pub fn new(
-        peering: Peering,
+        peering: PeeringContext,
         twins: watch::Receiver<Twins>,
         local: Followed<LocalPod>,
         config_maps: Arc<PerNamespace<ConfigMap>>,
@@ -87,7 +87,7 @@ impl Tokens {
             clients,
             changed_local,
             changed_remote,
-            context: Context::default(),
+            unjournaled: Unjournaled::default(),
         }
     }
 }
@@ -135,7 +135,7 @@ impl Kind for Tokens {
         let twins = self.twins.borrow().clone();
         let mut h = DefaultHasher::new();
         twins.hash(&mut h);
-        if self.context.changed(h.finish()) {
+        if self.unjournaled.changed(h.finish()) {
             return None;
         }
         let mut keys = local?;

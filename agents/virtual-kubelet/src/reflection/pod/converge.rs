@@ -52,18 +52,18 @@ impl Pods {
             }
             return Ok(Next::Done);
         };
-        let side = self
-            .side(&twin)
+        let twin_stores = self
+            .twin_stores(&twin)
             .filter(|s| s.is_current())
             .ok_or_else(|| NotYet::RemotePods(twin.clone()))?;
         let provider = self.peering.provider_client()?;
         let pod_api: Api<Pod> = Api::namespaced(provider.clone(), &twin);
-        let wrappers = side.wrappers(&twin, name);
+        let wrappers = twin_stores.wrappers(&twin, name);
         let local_uid = local.as_ref().and_then(|p| p.uid());
 
         // The remote pods named for a local pod of this name: of this one,
         // or of one that is gone (or an older one of the same name).
-        let (remote_pods, stale): (Vec<Arc<RemotePod>>, Vec<Arc<RemotePod>>) = side
+        let (remote_pods, stale): (Vec<Arc<RemotePod>>, Vec<Arc<RemotePod>>) = twin_stores
             .pods
             .by_index(name)
             .into_iter()
@@ -148,7 +148,7 @@ impl Pods {
             }
             // A pod made before its ReplicaSet: what it says first (the
             // user waits for it), then the ReplicaSet (below).
-            self.bring_back_status(&pod, &side, &provider, &remote_pods)
+            self.bring_back_status(&pod, &twin_stores, &provider, &remote_pods)
                 .await?;
             if let Some(left) = self.made.waiting(key, &local_uid) {
                 return Ok(Next::After(left));
@@ -263,7 +263,7 @@ impl Pods {
             }
             _ => {}
         }
-        self.bring_back_status(&pod, &side, &provider, &remote_pods)
+        self.bring_back_status(&pod, &twin_stores, &provider, &remote_pods)
             .await?;
         Ok(Next::Done)
     }

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use liqo_agent_runtime::follow::Followed;
 
-use super::remote::Side;
+use super::remote::TwinStores;
 use super::stored::{LocalPod, RemotePod, RemotePodRead, StoredWrapper, shown_as};
 use crate::forge::pod as forge_pod;
 
@@ -19,7 +19,7 @@ pub fn remote_pods(pods: impl Iterator<Item = Pod>) -> Followed<RemotePod> {
         metadata: p.metadata,
         status: p.status,
     };
-    liqo_agent_runtime::follow::filled(pods.map(read), Side::pod_options())
+    liqo_agent_runtime::follow::filled(pods.map(read), TwinStores::pod_options())
 }
 
 /// The remote pods settled, as the reflection leaves them once the
@@ -42,5 +42,5 @@ pub fn remote_pods_settled(pods: impl Iterator<Item = Pod>) -> Followed<RemotePo
 pub fn wrappers(
     wrappers: impl Iterator<Item = PartialObjectMeta<ReplicaSet>>,
 ) -> Followed<StoredWrapper> {
-    liqo_agent_runtime::follow::filled(wrappers, Side::wrapper_options())
+    liqo_agent_runtime::follow::filled(wrappers, TwinStores::wrapper_options())
 }

@@ -54,23 +54,23 @@ use liqo_agent_runtime::follow::{Followed, Journal};
 use tokio::sync::{Notify, watch};
 
 use self::made::Made;
-use self::remote::{Side, Sides};
+use self::remote::{ProviderStores, TwinStores};
 pub use self::stored::LocalPod;
-use super::namespace::{Peering, Twins};
+use super::namespace::{PeeringContext, Twins};
 use super::references::References;
-use super::{Context, Error, Kind, Next, ObjectKey, in_local_namespaces};
+use super::{Error, Kind, Next, ObjectKey, Unjournaled, in_local_namespaces};
 use crate::provider::ProviderClient;
 
 #[allow(missing_debug_implementations)]
 pub struct Pods {
-    pub peering: Peering,
+    pub peering: PeeringContext,
     /// Local pods bound to the virtual node.
     pub local: Followed<LocalPod>,
     pub twins: watch::Receiver<Twins>,
     /// Whether [`super::namespace`] has looked at every offloading.
     pub synced: watch::Receiver<bool>,
     pub wake: Arc<Notify>,
-    sides: Mutex<Sides>,
+    provider_stores: Mutex<ProviderStores>,
     clients: Mutex<(watch::Receiver<ProviderClient>, u64)>,
     /// Holds back pods whose ConfigMaps or Secrets are missing.
     references: Option<References>,
@@ -81,12 +81,12 @@ pub struct Pods {
     /// The remote objects that changed, by twin and local pod name.
     changed_remote: Journal<ObjectKey>,
     made: Made,
-    context: Context,
+    unjournaled: Unjournaled,
 }
 
 impl Pods {
     pub fn new(
-        peering: Peering,
+        peering: PeeringContext,
         local: Followed<LocalPod>,
         twins: watch::Receiver<Twins>,
         synced: watch::Receiver<bool>,
@@ -103,14 +103,14 @@ impl Pods {
             twins,
             synced,
             wake,
-            sides: Mutex::new(Sides::default()),
+            provider_stores: Mutex::new(ProviderStores::default()),
             clients,
             references: None,
             token_api: None,
             changed_local,
             changed_remote: Journal::new(),
             made: Made::default(),
-            context: Context::default(),
+            unjournaled: Unjournaled::default(),
         }
     }
 
@@ -127,8 +127,8 @@ impl Pods {
         self
     }
 
-    fn side(&self, twin: &str) -> Option<Arc<Side>> {
-        self.sides.lock().ok()?.by_twin.get(twin).cloned()
+    fn twin_stores(&self, twin: &str) -> Option<Arc<TwinStores>> {
+        self.provider_stores.lock().ok()?.by_twin.get(twin).cloned()
     }
 
     fn twin_of(&self, local_ns: &str) -> Option<String> {
@@ -152,30 +152,33 @@ impl Kind for Pods {
             }
             (rx.borrow_and_update().clone(), *version)
         };
-        let Ok(mut sides) = self.sides.lock() else {
+        let Ok(mut provider_stores) = self.provider_stores.lock() else {
             return;
         };
         // Stopped stores leave keys that no journal will name.
         let Ok(client) = client else {
-            sides.by_twin.clear();
-            sides.client_version = None;
+            provider_stores.by_twin.clear();
+            provider_stores.client_version = None;
             self.changed_remote.anything();
             return;
         };
-        if sides.client_version != Some(version) {
-            sides.by_twin.clear();
-            sides.client_version = Some(version);
+        if provider_stores.client_version != Some(version) {
+            provider_stores.by_twin.clear();
+            provider_stores.client_version = Some(version);
             self.changed_remote.anything();
         }
         let twins: Vec<String> = self.twins.borrow().values().cloned().collect();
-        if sides.by_twin.keys().any(|t| !twins.contains(t)) {
-            sides.by_twin.retain(|t, _| twins.contains(t));
+        if provider_stores.by_twin.keys().any(|t| !twins.contains(t)) {
+            provider_stores.by_twin.retain(|t, _| twins.contains(t));
             self.changed_remote.anything();
         }
         for twin in twins {
-            if let std::collections::btree_map::Entry::Vacant(e) = sides.by_twin.entry(twin) {
-                let side = Side::start(client.clone(), e.key(), &self.wake, &self.changed_remote);
-                e.insert(Arc::new(side));
+            if let std::collections::btree_map::Entry::Vacant(e) =
+                provider_stores.by_twin.entry(twin)
+            {
+                let twin_stores =
+                    TwinStores::start(client.clone(), e.key(), &self.wake, &self.changed_remote);
+                e.insert(Arc::new(twin_stores));
             }
         }
     }
@@ -189,26 +192,28 @@ impl Kind for Pods {
             .map(|p| (p.namespace.clone(), p.name.clone()))
             .collect();
         let twins = self.twins.borrow().clone();
-        if let Ok(sides) = self.sides.lock() {
+        if let Ok(provider_stores) = self.provider_stores.lock() {
             for (local_ns, twin) in &twins {
-                if let Some(side) = sides.by_twin.get(twin) {
+                if let Some(twin_stores) = provider_stores.by_twin.get(twin) {
                     let local_ns: Arc<str> = Arc::from(local_ns.as_str());
                     keys.extend(
-                        side.replica_sets
+                        twin_stores
+                            .replica_sets
                             .store
                             .state()
                             .iter()
                             .map(|rs| (local_ns.clone(), rs.id.name.clone())),
                     );
                     keys.extend(
-                        side.jobs
+                        twin_stores
+                            .jobs
                             .store
                             .state()
                             .iter()
                             .map(|job| (local_ns.clone(), job.id.name.clone())),
                     );
                     // A pod made before its wrapper may be all there is.
-                    keys.extend(side.pods.store.state().iter().filter_map(|p| {
+                    keys.extend(twin_stores.pods.store.state().iter().filter_map(|p| {
                         let local = crate::forge::event::local_pod_name(&p.id.name)?;
                         Some((local_ns.clone(), Arc::from(local)))
                     }));
@@ -231,14 +236,14 @@ impl Kind for Pods {
         twins.hash(&mut h);
         self.synced.borrow().hash(&mut h);
         self.peering.remap().hash(&mut h);
-        if let Ok(sides) = self.sides.lock() {
-            sides.client_version.hash(&mut h);
-            for (twin, side) in &sides.by_twin {
-                (twin, side.is_current()).hash(&mut h);
+        if let Ok(provider_stores) = self.provider_stores.lock() {
+            provider_stores.client_version.hash(&mut h);
+            for (twin, twin_stores) in &provider_stores.by_twin {
+                (twin, twin_stores.is_current()).hash(&mut h);
             }
         }
         self.local.is_current().hash(&mut h);
-        if self.context.changed(h.finish()) {
+        if self.unjournaled.changed(h.finish()) {
             return None;
         }
         let mut keys = local?;
@@ -258,15 +263,18 @@ impl Kind for Pods {
         // changes what it should say.
         self.peering.remap().hash(&mut h);
         if let Some(twin) = twin {
-            let (client_version, side) = {
-                let sides = self.sides.lock().ok()?;
-                (sides.client_version, sides.by_twin.get(&twin).cloned())
+            let (client_version, twin_stores) = {
+                let provider_stores = self.provider_stores.lock().ok()?;
+                (
+                    provider_stores.client_version,
+                    provider_stores.by_twin.get(&twin).cloned(),
+                )
             };
             client_version.hash(&mut h);
-            if let Some(side) = side {
-                side.is_current().hash(&mut h);
-                side.wrappers(&twin, name).hash(&mut h);
-                let mut remote: Vec<_> = side
+            if let Some(twin_stores) = twin_stores {
+                twin_stores.is_current().hash(&mut h);
+                twin_stores.wrappers(&twin, name).hash(&mut h);
+                let mut remote: Vec<_> = twin_stores
                     .pods
                     .by_index(name)
                     .iter()

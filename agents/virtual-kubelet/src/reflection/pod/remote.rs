@@ -21,7 +21,7 @@ use crate::forge::pod::{self as forge_pod, Wrapper};
 use crate::reflection::{ObjectKey, wake_on};
 
 /// The followed stores of one twin namespace on the provider.
-pub(super) struct Side {
+pub(super) struct TwinStores {
     /// Their metadata only: a ReplicaSet or a Job is read for its name,
     /// UID, labels, deletion and generation, and a whole one (its spec and
     /// status inline, empty or not) is six times the size in memory.
@@ -31,13 +31,13 @@ pub(super) struct Side {
     task: JoinHandle<()>,
 }
 
-impl Drop for Side {
+impl Drop for TwinStores {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-impl Side {
+impl TwinStores {
     /// Its stores record into `journal` the twin and the local pod's name
     /// of every object that changes.
     pub(super) fn start(
@@ -157,9 +157,9 @@ pub(super) struct Found {
 
 /// The provider's stores, per twin namespace, for one provider client.
 #[derive(Default)]
-pub(super) struct Sides {
+pub(super) struct ProviderStores {
     /// Which client they were started with (its place in the channel's
     /// history): a renewed kubeconfig restarts them all.
     pub(super) client_version: Option<u64>,
-    pub(super) by_twin: BTreeMap<String, Arc<Side>>,
+    pub(super) by_twin: BTreeMap<String, Arc<TwinStores>>,
 }

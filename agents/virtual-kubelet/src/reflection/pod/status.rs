@@ -11,7 +11,7 @@ use kube::core::ObjectMeta;
 use serde_json::json;
 
 use super::Pods;
-use super::remote::Side;
+use super::remote::TwinStores;
 use super::stored::{LocalPod, RemotePod, RemotePodRead, RemoteStatus, shown_as};
 use crate::forge::pod as forge_pod;
 use crate::reflection::Error;
@@ -23,7 +23,7 @@ impl Pods {
     pub(super) async fn bring_back_status(
         &self,
         stored: &LocalPod,
-        side: &Side,
+        twin_stores: &TwinStores,
         provider: &kube::Client,
         remote_pods: &[Arc<RemotePod>],
     ) -> Result<(), Error> {
@@ -71,7 +71,7 @@ impl Pods {
             }
             Some(forge_pod::status_digest(&want))
         };
-        side.pods.store.settle(
+        twin_stores.pods.store.settle(
             &remote.id.namespace,
             &remote.id.name,
             remote,
