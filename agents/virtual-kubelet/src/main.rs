@@ -294,7 +294,7 @@ async fn reflect(wiring: Wiring) {
         client.clone(),
         foreign_cluster,
     );
-    let peering = reflection::namespace::Peering {
+    let peering = reflection::namespace::PeeringContext {
         local: client.clone(),
         provider: provider.clone(),
         provider_id,

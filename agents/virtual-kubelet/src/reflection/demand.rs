@@ -22,7 +22,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::namespace::{Peering, Twins};
+use super::namespace::{PeeringContext, Twins};
 use super::pod::LocalPod;
 
 /// Changes closer together than this are stated once.
@@ -49,7 +49,11 @@ pub fn demands<'a>(pods: impl IntoIterator<Item = &'a LocalPod>) -> BTreeMap<Str
 }
 
 /// States the demands on the twins, for ever.
-pub async fn keep(peering: Peering, pods: Followed<LocalPod>, mut twins: watch::Receiver<Twins>) {
+pub async fn keep(
+    peering: PeeringContext,
+    pods: Followed<LocalPod>,
+    mut twins: watch::Receiver<Twins>,
+) {
     let mut pod_state = pods.state.clone();
     // Twin → the statement last written there, and when.
     let mut written: BTreeMap<String, (String, Instant)> = BTreeMap::new();
@@ -95,7 +99,7 @@ pub async fn keep(peering: Peering, pods: Followed<LocalPod>, mut twins: watch::
     }
 }
 
-async fn state(peering: &Peering, twin: &str, text: &str) -> Result<(), String> {
+async fn state(peering: &PeeringContext, twin: &str, text: &str) -> Result<(), String> {
     let provider = peering.provider_client().map_err(|e| e.to_string())?;
     let patch = json!({ "metadata": { "annotations": { DEMAND_ANNOTATION: text } } });
     Api::<Namespace>::all(provider)

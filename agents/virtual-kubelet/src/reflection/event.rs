@@ -24,15 +24,15 @@ use liqo_api::names::labels;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
-use super::namespace::{Peering, Twins};
+use super::namespace::{PeeringContext, Twins};
 use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
-use super::{Context, Error, Kind, Next, ObjectKey};
+use super::{Error, Kind, Next, NotYet, ObjectKey, Unjournaled};
 use crate::forge::event::{self as forge_event, LocalCopy, RemoteEvent};
 
 #[allow(missing_debug_implementations)]
 pub struct Events {
-    peering: Peering,
+    peering: PeeringContext,
     twins: watch::Receiver<Twins>,
     /// Local pods bound to the virtual node.
     pods: Followed<LocalPod>,
@@ -44,12 +44,12 @@ pub struct Events {
     /// The remote Events that changed. A copy or a local pod that
     /// changed is not journaled: the sweep finds it by its fingerprint.
     changed: Journal<ObjectKey>,
-    context: Context,
+    unjournaled: Unjournaled,
 }
 
 impl Events {
     pub fn new(
-        peering: Peering,
+        peering: PeeringContext,
         twins: watch::Receiver<Twins>,
         pods: Followed<LocalPod>,
         wake: &Arc<Notify>,
@@ -80,7 +80,7 @@ impl Events {
             remote,
             clients,
             changed,
-            context: Context::default(),
+            unjournaled: Unjournaled::default(),
         }
     }
 }
@@ -96,7 +96,11 @@ impl Events {
             .get_opt(name)
             .await
             .map(|e| e.map(RemoteEvent::from))
-            .map_err(Error::api(format!("reading the event {twin}/{name}")))
+            .map_err(|source| Error::ReadEvent {
+                twin: twin.to_owned(),
+                name: name.to_owned(),
+                source,
+            })
     }
 }
 
@@ -152,7 +156,7 @@ impl Kind for Events {
         let keys = self.changed.take();
         let mut h = DefaultHasher::new();
         self.twins.borrow().hash(&mut h);
-        if self.context.changed(h.finish()) {
+        if self.unjournaled.changed(h.finish()) {
             return None;
         }
         keys
@@ -212,8 +216,10 @@ impl Kind for Events {
         let Some(ns) = local_ns.get(&**twin) else {
             return Ok(Next::Done);
         };
-        let not_yet =
-            |what: &str| Error::NotYet(format!("the {what} events of {ns} are not in sync yet"));
+        let not_yet = |side: &'static str| NotYet::Events {
+            side,
+            namespace: ns.to_string(),
+        };
         let remote = self.remote.current(twin).ok_or_else(|| not_yet("remote"))?;
         let local = self.local.current(ns).ok_or_else(|| not_yet("local"))?;
         let Some(event) = remote.store.get(twin, name) else {
@@ -271,7 +277,11 @@ impl Kind for Events {
             });
             api.patch(&local_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-                .map_err(Error::api(format!("updating the event {ns}/{local_name}")))?;
+                .map_err(|source| Error::UpdateEvent {
+                    namespace: ns.to_string(),
+                    name: local_name.clone(),
+                    source,
+                })?;
         } else {
             match api.create(&PostParams::default(), &want).await {
                 Ok(_) => {}
@@ -279,8 +289,9 @@ impl Kind for Events {
                 // once the store shows it.
                 Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Next::Done),
                 Err(e) => {
-                    return Err(Error::Api {
-                        what: format!("copying the event {twin}/{name}"),
+                    return Err(Error::CopyEvent {
+                        twin: twin.to_string(),
+                        name: name.to_string(),
                         source: e,
                     });
                 }

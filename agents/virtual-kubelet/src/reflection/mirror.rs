@@ -19,15 +19,15 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::watcher;
 use tokio::sync::{Notify, watch};
 
-use super::namespace::{Peering, Twins};
+use super::namespace::{PeeringContext, Twins};
 use super::stores::{Clients, PerNamespace};
-use super::{Error, Kind, Next, ObjectKey};
+use super::{Error, Kind, Next, NotYet, ObjectKey};
 use crate::forge::reflected::{self, Reflected};
 
 /// The reflection of one kind.
 #[allow(missing_debug_implementations)]
 pub struct Reflector<K: Reflected> {
-    peering: Peering,
+    peering: PeeringContext,
     twins: watch::Receiver<Twins>,
     /// The consumer's objects, per offloaded namespace; shared with the
     /// pods' reflection, which checks that what a pod needs exists.
@@ -40,7 +40,7 @@ impl<K: Reflected> Reflector<K> {
     /// `wake` is woken by either side's stores; `also` by the local ones
     /// only (the pods that wait for them).
     pub fn new(
-        peering: Peering,
+        peering: PeeringContext,
         twins: watch::Receiver<Twins>,
         wake: &Arc<Notify>,
         also: &Arc<Notify>,
@@ -106,11 +106,10 @@ impl<K: Reflected> Kind for Reflector<K> {
         let Some(twin) = self.twin_of(ns) else {
             return Ok(Next::Done);
         };
-        let not_yet = |side: &str| {
-            Error::NotYet(format!(
-                "the {side} {} of {ns} are not in sync yet",
-                K::NAME
-            ))
+        let not_yet = |side: &'static str| NotYet::Mirrored {
+            side,
+            kind: K::NAME,
+            namespace: ns.to_string(),
         };
         let local = self.local.current(ns).ok_or_else(|| not_yet("local"))?;
         let remote = self
@@ -128,7 +127,8 @@ impl<K: Reflected> Kind for Reflector<K> {
         });
         let provider = self.peering.provider_client()?;
         let api: Api<K> = Api::namespaced(provider, &twin);
-        let what = |verb: &str| format!("{verb} {} {twin}/{name} on the provider", K::NAME);
+        // Which copy a failed request was about.
+        let copy = || (K::NAME, twin.clone(), name.clone());
         match (want, have) {
             (None, None) => Ok(Next::Done),
             (Some(want), None) => match api.create(&PostParams::default(), &want).await {
@@ -138,13 +138,20 @@ impl<K: Reflected> Kind for Reflector<K> {
                 }
                 // Not in our store: someone else's object of that name (or
                 // ours, created a moment ago, on its way to the store).
-                Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::NotYet(format!(
-                    "{twin}/{name} exists on the provider and is not (yet) known as ours"
-                ))),
-                Err(e) => Err(Error::Api {
-                    what: what("creating"),
-                    source: e,
-                }),
+                Err(kube::Error::Api(s)) if s.code == 409 => Err(NotYet::NotOurs {
+                    twin: twin.clone(),
+                    name: name.to_string(),
+                }
+                .into()),
+                Err(source) => {
+                    let (kind, twin, name) = copy();
+                    Err(Error::CreateCopy {
+                        kind,
+                        twin,
+                        name,
+                        source,
+                    })
+                }
             },
             (Some(mut want), Some(have)) => {
                 if !reflected::is_ours(have.meta(), ns) || reflected::in_sync(&want, &have) {
@@ -159,18 +166,41 @@ impl<K: Reflected> Kind for Reflector<K> {
                     // An immutable copy (or a Secret whose type changed)
                     // cannot be updated: it is replaced whole.
                     Err(kube::Error::Api(s)) if s.code == 422 => {
-                        delete(&api, &have, &what("replacing")).await?;
+                        delete(&api, &have, |source| {
+                            let (kind, twin, name) = copy();
+                            Error::ReplaceCopy {
+                                kind,
+                                twin,
+                                name,
+                                source,
+                            }
+                        })
+                        .await?;
                         Ok(Next::Done)
                     }
-                    Err(e) => Err(Error::Api {
-                        what: what("updating"),
-                        source: e,
-                    }),
+                    Err(source) => {
+                        let (kind, twin, name) = copy();
+                        Err(Error::UpdateCopy {
+                            kind,
+                            twin,
+                            name,
+                            source,
+                        })
+                    }
                 }
             }
             (None, Some(have)) => {
                 if reflected::is_ours(have.meta(), ns) {
-                    delete(&api, &have, &what("deleting")).await?;
+                    delete(&api, &have, |source| {
+                        let (kind, twin, name) = copy();
+                        Error::DeleteCopy {
+                            kind,
+                            twin,
+                            name,
+                            source,
+                        }
+                    })
+                    .await?;
                     tracing::debug!(kind = K::NAME, namespace = %ns, %name, "remote copy deleted");
                 }
                 Ok(Next::Done)
@@ -180,7 +210,11 @@ impl<K: Reflected> Kind for Reflector<K> {
 }
 
 /// Deletes `have` (that very object: UID precondition) unless gone.
-async fn delete<K: Reflected>(api: &Api<K>, have: &K, what: &str) -> Result<(), Error> {
+async fn delete<K: Reflected>(
+    api: &Api<K>,
+    have: &K,
+    failed: impl FnOnce(kube::Error) -> Error,
+) -> Result<(), Error> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: have.uid(),
@@ -191,9 +225,6 @@ async fn delete<K: Reflected>(api: &Api<K>, have: &K, what: &str) -> Result<(), 
     match api.delete(&have.name_any(), &params).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(Error::Api {
-            what: what.to_owned(),
-            source: e,
-        }),
+        Err(e) => Err(failed(e)),
     }
 }

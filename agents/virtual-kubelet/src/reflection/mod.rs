@@ -10,7 +10,8 @@
 //! ConfigMaps or Secrets are missing), [`token`] (service account
 //! tokens of offloaded pods), [`event`] (remote pods' Events back onto
 //! the local pods). [`deflated`] packs what the pod stores keep while
-//! it waits. [`stores`] follows one kind per namespace.
+//! it waits. [`stores`] follows one kind per namespace. [`Error`] says
+//! what failed converging a key, or what it waits for ([`NotYet`]).
 //!
 //! Level-triggered: a kind never reacts to an event, it compares the
 //! reflector stores of both sides with what they should be, for every key
@@ -41,6 +42,7 @@
 
 mod deflated;
 pub mod demand;
+mod error;
 pub mod event;
 #[cfg(test)]
 mod footprint;
@@ -50,6 +52,8 @@ pub mod pod;
 pub mod references;
 pub mod stores;
 pub mod token;
+
+pub use self::error::{Error, NotYet};
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
@@ -80,40 +84,6 @@ const DEBOUNCE: Duration = Duration::from_millis(20);
 /// one per object it converged, and a sweep makes one per object of a
 /// kind: at 10,000 pods, tens of thousands of them.
 pub type ObjectKey = (Arc<str>, Arc<str>);
-
-/// What went wrong converging one key; it is retried with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{what}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// Something the key needs is not there yet (the provider's client,
-    /// the ForeignCluster, a store not in sync).
-    #[error("{0}")]
-    NotYet(String),
-}
-
-impl Error {
-    pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
-        let what = what.into();
-        move |source| Self::Api { what, source }
-    }
-
-    /// The error and its causes on one line, for the log.
-    fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(s) = source {
-            out.push_str(": ");
-            out.push_str(&s.to_string());
-            source = s.source();
-        }
-        out
-    }
-}
 
 /// What a converged key needs next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -372,7 +342,7 @@ fn record<K: Kind>(
             if logged != Some(hash) {
                 // Waiting for a store or a client is expected after a
                 // start; only real failures are warnings.
-                if matches!(error, Error::NotYet(_)) {
+                if error.is_waiting() {
                     tracing::debug!(kind = K::NAME, ?key, %why, "not yet; retrying");
                 } else {
                     tracing::warn!(kind = K::NAME, ?key, %why, "cannot converge; retrying");
@@ -387,9 +357,9 @@ fn record<K: Kind>(
 /// the provider's client, the remap) changed since it was last asked:
 /// its hash is kept, and a change means "any key may have changed".
 #[derive(Debug, Default)]
-pub struct Context(std::sync::Mutex<Option<u64>>);
+pub struct Unjournaled(std::sync::Mutex<Option<u64>>);
 
-impl Context {
+impl Unjournaled {
     /// Whether `now` differs from the hash of the last call (true on the
     /// first).
     pub fn changed(&self, now: u64) -> bool {

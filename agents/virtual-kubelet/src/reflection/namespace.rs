@@ -26,7 +26,7 @@ use liqo_api::offloading::{self, NamespaceOffloading};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::{Error, Kind, Next};
+use super::{Error, Kind, Next, NotYet};
 use crate::forge::{self, offloading as forge_off};
 use crate::provider::ProviderClient;
 
@@ -47,10 +47,11 @@ const AGENT_NOT_BOUND: &str = "AgentNotBound";
 /// twin's name.
 pub type Twins = BTreeMap<String, String>;
 
-/// What both kinds need to know about this peering.
+/// What every kind needs to know about this peering: both clusters'
+/// clients and identities, the tunnel's remap and the provider's terms.
 #[allow(missing_debug_implementations)] // kube::Client is not Debug.
 #[derive(Clone)]
-pub struct Peering {
+pub struct PeeringContext {
     pub local: kube::Client,
     pub provider: watch::Receiver<ProviderClient>,
     pub provider_id: liqo_api::ClusterId,
@@ -65,7 +66,7 @@ pub struct Peering {
     pub terms: watch::Receiver<crate::provider::Terms>,
 }
 
-impl Peering {
+impl PeeringContext {
     /// Where this cluster sees the provider's pods, when elsewhere than at
     /// their own addresses (overlapping pod CIDRs, docs/network.md).
     pub fn remap(&self) -> Option<liqo_api::networking::Remap> {
@@ -77,16 +78,17 @@ impl Peering {
     /// The provider's terms, once read: `None` when it states none.
     pub fn admission(&self) -> Result<Option<liqo_api::admission::Admission>, Error> {
         match &*self.terms.borrow() {
-            crate::provider::Terms::NotRead => Err(Error::NotYet(
-                "the provider's terms for this cluster are not read yet".to_owned(),
-            )),
+            crate::provider::Terms::NotRead => Err(NotYet::ProviderTerms.into()),
             crate::provider::Terms::Stated(a) => Ok(Some(a.clone())),
             crate::provider::Terms::Unstated => Ok(None),
         }
     }
 
     pub fn provider_client(&self) -> Result<kube::Client, Error> {
-        self.provider.borrow().clone().map_err(Error::NotYet)
+        self.provider
+            .borrow()
+            .clone()
+            .map_err(|why| NotYet::ProviderClient(why).into())
     }
 }
 
@@ -96,7 +98,7 @@ pub type Verified = (String, Option<i64>, tokio::time::Instant);
 
 #[allow(missing_debug_implementations)]
 pub struct TwinNamespaces {
-    pub peering: Peering,
+    pub peering: PeeringContext,
     pub offloadings: Followed<NamespaceOffloading>,
     pub peers: Followed<ForeignCluster>,
     pub fc_ref: ObjectRef<ForeignCluster>,
@@ -161,7 +163,7 @@ impl TwinNamespaces {
             &Patch::Merge(&patch),
         )
         .await
-        .map_err(Error::api("writing the offloading's status"))?;
+        .map_err(Error::WriteOffloadingStatus)?;
         Ok(())
     }
 
@@ -193,7 +195,7 @@ impl TwinNamespaces {
             &Patch::Merge(&patch),
         )
         .await
-        .map_err(Error::api("updating the offloading's finalizers"))?;
+        .map_err(Error::UpdateOffloadingFinalizers)?;
         Ok(())
     }
 
@@ -211,13 +213,14 @@ impl TwinNamespaces {
                 "namespace": local_ns, "verb": "list", "resource": "secrets",
             } },
         }))
-        .map_err(|e| Error::NotYet(format!("forming an access review: {e}")))?;
+        .map_err(Error::FormAccessReview)?;
         let answer = Api::<SelfSubjectAccessReview>::all(self.peering.local.clone())
             .create(&PostParams::default(), &review)
             .await
-            .map_err(Error::api(format!(
-                "reviewing this agent's rights in {local_ns}"
-            )))?;
+            .map_err(|source| Error::ReviewRights {
+                namespace: local_ns.to_owned(),
+                source,
+            })?;
         if answer.status.is_some_and(|s| s.allowed) {
             return Ok(Ok(()));
         }
@@ -242,17 +245,14 @@ impl TwinNamespaces {
     ) -> Result<Result<(), (&'static str, String)>, Error> {
         let consumer = &self.peering.consumer.cluster_id;
         let namespaces: Api<Namespace> = Api::all(provider.clone());
-        let existing = namespaces.get_opt(twin).await.map_err(Error::api(format!(
-            "reading namespace {twin} on the provider"
-        )));
-        let existing = match existing {
-            Err(Error::Api {
-                source: kube::Error::Api(s),
-                ..
-            }) if s.code == 403 => {
+        let existing = match namespaces.get_opt(twin).await {
+            Err(kube::Error::Api(s)) if s.code == 403 => {
                 return Ok(Err(("Forbidden", s.message)));
             }
-            other => other?,
+            other => other.map_err(|source| Error::ReadTwin {
+                twin: twin.to_owned(),
+                source,
+            })?,
         };
         match existing {
             Some(ns) if !forge_off::is_our_twin(&ns, consumer, local_ns) => {
@@ -264,9 +264,7 @@ impl TwinNamespaces {
                 )));
             }
             Some(ns) if ns.metadata.deletion_timestamp.is_some() => {
-                return Err(Error::NotYet(format!(
-                    "the twin namespace {twin} is still being deleted"
-                )));
+                return Err(NotYet::TwinDeleting(twin.to_owned()).into());
             }
             Some(_) => {}
             None => {
@@ -279,8 +277,8 @@ impl TwinNamespaces {
                         return Ok(Err(("Forbidden", s.message)));
                     }
                     Err(e) => {
-                        return Err(Error::Api {
-                            what: format!("creating namespace {twin} on the provider"),
+                        return Err(Error::CreateTwin {
+                            twin: twin.to_owned(),
                             source: e,
                         });
                     }
@@ -295,11 +293,9 @@ impl TwinNamespaces {
             Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => {
                 Ok(Err(("Forbidden", s.message)))
             }
-            Err(e) => Err(Error::Api {
-                what: format!(
-                    "binding {} in {twin} on the provider",
-                    peering::TWIN_ROLE_BINDING
-                ),
+            Err(e) => Err(Error::BindTwin {
+                binding: peering::TWIN_ROLE_BINDING,
+                twin: twin.to_owned(),
                 source: e,
             }),
         }
@@ -313,9 +309,13 @@ impl TwinNamespaces {
         twin: &str,
     ) -> Result<bool, Error> {
         let namespaces: Api<Namespace> = Api::all(provider.clone());
-        let existing = namespaces.get_opt(twin).await.map_err(Error::api(format!(
-            "reading namespace {twin} on the provider"
-        )))?;
+        let existing = namespaces
+            .get_opt(twin)
+            .await
+            .map_err(|source| Error::ReadTwin {
+                twin: twin.to_owned(),
+                source,
+            })?;
         match existing {
             None => Ok(true),
             // Never someone else's, whatever the status says.
@@ -330,8 +330,8 @@ impl TwinNamespaces {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => {
-                        return Err(Error::Api {
-                            what: format!("deleting namespace {twin} on the provider"),
+                        return Err(Error::DeleteTwin {
+                            twin: twin.to_owned(),
                             source: e,
                         });
                     }
@@ -383,12 +383,11 @@ impl Kind for TwinNamespaces {
             return Ok(Next::Done);
         };
         let local_ns = off.namespace().unwrap_or_default();
-        let fc = self.peers.store.get("", &self.fc_ref.name).ok_or_else(|| {
-            Error::NotYet(format!(
-                "the ForeignCluster {} is not known yet",
-                self.fc_ref.name
-            ))
-        })?;
+        let fc = self
+            .peers
+            .store
+            .get("", &self.fc_ref.name)
+            .ok_or_else(|| NotYet::ForeignCluster(self.fc_ref.name.clone()))?;
         let node_labels = forge::node_labels(&self.peering.node_name, &fc);
         let wanted =
             off.meta().deletion_timestamp.is_none() && offloading::selects(&off.spec, &node_labels);

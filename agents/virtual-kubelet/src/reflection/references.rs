@@ -15,7 +15,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::stores::PerNamespace;
-use super::{Error, Next};
+use super::{Error, Next, NotYet};
 use crate::forge::references::{self as forge_refs, Source, Wait};
 use crate::node::FIELD_MANAGER;
 
@@ -40,11 +40,7 @@ impl References {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(None);
         };
-        let not_yet = || {
-            Error::NotYet(format!(
-                "the ConfigMaps and Secrets of {ns} are not in sync yet"
-            ))
-        };
+        let not_yet = || NotYet::References(ns.clone());
         let cms = self.config_maps.current(&ns).ok_or_else(not_yet)?;
         let secrets = self.secrets.current(&ns).ok_or_else(not_yet)?;
         let lookup = |source: Source, name: &str| -> Option<BTreeSet<String>> {
@@ -80,7 +76,7 @@ impl References {
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(Error::api("updating the local pod's status"))?;
+            .map_err(Error::UpdateLocalPodStatus)?;
             tracing::info!(pod = %pod.name_any(), namespace = %ns, ?why, "pod waits for its ConfigMaps or Secrets");
         }
         // No store of this kind says when the ConfigMap or Secret
@@ -106,10 +102,7 @@ impl References {
         match events.create(&PostParams::default(), &event).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(Error::Api {
-                what: "recording the failed mount".to_owned(),
-                source: e,
-            }),
+            Err(e) => Err(Error::RecordFailedMount(e)),
         }
     }
 }

@@ -21,17 +21,17 @@ use liqo_agent_runtime::follow::{Followed, Journal, Options};
 use liqo_api::names::labels;
 use tokio::sync::{Notify, watch};
 
-use super::namespace::{Peering, Twins};
+use super::namespace::{PeeringContext, Twins};
 use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
-use super::{Context, Error, Kind, Next, ObjectKey, in_local_namespaces};
+use super::{Error, Kind, Next, NotYet, ObjectKey, Unjournaled, in_local_namespaces};
 use crate::forge::pod as forge_pod;
 use crate::forge::reflected::ROOT_CA_CONFIGMAP;
 use crate::forge::token::{self as forge_token, StoredToken};
 
 #[allow(missing_debug_implementations)]
 pub struct Tokens {
-    peering: Peering,
+    peering: PeeringContext,
     twins: watch::Receiver<Twins>,
     /// Local pods bound to the virtual node.
     local: Followed<LocalPod>,
@@ -45,12 +45,12 @@ pub struct Tokens {
     changed_local: Journal<ObjectKey>,
     /// The token Secrets that changed, by twin and local pod name.
     changed_remote: Journal<ObjectKey>,
-    context: Context,
+    unjournaled: Unjournaled,
 }
 
 impl Tokens {
     pub fn new(
-        peering: Peering,
+        peering: PeeringContext,
         twins: watch::Receiver<Twins>,
         local: Followed<LocalPod>,
         config_maps: Arc<PerNamespace<ConfigMap>>,
@@ -87,7 +87,7 @@ impl Tokens {
             clients,
             changed_local,
             changed_remote,
-            context: Context::default(),
+            unjournaled: Unjournaled::default(),
         }
     }
 }
@@ -135,7 +135,7 @@ impl Kind for Tokens {
         let twins = self.twins.borrow().clone();
         let mut h = DefaultHasher::new();
         twins.hash(&mut h);
-        if self.context.changed(h.finish()) {
+        if self.unjournaled.changed(h.finish()) {
             return None;
         }
         let mut keys = local?;
@@ -179,16 +179,15 @@ impl Kind for Tokens {
         // A pod missing from a store still being listed is not gone: its
         // token Secret would be deleted under its remote pod.
         if !self.local.is_current() {
-            return Err(Error::NotYet(
-                "the local pods are not in sync yet".to_owned(),
-            ));
+            return Err(NotYet::LocalPods.into());
         }
         let Some(twin) = self.twins.borrow().get(&**ns).cloned() else {
             return Ok(Next::Done);
         };
-        let remote = self.remote.current(&twin).ok_or_else(|| {
-            Error::NotYet(format!("the token Secrets of {twin} are not in sync yet"))
-        })?;
+        let remote = self
+            .remote
+            .current(&twin)
+            .ok_or_else(|| NotYet::TokenSecrets(twin.clone()))?;
         let secret_name = forge_token::secret_name(name);
         let have = remote.store.get(&twin, &secret_name);
         let pod = self
@@ -216,8 +215,9 @@ impl Kind for Tokens {
                     }
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => {
-                        return Err(Error::Api {
-                            what: format!("deleting the token secret {twin}/{secret_name}"),
+                        return Err(Error::DeleteTokenSecret {
+                            twin,
+                            secret: secret_name,
                             source: e,
                         });
                     }
@@ -231,7 +231,7 @@ impl Kind for Tokens {
             .current(ns)
             .and_then(|cms| cms.store.get(ns, ROOT_CA_CONFIGMAP))
             .and_then(|cm| cm.data.as_ref()?.get(forge_token::ROOT_CA_KEY).cloned())
-            .ok_or_else(|| Error::NotYet(format!("the CA of {ns} is not known yet")))?;
+            .ok_or_else(|| NotYet::RootCa(ns.to_string()))?;
         let now = Timestamp::now();
         if let Some(have) = &have
             && let Some(refresh) = forge_token::still_good(have, &pod.metadata(), &ca, now)
@@ -249,12 +249,12 @@ impl Kind for Tokens {
                 &forge_token::token_request(&pod.metadata()),
             )
             .await
-            .map_err(Error::api(format!(
-                "requesting a token of the service account {ns}/{account}"
-            )))?;
-        let status = response
-            .status
-            .ok_or_else(|| Error::NotYet("the token request has no status".to_owned()))?;
+            .map_err(|source| Error::RequestToken {
+                namespace: ns.to_string(),
+                account: account.to_string(),
+                source,
+            })?;
+        let status = response.status.ok_or(NotYet::TokenStatus)?;
         let refresh = forge_token::refresh_at(issued, status.expiration_timestamp.0);
         let mut want =
             forge_token::token_secret(&pod.metadata(), &twin, &status.token, &ca, refresh);
@@ -270,13 +270,16 @@ impl Kind for Tokens {
             Ok(_) => {}
             // Someone else's Secret of that name: never taken over.
             Err(kube::Error::Api(s)) if s.code == 409 && have.is_none() => {
-                return Err(Error::NotYet(format!(
-                    "{twin}/{secret_name} exists on the provider and is not (yet) known as ours"
-                )));
+                return Err(NotYet::NotOurs {
+                    twin,
+                    name: secret_name,
+                }
+                .into());
             }
             Err(e) => {
-                return Err(Error::Api {
-                    what: format!("writing the token secret {twin}/{secret_name}"),
+                return Err(Error::WriteTokenSecret {
+                    twin,
+                    secret: secret_name,
                     source: e,
                 });
             }
