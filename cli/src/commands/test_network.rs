@@ -35,11 +35,12 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::cli::{GlobalArgs, TestNetworkArgs};
-use crate::commands::install::{installed_pod_placement, node_selector_flag, tolerations_flag};
-use crate::commands::network::Peering;
-use crate::commands::offload::bind_virtual_kubelets;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
+use crate::flags::{node_selector_flag, tolerations_flag};
+use crate::kube::cluster::{installed, installed_pod_placement};
+use crate::peering::consumer::bind_virtual_kubelets;
+use crate::peering::outgoing::Peering;
 use crate::printer::Printer;
 
 /// The label that says which part of the check a pod or Service is.
@@ -57,7 +58,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let flags = Flags::parse(args)?;
     let consumer = ClusterClient::local(global).await?;
-    let identity = crate::commands::peer::installed(&consumer).await?;
+    let identity = installed(&consumer).await?;
     let peers = peers(&consumer, &identity.cluster_id, &flags.cluster_ids).await?;
     let placement = match (&flags.node_selector, &flags.tolerations) {
         (None, None) => {

@@ -215,6 +215,17 @@ pub fn owner(kind: &str, api_version: &str, name: &str, uid: &str) -> OwnerRefer
     }
 }
 
+/// A token random enough to name its objects: not a secret.
+pub(crate) fn new_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .take(token::ID_LEN)
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
