@@ -420,7 +420,7 @@ async fn placement_served(
 ) -> anyhow::Result<Result<(), String>> {
     let hooks: Api<MutatingWebhookConfiguration> = Api::all(cluster.client.clone());
     let installed = hooks
-        .get_opt(manifests::PLACEMENT_WEBHOOK)
+        .get_opt(manifests::webhook::PLACEMENT_WEBHOOK)
         .await
         .map_err(|e| cluster.explain(e, "reading the placement webhook"))?;
     if installed.is_none() {
@@ -438,7 +438,7 @@ async fn placement_served(
     let slices: Api<EndpointSlice> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let of_service = ListParams::default().labels(&format!(
         "kubernetes.io/service-name={}",
-        manifests::PLACEMENT_WEBHOOK
+        manifests::webhook::PLACEMENT_WEBHOOK
     ));
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(timeout);
     loop {

@@ -94,14 +94,14 @@ pub async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<
 /// without those flags keeps them, as it keeps placement.
 pub async fn installed_gateway_args(
     cluster: &ClusterClient,
-) -> anyhow::Result<manifests::GatewayArgs> {
+) -> anyhow::Result<manifests::agents::GatewayArgs> {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let gateway = deployments
         .get_opt(names::GATEWAY)
         .await
         .map_err(|e| cluster.explain(e, "reading the installed gateway"))?;
     Ok(gateway
-        .map(|d| manifests::gateway_args_of(&d))
+        .map(|d| manifests::agents::gateway_args_of(&d))
         .unwrap_or_default())
 }
 

@@ -4,7 +4,7 @@
 //! record; and the rights to create twin namespaces for offloading and act
 //! in them. All of it is enforced by the API server itself (RBAC,
 //! ResourceQuota, and the admission policies of `manifests::
-//! twin_namespace_policies`): nothing of ours needs to run on the provider.
+//! twin_namespaces`): nothing of ours needs to run on the provider.
 
 use std::collections::BTreeMap;
 

@@ -93,7 +93,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     let installed_gateway = installed_gateway_args(&cluster).await?;
     let announce = flags.announce.unwrap_or(installed_gateway.announce);
     let kept = installed_gateway.tunnels.clone();
-    let tunnels = manifests::TunnelSettings {
+    let tunnels = manifests::agents::TunnelSettings {
         endpoint_address: flags
             .tunnels
             .endpoint_address
@@ -135,7 +135,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
                  (ca.crt, tls.crt, tls.key for liqo-placement.liqo.svc) and set its CA \
                  as the webhook's caBundle",
                 names::NAMESPACE,
-                manifests::PLACEMENT_TLS_SECRET,
+                manifests::webhook::PLACEMENT_TLS_SECRET,
             ));
         }
         return print_manifests(
@@ -185,7 +185,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     // Where MutatingAdmissionPolicy is served (again), the webhook that
     // stood in for it goes (only ours).
     if placement {
-        for manifest in manifests::placement_webhook_objects() {
+        for manifest in manifests::webhook::placement_webhook_objects() {
             if let apply::Deletion::Deleted { .. } = apply::delete(&cluster, &manifest).await? {
                 *changes.entry("deleted".to_owned()).or_default() += 1;
             }
@@ -269,7 +269,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         tunnels
             .ports
             .as_deref()
-            .unwrap_or(manifests::DEFAULT_TUNNEL_PORTS),
+            .unwrap_or(manifests::agents::DEFAULT_TUNNEL_PORTS),
     ));
     Ok(())
 }
@@ -280,7 +280,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
 fn advertise_address(
     cluster: &ClusterClient,
     flags: &Flags,
-    installed: manifests::GatewayArgs,
+    installed: manifests::agents::GatewayArgs,
     announce: bool,
 ) -> Result<Option<ApiAddress>, UserError> {
     if let Some(address) = &flags.advertise_address {
@@ -317,7 +317,7 @@ struct Flags {
     announce: Option<bool>,
     advertise_address: Option<ApiAddress>,
     /// `None`s keep the installed gateway's.
-    tunnels: manifests::TunnelSettings,
+    tunnels: manifests::agents::TunnelSettings,
     /// `None` keeps the installed Service type; `Some(None)` removes it.
     service_type: Option<Option<GatewayServiceType>>,
     /// `None`s keep the installed agents' registry, tag and pull policy.
@@ -404,7 +404,7 @@ impl Flags {
 
 /// The tunnel flags, checked as the gateway will read them, so that a
 /// mistake is told now rather than by a gateway that does not start.
-fn tunnel_settings(args: &InstallArgs) -> Result<manifests::TunnelSettings, UserError> {
+fn tunnel_settings(args: &InstallArgs) -> Result<manifests::agents::TunnelSettings, UserError> {
     let usage = |e: String| UserError::Usage(e);
     if let Some(host) = &args.gateway_address {
         let valid = host.parse::<std::net::IpAddr>().is_ok()
@@ -445,7 +445,7 @@ fn tunnel_settings(args: &InstallArgs) -> Result<manifests::TunnelSettings, User
             )));
         }
     }
-    Ok(manifests::TunnelSettings {
+    Ok(manifests::agents::TunnelSettings {
         endpoint_address: args.gateway_address.clone(),
         ports: args.tunnel_ports.as_ref().map(|p| p.replace(' ', "")),
         remap_pool: args.remap_pool.as_ref().map(|p| p.replace(' ', "")),
