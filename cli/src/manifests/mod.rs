@@ -1,7 +1,7 @@
 //! What `liqoctl install` applies, built as typed objects by pure functions:
 //! the [`Manifest`] every command applies, the rendering of an installation
 //! in the order it is applied, and the helpers every object uses (labels,
-//! metadata). One file per concern: the [`agents`], the admission policies
+//! metadata, typed [`rbac`] pieces). One file per concern: the [`agents`], the admission policies
 //! ([`twin_namespaces`], [`peering_token`], [`placement`]) and the placement
 //! [`webhook`]. `manifests/` holds these objects rendered with the default
 //! options, and a test fails when it drifts from them.
@@ -9,6 +9,7 @@
 pub mod agents;
 pub mod peering_token;
 pub mod placement;
+pub mod rbac;
 pub mod twin_namespaces;
 pub mod webhook;
 
