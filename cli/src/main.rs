@@ -4,10 +4,12 @@ mod cli;
 mod commands;
 mod error;
 mod factory;
-mod k8s;
+mod flags;
+mod kube;
 mod manifests;
 mod peering;
 mod printer;
+mod show;
 
 use std::process::ExitCode;
 
@@ -38,7 +40,15 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
     match &cli.command {
         Command::Install(args) => commands::install::run(args, &cli.global, printer).await,
         Command::Uninstall(args) => commands::uninstall::run(args, &cli.global, printer).await,
-        Command::Peer(args) => commands::peer::run(args, &cli.global, printer).await,
+        // `peer request|accept|complete` and `peer --token` are verbs of
+        // their own that share `peer`'s flags.
+        Command::Peer(args) => match &args.exchange {
+            Some(exchange) => commands::exchange::run(exchange, &cli.global, printer).await,
+            None if args.token.is_some() || args.token_file.is_some() => {
+                commands::token::peer(args, &cli.global, printer).await
+            }
+            None => commands::peer::run(args, &cli.global, printer).await,
+        },
         Command::Unpeer(args) => commands::unpeer::run(args, &cli.global, printer).await,
         Command::Network(NetworkCommand::Connect(args)) => {
             commands::network::connect(args, &cli.global, printer).await

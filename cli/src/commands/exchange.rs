@@ -23,13 +23,17 @@ use serde_json::json;
 use crate::cli::{
     GlobalArgs, PeerAcceptArgs, PeerCompleteArgs, PeerExchange, PeerRequestArgs, RequestArgs,
 };
-use crate::commands::{peer, token};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::apply;
+use crate::flags::parse_request;
+use crate::kube::apply;
+use crate::kube::cluster::installed;
 use crate::manifests::{Manifest, common_labels, from_json};
-use crate::peering::{Journal, Side, identity};
+use crate::peering::consumer::{Finish, Recorded, finish_on_consumer};
+use crate::peering::plan::Plan;
+use crate::peering::{Journal, Side, compatible, identity, refuse_foreign, token};
 use crate::printer::Printer;
+use crate::show::show_resources;
 
 /// On the consumer: the Secret that keeps the key of the pending request.
 const REQUEST_SECRET: &str = "liqo-peering-request";
@@ -86,9 +90,9 @@ async fn request(
     printer: Printer,
 ) -> anyhow::Result<()> {
     // Checked here already, so that a typo does not travel.
-    peer::parse_request(&args.request)?;
+    parse_request(&args.request)?;
     let consumer = ClusterClient::local(global).await?;
-    let consumer_id = peer::installed(&consumer).await?;
+    let consumer_id = installed(&consumer).await?;
     let made = identity::request(&peer_user(&consumer_id.cluster_id))?;
     let id = token::new_id();
     let mut secret_labels = common_labels("identity");
@@ -108,7 +112,7 @@ async fn request(
         "type": "liqo.io/peering-request",
         "stringData": { "key.pem": made.key_pem },
     })));
-    peer::refuse_foreign(&consumer, std::slice::from_ref(&secret)).await?;
+    refuse_foreign(&consumer, std::slice::from_ref(&secret)).await?;
     apply::apply(&consumer, &secret).await?;
     let file = RequestFile {
         id: id.clone(),
@@ -151,7 +155,7 @@ async fn accept(
             file.consumer.cluster_name
         ))
     })?;
-    if !peer::compatible(&file.consumer.version) {
+    if !compatible(&file.consumer.version) {
         return Err(UserError::Refused(format!(
             "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer",
             file.consumer.cluster_name,
@@ -160,7 +164,7 @@ async fn accept(
         ))
         .into());
     }
-    let request = peer::parse_request(&file.request)?;
+    let request = parse_request(&file.request)?;
     let provider = ClusterClient::local(global).await?;
     let ca_der = provider.ca_der.clone().ok_or_else(|| {
         UserError::Config(format!(
@@ -173,7 +177,7 @@ async fn accept(
         "Checking the request of cluster {}",
         file.consumer.cluster_name
     ));
-    let plan = match peer::Plan::for_consumer(
+    let plan = match Plan::for_consumer(
         file.consumer.clone(),
         &file.consumer.cluster_name,
         &provider,
@@ -189,14 +193,14 @@ async fn accept(
             return Err(e);
         }
     };
-    step.done(format!("grant {}", peer::show(&plan.grant)));
+    step.done(format!("grant {}", show_resources(&plan.grant)));
     if !printer.confirm(
         &format!(
             "Accept cluster {} ({}) as a tenant of cluster {}, granting {}?",
             file.consumer.cluster_name,
             file.consumer.cluster_id,
             provider.name,
-            peer::show(&plan.grant)
+            show_resources(&plan.grant)
         ),
         global.yes,
     )? {
@@ -269,7 +273,7 @@ async fn complete(
     let file: ResponseFile = read(&args.file, "peering response")?;
     let consumer = ClusterClient::local(global).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
-    let consumer_id = peer::installed(&consumer).await?;
+    let consumer_id = installed(&consumer).await?;
     let provider_id = &file.provider;
     if provider_id.cluster_id == consumer_id.cluster_id {
         return Err(UserError::Refused(format!(
@@ -283,7 +287,7 @@ async fn complete(
         .get_opt(REQUEST_SECRET)
         .await
         .map_err(|e| consumer.explain(e, &format!("reading Secret {REQUEST_SECRET}")))?
-        .filter(|s| crate::k8s::ownership::is_ours(&s.metadata));
+        .filter(|s| crate::kube::ownership::is_ours(&s.metadata));
     let Some(pending) = pending else {
         return Err(UserError::NotFound(format!(
             "cluster {} has no pending peering request (its key is kept in Secret {}/{REQUEST_SECRET} \
@@ -346,7 +350,7 @@ async fn complete(
     ));
     let provider =
         ClusterClient::from_kubeconfig_yaml(&provider_id.cluster_name, &kubeconfig).await?;
-    let reached = match peer::installed(&provider).await {
+    let reached = match installed(&provider).await {
         Ok(reached) => reached,
         Err(e) => {
             step.fail("");
@@ -380,15 +384,15 @@ async fn complete(
         "type": "liqo.io/peer-identity",
         "stringData": { "kubeconfig": kubeconfig },
     })));
-    peer::refuse_foreign(&consumer, std::slice::from_ref(&secret)).await?;
+    refuse_foreign(&consumer, std::slice::from_ref(&secret)).await?;
     journal.apply(Side::Consumer, &consumer, secret).await?;
     // On failure the identity goes with the rest, and the pending
     // request stays: the same response completes it later.
-    peer::finish_on_consumer(
+    finish_on_consumer(
         &consumer,
         &provider,
         journal,
-        peer::Recorded {
+        Recorded {
             provider: provider_id,
             request: None,
             grant: &file.grant,
@@ -396,7 +400,7 @@ async fn complete(
             expiry: &checked.not_after,
             tenant_namespace: file.tenant_namespace.clone(),
         },
-        peer::Finish {
+        Finish {
             deadline,
             timeout: args.timeout,
             output: args.output.output,

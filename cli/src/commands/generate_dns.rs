@@ -8,6 +8,7 @@ use liqo_api::names;
 use crate::cli::{DnsRecordsArgs, GlobalArgs};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
+use crate::kube::cluster::{installed_gateway_args, read_identity};
 use crate::printer::Printer;
 
 pub async fn run(
@@ -24,7 +25,7 @@ pub async fn run(
         .map(|a| ApiAddress::parse(a).map_err(|e| usage(format!("--api-address: {e}"))))
         .transpose()?;
     let cluster = ClusterClient::local(global).await?;
-    let identity = super::install::read_identity(&cluster)
+    let identity = read_identity(&cluster)
         .await?
         .ok_or_else(|| {
             UserError::NotFound(format!(
@@ -37,7 +38,7 @@ pub async fn run(
     let api = match flag_address {
         Some(address) => address,
         None => {
-            let installed = super::install::installed_gateway_args(&cluster)
+            let installed = installed_gateway_args(&cluster)
                 .await?
                 .advertise_address
                 .unwrap_or_else(|| cluster.server.clone());

@@ -20,12 +20,13 @@ use liqo_api::sharing::{Cost, Resources};
 use serde::Serialize;
 
 use crate::cli::{GlobalArgs, InfoArgs, InfoCommand};
-use crate::commands::install::read_identity;
-use crate::commands::sharing_policy::{show_cost, show_resources};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::agents::deployment_ready;
+use crate::kube::agents::deployment_ready;
+use crate::kube::cluster::read_identity;
+use crate::peering::tokens::{TokenView, tokens_of};
 use crate::printer::Printer;
+use crate::show::{show_cost, show_resources};
 
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
@@ -35,7 +36,7 @@ struct Info {
     peerings: Vec<Peering>,
     offloaded_namespaces: Vec<Offloaded>,
     /// The peering tokens this cluster issued that are not revoked.
-    peering_tokens: Vec<crate::commands::token::TokenView>,
+    peering_tokens: Vec<TokenView>,
 }
 
 #[derive(Serialize, Debug)]
@@ -211,7 +212,7 @@ pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyh
         agents: agents(&cluster).await?,
         peerings: peerings(&cluster).await?,
         offloaded_namespaces: offloaded(&cluster).await?,
-        peering_tokens: crate::commands::token::tokens_of(&cluster).await?,
+        peering_tokens: tokens_of(&cluster).await?,
     };
     if let Some(format) = args.output.output {
         return printer.structured(&info, format);

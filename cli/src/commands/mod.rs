@@ -9,7 +9,6 @@ pub mod install;
 pub mod network;
 pub mod offload;
 pub mod peer;
-pub mod placement_tls;
 pub mod sharing_policy;
 pub mod test_network;
 pub mod token;

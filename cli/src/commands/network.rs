@@ -3,15 +3,13 @@
 //! kubeconfig and the peering's own identity on the provider (which may
 //! write Connections in its tenant namespace), however it was peered.
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 use liqo_api::ClusterId;
-use liqo_api::core::ForeignCluster;
-use liqo_api::names::{self, peering};
 
 use crate::cli::{GlobalArgs, NetworkArgs};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
+use crate::kube::cluster::installed;
+use crate::peering::outgoing::Peering;
 use crate::peering::{Journal, network};
 use crate::printer::Printer;
 
@@ -20,9 +18,9 @@ pub async fn connect(
     global: &GlobalArgs,
     printer: Printer,
 ) -> anyhow::Result<()> {
-    let peering = Peering::open(args, global).await?;
-    let consumer_id = crate::commands::peer::installed(&peering.consumer).await?;
-    let provider_id = crate::commands::peer::installed(&peering.provider).await?;
+    let peering = open(args, global).await?;
+    let consumer_id = installed(&peering.consumer).await?;
+    let provider_id = installed(&peering.provider).await?;
     if provider_id.cluster_id != peering.provider_id {
         return Err(UserError::Refused(format!(
             "the peering's credential for {} reaches cluster {} instead: unpeer and peer again",
@@ -73,8 +71,8 @@ pub async fn disconnect(
     global: &GlobalArgs,
     printer: Printer,
 ) -> anyhow::Result<()> {
-    let peering = Peering::open(args, global).await?;
-    let consumer_id = crate::commands::peer::installed(&peering.consumer).await?;
+    let peering = open(args, global).await?;
+    let consumer_id = installed(&peering.consumer).await?;
     let step = printer.step(format!(
         "Removing the tunnel between clusters {} and {}",
         peering.consumer.name, peering.provider_id
@@ -105,63 +103,10 @@ pub async fn disconnect(
     }
 }
 
-/// An outgoing peering, and the provider reached with its identity.
-pub(crate) struct Peering {
-    pub consumer: ClusterClient,
-    pub provider: ClusterClient,
-    pub provider_id: ClusterId,
-    /// The provider's cluster name, for people to read.
-    pub provider_name: String,
-    pub tenant_namespace: String,
-}
-
-impl Peering {
-    async fn open(args: &NetworkArgs, global: &GlobalArgs) -> anyhow::Result<Self> {
-        let provider_id = ClusterId::new(args.cluster_id.clone())
-            .map_err(|e| UserError::Usage(format!("--cluster-id: {e}")))?;
-        let consumer = ClusterClient::local(global).await?;
-        Self::reach(consumer, provider_id).await
-    }
-
-    /// The peering of `consumer` with `provider_id`, its provider reached
-    /// with the peering's own identity (kept in the consumer's `liqo`).
-    pub(crate) async fn reach(
-        consumer: ClusterClient,
-        provider_id: ClusterId,
-    ) -> anyhow::Result<Self> {
-        let not_peered = || {
-            UserError::NotFound(format!(
-                "cluster {} has no outgoing peering with {provider_id}; `liqoctl info` lists them",
-                consumer.name
-            ))
-        };
-        let fc = Api::<ForeignCluster>::all(consumer.client.clone())
-            .get_opt(provider_id.as_str())
-            .await
-            .map_err(|e| consumer.explain(e, "reading the ForeignCluster"))?
-            .filter(|fc| fc.spec.outgoing)
-            .ok_or_else(not_peered)?;
-        let provider_name = fc.spec.cluster_name.clone();
-        let tenant_namespace = fc
-            .status
-            .and_then(|s| s.tenant_namespace)
-            .ok_or_else(not_peered)?;
-        let secret = peering::identity_secret(&provider_id);
-        let kubeconfig = Api::<Secret>::namespaced(consumer.client.clone(), names::NAMESPACE)
-            .get_opt(&secret)
-            .await
-            .map_err(|e| consumer.explain(e, &format!("reading Secret {secret}")))?
-            .and_then(|s| s.data?.remove("kubeconfig"))
-            .and_then(|k| String::from_utf8(k.0).ok())
-            .ok_or_else(not_peered)?;
-        let provider =
-            ClusterClient::from_kubeconfig_yaml(provider_id.as_str(), &kubeconfig).await?;
-        Ok(Self {
-            consumer,
-            provider,
-            provider_id,
-            provider_name,
-            tenant_namespace,
-        })
-    }
+/// The outgoing peering `--cluster-id` names, of the local cluster.
+async fn open(args: &NetworkArgs, global: &GlobalArgs) -> anyhow::Result<Peering> {
+    let provider_id = ClusterId::new(args.cluster_id.clone())
+        .map_err(|e| UserError::Usage(format!("--cluster-id: {e}")))?;
+    let consumer = ClusterClient::local(global).await?;
+    Peering::reach(consumer, provider_id).await
 }

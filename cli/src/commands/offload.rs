@@ -25,13 +25,13 @@ use crate::cli::{
     GlobalArgs, MappingStrategyArg, OffloadCommand, OffloadNamespaceArgs, PodStrategyArg,
     UnoffloadCommand, UnoffloadNamespaceArgs,
 };
-use crate::commands::install::{read_identity, serves_mutating_admission_policy};
-use crate::commands::peer::refuse_foreign;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::apply::{self, FIELD_MANAGER};
-use crate::k8s::wait::{self, Waited};
-use crate::manifests::{self, Manifest};
+use crate::kube::cluster::{read_identity, serves_mutating_admission_policy};
+use crate::kube::ownership::FIELD_MANAGER;
+use crate::kube::wait::{self, Waited};
+use crate::manifests;
+use crate::peering::consumer::bind_virtual_kubelets;
 use crate::peering::virtual_kubelet;
 use crate::printer::Printer;
 
@@ -420,7 +420,7 @@ async fn placement_served(
 ) -> anyhow::Result<Result<(), String>> {
     let hooks: Api<MutatingWebhookConfiguration> = Api::all(cluster.client.clone());
     let installed = hooks
-        .get_opt(manifests::PLACEMENT_WEBHOOK)
+        .get_opt(manifests::webhook::PLACEMENT_WEBHOOK)
         .await
         .map_err(|e| cluster.explain(e, "reading the placement webhook"))?;
     if installed.is_none() {
@@ -438,7 +438,7 @@ async fn placement_served(
     let slices: Api<EndpointSlice> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let of_service = ListParams::default().labels(&format!(
         "kubernetes.io/service-name={}",
-        manifests::PLACEMENT_WEBHOOK
+        manifests::webhook::PLACEMENT_WEBHOOK
     ));
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(timeout);
     loop {
@@ -476,28 +476,6 @@ pub(crate) async fn virtual_kubelets(cluster: &ClusterClient) -> anyhow::Result<
             ClusterId::new(id).ok()
         })
         .collect())
-}
-
-/// Lets the virtual kubelet of each of `providers` act in the offloaded
-/// namespace `ns` (read what it reflects, copy Events, mint tokens): one
-/// RoleBinding each, owned by the namespace's NamespaceOffloading
-/// (`offloading_uid`) when given. Idempotent; refuses a namesake that is
-/// not ours.
-pub(crate) async fn bind_virtual_kubelets(
-    cluster: &ClusterClient,
-    ns: &str,
-    offloading_uid: Option<&str>,
-    providers: &[ClusterId],
-) -> anyhow::Result<()> {
-    let bindings: Vec<Manifest> = providers
-        .iter()
-        .map(|p| virtual_kubelet::offloaded_namespace_binding(p, ns, offloading_uid))
-        .collect();
-    refuse_foreign(cluster, &bindings).await?;
-    for binding in &bindings {
-        apply::apply(cluster, binding).await?;
-    }
-    Ok(())
 }
 
 /// The cluster IDs of the providers whose virtual node the spec selects.

@@ -4,12 +4,11 @@
 //! default). Also owns how amounts and costs are shown to people, which
 //! `info` shares.
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ListParams};
 use liqo_api::admission::Admission;
 use liqo_api::authentication::Tenant;
 use liqo_api::pod_security::Level;
-use liqo_api::sharing::{self, Amounts, Cost, Offer, Resources, SharingPolicy, SharingPolicySpec};
+use liqo_api::sharing::{self, Amounts, Offer, Resources, SharingPolicy, SharingPolicySpec};
 use liqo_api::{ClusterId, validation};
 use serde::Serialize;
 
@@ -17,14 +16,15 @@ use crate::cli::{
     GlobalArgs, SharingPolicyCommand, SharingPolicyPeerArg, SharingPolicySetArgs,
     SharingPolicyShowArgs,
 };
-use crate::commands::install::read_identity;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::apply::{self, Deletion};
-use crate::k8s::ownership::{self, Ownership};
+use crate::kube::apply::{self, Deletion};
+use crate::kube::cluster::read_identity;
+use crate::kube::ownership::{self, Ownership};
 use crate::manifests::{Manifest, common_labels};
 use crate::peering::{capacity, terms};
 use crate::printer::Printer;
+use crate::show::show_cost;
 
 /// The name of the policy that applies to consumers without their own.
 const DEFAULT: &str = "default";
@@ -574,41 +574,10 @@ fn describe(p: &SharingPolicySpec) -> String {
     out
 }
 
-/// Resources as people read them: `cpu 2, memory 1Gi, pods 10`.
-pub(crate) fn show_resources(r: &Resources) -> String {
-    let q = |q: &Option<Quantity>| q.as_ref().map_or("0".to_owned(), |q| q.0.clone());
-    format!(
-        "cpu {}, memory {}, pods {}",
-        q(&r.cpu),
-        q(&r.memory),
-        q(&r.pods)
-    )
-}
-
-/// A cost as people read it: `0.02 EUR per CPU-hour, 0.005 EUR per GiB-hour`.
-pub(crate) fn show_cost(c: &Cost) -> String {
-    let price = |p: &str| {
-        if c.currency.is_empty() {
-            p.to_owned()
-        } else {
-            format!("{p} {}", c.currency)
-        }
-    };
-    let mut parts = Vec::new();
-    if let Some(p) = &c.cpu_hour {
-        parts.push(format!("{} per CPU-hour", price(p)));
-    }
-    if let Some(p) = &c.memory_gib_hour {
-        parts.push(format!("{} per GiB-hour", price(p)));
-    }
-    if parts.is_empty() {
-        return "-".to_owned();
-    }
-    parts.join(", ")
-}
-
 #[cfg(test)]
 mod tests {
+    use liqo_api::sharing::Cost;
+
     use super::*;
 
     fn args() -> SharingPolicySetArgs {

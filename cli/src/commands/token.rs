@@ -15,7 +15,7 @@ use k8s_openapi::api::authentication::v1::{
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource as _;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use liqo_api::authentication::{Tenant, peer_user};
 use liqo_api::names::{self, labels, peering};
 use liqo_api::sharing::{Resources, SharingPolicySpec};
@@ -25,14 +25,20 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::cli::{GeneratePeeringTokenArgs, GlobalArgs, PeerArgs, RevokePeeringTokenArgs};
-use crate::commands::peer;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::apply::{self, Deletion};
-use crate::k8s::ownership;
+use crate::flags::parse_request;
+use crate::kube::apply::{self, Deletion};
+use crate::kube::cluster::installed;
 use crate::manifests::{Manifest, common_labels, from_json};
-use crate::peering::{Journal, Side, identity, tenant, token};
+use crate::peering::consumer::{Finish, Recorded, finish_on_consumer};
+use crate::peering::outgoing::{Identity, identity_of};
+use crate::peering::plan::grant_for;
+use crate::peering::token::new_id;
+use crate::peering::tokens::{Held, claimed, held, token_secrets};
+use crate::peering::{Journal, Side, compatible, identity, refuse_foreign, tenant, token};
 use crate::printer::Printer;
+use crate::show::show_resources;
 
 /// How long a tenant's credential lives when `peer --certificate-lifetime`
 /// does not say: a year, as a kubeadm signer's certificates.
@@ -64,7 +70,7 @@ pub async fn generate(
         .map(|c| ClusterId::new(c.to_owned()))
         .transpose()
         .map_err(|e| UserError::Usage(format!("--for: {e}")))?;
-    let request = peer::parse_request(&args.request)?;
+    let request = parse_request(&args.request)?;
     if let Some(url) = &args.api_server
         && !url.starts_with("https://")
     {
@@ -76,7 +82,7 @@ pub async fn generate(
     let provider = ClusterClient::local(global).await?;
     let step = printer.step(format!("Checking cluster {}", provider.name));
     let checked = async {
-        let identity = peer::installed(&provider).await?;
+        let identity = installed(&provider).await?;
         if consumer.as_ref() == Some(&identity.cluster_id) {
             return Err(UserError::Refused(format!(
                 "--for {}: that is cluster {} itself; a cluster cannot peer with itself",
@@ -98,7 +104,7 @@ pub async fn generate(
             ))
         })?;
         let policy = crate::peering::terms::policy_for(&provider, consumer.as_ref()).await?;
-        let grant = peer::grant_for(
+        let grant = grant_for(
             &provider,
             &policy,
             request.as_ref(),
@@ -132,7 +138,7 @@ pub async fn generate(
             .into());
         }
     }
-    step.done(format!("grant {}", peer::show(&grant)));
+    step.done(format!("grant {}", show_resources(&grant)));
 
     let plan = Issue {
         id: &id,
@@ -209,17 +215,6 @@ pub async fn generate(
     Ok(())
 }
 
-/// A token random enough to name its objects: not a secret.
-pub(crate) fn new_id() -> String {
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    uuid::Uuid::new_v4()
-        .as_bytes()
-        .iter()
-        .take(tokens::ID_LEN)
-        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
-        .collect()
-}
-
 /// What `generate` writes on the provider.
 struct Issue<'a> {
     id: &'a str,
@@ -259,7 +254,7 @@ impl Issue<'_> {
                 &self.policy.admission,
             );
             objects.extend(token::tenant_account(t, self.id));
-            peer::refuse_foreign(provider, &objects).await?;
+            refuse_foreign(provider, &objects).await?;
             // The record first: everything else is its dependent.
             let Some(pos) = objects
                 .iter()
@@ -369,109 +364,6 @@ async fn mint(
     }
 }
 
-/// A peering token of this cluster, as `liqoctl info` shows it.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct TokenView {
-    pub id: String,
-    pub expires: String,
-    pub expired: bool,
-    /// Each tenant of the token and the consumer that claimed it, if any.
-    pub tenants: Vec<TenantView>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct TenantView {
-    pub tenant: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub claimed_by: Option<String>,
-}
-
-/// The peering tokens of `provider` not revoked yet, with who claimed what.
-pub(crate) async fn tokens_of(provider: &ClusterClient) -> anyhow::Result<Vec<TokenView>> {
-    let secrets = token_secrets(provider).await?;
-    let claimed_by = |id: &str, tenant: &ClusterId| {
-        claimed(&secrets, id, tenant)?
-            .metadata
-            .labels?
-            .get(labels::PEER_CLUSTER_ID)
-            .cloned()
-    };
-    let now = Timestamp::now();
-    Ok(held(&secrets)
-        .into_iter()
-        .map(|t| TokenView {
-            expires: t.expires.map(|e| e.to_string()).unwrap_or_default(),
-            expired: t.expires.is_none_or(|e| e <= now),
-            tenants: t
-                .tenants
-                .iter()
-                .map(|tenant| TenantView {
-                    tenant: tenant.to_string(),
-                    claimed_by: claimed_by(&t.id, tenant),
-                })
-                .collect(),
-            id: t.id,
-        })
-        .collect())
-}
-
-/// One token as its anchor on the provider says.
-#[derive(Debug)]
-struct Held {
-    id: String,
-    expires: Option<Timestamp>,
-    tenants: Vec<ClusterId>,
-}
-
-/// Every Secret of the peering tokens of `provider`: their anchors and
-/// their claims.
-async fn token_secrets(provider: &ClusterClient) -> anyhow::Result<Vec<Secret>> {
-    let secrets: Api<Secret> = Api::namespaced(provider.client.clone(), names::NAMESPACE);
-    Ok(secrets
-        .list(&ListParams::default().labels(token::TOKEN_LABEL))
-        .await
-        .map_err(|e| provider.explain(e, "listing the peering tokens"))?
-        .items)
-}
-
-/// Whether `secrets` hold the claim of `tenant` of token `id`.
-fn claimed(secrets: &[Secret], id: &str, tenant: &ClusterId) -> Option<Secret> {
-    let name = objects::claim(id, tenant);
-    secrets
-        .iter()
-        .find(|c| c.metadata.name.as_deref() == Some(name.as_str()))
-        .cloned()
-}
-
-/// The tokens among `secrets`, from their anchors.
-fn held(secrets: &[Secret]) -> Vec<Held> {
-    secrets
-        .iter()
-        .filter(|s| s.type_.as_deref() == Some(tokens::TOKEN_SECRET_TYPE))
-        .filter(|s| ownership::is_ours(&s.metadata))
-        .filter_map(|s| {
-            let id = s.metadata.labels.as_ref()?.get(token::TOKEN_LABEL)?.clone();
-            let annotations = s.metadata.annotations.clone().unwrap_or_default();
-            Some(Held {
-                id,
-                expires: annotations
-                    .get(token::EXPIRES_ANNOTATION)
-                    .and_then(|e| e.parse().ok()),
-                tenants: annotations
-                    .get(token::TENANTS_ANNOTATION)
-                    .map(|t| {
-                        t.split(',')
-                            .filter_map(|t| ClusterId::new(t.to_owned()).ok())
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            })
-        })
-        .collect()
-}
-
 pub async fn revoke(
     args: &RevokePeeringTokenArgs,
     global: &GlobalArgs,
@@ -579,7 +471,7 @@ pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> any
     let ca_pem = identity::pem(&ca_der);
     let consumer = ClusterClient::local(global).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
-    let consumer_id = peer::installed(&consumer).await?;
+    let consumer_id = installed(&consumer).await?;
     if token.provider_cluster_id == consumer_id.cluster_id {
         return Err(UserError::Refused(format!(
             "the peering token is cluster {}'s own; a cluster cannot peer with itself",
@@ -643,13 +535,13 @@ pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> any
     };
     step.done("");
 
-    peer::finish_on_consumer(
+    finish_on_consumer(
         &consumer,
         &provider,
         // The identity is not in it: it stays, and the same command
         // resumes from it.
         Journal::default(),
-        peer::Recorded {
+        Recorded {
             provider: &provider_id,
             request: None,
             grant: &token.grant,
@@ -657,7 +549,7 @@ pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> any
             expiry: &expiry,
             tenant_namespace: peering::tenant_namespace(&tenant),
         },
-        peer::Finish {
+        Finish {
             deadline,
             timeout: args.timeout,
             output: args.output.output,
@@ -682,59 +574,6 @@ fn read_token(args: &PeerArgs) -> anyhow::Result<String> {
             path.display()
         ))
     })?)
-}
-
-/// What identity the consumer holds for its peering with a provider.
-#[derive(Debug)]
-pub(crate) enum Identity {
-    Absent,
-    /// A certificate (`peer --remote-kubeconfig`, `peer complete`).
-    Certificate,
-    /// A token peering's credential, as its Secret says.
-    Token {
-        tenant: ClusterId,
-        kubeconfig: String,
-        expiry: String,
-    },
-}
-
-/// The identity Secret of ours for the peering with `provider`, read.
-pub(crate) async fn identity_of(
-    consumer: &ClusterClient,
-    provider: &ClusterId,
-) -> anyhow::Result<Identity> {
-    let name = peering::identity_secret(provider);
-    let secrets: Api<Secret> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
-    let Some(secret) = secrets
-        .get_opt(&name)
-        .await
-        .map_err(|e| consumer.explain(e, &format!("reading Secret {name}")))?
-        .filter(|s| ownership::is_ours(&s.metadata))
-    else {
-        return Ok(Identity::Absent);
-    };
-    let annotations = secret.metadata.annotations.unwrap_or_default();
-    let tenant = annotations
-        .get(token::TENANT_ANNOTATION)
-        .and_then(|t| ClusterId::new(t.clone()).ok());
-    let kubeconfig = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("kubeconfig"))
-        .and_then(|k| String::from_utf8(k.0.clone()).ok());
-    Ok(match (tenant, kubeconfig) {
-        (Some(tenant), Some(kubeconfig)) => Identity::Token {
-            tenant,
-            kubeconfig,
-            expiry: annotations
-                .get(token::EXPIRES_ANNOTATION)
-                .cloned()
-                .unwrap_or_default(),
-        },
-        // A token identity without its kubeconfig: made anew.
-        (Some(_), None) => Identity::Absent,
-        (None, _) => Identity::Certificate,
-    })
 }
 
 /// With the token's bootstrap credential: checks the provider is the one
@@ -768,7 +607,7 @@ async fn claim_and_mint(
         let bootstrap =
             ClusterClient::from_kubeconfig_yaml(&token.provider_cluster_name, &bootstrap_config)
                 .await?;
-        let provider_id = peer::installed(&bootstrap)
+        let provider_id = installed(&bootstrap)
             .await
             .map_err(|e| spent_or(e, token))?;
         check_provider(&provider_id, token)?;
@@ -846,7 +685,7 @@ fn check_provider(provider: &ClusterIdentity, token: &PeeringToken) -> anyhow::R
         ))
         .into());
     }
-    if !peer::compatible(&provider.version) {
+    if !compatible(&provider.version) {
         return Err(UserError::Refused(format!(
             "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
             token.provider_cluster_name,
@@ -922,7 +761,7 @@ async fn store_identity(
         "stringData": { "kubeconfig": kubeconfig },
     }));
     let objects = [Manifest::Secret(secret)];
-    peer::refuse_foreign(consumer, &objects).await?;
+    refuse_foreign(consumer, &objects).await?;
     apply::apply(consumer, &objects[0]).await?;
     Ok(())
 }
@@ -959,7 +798,7 @@ async fn check_tenant(
         ))
         .into());
     }
-    let id = peer::installed(provider).await?;
+    let id = installed(provider).await?;
     check_provider(&id, token)?;
     Ok(id)
 }

@@ -19,9 +19,9 @@ use liqo_api::offloading::NamespaceOffloading;
 use crate::cli::{GlobalArgs, UninstallArgs};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::apply::{self, Deletion};
-use crate::k8s::ownership::{self, Ownership};
-use crate::k8s::wait::{self, Waited};
+use crate::kube::apply::{self, Deletion};
+use crate::kube::ownership::{self, Ownership};
+use crate::kube::wait::{self, Waited};
 use crate::manifests::{self, Manifest};
 use crate::printer::Printer;
 

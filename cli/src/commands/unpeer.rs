@@ -16,12 +16,13 @@ use liqo_api::names::{labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
 
 use crate::cli::{GlobalArgs, UnpeerArgs};
-use crate::commands::install::read_identity;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::apply::{self, Deletion};
-use crate::k8s::wait::{self, Waited};
+use crate::kube::apply::{self, Deletion};
+use crate::kube::cluster::read_identity;
+use crate::kube::wait::{self, Waited};
 use crate::manifests::Manifest;
+use crate::peering::outgoing::{Identity, identity_of};
 use crate::peering::{tenant, virtual_kubelet};
 use crate::printer::Printer;
 
@@ -36,9 +37,9 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
     {
         let provider = ClusterId::new(id.clone())
             .map_err(|e| UserError::Usage(format!("--cluster-id: {e}")))?;
-        if let crate::commands::token::Identity::Token {
+        if let Identity::Token {
             tenant, kubeconfig, ..
-        } = crate::commands::token::identity_of(&consumer, &provider).await?
+        } = identity_of(&consumer, &provider).await?
         {
             return end_token_peering(&consumer, &provider, &tenant, &kubeconfig, args, printer)
                 .await;
@@ -89,8 +90,8 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
     };
     // The provider knows a peering made with a token by the token's
     // tenant, not by the consumer's cluster ID.
-    let tenant = match crate::commands::token::identity_of(&consumer, &provider_cluster_id).await? {
-        crate::commands::token::Identity::Token { tenant, .. } => tenant,
+    let tenant = match identity_of(&consumer, &provider_cluster_id).await? {
+        Identity::Token { tenant, .. } => tenant,
         _ => consumer_id.cluster_id.clone(),
     };
     let offloaded = offloaded_to(&consumer, &provider_cluster_id).await?;
@@ -270,7 +271,7 @@ async fn remove_consumer_side(
         .get_opt(provider.as_str())
         .await
         .map_err(|e| consumer.explain(e, "reading the ForeignCluster"))?
-        .filter(|fc| crate::k8s::ownership::is_ours(&fc.metadata))
+        .filter(|fc| crate::kube::ownership::is_ours(&fc.metadata))
         .and_then(|fc| fc.metadata.uid);
     if fc_uid.is_some() {
         // In the background: what it owns was deleted just above, and the
@@ -285,7 +286,7 @@ async fn remove_consumer_side(
         .get_opt(&node_name)
         .await
         .map_err(|e| consumer.explain(e, "reading the virtual node"))?
-        .filter(|n| crate::k8s::ownership::is_ours(&n.metadata))
+        .filter(|n| crate::kube::ownership::is_ours(&n.metadata))
         .and_then(|n| n.metadata.uid);
     if let Some(uid) = &node_uid {
         let _ = nodes.delete(&node_name, &DeleteParams::default()).await;

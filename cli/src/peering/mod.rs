@@ -4,14 +4,25 @@
 //! deleted again in reverse order, on whichever cluster they were made, so
 //! that a failed peer leaves nothing new behind, and a re-run resumes from
 //! what earlier runs left.
+//!
+//! Every way of peering (`peer` with both kubeconfigs, `peer --token`,
+//! `peer request|accept|complete`) composes the same pieces: the [`plan`]
+//! and its steps on the provider, the [`consumer`]'s side, and the
+//! [`report`]. The objects themselves are built by pure functions
+//! ([`tenant`], [`virtual_kubelet`], [`token`], [`admission`]).
 
 pub mod admission;
 pub mod capacity;
+pub mod consumer;
 pub mod identity;
 pub mod network;
+pub mod outgoing;
+pub mod plan;
+pub mod report;
 pub mod tenant;
 pub mod terms;
 pub mod token;
+pub mod tokens;
 pub mod virtual_kubelet;
 
 use std::time::Duration;
@@ -19,9 +30,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 
+use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::apply::{self, Change};
-use crate::k8s::wait::{self, Waited};
+use crate::kube::apply::{self, Change};
+use crate::kube::ownership;
+use crate::kube::wait::{self, Waited};
 use crate::manifests::Manifest;
 
 /// How long a rollback waits for each namespace it deleted to be gone.
@@ -107,4 +120,31 @@ impl Journal {
         }
         left
     }
+}
+
+/// Refuses, naming them, objects of the names the peering uses that
+/// liqoctl did not make.
+pub(crate) async fn refuse_foreign(
+    cluster: &ClusterClient,
+    objects: &[Manifest],
+) -> anyhow::Result<()> {
+    let foreign = ownership::foreign(cluster, objects).await?;
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(UserError::Refused(format!(
+        "cluster {} already has {}, which liqoctl did not create; remove or rename it, then peer again",
+        cluster.name,
+        foreign.join(", ")
+    ))
+    .into())
+}
+
+/// Same major and minor version (a 0.x minor is a major).
+pub(crate) fn compatible(version: &str) -> bool {
+    let key = |v: &str| -> Option<(u64, u64)> {
+        let mut parts = v.split('.');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    };
+    key(version).is_some() && key(version) == key(liqo_api::VERSION)
 }

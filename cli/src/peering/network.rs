@@ -27,7 +27,7 @@ use liqo_api::networking::{Connection, ConnectionSpec, conditions};
 use super::{Journal, Side};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::wait::{self, Waited};
+use crate::kube::wait::{self, Waited};
 use crate::manifests::{Manifest, common_labels};
 use crate::printer::Printer;
 
@@ -232,9 +232,9 @@ pub async fn disconnect(
 }
 
 async fn delete_ours(cluster: &ClusterClient, manifest: Manifest) -> anyhow::Result<bool> {
-    use crate::k8s::apply::Deletion;
+    use crate::kube::apply::Deletion;
     Ok(matches!(
-        crate::k8s::apply::delete(cluster, &manifest).await?,
+        crate::kube::apply::delete(cluster, &manifest).await?,
         Deletion::Deleted { .. }
     ))
 }

@@ -4,10 +4,13 @@
 //! record; and the rights to create twin namespaces for offloading and act
 //! in them. All of it is enforced by the API server itself (RBAC,
 //! ResourceQuota, and the admission policies of `manifests::
-//! twin_namespace_policies`): nothing of ours needs to run on the provider.
+//! twin_namespaces`): nothing of ours needs to run on the provider.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, ResourceQuotaSpec};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use liqo_api::admission::Admission;
 use liqo_api::authentication::{Tenant, TenantSpec, peer_user};
 use liqo_api::names::{self, labels, peering};
@@ -16,7 +19,7 @@ use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
 
 use super::admission;
-use crate::manifests::{Manifest, common_labels, from_json};
+use crate::manifests::{Manifest, common_labels, rbac};
 
 /// What the consumer's identity may do in each of its twin namespaces
 /// (the ClusterRole it binds there): what offloading pods and the objects
@@ -82,138 +85,135 @@ pub fn manifests(
     let namespaces_role = peering::tenant_namespaces_role(id);
     let user = peer_user(id);
     let labels = tenant_labels(id);
-    let meta = |ns: &str| json!({ "name": name, "namespace": ns, "labels": labels });
-    let subject =
-        json!([{ "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user }]);
+    let meta = |ns: &str, name: &str| ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(ns.to_owned()),
+        labels: Some(labels.clone()),
+        ..Default::default()
+    };
+    let cluster_meta = |name: &str| ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(labels.clone()),
+        ..Default::default()
+    };
+    let subject = || Some(vec![rbac::user(&user)]);
     let rules: Vec<_> = TENANT_RULES
         .iter()
-        .map(|(group, resources)| json!({ "apiGroups": [group], "resources": resources, "verbs": ALL_VERBS }))
-        .chain(TENANT_LIMITED_RULES.iter().map(|(group, resources, verbs)| {
-            json!({ "apiGroups": [group], "resources": resources, "verbs": verbs })
-        }))
+        .map(|(group, resources)| rbac::rule(&[group], resources, &ALL_VERBS))
+        .chain(
+            TENANT_LIMITED_RULES
+                .iter()
+                .map(|(group, resources, verbs)| rbac::rule(&[group], resources, verbs)),
+        )
         .collect();
     // In the tenant namespace, only its end of the tunnel: the provider's
     // gateway listens for it there (docs/network.md). No pods nor anything
     // else: those run in twin namespaces, under their rules.
-    let tenant_rules = [json!({
-        "apiGroups": [names::GROUP],
-        "resources": ["connections"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    })];
+    let tenant_rules = vec![rbac::rule(
+        &[names::GROUP],
+        &["connections"],
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
+    )];
     let hard = {
         let mut hard = BTreeMap::new();
         if let Some(cpu) = &grant.cpu {
-            hard.insert("requests.cpu", cpu.0.clone());
-            hard.insert("limits.cpu", cpu.0.clone());
+            hard.insert("requests.cpu".to_owned(), cpu.clone());
+            hard.insert("limits.cpu".to_owned(), cpu.clone());
         }
         if let Some(memory) = &grant.memory {
-            hard.insert("requests.memory", memory.0.clone());
-            hard.insert("limits.memory", memory.0.clone());
+            hard.insert("requests.memory".to_owned(), memory.clone());
+            hard.insert("limits.memory".to_owned(), memory.clone());
         }
         if let Some(pods) = &grant.pods {
-            hard.insert("pods", pods.0.clone());
+            hard.insert("pods".to_owned(), pods.clone());
         }
         hard
     };
-    let mut out = vec![Manifest::Namespace(from_json(json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": { "name": namespace, "labels": labels },
-    })))];
+    let mut out = vec![Manifest::Namespace(Namespace {
+        metadata: cluster_meta(&namespace),
+        ..Default::default()
+    })];
     // What the provider admits from it, before any of its rights.
     out.extend(admission::bindings(id, &json!(labels)));
     out.extend([
-        Manifest::Role(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta(&namespace),
-            "rules": tenant_rules,
-        }))),
-        Manifest::RoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta(&namespace),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
-            "subjects": subject,
-        }))),
+        Manifest::Role(Role {
+            metadata: meta(&namespace, &name),
+            rules: Some(tenant_rules),
+        }),
+        Manifest::RoleBinding(RoleBinding {
+            metadata: meta(&namespace, &name),
+            role_ref: rbac::role_ref("Role", &name),
+            subjects: subject(),
+        }),
         // The virtual kubelet checks the provider is who it should be.
-        Manifest::Role(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta(names::NAMESPACE),
-            "rules": [{
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "resourceNames": [names::IDENTITY_CONFIGMAP],
-                "verbs": ["get"],
-            }],
-        }))),
-        Manifest::RoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta(names::NAMESPACE),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
-            "subjects": subject,
-        }))),
+        Manifest::Role(Role {
+            metadata: meta(names::NAMESPACE, &name),
+            rules: Some(vec![rbac::named_rule(
+                &[""],
+                &["configmaps"],
+                &[names::IDENTITY_CONFIGMAP],
+                &["get"],
+            )]),
+        }),
+        Manifest::RoleBinding(RoleBinding {
+            metadata: meta(names::NAMESPACE, &name),
+            role_ref: rbac::role_ref("Role", &name),
+            subjects: subject(),
+        }),
         // Twin namespaces (docs/offloading.md): the rules the tenant gets
         // in each, as a ClusterRole it binds there with a RoleBinding.
-        Manifest::ClusterRole(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": { "name": name, "labels": labels },
-            "rules": rules,
-        }))),
+        Manifest::ClusterRole(ClusterRole {
+            metadata: cluster_meta(&name),
+            rules: Some(rules),
+            ..Default::default()
+        }),
         // Creating, changing and deleting namespaces and creating
         // RoleBindings anywhere is what RBAC can say; the admission policies
         // install puts on every cluster confine it to namespaces labelled
         // for this tenant and to binding the ClusterRole above to itself.
-        Manifest::ClusterRole(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": { "name": namespaces_role, "labels": labels },
-            "rules": [
+        Manifest::ClusterRole(ClusterRole {
+            metadata: cluster_meta(&namespaces_role),
+            rules: Some(vec![
                 // No list or watch: reads are not seen by admission, so
                 // they could not be confined to the tenant's namespaces; a
                 // get by name shows one namespace the peer already names.
-                {
-                    "apiGroups": [""],
-                    "resources": ["namespaces"],
-                    "verbs": ["create", "get", "update", "patch", "delete"],
-                },
-                {
-                    "apiGroups": ["rbac.authorization.k8s.io"],
-                    "resources": ["rolebindings"],
-                    "verbs": ["create"],
-                },
-                {
-                    "apiGroups": ["rbac.authorization.k8s.io"],
-                    "resources": ["clusterroles"],
-                    "resourceNames": [name],
-                    "verbs": ["bind"],
-                },
+                rbac::rule(
+                    &[""],
+                    &["namespaces"],
+                    &["create", "get", "update", "patch", "delete"],
+                ),
+                rbac::rule(
+                    &["rbac.authorization.k8s.io"],
+                    &["rolebindings"],
+                    &["create"],
+                ),
+                rbac::named_rule(
+                    &["rbac.authorization.k8s.io"],
+                    &["clusterroles"],
+                    &[&name],
+                    &["bind"],
+                ),
                 // Its own record: the virtual kubelet reads what the
                 // provider admits from it.
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["tenants"],
-                    "resourceNames": [id.as_str()],
-                    "verbs": ["get"],
-                },
-            ],
-        }))),
-        Manifest::ClusterRoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": { "name": namespaces_role, "labels": labels },
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": namespaces_role },
-            "subjects": subject,
-        }))),
-        Manifest::ResourceQuota(from_json(json!({
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": { "name": "liqo-grant", "namespace": namespace, "labels": labels },
-            "spec": { "hard": hard },
-        }))),
+                rbac::named_rule(&[names::GROUP], &["tenants"], &[id.as_str()], &["get"]),
+            ]),
+            ..Default::default()
+        }),
+        Manifest::ClusterRoleBinding(ClusterRoleBinding {
+            metadata: cluster_meta(&namespaces_role),
+            role_ref: rbac::role_ref("ClusterRole", &namespaces_role),
+            subjects: subject(),
+        }),
+        Manifest::ResourceQuota(ResourceQuota {
+            metadata: meta(&namespace, "liqo-grant"),
+            spec: Some(ResourceQuotaSpec {
+                hard: Some(hard),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         Manifest::Tenant(Box::new(Tenant {
             metadata: kube::core::ObjectMeta {
                 name: Some(id.to_string()),

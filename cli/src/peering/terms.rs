@@ -17,8 +17,8 @@ use serde_json::json;
 
 use super::admission;
 use crate::factory::ClusterClient;
-use crate::k8s::apply;
-use crate::k8s::ownership;
+use crate::kube::apply;
+use crate::kube::ownership;
 use crate::manifests::common_labels;
 
 /// The sharing policy of `provider` that applies to `consumer`: its own,

@@ -5,14 +5,15 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use liqo_api::authentication::peer_user;
 use liqo_api::names::{self, labels};
 use liqo_api::token::{self, objects};
 use liqo_api::{ClusterId, ClusterIdentity};
-use serde_json::json;
 
-use crate::manifests::{Manifest, common_labels, from_json};
+use crate::manifests::{Manifest, common_labels, rbac};
 
 /// The label that ties every object of a token to it.
 pub const TOKEN_LABEL: &str = "liqo.io/peering-token";
@@ -37,20 +38,20 @@ fn token_labels(id: &str) -> BTreeMap<String, String> {
 /// the [`bootstrap`] objects it owns.
 pub fn anchor(id: &str, tenants: &[ClusterId], expires: &str) -> Manifest {
     let tenants: Vec<&str> = tenants.iter().map(ClusterId::as_str).collect();
-    Manifest::Secret(from_json(json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": objects::bootstrap(id),
-            "namespace": names::NAMESPACE,
-            "labels": token_labels(id),
-            "annotations": {
-                EXPIRES_ANNOTATION: expires,
-                TENANTS_ANNOTATION: tenants.join(","),
-            },
+    Manifest::Secret(Secret {
+        metadata: ObjectMeta {
+            name: Some(objects::bootstrap(id)),
+            namespace: Some(names::NAMESPACE.to_owned()),
+            labels: Some(token_labels(id)),
+            annotations: Some(BTreeMap::from([
+                (EXPIRES_ANNOTATION.to_owned(), expires.to_owned()),
+                (TENANTS_ANNOTATION.to_owned(), tenants.join(",")),
+            ])),
+            ..Default::default()
         },
-        "type": token::TOKEN_SECRET_TYPE,
-    })))
+        type_: Some(token::TOKEN_SECRET_TYPE.to_owned()),
+        ..Default::default()
+    })
 }
 
 /// The bootstrap account and its rights: create Secrets in `liqo` (the
@@ -60,50 +61,40 @@ pub fn anchor(id: &str, tenants: &[ClusterId], expires: &str) -> Manifest {
 /// provider's identity.
 pub fn bootstrap(id: &str, tenants: &[ClusterId]) -> Vec<Manifest> {
     let name = objects::bootstrap(id);
-    let meta = json!({ "name": name, "namespace": names::NAMESPACE, "labels": token_labels(id) });
+    let meta = ObjectMeta {
+        name: Some(name.clone()),
+        namespace: Some(names::NAMESPACE.to_owned()),
+        labels: Some(token_labels(id)),
+        ..Default::default()
+    };
     let accounts: Vec<String> = tenants.iter().map(objects::tenant_account).collect();
     vec![
-        Manifest::ServiceAccount(from_json(json!({
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": meta,
-            "automountServiceAccountToken": false,
-        }))),
-        Manifest::Role(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            "rules": [
-                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] },
+        Manifest::ServiceAccount(ServiceAccount {
+            metadata: meta.clone(),
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        }),
+        Manifest::Role(Role {
+            metadata: meta.clone(),
+            rules: Some(vec![
+                rbac::rule(&[""], &["secrets"], &["create"]),
                 // Its own anchor: the consumer that takes the last tenant
                 // revokes the token at once.
-                {
-                    "apiGroups": [""],
-                    "resources": ["secrets"],
-                    "resourceNames": [name],
-                    "verbs": ["delete"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["serviceaccounts/token"],
-                    "resourceNames": accounts,
-                    "verbs": ["create"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "resourceNames": [names::IDENTITY_CONFIGMAP],
-                    "verbs": ["get"],
-                },
-            ],
-        }))),
-        Manifest::RoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
-            "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }],
-        }))),
+                rbac::named_rule(&[""], &["secrets"], &[&name], &["delete"]),
+                rbac::named_rule(&[""], &["serviceaccounts/token"], &accounts, &["create"]),
+                rbac::named_rule(
+                    &[""],
+                    &["configmaps"],
+                    &[names::IDENTITY_CONFIGMAP],
+                    &["get"],
+                ),
+            ]),
+        }),
+        Manifest::RoleBinding(RoleBinding {
+            metadata: meta,
+            role_ref: rbac::role_ref("Role", &name),
+            subjects: Some(vec![rbac::service_account(&name, names::NAMESPACE)]),
+        }),
     ]
 }
 
@@ -117,51 +108,51 @@ pub fn tenant_account(tenant: &ClusterId, id: &str) -> Vec<Manifest> {
     let user = peer_user(tenant);
     let mut object_labels = token_labels(id);
     object_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), tenant.to_string());
-    let cluster_meta = |name: &str| json!({ "name": name, "labels": object_labels });
+    let cluster_meta = |name: &str| ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(object_labels.clone()),
+        ..Default::default()
+    };
     let end = format!("{account}-end");
     vec![
-        Manifest::ServiceAccount(from_json(json!({
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": { "name": account, "namespace": names::NAMESPACE, "labels": object_labels },
-            "automountServiceAccountToken": false,
-        }))),
-        Manifest::ClusterRole(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": cluster_meta(&account),
-            "rules": [{
-                "apiGroups": [""],
-                "resources": ["users"],
-                "resourceNames": [user],
-                "verbs": ["impersonate"],
-            }],
-        }))),
-        Manifest::ClusterRoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": cluster_meta(&account),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account },
-            "subjects": [{ "kind": "ServiceAccount", "name": account, "namespace": names::NAMESPACE }],
-        }))),
-        Manifest::ClusterRole(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": cluster_meta(&end),
-            "rules": [{
-                "apiGroups": [names::GROUP],
-                "resources": ["tenants"],
-                "resourceNames": [tenant.as_str()],
-                "verbs": ["get", "delete"],
-            }],
-        }))),
-        Manifest::ClusterRoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": cluster_meta(&end),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": end },
-            "subjects": [{ "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user }],
-        }))),
+        Manifest::ServiceAccount(ServiceAccount {
+            metadata: ObjectMeta {
+                namespace: Some(names::NAMESPACE.to_owned()),
+                ..cluster_meta(&account)
+            },
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        }),
+        Manifest::ClusterRole(ClusterRole {
+            metadata: cluster_meta(&account),
+            rules: Some(vec![rbac::named_rule(
+                &[""],
+                &["users"],
+                &[&user],
+                &["impersonate"],
+            )]),
+            ..Default::default()
+        }),
+        Manifest::ClusterRoleBinding(ClusterRoleBinding {
+            metadata: cluster_meta(&account),
+            role_ref: rbac::role_ref("ClusterRole", &account),
+            subjects: Some(vec![rbac::service_account(&account, names::NAMESPACE)]),
+        }),
+        Manifest::ClusterRole(ClusterRole {
+            metadata: cluster_meta(&end),
+            rules: Some(vec![rbac::named_rule(
+                &[names::GROUP],
+                &["tenants"],
+                &[tenant.as_str()],
+                &["get", "delete"],
+            )]),
+            ..Default::default()
+        }),
+        Manifest::ClusterRoleBinding(ClusterRoleBinding {
+            metadata: cluster_meta(&end),
+            role_ref: rbac::role_ref("ClusterRole", &end),
+            subjects: Some(vec![rbac::user(&user)]),
+        }),
     ]
 }
 
@@ -187,20 +178,20 @@ pub fn claim(id: &str, tenant: &ClusterId, consumer: &ClusterIdentity) -> Manife
         consumer.cluster_id.to_string(),
     );
     claim_labels.insert(TENANT_ANNOTATION.to_owned(), tenant.to_string());
-    Manifest::Secret(from_json(json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": objects::claim(id, tenant),
-            "namespace": names::NAMESPACE,
-            "labels": claim_labels,
+    Manifest::Secret(Secret {
+        metadata: ObjectMeta {
+            name: Some(objects::claim(id, tenant)),
+            namespace: Some(names::NAMESPACE.to_owned()),
+            labels: Some(claim_labels),
+            ..Default::default()
         },
-        "type": token::CLAIM_SECRET_TYPE,
-        "stringData": {
-            "clusterID": consumer.cluster_id.as_str(),
-            "clusterName": consumer.cluster_name,
-        },
-    })))
+        type_: Some(token::CLAIM_SECRET_TYPE.to_owned()),
+        string_data: Some(BTreeMap::from([
+            ("clusterID".to_owned(), consumer.cluster_id.to_string()),
+            ("clusterName".to_owned(), consumer.cluster_name.clone()),
+        ])),
+        ..Default::default()
+    })
 }
 
 /// An owner reference to a Tenant or a Secret just created.
@@ -213,6 +204,17 @@ pub fn owner(kind: &str, api_version: &str, name: &str, uid: &str) -> OwnerRefer
         block_owner_deletion: None,
         controller: None,
     }
+}
+
+/// A token random enough to name its objects: not a secret.
+pub(crate) fn new_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .take(token::ID_LEN)
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
 }
 
 #[cfg(test)]

@@ -13,9 +13,8 @@ use liqo_api::images::ImageSource;
 use liqo_api::names::{self, labels};
 use serde_json::json;
 
-use crate::manifests::{
-    Manifest, agent_container, common_labels, from_json, pod_security_context, selector_labels,
-};
+use crate::manifests::agents::{agent_container, pod_security_context};
+use crate::manifests::{Manifest, common_labels, from_json, selector_labels};
 
 const COMPONENT: &str = "virtual-kubelet";
 /// Where the identity Secret (key `kubeconfig`) is mounted; the agent's
@@ -216,7 +215,7 @@ pub fn manifests(
             "rules": [{
                 "apiGroups": [""],
                 "resources": ["secrets"],
-                "resourceNames": [crate::manifests::PLACEMENT_TLS_SECRET],
+                "resourceNames": [crate::manifests::webhook::PLACEMENT_TLS_SECRET],
                 "verbs": ["get"],
             }],
         }))),
@@ -269,7 +268,7 @@ pub fn manifests(
                                 format!("--kubelet-addr=$(POD_IP):{KUBELET_PORT}"),
                                 // The placement webhook, where install made
                                 // one (docs/offloading.md, "Placement").
-                                format!("--placement-addr=$(POD_IP):{}", crate::manifests::PLACEMENT_PORT),
+                                format!("--placement-addr=$(POD_IP):{}", crate::manifests::webhook::PLACEMENT_PORT),
                             ],
                             "env": [
                                 { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },

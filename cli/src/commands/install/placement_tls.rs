@@ -15,7 +15,8 @@ use kube::Api;
 use liqo_api::names::{self, labels};
 
 use crate::factory::ClusterClient;
-use crate::manifests::{self, Manifest, PLACEMENT_TLS_SECRET, PLACEMENT_WEBHOOK};
+use crate::manifests::webhook::{PLACEMENT_TLS_SECRET, PLACEMENT_WEBHOOK};
+use crate::manifests::{self, Manifest};
 
 /// How long the certificates are valid.
 const VALIDITY: Duration = Duration::from_secs(5 * 365 * 24 * 3600);

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service, Toleration};
 use k8s_openapi::api::networking::v1::ServiceCIDR;
@@ -23,16 +22,22 @@ use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
 
 use crate::cli::{GlobalArgs, InstallArgs, OutputFormat};
-use crate::commands::placement_tls;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::k8s::agents::{self, Readiness};
-use crate::k8s::apply::{self, Change};
-use crate::k8s::ownership;
-use crate::k8s::wait::{self, Waited};
+use crate::flags::{node_selector_flag, parse_pairs, tolerations_flag};
+use crate::kube::agents::{self, Readiness};
+use crate::kube::apply::{self, Change};
+use crate::kube::cluster::{
+    installed_gateway_args, installed_pod_placement, read_identity,
+    serves_mutating_admission_policy,
+};
+use crate::kube::ownership;
+use crate::kube::wait::{self, Waited};
 use crate::manifests::{self, Manifest, Options};
 use crate::peering::terms;
 use crate::printer::Printer;
+
+mod placement_tls;
 
 pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
     let flags = Flags::parse(args)?;
@@ -88,7 +93,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     let installed_gateway = installed_gateway_args(&cluster).await?;
     let announce = flags.announce.unwrap_or(installed_gateway.announce);
     let kept = installed_gateway.tunnels.clone();
-    let tunnels = manifests::TunnelSettings {
+    let tunnels = manifests::agents::TunnelSettings {
         endpoint_address: flags
             .tunnels
             .endpoint_address
@@ -130,7 +135,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
                  (ca.crt, tls.crt, tls.key for liqo-placement.liqo.svc) and set its CA \
                  as the webhook's caBundle",
                 names::NAMESPACE,
-                manifests::PLACEMENT_TLS_SECRET,
+                manifests::webhook::PLACEMENT_TLS_SECRET,
             ));
         }
         return print_manifests(
@@ -180,7 +185,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     // Where MutatingAdmissionPolicy is served (again), the webhook that
     // stood in for it goes (only ours).
     if placement {
-        for manifest in manifests::placement_webhook_objects() {
+        for manifest in manifests::webhook::placement_webhook_objects() {
             if let apply::Deletion::Deleted { .. } = apply::delete(&cluster, &manifest).await? {
                 *changes.entry("deleted".to_owned()).or_default() += 1;
             }
@@ -264,7 +269,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         tunnels
             .ports
             .as_deref()
-            .unwrap_or(manifests::DEFAULT_TUNNEL_PORTS),
+            .unwrap_or(manifests::agents::DEFAULT_TUNNEL_PORTS),
     ));
     Ok(())
 }
@@ -275,7 +280,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
 fn advertise_address(
     cluster: &ClusterClient,
     flags: &Flags,
-    installed: manifests::GatewayArgs,
+    installed: manifests::agents::GatewayArgs,
     announce: bool,
 ) -> Result<Option<ApiAddress>, UserError> {
     if let Some(address) = &flags.advertise_address {
@@ -296,21 +301,6 @@ fn advertise_address(
     }
 }
 
-/// How the installed gateway announces and runs tunnels, so that a run
-/// without those flags keeps them, as it keeps placement.
-pub async fn installed_gateway_args(
-    cluster: &ClusterClient,
-) -> anyhow::Result<manifests::GatewayArgs> {
-    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
-    let gateway = deployments
-        .get_opt(names::GATEWAY)
-        .await
-        .map_err(|e| cluster.explain(e, "reading the installed gateway"))?;
-    Ok(gateway
-        .map(|d| manifests::gateway_args_of(&d))
-        .unwrap_or_default())
-}
-
 /// The flags, checked before the cluster is contacted.
 struct Flags {
     cluster_id: Option<ClusterId>,
@@ -327,7 +317,7 @@ struct Flags {
     announce: Option<bool>,
     advertise_address: Option<ApiAddress>,
     /// `None`s keep the installed gateway's.
-    tunnels: manifests::TunnelSettings,
+    tunnels: manifests::agents::TunnelSettings,
     /// `None` keeps the installed Service type; `Some(None)` removes it.
     service_type: Option<Option<GatewayServiceType>>,
     /// `None`s keep the installed agents' registry, tag and pull policy.
@@ -414,7 +404,7 @@ impl Flags {
 
 /// The tunnel flags, checked as the gateway will read them, so that a
 /// mistake is told now rather than by a gateway that does not start.
-fn tunnel_settings(args: &InstallArgs) -> Result<manifests::TunnelSettings, UserError> {
+fn tunnel_settings(args: &InstallArgs) -> Result<manifests::agents::TunnelSettings, UserError> {
     let usage = |e: String| UserError::Usage(e);
     if let Some(host) = &args.gateway_address {
         let valid = host.parse::<std::net::IpAddr>().is_ok()
@@ -455,7 +445,7 @@ fn tunnel_settings(args: &InstallArgs) -> Result<manifests::TunnelSettings, User
             )));
         }
     }
-    Ok(manifests::TunnelSettings {
+    Ok(manifests::agents::TunnelSettings {
         endpoint_address: args.gateway_address.clone(),
         ports: args.tunnel_ports.as_ref().map(|p| p.replace(' ', "")),
         remap_pool: args.remap_pool.as_ref().map(|p| p.replace(' ', "")),
@@ -480,78 +470,6 @@ fn service_type(args: &InstallArgs) -> Result<Option<Option<GatewayServiceType>>
                 .map_err(|e| UserError::Usage(format!("--gateway-service-type: {e}, nor None"))),
         })
         .transpose()
-}
-
-/// `--node-selector`: `None` when not given.
-pub fn node_selector_flag(
-    values: &[String],
-) -> Result<Option<BTreeMap<String, String>>, UserError> {
-    (!values.is_empty())
-        .then(|| parse_pairs("--node-selector", values))
-        .transpose()
-}
-
-/// `--toleration`: `None` when not given.
-pub fn tolerations_flag(values: &[String]) -> Result<Option<Vec<Toleration>>, UserError> {
-    (!values.is_empty())
-        .then(|| parse_tolerations(values))
-        .transpose()
-}
-
-/// Parses `key=value` pairs; keys and values checked as the API server
-/// checks labels, and the reason given in its words.
-pub fn parse_pairs(flag: &str, pairs: &[String]) -> Result<BTreeMap<String, String>, UserError> {
-    let mut out = BTreeMap::new();
-    for pair in pairs.iter().filter(|p| !p.is_empty()) {
-        let Some((key, value)) = pair.split_once('=') else {
-            return Err(UserError::Usage(format!(
-                "{flag}: {pair:?} is not KEY=VALUE"
-            )));
-        };
-        let label = BTreeMap::from([(key.to_owned(), value.to_owned())]);
-        liqo_api::validation::labels(&label)
-            .map_err(|e| UserError::Usage(format!("{flag}: {pair:?}: {e}")))?;
-        out.extend(label);
-    }
-    Ok(out)
-}
-
-/// Parses `--toleration KEY[=VALUE][:EFFECT]` (kubectl taint's syntax): with
-/// a value the toleration matches it exactly, without one any value; with
-/// no effect it tolerates every effect.
-fn parse_tolerations(values: &[String]) -> Result<Vec<Toleration>, UserError> {
-    const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
-    let usage = |v: &str, why: String| UserError::Usage(format!("--toleration: {v:?}: {why}"));
-    let mut out = Vec::new();
-    for value in values.iter().filter(|v| !v.is_empty()) {
-        let (rest, effect) = match value.rsplit_once(':') {
-            Some((rest, effect)) if EFFECTS.contains(&effect) => (rest, Some(effect.to_owned())),
-            Some((_, effect)) => {
-                return Err(usage(
-                    value,
-                    format!("the effect {effect:?} is none of {}", EFFECTS.join(", ")),
-                ));
-            }
-            None => (value.as_str(), None),
-        };
-        let (key, val) = match rest.split_once('=') {
-            Some((key, val)) => (key, Some(val.to_owned())),
-            None => (rest, None),
-        };
-        liqo_api::validation::label_key(key).map_err(|e| usage(value, format!("key {e}")))?;
-        if let Some(val) = &val {
-            liqo_api::validation::label_value(val)
-                .map_err(|e| usage(value, format!("value {e}")))?;
-        }
-        out.push(Toleration {
-            operator: Some(if val.is_some() { "Equal" } else { "Exists" }.to_owned()),
-            key: Some(key.to_owned()),
-            value: val,
-            effect,
-            ..Default::default()
-        });
-    }
-    Ok(out)
 }
 
 /// What installing needs to do, asked of the API server before doing any of
@@ -614,69 +532,6 @@ async fn check_permissions(cluster: &ClusterClient) -> anyhow::Result<()> {
         missing.join(", ")
     ))
     .into())
-}
-
-/// Where the installed agents may run, and from which images.
-#[derive(Debug, Default)]
-pub struct Placement {
-    pub node_selector: BTreeMap<String, String>,
-    pub tolerations: Vec<Toleration>,
-    pub images: ImageSource,
-}
-
-/// The node selector, tolerations and images of the installed gateway, so
-/// that a run without `--node-selector`, `--toleration` or the image flags
-/// keeps them, as it keeps the identity, and so that the virtual kubelets
-/// run where and as the gateway does.
-pub async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<Placement> {
-    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
-    let gateway = deployments
-        .get_opt(names::GATEWAY)
-        .await
-        .map_err(|e| cluster.explain(e, "reading the installed gateway"))?;
-    let Some(spec) = gateway.and_then(|d| d.spec?.template.spec) else {
-        return Ok(Placement::default());
-    };
-    let container = spec.containers.iter().find(|c| c.name == "gateway");
-    let mut images = ImageSource::default();
-    if let Some((registry, tag)) = container
-        .and_then(|c| c.image.as_deref())
-        .and_then(|i| ImageSource::parse(i, images::GATEWAY))
-    {
-        images.registry = registry;
-        images.tag = tag;
-    }
-    if let Some(policy) = container
-        .and_then(|c| c.image_pull_policy.as_deref())
-        .and_then(|p| p.parse().ok())
-    {
-        images.pull_policy = policy;
-    }
-    Ok(Placement {
-        node_selector: spec.node_selector.unwrap_or_default(),
-        tolerations: spec.tolerations.unwrap_or_default(),
-        images,
-    })
-}
-
-pub async fn read_identity(cluster: &ClusterClient) -> anyhow::Result<Option<ClusterIdentity>> {
-    let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
-    let Some(map) = maps
-        .get_opt(names::IDENTITY_CONFIGMAP)
-        .await
-        .map_err(|e| cluster.explain(e, "reading the cluster's liqo identity"))?
-    else {
-        return Ok(None);
-    };
-    let identity = ClusterIdentity::from_data(&map.data.unwrap_or_default()).map_err(|e| {
-        UserError::Refused(format!(
-            "the ConfigMap {}/{} on cluster {} is damaged ({e}); fix or delete it, then install again",
-            names::NAMESPACE,
-            names::IDENTITY_CONFIGMAP,
-            cluster.name
-        ))
-    })?;
-    Ok(Some(identity))
 }
 
 async fn resolve_identity(
@@ -900,86 +755,9 @@ fn print_manifests(
     Ok(())
 }
 
-/// Whether the cluster serves MutatingAdmissionPolicy (beta in 1.34, off
-/// unless enabled), which places the pods of offloaded namespaces. Any
-/// failure to tell counts as no: install then goes on without placement.
-pub async fn serves_mutating_admission_policy(cluster: &ClusterClient) -> bool {
-    cluster
-        .client
-        .list_api_group_resources("admissionregistration.k8s.io/v1beta1")
-        .await
-        .is_ok_and(|list| {
-            list.resources
-                .iter()
-                .any(|r| r.name == "mutatingadmissionpolicies")
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pairs_parse_and_bad_ones_are_named() {
-        let ok = parse_pairs(
-            "--x",
-            &["a=b".into(), "topology.kubernetes.io/region=eu".into()],
-        )
-        .expect("valid");
-        assert_eq!(
-            ok.get("topology.kubernetes.io/region").map(String::as_str),
-            Some("eu")
-        );
-        for bad in [
-            "novalue",
-            "=v",
-            "k=bad value",
-            "k=-x",
-            "Bad.Prefix/k=v",
-            "a/b/c=v",
-        ] {
-            let err = parse_pairs("--x", &[bad.into()]).expect_err(bad);
-            assert!(err.to_string().contains(bad), "{err}");
-        }
-    }
-
-    #[test]
-    fn tolerations_follow_kubectl_taint_syntax() {
-        let parsed = parse_tolerations(&[
-            "testbed.liqo.io/host-process=true:NoSchedule".into(),
-            "dedicated:NoExecute".into(),
-            "infra".into(),
-        ])
-        .expect("valid");
-        let summary: Vec<_> = parsed
-            .iter()
-            .map(|t| {
-                (
-                    t.key.as_deref(),
-                    t.operator.as_deref(),
-                    t.value.as_deref(),
-                    t.effect.as_deref(),
-                )
-            })
-            .collect();
-        assert_eq!(
-            summary,
-            [
-                (
-                    Some("testbed.liqo.io/host-process"),
-                    Some("Equal"),
-                    Some("true"),
-                    Some("NoSchedule")
-                ),
-                (Some("dedicated"), Some("Exists"), None, Some("NoExecute")),
-                (Some("infra"), Some("Exists"), None, None),
-            ]
-        );
-        for bad in ["k=v:Never", "bad key:NoSchedule", "k=bad value"] {
-            let err = parse_tolerations(&[bad.into()]).expect_err(bad);
-            assert!(err.to_string().contains("--toleration"), "{err}");
-        }
-    }
 
     #[test]
     fn kube_proxy_cluster_cidr_is_read_from_yaml() {

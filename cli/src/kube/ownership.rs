@@ -11,8 +11,11 @@ use kube::discovery::{Discovery, Scope, verbs};
 use liqo_api::names::labels;
 
 use crate::factory::ClusterClient;
-use crate::k8s::apply::FIELD_MANAGER;
 use crate::manifests::Manifest;
+
+/// The field manager of everything liqoctl applies: what [`is_ours`] looks
+/// for in an object's managed fields.
+pub const FIELD_MANAGER: &str = "liqoctl";
 
 /// What the cluster holds under a manifest's name.
 #[derive(Debug, Clone, PartialEq, Eq)]

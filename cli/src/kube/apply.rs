@@ -11,12 +11,9 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::ownership::{self, Ownership};
+use super::ownership::{self, FIELD_MANAGER, Ownership};
 use crate::factory::ClusterClient;
 use crate::manifests::Manifest;
-
-/// The field manager of everything liqoctl applies.
-pub const FIELD_MANAGER: &str = "liqoctl";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {

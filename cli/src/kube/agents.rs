@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams};
 use liqo_api::names;
 
 use crate::factory::ClusterClient;
-use crate::k8s::wait::{self, Waited};
+use crate::kube::wait::{self, Waited};
 
 /// How the wait for an agent ended.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,0 +1,356 @@
+//! The agents install runs: the gateway (its account, rights, Deployment
+//! and the Service in front of its tunnels, with the flags install reads
+//! back to keep them), and what every agent's pod has in common, which the
+//! virtual kubelets' Deployments share (`crate::peering::virtual_kubelet`).
+
+use k8s_openapi::api::apps::v1::Deployment;
+use liqo_api::images;
+use liqo_api::names;
+use liqo_api::networking::GatewayServiceType;
+use serde_json::json;
+
+use super::{Manifest, Options, cluster_meta, common_labels, from_json, meta, selector_labels};
+
+/// How the gateway's tunnels are reached and address their peers; each
+/// `None` leaves the gateway's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TunnelSettings {
+    /// The host peers dial; by default the gateway node's address.
+    pub endpoint_address: Option<String>,
+    /// `FIRST-LAST`: the UDP ports of incoming peerings' tunnels.
+    pub ports: Option<String>,
+    /// `CIDR[,CIDR...]`: where overlapping peers' CIDRs are remapped to.
+    pub remap_pool: Option<String>,
+    /// The Service in front of the tunnels, if any.
+    pub service_type: Option<GatewayServiceType>,
+}
+
+/// The tunnel ports install uses when not told otherwise (the gateway's
+/// own default).
+pub const DEFAULT_TUNNEL_PORTS: &str = "51820-51899";
+
+/// The gateway's flags that install sets; install reads them back from
+/// the installed Deployment to keep them (see [`gateway_args_of`]).
+pub const ANNOUNCE_FLAG: &str = "--announce";
+pub const ADVERTISE_ADDRESS_FLAG: &str = "--advertise-address=";
+pub const ENDPOINT_ADDRESS_FLAG: &str = "--endpoint-address=";
+pub const TUNNEL_PORTS_FLAG: &str = "--tunnel-ports=";
+pub const REMAP_POOL_FLAG: &str = "--remap-pool=";
+pub const EXPOSE_FLAG: &str = "--expose=";
+
+/// What `--endpoint-address` is when install was not given one: the
+/// node's address, from the downward API.
+const NODE_ADDRESS: &str = "$(HOST_IP)";
+
+/// How the installed gateway announces and runs tunnels, read from its
+/// Deployment's args.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct GatewayArgs {
+    pub announce: bool,
+    pub advertise_address: Option<String>,
+    pub tunnels: TunnelSettings,
+}
+
+pub fn gateway_args_of(deployment: &Deployment) -> GatewayArgs {
+    let args = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.iter().find(|c| c.name == "gateway"))
+        .and_then(|c| c.args.clone())
+        .unwrap_or_default();
+    let flag = |prefix: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(prefix))
+            .map(str::to_owned)
+    };
+    GatewayArgs {
+        announce: args.iter().any(|a| a == ANNOUNCE_FLAG),
+        advertise_address: flag(ADVERTISE_ADDRESS_FLAG),
+        tunnels: TunnelSettings {
+            endpoint_address: flag(ENDPOINT_ADDRESS_FLAG).filter(|a| a != NODE_ADDRESS),
+            ports: flag(TUNNEL_PORTS_FLAG),
+            remap_pool: flag(REMAP_POOL_FLAG),
+            service_type: flag(EXPOSE_FLAG).and_then(|t| t.parse().ok()),
+        },
+    }
+}
+
+/// The Service in front of the gateway's tunnels: one UDP port per tunnel
+/// port, to the gateway pod (on the node's network, so the target port is
+/// the tunnel's own).
+fn gateway_service(
+    kind: GatewayServiceType,
+    tunnels: &TunnelSettings,
+    component: &str,
+) -> Manifest {
+    let range = tunnels.ports.as_deref().unwrap_or(DEFAULT_TUNNEL_PORTS);
+    let (first, last) = range
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?)))
+        .unwrap_or((51820, 51899));
+    let ports: Vec<_> = (first..=last)
+        .map(|port| {
+            json!({ "name": format!("tunnel-{port}"), "protocol": "UDP", "port": port, "targetPort": port })
+        })
+        .collect();
+    Manifest::Service(Box::new(from_json(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta(names::GATEWAY, component),
+        "spec": {
+            "type": kind.as_str(),
+            "selector": selector_labels(component),
+            "ports": ports,
+        },
+    }))))
+}
+
+/// The gateway's account, rights and Deployment. Its rights are what it
+/// reads today: the identity and the peers; the tunnel adds its own.
+pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
+    let name = names::GATEWAY;
+    let component = "gateway";
+    let subject =
+        json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
+    let mut pod_labels = selector_labels(component);
+    pod_labels.extend(common_labels(component));
+    // With the node's network, the pod's IP is the node's.
+    let mut args = vec![format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)];
+    if let Some(address) = &options.advertise_address {
+        args.push(format!("{ADVERTISE_ADDRESS_FLAG}{address}"));
+    }
+    if options.announce {
+        args.push(ANNOUNCE_FLAG.to_owned());
+    }
+    let tunnels = &options.tunnels;
+    // Behind a load balancer, peers dial its address unless one is given.
+    match (&tunnels.endpoint_address, tunnels.service_type) {
+        (Some(address), _) => args.push(format!("{ENDPOINT_ADDRESS_FLAG}{address}")),
+        (None, Some(GatewayServiceType::LoadBalancer)) => {}
+        (None, _) => args.push(format!("{ENDPOINT_ADDRESS_FLAG}{NODE_ADDRESS}")),
+    }
+    if let Some(kind) = tunnels.service_type {
+        args.push(format!("{EXPOSE_FLAG}{}", kind.as_str()));
+    }
+    args.extend(
+        tunnels
+            .ports
+            .iter()
+            .map(|p| format!("{TUNNEL_PORTS_FLAG}{p}")),
+    );
+    args.extend(
+        tunnels
+            .remap_pool
+            .iter()
+            .map(|p| format!("{REMAP_POOL_FLAG}{p}")),
+    );
+    // The gateway routes the peers' pods on its node and translates there
+    // (a route and an nftables table per tunnel, docs/network.md), and
+    // mDNS must reach the node's LAN: it runs with the node's network, as
+    // root with NET_ADMIN alone, and the TUN device.
+    let pod_spec = json!({
+        "serviceAccountName": name,
+        "nodeSelector": options.node_selector,
+        "tolerations": options.tolerations,
+        "terminationGracePeriodSeconds": 10,
+        "hostNetwork": true,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        },
+        "volumes": [{
+            "name": "tun",
+            "hostPath": { "path": names::TUN_DEVICE, "type": "CharDevice" },
+        }],
+        "containers": [agent_container(json!({
+            "name": "gateway",
+            "image": options.images.reference(images::GATEWAY),
+            "imagePullPolicy": options.images.pull_policy.as_str(),
+            "args": args,
+            "env": [
+                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
+                { "name": "HOST_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.hostIP" } } },
+                { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+            ],
+            "volumeMounts": [{ "name": "tun", "mountPath": names::TUN_DEVICE }],
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "readOnlyRootFilesystem": true,
+                "capabilities": { "drop": ["ALL"], "add": ["NET_ADMIN"] },
+            },
+        }))],
+    });
+    let mut out = vec![
+        Manifest::ServiceAccount(from_json(json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": meta(name, component),
+        }))),
+        Manifest::Role(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta(name, component),
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [names::IDENTITY_CONFIGMAP],
+                    "verbs": ["get", "list", "watch"],
+                },
+                // Its key pair, made on its first start (create cannot be
+                // limited by name; it cannot overwrite what exists).
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets", "configmaps"],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "resourceNames": [names::GATEWAY_KEY_SECRET],
+                    "verbs": ["get"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [names::GATEWAY_CONFIGMAP],
+                    "verbs": ["get", "patch"],
+                },
+                // The Service in front of its tunnels, when there is one:
+                // where peers dial.
+                {
+                    "apiGroups": [""],
+                    "resources": ["services"],
+                    "resourceNames": [names::GATEWAY],
+                    "verbs": ["get", "list", "watch"],
+                },
+            ],
+        }))),
+        Manifest::RoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(name, component),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+            "subjects": subject,
+        }))),
+        Manifest::ClusterRole(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": cluster_meta(name, component),
+            "rules": [
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["foreignclusters", "connections"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["connections/status"],
+                    "verbs": ["patch"],
+                },
+                // On a provider: each tenant's grant, split across its
+                // namespaces as quotas (docs/offloading.md, "The grant
+                // across twin namespaces"). Create cannot be limited by
+                // name; a change can, to the shares.
+                {
+                    "apiGroups": [names::GROUP],
+                    "resources": ["tenants"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["namespaces", "resourcequotas"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["resourcequotas"],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["resourcequotas"],
+                    "resourceNames": [liqo_api::shares::SHARE_QUOTA],
+                    "verbs": ["patch"],
+                },
+            ],
+        }))),
+        Manifest::ClusterRoleBinding(from_json(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": cluster_meta(name, component),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
+            "subjects": subject,
+        }))),
+        Manifest::Deployment(Box::new(from_json(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta(name, component),
+            "spec": {
+                "replicas": 1,
+                // One gateway at a time: the old one goes before the new
+                // one comes, as they would hold the same tunnel endpoint.
+                "strategy": { "type": "Recreate" },
+                "selector": { "matchLabels": selector_labels(component) },
+                "template": {
+                    "metadata": { "labels": pod_labels },
+                    "spec": pod_spec,
+                },
+            },
+        })))),
+    ];
+    if let Some(kind) = tunnels.service_type {
+        out.push(gateway_service(kind, tunnels, component));
+    }
+    out
+}
+
+/// Agents run as an unprivileged user with the runtime's default seccomp
+/// profile: nothing they do today needs more.
+pub(crate) fn pod_security_context() -> serde_json::Value {
+    json!({
+        "runAsNonRoot": true,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": { "type": "RuntimeDefault" },
+    })
+}
+
+/// An agent's container: what every agent has in common (its health port
+/// and probes, its resources, its security context) added to `specific`
+/// (name, image, args, env, mounts).
+pub(crate) fn agent_container(specific: serde_json::Value) -> serde_json::Value {
+    let mut container = json!({
+        "ports": [{ "name": "health", "containerPort": names::HEALTH_PORT }],
+        "readinessProbe": {
+            "httpGet": { "path": "/readyz", "port": "health" },
+            "periodSeconds": 2,
+        },
+        "livenessProbe": {
+            "httpGet": { "path": "/healthz", "port": "health" },
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "resources": {
+            "requests": { "cpu": "50m", "memory": "32Mi" },
+            "limits": { "memory": "128Mi" },
+        },
+        "securityContext": container_security_context(),
+    });
+    if let (Some(all), serde_json::Value::Object(specific)) = (container.as_object_mut(), specific)
+    {
+        all.extend(specific);
+    }
+    container
+}
+
+pub(crate) fn container_security_context() -> serde_json::Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": { "drop": ["ALL"] },
+    })
+}

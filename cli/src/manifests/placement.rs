@@ -1,0 +1,206 @@
+//! The mutating admission policies that place the pods of offloaded
+//! namespaces on virtual nodes (MutatingAdmissionPolicy, beta in 1.34).
+
+use liqo_api::names::{self, labels};
+use serde_json::json;
+
+use super::{Manifest, cluster_meta, from_json};
+
+/// Placement of the pods of offloaded namespaces (docs/offloading.md): in a
+/// namespace labelled for offloading with LocalAndRemote or Remote, a new
+/// pod tolerates the virtual nodes' taint; with Remote it also selects
+/// virtual nodes. The scheduler does the rest; pods of other namespaces are
+/// never touched, so never tolerate a virtual node. MutatingAdmissionPolicy
+/// is beta in 1.34: install leaves these out where it is not served.
+/// How many required node affinity terms of a pod's own the placement
+/// policy combines with the offloading's selector (see below).
+const OWN_TERMS: usize = 4;
+
+pub fn placement_policies() -> Vec<Manifest> {
+    let offloading = labels::OFFLOADING;
+    let strategy = labels::POD_OFFLOADING_STRATEGY;
+    let taint = names::VIRTUAL_NODE_TAINT;
+    let toleration = format!(
+        "Object.spec.tolerations{{key: '{taint}', operator: 'Equal', value: 'true', effect: 'NoExecute'}}"
+    );
+    // Tolerations are an atomic list: a JSON patch appends rather than
+    // replaces; nothing is added twice.
+    let tolerate = format!(
+        "has(object.spec.tolerations) && object.spec.tolerations.exists(t, has(t.key) && t.key == '{taint}') ? [] : \
+         has(object.spec.tolerations) \
+         ? [JSONPatch{{op: 'add', path: '/spec/tolerations/-', value: {toleration}}}] \
+         : [JSONPatch{{op: 'add', path: '/spec/tolerations', value: [{toleration}]}}]"
+    );
+    // nodeSelector is ANDed with whatever affinity the pod has: simpler
+    // than rewriting each of the pod's node affinity terms. It is an atomic
+    // map, so a JSON patch adds the one key.
+    let key = labels::VIRTUAL_NODE;
+    let pointer = key.replace('~', "~0").replace('/', "~1");
+    let remote = format!(
+        "has(object.spec.nodeSelector) \
+         ? [JSONPatch{{op: 'add', path: '/spec/nodeSelector/{pointer}', value: 'true'}}] \
+         : [JSONPatch{{op: 'add', path: '/spec/nodeSelector', value: {{'{key}': 'true'}}}}]"
+    );
+    let policy = |name: &str, strategies: &[&str], mutation: serde_json::Value| {
+        [
+            Manifest::MutatingAdmissionPolicy(Box::new(from_json(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1beta1",
+                "kind": "MutatingAdmissionPolicy",
+                "metadata": cluster_meta(name, "placement"),
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "reinvocationPolicy": "IfNeeded",
+                    "matchConstraints": {
+                        "resourceRules": [{
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }],
+                        "namespaceSelector": { "matchExpressions": [
+                            { "key": offloading, "operator": "In", "values": ["true"] },
+                            { "key": strategy, "operator": "In", "values": strategies },
+                        ] },
+                    },
+                    "mutations": [mutation],
+                },
+            })))),
+            Manifest::MutatingAdmissionPolicyBinding(Box::new(from_json(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1beta1",
+                "kind": "MutatingAdmissionPolicyBinding",
+                "metadata": cluster_meta(name, "placement"),
+                "spec": { "policyName": name },
+            })))),
+        ]
+    };
+    let mut out = Vec::new();
+    out.extend(policy(
+        "liqo-offloading-tolerate",
+        &["LocalAndRemote", "Remote"],
+        json!({ "patchType": "JSONPatch", "jsonPatch": { "expression": tolerate } }),
+    ));
+    out.extend(policy(
+        "liqo-offloading-remote",
+        &["Remote"],
+        json!({ "patchType": "JSONPatch", "jsonPatch": { "expression": remote } }),
+    ));
+    // The selector: the terms of the namespace's NamespaceOffloading
+    // (the policy's parameter, found in the pod's own namespace) become
+    // the pod's required node affinity, ORed as they select providers.
+    // LocalAndRemote adds a term for local nodes. A pod with a required
+    // node affinity of its own must satisfy both: its terms become the
+    // cross product of its terms and ours, each the union of the two
+    // terms' requirements. The API server's CEL has no flatten(), so the
+    // product is unrolled over the pod's first OWN_TERMS terms (a pod
+    // with more keeps only those; docs/offloading.md).
+    //
+    // Variables hold plain maps (`e`: expressions, `f`: fields); typed
+    // objects exist in mutations only, where the result is converted.
+    let requirement_map = |var: &str| {
+        format!(
+            "{{'key': dyn({var}.key), 'operator': dyn({var}.operator), 'values': dyn(has({var}.values) ? {var}.values : [])}}"
+        )
+    };
+    let own_path =
+        "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+    let ours = format!(
+        "variables.terms.map(t, {{'e': has(t.matchExpressions) ? t.matchExpressions.map(r, {}) : [], 'f': []}}) + \
+         (namespaceObject.metadata.labels['{strategy}'] == 'LocalAndRemote' \
+         ? [{{'e': [{{'key': dyn('{}'), 'operator': dyn('DoesNotExist'), 'values': dyn([])}}], 'f': []}}] : [])",
+        requirement_map("r"),
+        labels::VIRTUAL_NODE
+    );
+    let own = format!(
+        "has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && \
+         has({own_path}) && has({own_path}.nodeSelectorTerms) \
+         ? {own_path}.nodeSelectorTerms.map(p, {{\
+             'e': has(p.matchExpressions) ? p.matchExpressions.map(r, {}) : [], \
+             'f': has(p.matchFields) ? p.matchFields.map(r, {}) : []}}) \
+         : []",
+        requirement_map("r"),
+        requirement_map("r"),
+    );
+    let product = (0..OWN_TERMS)
+        .map(|i| {
+            format!(
+                "(size(variables.own) > {i} ? variables.ours.map(o, \
+                 {{'e': variables.own[{i}].e + o.e, 'f': variables.own[{i}].f}}) : [])"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let combined = format!("size(variables.own) == 0 ? variables.ours : {product}");
+    let term = "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+    let required = format!(
+        "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution{{nodeSelectorTerms: \
+         variables.combined.map(t, {term}{{\
+           matchExpressions: t.e.map(r, {term}.matchExpressions{{key: r.key, operator: r.operator, values: r.values}}), \
+           matchFields: t.f.map(r, {term}.matchFields{{key: r.key, operator: r.operator, values: r.values}})}})}}"
+    );
+    let node_affinity = format!(
+        "Object.spec.affinity.nodeAffinity{{requiredDuringSchedulingIgnoredDuringExecution: {required}}}"
+    );
+    let selector = json!({
+        "patchType": "JSONPatch",
+        "jsonPatch": { "expression": format!(
+            "size(variables.terms) == 0 ? [] : \
+             !has(object.spec.affinity) \
+             ? [JSONPatch{{op: 'add', path: '/spec/affinity', value: Object.spec.affinity{{nodeAffinity: {node_affinity}}}}}] \
+             : !has(object.spec.affinity.nodeAffinity) \
+             ? [JSONPatch{{op: 'add', path: '/spec/affinity/nodeAffinity', value: {node_affinity}}}] \
+             : [JSONPatch{{op: 'add', path: '/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution', value: {required}}}]"
+        ) },
+    });
+    let variables = json!([
+        {
+            "name": "terms",
+            "expression": "params != null && has(params.spec.clusterSelector) && \
+                has(params.spec.clusterSelector.nodeSelectorTerms) \
+                ? params.spec.clusterSelector.nodeSelectorTerms : []",
+        },
+        { "name": "ours", "expression": ours },
+        { "name": "own", "expression": own },
+        { "name": "combined", "expression": combined },
+    ]);
+    let name = "liqo-offloading-selector";
+    out.push(Manifest::MutatingAdmissionPolicy(Box::new(from_json(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": cluster_meta(name, "placement"),
+        "spec": {
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "paramKind": { "apiVersion": format!("{}/v1alpha1", names::GROUP), "kind": "NamespaceOffloading" },
+            "matchConstraints": {
+                "resourceRules": [{
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["pods"],
+                }],
+                "namespaceSelector": { "matchExpressions": [
+                    { "key": offloading, "operator": "In", "values": ["true"] },
+                    { "key": strategy, "operator": "In", "values": ["LocalAndRemote", "Remote"] },
+                ] },
+            },
+            "variables": variables,
+            "mutations": [selector],
+        },
+    })))));
+    out.push(Manifest::MutatingAdmissionPolicyBinding(Box::new(from_json(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": cluster_meta(name, "placement"),
+        "spec": {
+            "policyName": name,
+            // No namespace: the parameter is looked up in the pod's own.
+            // Not found in a namespace labelled for offloading: refused,
+            // not placed without its selector. The API server reads
+            // parameters from a cache, so this happens for a moment after
+            // `liqoctl offload` (which writes the offloading before the
+            // labels); controllers retry, as for any refused pod.
+            "paramRef": { "name": names::NAMESPACE_OFFLOADING, "parameterNotFoundAction": "Deny" },
+        },
+    })))));
+    out
+}

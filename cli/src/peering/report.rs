@@ -1,0 +1,59 @@
+//! What a peering reports when it is done: the report `peer -o json|yaml`
+//! prints, or a line each for people.
+
+use liqo_api::sharing::{self, Resources};
+use serde::Serialize;
+
+use super::network;
+use crate::cli::OutputFormat;
+use crate::printer::Printer;
+use crate::show::show_resources;
+
+/// What `peer` reports (`-o json|yaml`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Report {
+    pub consumer: String,
+    pub provider: String,
+    pub provider_cluster_id: String,
+    pub grant: Resources,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<sharing::Cost>,
+    pub certificate_expiry: String,
+    pub tenant_namespace: String,
+    pub virtual_node: String,
+    /// The tunnel, unless peered with --no-network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<network::Linked>,
+}
+
+/// What `peer` prints: the reports as asked, else a line each.
+pub(crate) fn print_reports(
+    reports: &[Report],
+    output: Option<OutputFormat>,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    if let Some(format) = output {
+        return match reports {
+            [one] => printer.structured(one, format),
+            all => printer.structured(&all, format),
+        };
+    }
+    for report in reports {
+        printer.result(format!(
+            "cluster {} now peers with {} ({}): virtual node {} offers {}",
+            report.consumer,
+            report.provider,
+            report.provider_cluster_id,
+            report.virtual_node,
+            show_resources(&report.grant)
+        ));
+        if let Some(linked) = &report.network {
+            printer.result(format!(
+                "  network: tunnel to {}; its pods are seen here as {}, ours there as {}",
+                linked.endpoint, linked.provider_pods_seen_as, linked.consumer_pods_seen_as
+            ));
+        }
+    }
+    Ok(())
+}
