@@ -3,7 +3,10 @@
 //! back to keep them), and what every agent's pod has in common, which the
 //! virtual kubelets' Deployments share (`crate::peering::virtual_kubelet`).
 
+use ipnet::IpNet;
 use k8s_openapi::api::apps::v1::Deployment;
+use liqo_api::agents::PortRange;
+use liqo_api::agents::gateway::{DEFAULT_TUNNEL_PORTS, GatewayFlags, NODE_ADDRESS};
 use liqo_api::images;
 use liqo_api::names;
 use liqo_api::networking::GatewayServiceType;
@@ -12,35 +15,18 @@ use serde_json::json;
 use super::{Manifest, Options, cluster_meta, common_labels, from_json, meta, selector_labels};
 
 /// How the gateway's tunnels are reached and address their peers; each
-/// `None` leaves the gateway's default.
+/// `None` (or empty) leaves the gateway's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TunnelSettings {
     /// The host peers dial; by default the gateway node's address.
     pub endpoint_address: Option<String>,
-    /// `FIRST-LAST`: the UDP ports of incoming peerings' tunnels.
-    pub ports: Option<String>,
-    /// `CIDR[,CIDR...]`: where overlapping peers' CIDRs are remapped to.
-    pub remap_pool: Option<String>,
+    /// The UDP ports of incoming peerings' tunnels.
+    pub ports: Option<PortRange>,
+    /// Where overlapping peers' CIDRs are remapped to.
+    pub remap_pool: Vec<IpNet>,
     /// The Service in front of the tunnels, if any.
     pub service_type: Option<GatewayServiceType>,
 }
-
-/// The tunnel ports install uses when not told otherwise (the gateway's
-/// own default).
-pub const DEFAULT_TUNNEL_PORTS: &str = "51820-51899";
-
-/// The gateway's flags that install sets; install reads them back from
-/// the installed Deployment to keep them (see [`gateway_args_of`]).
-pub const ANNOUNCE_FLAG: &str = "--announce";
-pub const ADVERTISE_ADDRESS_FLAG: &str = "--advertise-address=";
-pub const ENDPOINT_ADDRESS_FLAG: &str = "--endpoint-address=";
-pub const TUNNEL_PORTS_FLAG: &str = "--tunnel-ports=";
-pub const REMAP_POOL_FLAG: &str = "--remap-pool=";
-pub const EXPOSE_FLAG: &str = "--expose=";
-
-/// What `--endpoint-address` is when install was not given one: the
-/// node's address, from the downward API.
-const NODE_ADDRESS: &str = "$(HOST_IP)";
 
 /// How the installed gateway announces and runs tunnels, read from its
 /// Deployment's args.
@@ -51,6 +37,34 @@ pub struct GatewayArgs {
     pub tunnels: TunnelSettings,
 }
 
+impl GatewayArgs {
+    /// The flags a gateway is given for these settings.
+    fn flags(&self) -> GatewayFlags {
+        let tunnels = &self.tunnels;
+        // Behind a load balancer, peers dial its address unless one is
+        // given; otherwise the node's.
+        let endpoint_address = match (&tunnels.endpoint_address, tunnels.service_type) {
+            (Some(address), _) => Some(address.clone()),
+            (None, Some(GatewayServiceType::LoadBalancer)) => None,
+            (None, _) => Some(NODE_ADDRESS.to_owned()),
+        };
+        GatewayFlags {
+            advertise_address: self.advertise_address.clone(),
+            announce: self.announce,
+            endpoint_address,
+            expose: tunnels.service_type,
+            tunnel_ports: tunnels.ports,
+            remap_pool: tunnels.remap_pool.clone(),
+            // Health on the pod's IP, which on the node's network is the
+            // node's.
+            ..GatewayFlags::for_pod(names::HEALTH_PORT)
+        }
+    }
+}
+
+/// The settings an installed gateway runs with, from its Deployment's
+/// args (parsed as the agent parses them); the defaults when they do not
+/// parse, as if it had been given none.
 pub fn gateway_args_of(deployment: &Deployment) -> GatewayArgs {
     let args = deployment
         .spec
@@ -59,19 +73,17 @@ pub fn gateway_args_of(deployment: &Deployment) -> GatewayArgs {
         .and_then(|p| p.containers.iter().find(|c| c.name == "gateway"))
         .and_then(|c| c.args.clone())
         .unwrap_or_default();
-    let flag = |prefix: &str| {
-        args.iter()
-            .find_map(|a| a.strip_prefix(prefix))
-            .map(str::to_owned)
+    let Ok(flags) = GatewayFlags::from_args(&args) else {
+        return GatewayArgs::default();
     };
     GatewayArgs {
-        announce: args.iter().any(|a| a == ANNOUNCE_FLAG),
-        advertise_address: flag(ADVERTISE_ADDRESS_FLAG),
+        announce: flags.announce,
+        advertise_address: flags.advertise_address,
         tunnels: TunnelSettings {
-            endpoint_address: flag(ENDPOINT_ADDRESS_FLAG).filter(|a| a != NODE_ADDRESS),
-            ports: flag(TUNNEL_PORTS_FLAG),
-            remap_pool: flag(REMAP_POOL_FLAG),
-            service_type: flag(EXPOSE_FLAG).and_then(|t| t.parse().ok()),
+            endpoint_address: flags.endpoint_address.filter(|a| a != NODE_ADDRESS),
+            ports: flags.tunnel_ports,
+            remap_pool: flags.remap_pool,
+            service_type: flags.expose,
         },
     }
 }
@@ -84,12 +96,8 @@ fn gateway_service(
     tunnels: &TunnelSettings,
     component: &str,
 ) -> Manifest {
-    let range = tunnels.ports.as_deref().unwrap_or(DEFAULT_TUNNEL_PORTS);
-    let (first, last) = range
-        .split_once('-')
-        .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?)))
-        .unwrap_or((51820, 51899));
-    let ports: Vec<_> = (first..=last)
+    let range = tunnels.ports.unwrap_or(DEFAULT_TUNNEL_PORTS);
+    let ports: Vec<_> = (range.first..=range.last)
         .map(|port| {
             json!({ "name": format!("tunnel-{port}"), "protocol": "UDP", "port": port, "targetPort": port })
         })
@@ -115,36 +123,13 @@ pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
         json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
     let mut pod_labels = selector_labels(component);
     pod_labels.extend(common_labels(component));
-    // With the node's network, the pod's IP is the node's.
-    let mut args = vec![format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT)];
-    if let Some(address) = &options.advertise_address {
-        args.push(format!("{ADVERTISE_ADDRESS_FLAG}{address}"));
+    let args = GatewayArgs {
+        announce: options.announce,
+        advertise_address: options.advertise_address.as_ref().map(ToString::to_string),
+        tunnels: options.tunnels.clone(),
     }
-    if options.announce {
-        args.push(ANNOUNCE_FLAG.to_owned());
-    }
-    let tunnels = &options.tunnels;
-    // Behind a load balancer, peers dial its address unless one is given.
-    match (&tunnels.endpoint_address, tunnels.service_type) {
-        (Some(address), _) => args.push(format!("{ENDPOINT_ADDRESS_FLAG}{address}")),
-        (None, Some(GatewayServiceType::LoadBalancer)) => {}
-        (None, _) => args.push(format!("{ENDPOINT_ADDRESS_FLAG}{NODE_ADDRESS}")),
-    }
-    if let Some(kind) = tunnels.service_type {
-        args.push(format!("{EXPOSE_FLAG}{}", kind.as_str()));
-    }
-    args.extend(
-        tunnels
-            .ports
-            .iter()
-            .map(|p| format!("{TUNNEL_PORTS_FLAG}{p}")),
-    );
-    args.extend(
-        tunnels
-            .remap_pool
-            .iter()
-            .map(|p| format!("{REMAP_POOL_FLAG}{p}")),
-    );
+    .flags()
+    .to_args();
     // The gateway routes the peers' pods on its node and translates there
     // (a route and an nftables table per tunnel, docs/network.md), and
     // mDNS must reach the node's LAN: it runs with the node's network, as
@@ -302,8 +287,8 @@ pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
             },
         })))),
     ];
-    if let Some(kind) = tunnels.service_type {
-        out.push(gateway_service(kind, tunnels, component));
+    if let Some(kind) = options.tunnels.service_type {
+        out.push(gateway_service(kind, &options.tunnels, component));
     }
     out
 }

@@ -345,7 +345,7 @@ pub fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::agents::{ENDPOINT_ADDRESS_FLAG, GatewayArgs, gateway_args_of};
+    use super::agents::{GatewayArgs, gateway_args_of};
     use super::*;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -526,8 +526,8 @@ mod tests {
         options.announce = true;
         options.tunnels = TunnelSettings {
             endpoint_address: Some("gw.example.com".into()),
-            ports: Some("4000-4010".into()),
-            remap_pool: Some("100.80.0.0/12".into()),
+            ports: Some("4000-4010".parse().expect("ports")),
+            remap_pool: vec!["100.80.0.0/12".parse().expect("cidr")],
             service_type: Some(GatewayServiceType::NodePort),
         };
         let loud = render(&options);
@@ -561,7 +561,7 @@ mod tests {
             .map(|p| p.containers[0].args.clone().unwrap_or_default())
             .unwrap_or_default();
         assert!(
-            !raw.iter().any(|a| a.starts_with(ENDPOINT_ADDRESS_FLAG)),
+            !raw.iter().any(|a| a.starts_with("--endpoint-address=")),
             "{raw:?}"
         );
         assert!(raw.contains(&"--expose=LoadBalancer".to_owned()), "{raw:?}");

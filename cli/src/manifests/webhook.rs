@@ -24,7 +24,7 @@ pub const PLACEMENT_WEBHOOK: &str = "liqo-placement";
 /// `ca.crt`), made by install, read by the virtual kubelets.
 pub const PLACEMENT_TLS_SECRET: &str = "liqo-placement-tls";
 /// The port the virtual kubelets serve the webhook on.
-pub const PLACEMENT_PORT: u16 = 9443;
+pub use liqo_api::agents::virtual_kubelet::PLACEMENT_PORT;
 
 /// Placement where MutatingAdmissionPolicy is not served (docs/
 /// offloading.md, "Placement"): the same mutations, by a webhook that

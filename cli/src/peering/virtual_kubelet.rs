@@ -15,6 +15,8 @@ use serde_json::json;
 
 use crate::manifests::agents::{agent_container, pod_security_context};
 use crate::manifests::{Manifest, common_labels, from_json, selector_labels};
+use liqo_api::agents::virtual_kubelet::{KUBELET_PORT, PLACEMENT_PORT, VirtualKubeletFlags};
+use liqo_api::agents::{self, ListenAddr};
 
 const COMPONENT: &str = "virtual-kubelet";
 /// Where the identity Secret (key `kubeconfig`) is mounted; the agent's
@@ -23,8 +25,6 @@ const PROVIDER_MOUNT: &str = "/etc/liqo/provider";
 /// The agents' user (see [`pod_security_context`]), also the group of the
 /// mounted Secret's files, which only it may read.
 const AGENT_GROUP: i64 = 65532;
-/// The kubelet API's port, a kubelet's.
-const KUBELET_PORT: u16 = 10250;
 
 /// Every object of the virtual kubelet for `provider`, in the order they
 /// must be applied. `foreign_cluster_uid` is the UID of the local
@@ -71,6 +71,33 @@ pub fn manifests(
         json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
     let mut offloaded_meta = meta(None);
     offloaded_meta["name"] = json!(names::peering::virtual_kubelet_offloaded_role(provider));
+    // Its servers on its own pod IP (several virtual kubelets on one host
+    // network do not clash), the placement webhook where install made one
+    // (docs/offloading.md, "Placement"); the peering's names in its
+    // environment, the pod's IP from the downward API.
+    let flags = VirtualKubeletFlags {
+        foreign_cluster: foreign_cluster.clone(),
+        provider_kubeconfig: format!("{PROVIDER_MOUNT}/kubeconfig").into(),
+        node_name: node.clone(),
+        health_addr: ListenAddr::PodIp {
+            port: names::HEALTH_PORT,
+        },
+        consumer_api_address: None,
+        kubelet_addr: Some(ListenAddr::PodIp { port: KUBELET_PORT }),
+        node_ip: None,
+        placement_addr: Some(ListenAddr::PodIp {
+            port: PLACEMENT_PORT,
+        }),
+    };
+    let mut env = vec![
+        json!({ "name": agents::env::POD_IP, "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }),
+    ];
+    env.extend(
+        flags
+            .to_env()
+            .into_iter()
+            .map(|(name, value)| json!({ "name": name, "value": value })),
+    );
 
     vec![
         Manifest::ServiceAccount(from_json(json!({
@@ -261,21 +288,8 @@ pub fn manifests(
                             "name": "virtual-kubelet",
                             "image": images.reference(liqo_api::images::VIRTUAL_KUBELET),
                             "imagePullPolicy": images.pull_policy.as_str(),
-                            "args": [
-                                format!("--health-addr=$(POD_IP):{}", names::HEALTH_PORT),
-                                // Its own pod IP: several virtual kubelets on
-                                // one host network do not clash.
-                                format!("--kubelet-addr=$(POD_IP):{KUBELET_PORT}"),
-                                // The placement webhook, where install made
-                                // one (docs/offloading.md, "Placement").
-                                format!("--placement-addr=$(POD_IP):{}", crate::manifests::webhook::PLACEMENT_PORT),
-                            ],
-                            "env": [
-                                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
-                                { "name": "LIQO_FOREIGN_CLUSTER", "value": foreign_cluster },
-                                { "name": "LIQO_NODE_NAME", "value": node },
-                                { "name": "LIQO_PROVIDER_KUBECONFIG", "value": format!("{PROVIDER_MOUNT}/kubeconfig") },
-                            ],
+                            "args": flags.to_args(),
+                            "env": env,
                             "volumeMounts": [{ "name": "provider", "mountPath": PROVIDER_MOUNT, "readOnly": true }],
                         }))],
                         "volumes": [{

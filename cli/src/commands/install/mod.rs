@@ -36,6 +36,8 @@ use crate::kube::wait::{self, Waited};
 use crate::manifests::{self, Manifest, Options};
 use crate::peering::terms;
 use crate::printer::Printer;
+use liqo_api::agents::PortRange;
+use liqo_api::agents::gateway::DEFAULT_TUNNEL_PORTS;
 
 mod placement_tls;
 
@@ -99,8 +101,12 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
             .endpoint_address
             .clone()
             .or(kept.endpoint_address),
-        ports: flags.tunnels.ports.clone().or(kept.ports),
-        remap_pool: flags.tunnels.remap_pool.clone().or(kept.remap_pool),
+        ports: flags.tunnels.ports.or(kept.ports),
+        remap_pool: if flags.tunnels.remap_pool.is_empty() {
+            kept.remap_pool
+        } else {
+            flags.tunnels.remap_pool.clone()
+        },
         service_type: flags.service_type.unwrap_or(kept.service_type),
     };
     let advertise_address = advertise_address(&cluster, &flags, installed_gateway, announce)?;
@@ -266,10 +272,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     };
     printer.result(format!(
         "  tunnels:      UDP {} on {reached}",
-        tunnels
-            .ports
-            .as_deref()
-            .unwrap_or(manifests::agents::DEFAULT_TUNNEL_PORTS),
+        tunnels.ports.unwrap_or(DEFAULT_TUNNEL_PORTS),
     ));
     Ok(())
 }
@@ -415,40 +418,43 @@ fn tunnel_settings(args: &InstallArgs) -> Result<manifests::agents::TunnelSettin
             )));
         }
     }
-    if let Some(ports) = &args.tunnel_ports {
-        let parsed = ports.split_once('-').and_then(|(a, b)| {
-            let (a, b) = (a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?);
-            (a > 0 && a <= b).then_some(())
-        });
-        if parsed.is_none() {
-            return Err(usage(format!(
-                "--tunnel-ports {ports:?} is not FIRST-LAST with 1 <= FIRST <= LAST <= 65535"
-            )));
-        }
-    }
+    let ports = match &args.tunnel_ports {
+        Some(text) => Some(
+            text.replace(' ', "")
+                .parse::<PortRange>()
+                .ok()
+                .filter(|p| p.first < p.last || text.contains('-'))
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--tunnel-ports {text:?} is not FIRST-LAST with 1 <= FIRST <= LAST <= 65535"
+                    ))
+                })?,
+        ),
+        None => None,
+    };
+    let mut remap_pool = Vec::new();
     if let Some(pool) = &args.remap_pool {
         for cidr in pool.split(',') {
             let net = liqo_api::networking::parse_cidr("--remap-pool", cidr).map_err(usage)?;
             if let Some(what) = liqo_api::networking::reserved_overlap(&net) {
                 return Err(usage(format!("--remap-pool {net} overlaps {what}")));
             }
+            remap_pool.push(net);
         }
     }
-    if let (Some(ports), Some(kind)) = (&args.tunnel_ports, &args.gateway_service_type) {
-        let width = ports
-            .split_once('-')
-            .and_then(|(a, b)| Some(b.trim().parse::<u32>().ok()? - a.trim().parse::<u32>().ok()?));
-        if kind != "None" && width.is_some_and(|w| w >= MAX_SERVICE_PORTS) {
+    if let (Some(range), Some(kind)) = (ports, &args.gateway_service_type) {
+        let width = u32::from(range.last - range.first);
+        if kind != "None" && width >= MAX_SERVICE_PORTS {
             return Err(usage(format!(
-                "--tunnel-ports {ports} is more than {MAX_SERVICE_PORTS} ports for a Service \
+                "--tunnel-ports {range} is more than {MAX_SERVICE_PORTS} ports for a Service \
                  in front of the gateway: give a narrower range"
             )));
         }
     }
     Ok(manifests::agents::TunnelSettings {
         endpoint_address: args.gateway_address.clone(),
-        ports: args.tunnel_ports.as_ref().map(|p| p.replace(' ', "")),
-        remap_pool: args.remap_pool.as_ref().map(|p| p.replace(' ', "")),
+        ports,
+        remap_pool,
         service_type: None,
     })
 }
