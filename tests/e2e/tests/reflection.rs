@@ -534,9 +534,15 @@ async fn a_pod_that_mounts_its_token_gets_one_of_the_consumer_that_works_there()
         .service_account_name = Some("builder".to_owned());
     pods.create(&pp, &token_user).await?;
     let token_secret = "liqo-sa-token-token-user";
-    wait_for("the token Secret in the twin", WAIT, || async {
-        Ok(remote_secrets.get_opt(token_secret).await?.is_some())
-    })
+    // The Secret is written before the pod's ReplicaSet, which mounts it.
+    wait_for(
+        "the token Secret and the pod's ReplicaSet in the twin",
+        WAIT,
+        || async {
+            Ok(remote_secrets.get_opt(token_secret).await?.is_some()
+                && remote_rs.get_opt("token-user").await?.is_some())
+        },
+    )
     .await?;
     let secret = remote_secrets.get(token_secret).await?;
     assert_eq!(
