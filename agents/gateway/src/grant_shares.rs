@@ -25,7 +25,7 @@ use liqo_api::shares::{self, Grant, Holder, QuotaState, SHARE_QUOTA};
 use serde_json::json;
 
 use crate::control;
-use crate::error_chain::chain;
+use liqo_agent_runtime::error_chain as chain;
 
 /// Why a round could not read or write the shares. Where the API's error
 /// alone said it, it still does (`transparent`).

@@ -22,7 +22,6 @@
 
 mod announce;
 mod control;
-mod error_chain;
 mod flags;
 mod grant_shares;
 mod io;
@@ -58,7 +57,11 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
             return Ok(match io::process::run(args).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("{}{}", control::TUNNEL_FAILED, error_chain::chain(&e));
+                    eprintln!(
+                        "{}{}",
+                        control::TUNNEL_FAILED,
+                        liqo_agent_runtime::error_chain(&e)
+                    );
                     std::process::ExitCode::FAILURE
                 }
             });

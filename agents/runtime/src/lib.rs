@@ -111,6 +111,23 @@ pub async fn shutdown_signal() {
     tracing::info!("stopping");
 }
 
+/// An error with its causes on one line, for logs and status messages:
+/// `error: cause: cause's cause`, each cause once (hyper and kube repeat
+/// theirs in their own messages).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

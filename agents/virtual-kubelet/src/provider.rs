@@ -386,7 +386,7 @@ async fn check(client: kube::Client, expected: &liqo_api::ClusterId) -> Result<(
         Ok(Err(e)) => {
             return Err(ProviderState::Unreachable(format!(
                 "reading the provider's identity failed: {}",
-                error_chain(&e)
+                liqo_agent_runtime::error_chain(&e)
             )));
         }
         Ok(Ok(map)) => map,
@@ -400,21 +400,6 @@ async fn check(client: kube::Client, expected: &liqo_api::ClusterId) -> Result<(
         )));
     }
     Ok(())
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        // hyper and kube repeat their causes; say each once.
-        if !out.contains(&s_text) {
-            out.push_str(": ");
-            out.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use tokio::sync::watch;
 use super::Settings;
 use super::plan::{LocalNetworks, Planned, TunnelPlan, node_networks, plan};
 use super::status::Counters;
-use crate::error_chain::chain;
 use crate::tunnel::Key;
+use liqo_agent_runtime::error_chain as chain;
 
 /// The least time between two starts of one tunnel's process.
 pub(super) const RESTART_BACKOFF: Duration = Duration::from_secs(5);

@@ -301,7 +301,7 @@ async fn run(
                 kube::Error::Api(s) => s.message.clone(),
                 other => format!(
                     "the provider cannot run the command: {}",
-                    super::tls::chain(other)
+                    liqo_agent_runtime::error_chain(other)
                 ),
             };
             // The output streams end, then the error says why.

@@ -186,7 +186,7 @@ async fn handle(
                 Ok(Some(user)) => user,
                 Ok(None) => return text(StatusCode::UNAUTHORIZED, "Unauthorized"),
                 Err(e) => {
-                    tracing::warn!(why = %tls::chain(&e), "kubelet API: TokenReview failed");
+                    tracing::warn!(why = %liqo_agent_runtime::error_chain(&e), "kubelet API: TokenReview failed");
                     return text(StatusCode::UNAUTHORIZED, "Unauthorized");
                 }
             },
@@ -204,7 +204,7 @@ async fn handle(
             );
         }
         Err(e) => {
-            tracing::warn!(why = %tls::chain(&e), "kubelet API: SubjectAccessReview failed");
+            tracing::warn!(why = %liqo_agent_runtime::error_chain(&e), "kubelet API: SubjectAccessReview failed");
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Authorization error (the SubjectAccessReview failed)",
@@ -221,7 +221,7 @@ async fn handle(
         Endpoint::Pods => match pod_list(api).await {
             Ok(list) => json(&list),
             Err(e) => {
-                tracing::warn!(why = %tls::chain(&e), "kubelet API: cannot list the node's pods");
+                tracing::warn!(why = %liqo_agent_runtime::error_chain(&e), "kubelet API: cannot list the node's pods");
                 text(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the pods of this node cannot be read from the cluster's API",
@@ -334,7 +334,10 @@ fn kube_error(e: &kube::Error) -> Response<Body> {
         ),
         other => text(
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the provider cannot be reached: {}", tls::chain(other)),
+            format!(
+                "the provider cannot be reached: {}",
+                liqo_agent_runtime::error_chain(other)
+            ),
         ),
     }
 }
@@ -361,7 +364,7 @@ async fn resolve(
         Ok(Some(local)) if local.metadata.uid == stored.uid() => local,
         Ok(_) => return Err(not_found()),
         Err(e) => {
-            tracing::warn!(why = %tls::chain(&e), %namespace, %pod, "kubelet API: cannot read the pod");
+            tracing::warn!(why = %liqo_agent_runtime::error_chain(&e), %namespace, %pod, "kubelet API: cannot read the pod");
             return Err(text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("pod {pod:?} cannot be read from the cluster's API"),
@@ -622,7 +625,7 @@ async fn measure(api: &KubeletApi) -> Measured {
         {
             Ok(Ok(list)) => metrics.extend(list.items.into_iter().map(|m| (twin.clone(), m))),
             Ok(Err(e)) => {
-                tracing::debug!(why = %tls::chain(&e), %twin, "kubelet API: no pod metrics from the provider");
+                tracing::debug!(why = %liqo_agent_runtime::error_chain(&e), %twin, "kubelet API: no pod metrics from the provider");
                 measured = false;
             }
             Err(_) => measured = false,

@@ -144,7 +144,7 @@ pub async fn keep_config(
                     last_pem = Some(pem);
                     logged = None;
                 }
-                Err(e) => log_once(&mut logged, chain(&e)),
+                Err(e) => log_once(&mut logged, liqo_agent_runtime::error_chain(&e)),
             },
             Err(why) => log_once(&mut logged, why),
         }
@@ -162,17 +162,6 @@ fn log_once(last: &mut Option<String>, why: String) {
         tracing::warn!(%why, "kubelet API: cannot load the client CA");
         *last = Some(why);
     }
-}
-
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]
