@@ -31,7 +31,7 @@ use crate::kube::cluster::installed;
 use crate::manifests::{Manifest, common_labels, from_json};
 use crate::peering::consumer::{Finish, Recorded, finish_on_consumer};
 use crate::peering::plan::Plan;
-use crate::peering::{Journal, Side, compatible, identity, refuse_foreign, token};
+use crate::peering::{Journal, PEER_AGAIN, Side, compatible, identity, refuse_foreign, token};
 use crate::printer::Printer;
 use crate::show::show_resources;
 
@@ -112,7 +112,7 @@ async fn request(
         "type": "liqo.io/peering-request",
         "stringData": { "key.pem": made.key_pem },
     })));
-    refuse_foreign(&consumer, std::slice::from_ref(&secret)).await?;
+    refuse_foreign(&consumer, std::slice::from_ref(&secret), PEER_AGAIN).await?;
     apply::apply(&consumer, &secret).await?;
     let file = RequestFile {
         id: id.clone(),
@@ -384,7 +384,7 @@ async fn complete(
         "type": "liqo.io/peer-identity",
         "stringData": { "kubeconfig": kubeconfig },
     })));
-    refuse_foreign(&consumer, std::slice::from_ref(&secret)).await?;
+    refuse_foreign(&consumer, std::slice::from_ref(&secret), PEER_AGAIN).await?;
     journal.apply(Side::Consumer, &consumer, secret).await?;
     // On failure the identity goes with the rest, and the pending
     // request stays: the same response completes it later.

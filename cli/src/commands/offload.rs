@@ -121,13 +121,20 @@ pub async fn offload(
             .await
             .map_err(|e| cluster.explain(e, &format!("reading the offloading of {ns}")))?
             .and_then(|o| o.metadata.uid);
-        bind_virtual_kubelets(&cluster, ns, existing.as_deref(), &agents).await?;
+        bind_virtual_kubelets(&cluster, ns, existing.as_deref(), &agents, "offload again").await?;
         let applied = api
             .patch(names::NAMESPACE_OFFLOADING, &params, &Patch::Apply(object))
             .await
             .map_err(|e| cluster.explain(e, &format!("offloading namespace {ns}")))?;
         if applied.metadata.uid != existing {
-            bind_virtual_kubelets(&cluster, ns, applied.metadata.uid.as_deref(), &agents).await?;
+            bind_virtual_kubelets(
+                &cluster,
+                ns,
+                applied.metadata.uid.as_deref(),
+                &agents,
+                "offload again",
+            )
+            .await?;
         }
         // After the offloading exists, so that no pod is placed on a
         // virtual node before a peer is told to take it.

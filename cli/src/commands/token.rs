@@ -36,7 +36,9 @@ use crate::peering::outgoing::{Identity, identity_of};
 use crate::peering::plan::grant_for;
 use crate::peering::token::new_id;
 use crate::peering::tokens::{Held, claimed, held, token_secrets};
-use crate::peering::{Journal, Side, compatible, identity, refuse_foreign, tenant, token};
+use crate::peering::{
+    Journal, PEER_AGAIN, Side, compatible, identity, refuse_foreign, tenant, token,
+};
 use crate::printer::Printer;
 use crate::show::show_resources;
 
@@ -254,7 +256,7 @@ impl Issue<'_> {
                 &self.policy.admission,
             );
             objects.extend(token::tenant_account(t, self.id));
-            refuse_foreign(provider, &objects).await?;
+            refuse_foreign(provider, &objects, PEER_AGAIN).await?;
             // The record first: everything else is its dependent.
             let Some(pos) = objects
                 .iter()
@@ -761,7 +763,7 @@ async fn store_identity(
         "stringData": { "kubeconfig": kubeconfig },
     }));
     let objects = [Manifest::Secret(secret)];
-    refuse_foreign(consumer, &objects).await?;
+    refuse_foreign(consumer, &objects, PEER_AGAIN).await?;
     apply::apply(consumer, &objects[0]).await?;
     Ok(())
 }

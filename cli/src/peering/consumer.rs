@@ -16,7 +16,7 @@ use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
 
 use super::report::{Report, print_reports};
-use super::{Journal, Side, network, refuse_foreign, virtual_kubelet};
+use super::{Journal, PEER_AGAIN, Side, network, refuse_foreign, virtual_kubelet};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::agents::{self, Readiness};
@@ -127,7 +127,12 @@ pub(crate) async fn record(
         },
         status: None,
     };
-    refuse_foreign(consumer, &[Manifest::ForeignCluster(Box::new(fc.clone()))]).await?;
+    refuse_foreign(
+        consumer,
+        &[Manifest::ForeignCluster(Box::new(fc.clone()))],
+        PEER_AGAIN,
+    )
+    .await?;
     journal
         .apply(
             Side::Consumer,
@@ -297,7 +302,7 @@ pub(crate) async fn start_virtual_kubelet(
         .position(|m| matches!(m, Manifest::Deployment(_)))
         .unwrap_or(objects.len());
     objects.splice(at..at, bindings);
-    refuse_foreign(consumer, &objects).await?;
+    refuse_foreign(consumer, &objects, PEER_AGAIN).await?;
     for m in objects {
         journal.apply(Side::Consumer, consumer, m).await?;
     }
@@ -314,12 +319,13 @@ pub(crate) async fn bind_virtual_kubelets(
     ns: &str,
     offloading_uid: Option<&str>,
     providers: &[ClusterId],
+    then: &str,
 ) -> anyhow::Result<()> {
     let bindings: Vec<Manifest> = providers
         .iter()
         .map(|p| virtual_kubelet::offloaded_namespace_binding(p, ns, offloading_uid))
         .collect();
-    refuse_foreign(cluster, &bindings).await?;
+    refuse_foreign(cluster, &bindings, then).await?;
     for binding in &bindings {
         apply::apply(cluster, binding).await?;
     }

@@ -124,16 +124,20 @@ impl Journal {
 
 /// Refuses, naming them, objects of the names the peering uses that
 /// liqoctl did not make.
+/// What a refusal of a peering's namesakes tells the user to do next.
+pub(crate) const PEER_AGAIN: &str = "peer again";
+
 pub(crate) async fn refuse_foreign(
     cluster: &ClusterClient,
     objects: &[Manifest],
+    then: &str,
 ) -> anyhow::Result<()> {
     let foreign = ownership::foreign(cluster, objects).await?;
     if foreign.is_empty() {
         return Ok(());
     }
     Err(UserError::Refused(format!(
-        "cluster {} already has {}, which liqoctl did not create; remove or rename it, then peer again",
+        "cluster {} already has {}, which liqoctl did not create; remove or rename it, then {then}",
         cluster.name,
         foreign.join(", ")
     ))

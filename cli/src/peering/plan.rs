@@ -19,7 +19,8 @@ use serde_json::json;
 
 use super::consumer::{Recorded, record, start_virtual_kubelet};
 use super::{
-    Journal, Side, capacity, compatible, identity, network, refuse_foreign, tenant, terms,
+    Journal, PEER_AGAIN, Side, capacity, compatible, identity, network, refuse_foreign, tenant,
+    terms,
 };
 use crate::error::UserError;
 use crate::factory::ClusterClient;
@@ -169,7 +170,7 @@ impl Plan {
             self.policy.cost.as_ref(),
             &self.policy.admission,
         );
-        refuse_foreign(provider, &objects).await?;
+        refuse_foreign(provider, &objects, PEER_AGAIN).await?;
         for m in objects {
             journal.apply(Side::Provider, provider, m).await?;
         }

@@ -257,13 +257,20 @@ async fn offload(
         .map(|id| ClusterId::new(*id))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| anyhow::anyhow!("invariant: peers have valid cluster IDs: {e}"))?;
-    bind_virtual_kubelets(consumer, ns, None, &providers).await?;
+    bind_virtual_kubelets(consumer, ns, None, &providers, "test the network again").await?;
     let api: Api<NamespaceOffloading> = Api::namespaced(consumer.client.clone(), ns);
     let created = api
         .create(&PostParams::default(), &offloading)
         .await
         .map_err(|e| consumer.explain(e, &format!("offloading namespace {ns}")))?;
-    bind_virtual_kubelets(consumer, ns, created.metadata.uid.as_deref(), &providers).await?;
+    bind_virtual_kubelets(
+        consumer,
+        ns,
+        created.metadata.uid.as_deref(),
+        &providers,
+        "test the network again",
+    )
+    .await?;
     let placement = serde_json::json!({ "metadata": { "labels": {
         labels::OFFLOADING: "true",
         labels::POD_OFFLOADING_STRATEGY: PodOffloadingStrategy::LocalAndRemote.as_str(),
