@@ -58,14 +58,7 @@ pub enum KubeconfigError {
 impl KubeconfigError {
     /// The error and its causes on one line.
     pub fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(s) = source {
-            out.push_str(": ");
-            out.push_str(&s.to_string());
-            source = s.source();
-        }
-        out
+        liqo_agent_runtime::error_chain(self)
     }
 }
 

@@ -200,14 +200,7 @@ impl Error {
 
     /// The error and its causes on one line, for the log.
     pub(super) fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(s) = source {
-            out.push_str(": ");
-            out.push_str(&s.to_string());
-            source = s.source();
-        }
-        out
+        liqo_agent_runtime::error_chain(self)
     }
 }
 
