@@ -28,7 +28,7 @@
 //!
 //! Cost of reading: a reader that would otherwise look at every stored
 //! object whenever one changes can ask a store to record what changed
-//! into a [`Journal`] ([`Followed::record_into`]): the keys of the
+//! into a [`Changes`] ([`Followed::record_into`]): the keys of the
 //! objects applied or deleted since it last looked, or "anything" after a
 //! list, a failed watch or more changes than a journal keeps. The store
 //! stays the truth; the journal only says where to look first.
@@ -73,20 +73,20 @@ pub struct SyncState {
 
 /// A journal keeps at most this many keys: past it, it says "anything"
 /// (a reader that far behind looks at everything anyway).
-const JOURNAL_MAX: usize = 50_000;
+const CHANGES_MAX: usize = 50_000;
 
 /// What changed in one or more stores since the reader last took it: the
 /// keys of the objects applied or deleted, in the reader's own terms
 /// (each store is told how to make a key of an object), or "anything".
 /// It says "anything" when it is new, after a store listed again or
-/// failed, and past [`JOURNAL_MAX`] keys. Cheap to clone: clones share
+/// failed, and past [`CHANGES_MAX`] keys. Cheap to clone: clones share
 /// one journal.
 #[derive(Debug)]
-pub struct Journal<T> {
+pub struct Changes<T> {
     pending: Arc<Mutex<Pending<T>>>,
 }
 
-impl<T> Clone for Journal<T> {
+impl<T> Clone for Changes<T> {
     fn clone(&self) -> Self {
         Self {
             pending: self.pending.clone(),
@@ -100,7 +100,7 @@ struct Pending<T> {
     keys: Vec<T>,
 }
 
-impl<T> Default for Journal<T> {
+impl<T> Default for Changes<T> {
     fn default() -> Self {
         Self {
             pending: Arc::new(Mutex::new(Pending {
@@ -111,7 +111,7 @@ impl<T> Default for Journal<T> {
     }
 }
 
-impl<T> Journal<T> {
+impl<T> Changes<T> {
     pub fn new() -> Self {
         Self::default()
     }
@@ -144,7 +144,7 @@ impl<T> Journal<T> {
         if p.anything {
             return;
         }
-        if p.keys.len() >= JOURNAL_MAX {
+        if p.keys.len() >= CHANGES_MAX {
             p.anything = true;
             p.keys = Vec::new();
         } else {
@@ -470,7 +470,7 @@ impl<S> Followed<S> {
     /// not in it.
     pub fn record_into<T>(
         &self,
-        journal: &Journal<T>,
+        journal: &Changes<T>,
         key: impl Fn(&S) -> Option<T> + Send + Sync + 'static,
     ) where
         T: Send + 'static,
@@ -481,7 +481,7 @@ impl<S> Followed<S> {
             let Some(pending) = weak.upgrade() else {
                 return false;
             };
-            let journal = Journal { pending };
+            let journal = Changes { pending };
             match obj {
                 Some(obj) => {
                     if let Some(k) = key(obj) {
@@ -838,7 +838,7 @@ mod tests {
     fn a_settled_object_is_replaced_only_while_it_is_the_one_read() {
         use watcher::Event::{Apply, Init, InitApply, InitDone};
         let (followed, mut feed) = Feed::new(Options::<Pod>::default());
-        let journal = Journal::new();
+        let journal = Changes::new();
         followed.record_into(&journal, |p: &Pod| p.metadata.name.clone());
         for event in [Init, InitApply(pod("a", None, "1")), InitDone] {
             feed.apply(event);
@@ -1054,7 +1054,7 @@ mod tests {
     #[test]
     fn a_journal_says_what_changed_or_anything() {
         let followed = filled(Vec::<Pod>::new(), Options::default());
-        let journal = Journal::new();
+        let journal = Changes::new();
         followed.record_into(&journal, |p: &Pod| p.metadata.name.clone());
         assert_eq!(journal.take(), None, "new: anything");
         assert_eq!(journal.take(), Some(vec![]), "then nothing");
@@ -1068,7 +1068,7 @@ mod tests {
         record(&followed.recorders, Some(&pod("d", None, "1")));
         assert_eq!(journal.take(), None);
         // Past its bound, a journal says anything.
-        for _ in 0..=JOURNAL_MAX {
+        for _ in 0..=CHANGES_MAX {
             record(&followed.recorders, Some(&pod("e", None, "1")));
         }
         assert_eq!(journal.take(), None, "past the bound");

@@ -42,13 +42,13 @@ pub struct Found {
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
+struct Discovered {
     clusters: Vec<Found>,
 }
 
 /// The flags, checked before anything is sent.
 #[derive(Debug)]
-struct Plan {
+struct Search {
     lan: bool,
     domains: Vec<String>,
     dns_server: Option<SocketAddr>,
@@ -56,7 +56,7 @@ struct Plan {
     expect: Option<usize>,
 }
 
-impl Plan {
+impl Search {
     fn parse(args: &DiscoverArgs) -> Result<Self, UserError> {
         let usage = UserError::Usage;
         let timeout =
@@ -88,24 +88,24 @@ impl Plan {
 }
 
 pub async fn run(args: &DiscoverArgs, printer: Printer) -> anyhow::Result<()> {
-    let plan = Plan::parse(args)?;
+    let search = Search::parse(args)?;
     let mut found = Clusters::default();
-    if !plan.domains.is_empty() {
-        let resolver = resolver(plan.dns_server, plan.timeout)?;
-        for domain in &plan.domains {
-            for record in lookup_domain(&resolver, domain, &plan, &printer).await? {
+    if !search.domains.is_empty() {
+        let resolver = resolver(search.dns_server, search.timeout)?;
+        for domain in &search.domains {
+            for record in lookup_domain(&resolver, domain, &search, &printer).await? {
                 found.add(record, format!("dns:{domain}"), &printer);
             }
         }
     }
-    if plan.lan && plan.expect.is_none_or(|n| found.len() < n) {
-        browse_lan(&plan, &mut found, &printer).await?;
+    if search.lan && search.expect.is_none_or(|n| found.len() < n) {
+        browse_lan(&search, &mut found, &printer).await?;
     }
     let clusters = found.into_list();
-    let short = plan.expect.filter(|n| clusters.len() < *n);
+    let short = search.expect.filter(|n| clusters.len() < *n);
     match args.output.output {
         Some(format) => printer.structured(
-            &Report {
+            &Discovered {
                 clusters: clusters.clone(),
             },
             format,
@@ -127,18 +127,18 @@ pub async fn run(args: &DiscoverArgs, printer: Printer) -> anyhow::Result<()> {
     if clusters.is_empty() {
         printer.info(format!(
             "No clusters found ({})",
-            where_looked(&plan, &args.timeout)
+            where_looked(&search, &args.timeout)
         ));
     }
     Ok(())
 }
 
-fn where_looked(plan: &Plan, timeout: &str) -> String {
+fn where_looked(search: &Search, timeout: &str) -> String {
     let mut places = Vec::new();
-    if !plan.domains.is_empty() {
-        places.push(format!("looked in DNS under {}", plan.domains.join(", ")));
+    if !search.domains.is_empty() {
+        places.push(format!("looked in DNS under {}", search.domains.join(", ")));
     }
-    if plan.lan {
+    if search.lan {
         places.push(format!("browsed the LAN for {timeout}"));
     }
     places.join("; ")
@@ -197,14 +197,18 @@ impl Clusters {
 
 /// Browses `_liqo._tcp.local.` until the timeout, or until `--expect`
 /// clusters are known. A service withdrawn meanwhile (goodbye) is dropped.
-async fn browse_lan(plan: &Plan, found: &mut Clusters, printer: &Printer) -> anyhow::Result<()> {
+async fn browse_lan(
+    search: &Search,
+    found: &mut Clusters,
+    printer: &Printer,
+) -> anyhow::Result<()> {
     let daemon = ServiceDaemon::new()
         .map_err(|e| UserError::Refused(format!("cannot browse the LAN with mDNS: {e}")))?;
     let events = daemon
         .browse(MDNS_SERVICE_TYPE)
         .map_err(|e| UserError::Refused(format!("cannot browse the LAN with mDNS: {e}")))?;
     let started = tokio::time::Instant::now();
-    let deadline = started + plan.timeout;
+    let deadline = started + search.timeout;
     // By mDNS instance name: what a goodbye names.
     let mut on_lan = BTreeMap::<String, ClusterRecord>::new();
     let mut warned = std::collections::BTreeSet::new();
@@ -216,7 +220,7 @@ async fn browse_lan(plan: &Plan, found: &mut Clusters, printer: &Printer) -> any
         ids.len()
     };
     loop {
-        if plan.expect.is_some_and(|n| known(&on_lan) >= n) {
+        if search.expect.is_some_and(|n| known(&on_lan) >= n) {
             break;
         }
         let event = match tokio::time::timeout_at(deadline, events.recv_async()).await {
@@ -294,18 +298,18 @@ fn resolver(server: Option<SocketAddr>, timeout: Duration) -> anyhow::Result<Tok
 async fn lookup_domain(
     resolver: &TokioResolver,
     domain: &str,
-    plan: &Plan,
+    search: &Search,
     printer: &Printer,
 ) -> anyhow::Result<Vec<ClusterRecord>> {
     let service = discovery::service_name(domain);
     let unreachable = |e: &ResolveError| {
-        let server = match plan.dns_server {
+        let server = match search.dns_server {
             Some(s) => format!("the DNS server {s}"),
             None => "the system's DNS servers".to_owned(),
         };
         UserError::Unreachable(format!(
             "{server} did not answer for {service} within {:?} ({e}); check --dns-server and the network",
-            plan.timeout
+            search.timeout
         ))
     };
     let instances = match resolver.lookup(service.as_str(), RecordType::PTR).await {

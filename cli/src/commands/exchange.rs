@@ -29,9 +29,11 @@ use crate::flags::parse_request;
 use crate::kube::apply;
 use crate::kube::cluster::installed;
 use crate::manifests::{Manifest, common_labels, from_json};
-use crate::peering::consumer::{Finish, Recorded, finish_on_consumer};
-use crate::peering::plan::Plan;
-use crate::peering::{Journal, PEER_AGAIN, Side, compatible, identity, refuse_foreign, token};
+use crate::peering::agreement::Agreement;
+use crate::peering::consumer::wait_for_virtual_node;
+use crate::peering::phases::{self, ACCEPT, BY_RESPONSE, Credentials, Granted, Peering};
+use crate::peering::report::{Report, print_reports};
+use crate::peering::{PEER_AGAIN, compatible, identity, refuse_foreign, token};
 use crate::printer::Printer;
 use crate::show::show_resources;
 
@@ -177,76 +179,65 @@ async fn accept(
         "Checking the request of cluster {}",
         file.consumer.cluster_name
     ));
-    let plan = match Plan::for_consumer(
+    let agreement = match Agreement::for_consumer(
         file.consumer.clone(),
         &file.consumer.cluster_name,
         &provider,
         request.as_ref(),
         file.request.require_request,
-        file.certificate_lifetime,
     )
     .await
     {
-        Ok(plan) => plan,
+        Ok(agreement) => agreement,
         Err(e) => {
             step.fail("");
             return Err(e);
         }
     };
-    step.done(format!("grant {}", show_resources(&plan.grant)));
+    step.done(format!("grant {}", show_resources(&agreement.grant)));
     if !printer.confirm(
         &format!(
             "Accept cluster {} ({}) as a tenant of cluster {}, granting {}?",
             file.consumer.cluster_name,
             file.consumer.cluster_id,
             provider.name,
-            show_resources(&plan.grant)
+            show_resources(&agreement.grant)
         ),
         global.yes,
     )? {
         return Err(UserError::Refused("cancelled; nothing was changed".to_owned()).into());
     }
 
-    let mut journal = Journal::default();
-    let signed = async {
-        plan.provide(&provider, &mut journal, &printer).await?;
-        let step = printer.step(format!(
-            "Signing the certificate of cluster {}",
-            file.consumer.cluster_name
-        ));
-        match plan.sign(&provider, &file.csr).await {
-            Ok(cert) => {
-                step.done("");
-                Ok(cert)
-            }
-            Err(e) => {
-                step.fail("");
-                Err(e)
-            }
-        }
-    }
-    .await;
-    let certificate = match signed {
-        Ok(cert) => cert,
-        Err(e) => {
-            let left = journal.roll_back(&provider, &provider).await;
-            for object in left {
-                printer.info(format!("  could not remove {object}"));
-            }
-            return Err(e);
-        }
-    };
+    let mut run = Peering::new(
+        None,
+        agreement.consumer_id.clone(),
+        Credentials::Administrator {
+            policy: &agreement.policy,
+            renew: true,
+            certificate_lifetime: file.certificate_lifetime,
+            csr: Some(&file.csr),
+        },
+        agreement.granted(),
+        &printer,
+    );
+    run.provider = Some(provider.clone());
+    run.provider_id = Some(agreement.provider_id.clone());
+    run.run(ACCEPT).await?;
+    let certificate = run
+        .certificate
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("invariant: the sign phase signs"))?;
     let response = ResponseFile {
         id: file.id.clone(),
-        provider: plan.provider_id.clone(),
+        provider: agreement.provider_id.clone(),
         api_server: args
             .api_server
             .clone()
             .unwrap_or_else(|| provider.server.clone()),
         ca: identity::pem(&ca_der),
         certificate,
-        grant: plan.grant.clone(),
-        cost: plan.policy.cost.clone(),
+        grant: agreement.grant.clone(),
+        cost: agreement.policy.cost.clone(),
         tenant_namespace: peering::tenant_namespace(&file.consumer.cluster_id),
     };
     write(
@@ -367,48 +358,40 @@ async fn complete(
     }
     step.done(format!("CA {fingerprint}"));
 
-    let mut journal = Journal::default();
-    let mut secret_labels = common_labels("identity");
-    secret_labels.insert(
-        labels::PEER_CLUSTER_ID.to_owned(),
-        provider_id.cluster_id.to_string(),
-    );
-    let secret = Manifest::Secret(from_json(json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": peering::identity_secret(&provider_id.cluster_id),
-            "namespace": names::NAMESPACE,
-            "labels": secret_labels,
+    let expiry = checked.not_after;
+    let mut run = Peering::new(
+        Some(&consumer),
+        consumer_id,
+        Credentials::Response {
+            kubeconfig: &kubeconfig,
+            expiry: &expiry,
         },
-        "type": "liqo.io/peer-identity",
-        "stringData": { "kubeconfig": kubeconfig },
-    })));
-    refuse_foreign(&consumer, std::slice::from_ref(&secret), PEER_AGAIN).await?;
-    journal.apply(Side::Consumer, &consumer, secret).await?;
+        Granted {
+            request: None,
+            grant: file.grant.clone(),
+            cost: file.cost.clone(),
+        },
+        &printer,
+    );
+    run.provider = Some(provider);
+    run.provider_id = Some(provider_id.clone());
     // On failure the identity goes with the rest, and the pending
     // request stays: the same response completes it later.
-    finish_on_consumer(
+    run.run(&phases::with_network(BY_RESPONSE, !args.no_network))
+        .await?;
+    let virtual_node = wait_for_virtual_node(
         &consumer,
-        &provider,
-        journal,
-        Recorded {
-            provider: provider_id,
-            request: None,
-            grant: &file.grant,
-            cost: file.cost.as_ref(),
-            expiry: &checked.not_after,
-            tenant_namespace: file.tenant_namespace.clone(),
-        },
-        Finish {
-            deadline,
-            timeout: args.timeout,
-            output: args.output.output,
-            network: !args.no_network,
-        },
+        &provider_id.cluster_id,
+        deadline,
+        args.timeout,
         &printer,
     )
     .await?;
+    print_reports(
+        &[Report::of(&run, virtual_node)?],
+        args.output.output,
+        &printer,
+    )?;
     // The key now lives in the identity Secret only.
     let _ = secrets
         .delete(REQUEST_SECRET, &DeleteParams::default())

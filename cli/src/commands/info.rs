@@ -33,7 +33,7 @@ use crate::show::{show_cost, show_resources};
 struct Info {
     identity: ClusterIdentity,
     agents: Vec<Agent>,
-    peerings: Vec<Peering>,
+    peerings: Vec<PeeringView>,
     offloaded_namespaces: Vec<Offloaded>,
     /// The peering tokens this cluster issued that are not revoked.
     peering_tokens: Vec<TokenView>,
@@ -53,7 +53,7 @@ struct Agent {
 /// the peer) or incoming (a Tenant here, the peer consumes this cluster).
 #[derive(Serialize, Debug, Clone)]
 #[serde(rename_all = "camelCase")]
-struct Peering {
+struct PeeringView {
     /// The peer's cluster name.
     name: String,
     cluster_id: String,
@@ -223,8 +223,8 @@ pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyh
 
 /// The peerings with `name` as cluster ID or cluster name (both directions
 /// when the clusters peer both ways); none is a NotFound naming the known.
-fn matching(all: &[Peering], name: &str) -> Result<Vec<Peering>, UserError> {
-    let found: Vec<Peering> = all
+fn matching(all: &[PeeringView], name: &str) -> Result<Vec<PeeringView>, UserError> {
+    let found: Vec<PeeringView> = all
         .iter()
         .filter(|p| p.cluster_id == name || p.name == name)
         .cloned()
@@ -276,7 +276,7 @@ async fn agents(cluster: &ClusterClient) -> anyhow::Result<Vec<Agent>> {
 
 /// Outgoing peerings (ForeignClusters, with their virtual node's
 /// readiness), then incoming ones (Tenants).
-async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<Peering>> {
+async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<PeeringView>> {
     let api: Api<ForeignCluster> = Api::all(cluster.client.clone());
     let foreign = api
         .list(&ListParams::default())
@@ -313,7 +313,7 @@ async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<Peering>> {
             })
             .map(NetworkView::of)
     };
-    let mut out: Vec<Peering> = foreign
+    let mut out: Vec<PeeringView> = foreign
         .items
         .into_iter()
         .map(|fc| {
@@ -386,7 +386,7 @@ async fn token_claims(cluster: &ClusterClient) -> std::collections::BTreeMap<Str
         .collect()
 }
 
-fn outgoing(fc: ForeignCluster, nodes: &[Node]) -> Peering {
+fn outgoing(fc: ForeignCluster, nodes: &[Node]) -> PeeringView {
     let status = fc.status.unwrap_or_default();
     let direction = match (fc.spec.outgoing, fc.spec.incoming) {
         (true, true) => "both",
@@ -421,7 +421,7 @@ fn outgoing(fc: ForeignCluster, nodes: &[Node]) -> Peering {
             },
         }
     });
-    Peering {
+    PeeringView {
         name: fc.spec.cluster_name,
         cluster_id: fc.spec.cluster_id.to_string(),
         direction: direction.into(),
@@ -439,8 +439,8 @@ fn outgoing(fc: ForeignCluster, nodes: &[Node]) -> Peering {
     }
 }
 
-fn incoming(t: Tenant) -> Peering {
-    Peering {
+fn incoming(t: Tenant) -> PeeringView {
+    PeeringView {
         name: t.spec.cluster_name,
         cluster_id: t.spec.cluster_id.to_string(),
         direction: "incoming".into(),
@@ -600,7 +600,7 @@ fn render(info: &Info) -> String {
         out.push_str(&format!("\n{offloaded}"));
     }
     if !info.peering_tokens.is_empty() {
-        let mut tokens = table(&["Peering token", "Expires", "Tenant", "Claimed by"]);
+        let mut tokens = table(&["PeeringView token", "Expires", "Tenant", "Claimed by"]);
         for t in &info.peering_tokens {
             for (i, tenant) in t.tenants.iter().enumerate() {
                 let head = if i == 0 {
@@ -626,7 +626,7 @@ fn render(info: &Info) -> String {
 
 /// A peering's state in a few words: its virtual node's readiness for an
 /// outgoing one; for an incoming one, whether its grant is recorded.
-fn status_line(p: &Peering) -> String {
+fn status_line(p: &PeeringView) -> String {
     match &p.ready {
         Some(r) if r.status == "True" => "Ready".to_owned(),
         Some(r) if r.reason.is_empty() => "Not ready".to_owned(),
@@ -639,7 +639,7 @@ fn status_line(p: &Peering) -> String {
 /// The status line, and below it why when something is wrong: the
 /// virtual node's message and the conditions that do not hold, so that
 /// the overview alone tells what to fix.
-fn status_detail(p: &Peering) -> String {
+fn status_detail(p: &PeeringView) -> String {
     let mut lines = vec![status_line(p)];
     if let Some(r) = &p.ready
         && r.status != "True"
@@ -657,10 +657,10 @@ fn status_detail(p: &Peering) -> String {
 }
 
 /// One peering in detail, for `info peer NAME`.
-fn render_one(p: &Peering) -> String {
+fn render_one(p: &PeeringView) -> String {
     let mut t = Table::new();
     t.load_style(UTF8_BORDERS_ONLY)
-        .set_header(vec![format!("Peering with {}", p.name), String::new()]);
+        .set_header(vec![format!("PeeringView with {}", p.name), String::new()]);
     let dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
     let mut row = |k: &str, v: String| {
         t.add_row(vec![k.to_owned(), v]);
@@ -747,8 +747,8 @@ fn render_one(p: &Peering) -> String {
 mod tests {
     use super::*;
 
-    fn peering(name: &str, id: &str, direction: &str) -> Peering {
-        Peering {
+    fn peering(name: &str, id: &str, direction: &str) -> PeeringView {
+        PeeringView {
             name: name.into(),
             cluster_id: id.into(),
             direction: direction.into(),

@@ -9,8 +9,9 @@ use crate::cli::{GlobalArgs, NetworkArgs};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::cluster::installed;
-use crate::peering::outgoing::Peering;
-use crate::peering::{Journal, network};
+use crate::peering::journal::Journal;
+use crate::peering::network;
+use crate::peering::outgoing::Outgoing;
 use crate::printer::Printer;
 
 pub async fn connect(
@@ -42,10 +43,7 @@ pub async fn connect(
     let linked = match linked {
         Ok(linked) => linked,
         Err(e) => {
-            for object in journal
-                .roll_back(&peering.consumer, &peering.provider)
-                .await
-            {
+            for object in journal.roll_back().await {
                 printer.info(format!("  could not remove {object}"));
             }
             return Err(e);
@@ -104,9 +102,9 @@ pub async fn disconnect(
 }
 
 /// The outgoing peering `--cluster-id` names, of the local cluster.
-async fn open(args: &NetworkArgs, global: &GlobalArgs) -> anyhow::Result<Peering> {
+async fn open(args: &NetworkArgs, global: &GlobalArgs) -> anyhow::Result<Outgoing> {
     let provider_id = ClusterId::new(args.cluster_id.clone())
         .map_err(|e| UserError::Usage(format!("--cluster-id: {e}")))?;
     let consumer = ClusterClient::local(global).await?;
-    Peering::reach(consumer, provider_id).await
+    Outgoing::reach(consumer, provider_id).await
 }

@@ -1,14 +1,13 @@
 //! `liqoctl peer`: the local cluster (the consumer) peers with a provider
 //! whose kubeconfig it is given. Checks everything it can before it writes
 //! (both installed, not the same cluster, versions, the provider's policy
-//! and the grant), then runs its steps; a failed step rolls back what the
-//! run created on both clusters, and a re-run resumes. The steps are
-//! [`crate::peering::plan`]'s; `peer --token` and `peer request|accept|complete`
-//! are verbs of their own.
+//! and the grant), then runs the peering's phases; a failed phase rolls
+//! back what the run did on both clusters, and a re-run resumes. The
+//! phases are [`crate::peering::phases`]'; `peer --token` and `peer
+//! request|accept|complete` are verbs of their own.
 
 use std::time::Duration;
 
-use liqo_api::names::peering;
 use liqo_api::sharing::Amounts;
 
 use crate::cli::{GlobalArgs, PeerArgs};
@@ -16,10 +15,11 @@ use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::flags::parse_request;
 use crate::kube::cluster::installed;
+use crate::peering::agreement::Agreement;
+use crate::peering::compatible;
 use crate::peering::consumer::wait_for_virtual_node;
-use crate::peering::plan::Plan;
+use crate::peering::phases::{self, BY_KUBECONFIGS, Credentials, Peering};
 use crate::peering::report::{Report, print_reports};
-use crate::peering::{Journal, compatible};
 use crate::printer::Printer;
 use crate::show::show_resources;
 
@@ -59,65 +59,53 @@ async fn peer_one(
         "Checking clusters {} and {}",
         consumer.name, provider.name
     ));
-    let plan = match make_plan(consumer, provider, request, args).await {
-        Ok(plan) => plan,
+    let agreement = match agree(consumer, provider, request, args).await {
+        Ok(agreement) => agreement,
         Err(e) => {
             step.fail("");
             return Err(e);
         }
     };
-    step.done(format!("grant {}", show_resources(&plan.grant)));
+    step.done(format!("grant {}", show_resources(&agreement.grant)));
 
-    let mut journal = Journal::default();
-    let outcome = plan
-        .carry_out(consumer, provider, &mut journal, printer, !args.no_network)
-        .await;
-    let (expiry, network) = match outcome {
-        Ok(done) => done,
-        Err(e) => {
-            let step = printer.step("Rolling back what this run created");
-            let left = journal.roll_back(consumer, provider).await;
-            if left.is_empty() {
-                step.done("");
-            } else {
-                step.fail(format!("could not remove {}", left.join(", ")));
-            }
-            return Err(e);
-        }
-    };
+    let mut run = Peering::new(
+        Some(consumer),
+        agreement.consumer_id.clone(),
+        Credentials::Administrator {
+            policy: &agreement.policy,
+            renew: args.renew,
+            certificate_lifetime: args.certificate_lifetime,
+            csr: None,
+        },
+        agreement.granted(),
+        printer,
+    );
+    run.provider = Some(provider.clone());
+    run.provider_id = Some(agreement.provider_id.clone());
+    run.run(&phases::with_network(BY_KUBECONFIGS, !args.no_network))
+        .await?;
 
     // Past this point everything is in place: a slow node is waited for,
     // not rolled back; the same command picks up from here.
     let node_name = wait_for_virtual_node(
         consumer,
-        &plan.provider_id.cluster_id,
+        &agreement.provider_id.cluster_id,
         deadline,
         args.timeout,
         printer,
     )
     .await?;
-
-    Ok(Report {
-        consumer: consumer.name.clone(),
-        provider: provider.name.clone(),
-        provider_cluster_id: plan.provider_id.cluster_id.to_string(),
-        grant: plan.grant.clone(),
-        cost: plan.policy.cost.clone(),
-        certificate_expiry: expiry,
-        tenant_namespace: peering::tenant_namespace(&plan.consumer_id.cluster_id),
-        virtual_node: node_name,
-        network,
-    })
+    Report::of(&run, node_name)
 }
 
 /// Checks the consumer (installed, of a compatible version), then what
 /// the provider grants it.
-async fn make_plan(
+async fn agree(
     consumer: &ClusterClient,
     provider: &ClusterClient,
     request: Option<&Amounts>,
     args: &PeerArgs,
-) -> anyhow::Result<Plan> {
+) -> anyhow::Result<Agreement> {
     let consumer_id = installed(consumer).await?;
     if !compatible(&consumer_id.version) {
         return Err(UserError::Refused(format!(
@@ -128,17 +116,12 @@ async fn make_plan(
         ))
         .into());
     }
-    Plan::for_consumer(
+    Agreement::for_consumer(
         consumer_id,
         &consumer.name,
         provider,
         request,
         args.request.require_request,
-        args.certificate_lifetime,
     )
     .await
-    .map(|plan| Plan {
-        renew: args.renew,
-        ..plan
-    })
 }

@@ -9,20 +9,16 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{
-    BoundObjectReference, SelfSubjectReview, TokenRequest, TokenRequestSpec,
-};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource as _;
-use kube::api::{Api, DeleteParams, PostParams};
-use liqo_api::authentication::{Tenant, peer_user};
-use liqo_api::names::{self, labels, peering};
+use kube::api::Api;
+use liqo_api::authentication::Tenant;
+use liqo_api::names;
 use liqo_api::sharing::{Resources, SharingPolicySpec};
 use liqo_api::token::{self as tokens, PeeringToken, TokenTenant, objects};
 use liqo_api::{ClusterId, ClusterIdentity};
 use serde::Serialize;
-use serde_json::json;
 
 use crate::cli::{GeneratePeeringTokenArgs, GlobalArgs, PeerArgs, RevokePeeringTokenArgs};
 use crate::error::UserError;
@@ -30,21 +26,17 @@ use crate::factory::ClusterClient;
 use crate::flags::parse_request;
 use crate::kube::apply::{self, Deletion};
 use crate::kube::cluster::installed;
-use crate::manifests::{Manifest, common_labels, from_json};
-use crate::peering::consumer::{Finish, Recorded, finish_on_consumer};
-use crate::peering::outgoing::{Identity, identity_of};
-use crate::peering::plan::grant_for;
+use crate::manifests::Manifest;
+use crate::peering::agreement::grant_for;
+use crate::peering::consumer::wait_for_virtual_node;
+use crate::peering::journal::Journal;
+use crate::peering::phases::{self, BY_TOKEN, Credentials, Granted, Peering};
+use crate::peering::report::{Report, print_reports};
 use crate::peering::token::new_id;
-use crate::peering::tokens::{Held, claimed, held, token_secrets};
-use crate::peering::{
-    Journal, PEER_AGAIN, Side, compatible, identity, refuse_foreign, tenant, token,
-};
+use crate::peering::tokens::{Held, claimed, held, mint, token_secrets};
+use crate::peering::{PEER_AGAIN, identity, refuse_foreign, tenant, token};
 use crate::printer::Printer;
 use crate::show::show_resources;
-
-/// How long a tenant's credential lives when `peer --certificate-lifetime`
-/// does not say: a year, as a kubeadm signer's certificates.
-const CREDENTIAL_LIFETIME: u64 = 365 * 24 * 3600;
 
 /// What `generate peering-token -o json|yaml` prints.
 #[derive(Debug, Serialize)]
@@ -142,7 +134,7 @@ pub async fn generate(
     }
     step.done(format!("grant {}", show_resources(&grant)));
 
-    let plan = Issue {
+    let issue = Issue {
         id: &id,
         ids: &ids,
         identity: &identity,
@@ -153,11 +145,11 @@ pub async fn generate(
     };
     let mut journal = Journal::default();
     let (claimable, bootstrap, expires) =
-        match plan.carry_out(&provider, &mut journal, &printer).await {
+        match issue.carry_out(&provider, &mut journal, &printer).await {
             Ok(made) => made,
             Err(e) => {
                 let step = printer.step("Rolling back what this run created");
-                let left = journal.roll_back(&provider, &provider).await;
+                let left = journal.roll_back().await;
                 if left.is_empty() {
                     step.done("");
                 } else {
@@ -271,7 +263,7 @@ impl Issue<'_> {
                     .get_or_insert_default()
                     .insert(token::TOKEN_LABEL.to_owned(), self.id.to_owned());
             }
-            journal.apply(Side::Provider, provider, record).await?;
+            journal.apply(provider, record).await?;
             let uid = records
                 .get(t.as_str())
                 .await
@@ -281,9 +273,7 @@ impl Issue<'_> {
                 .unwrap_or_default();
             let owner = token::owner("Tenant", &Tenant::api_version(&()), t.as_str(), &uid);
             for m in objects {
-                journal
-                    .apply(Side::Provider, provider, m.owned_by(owner.clone()))
-                    .await?;
+                journal.apply(provider, m.owned_by(owner.clone())).await?;
             }
             claimable.push(TokenTenant { id: t.clone(), uid });
         }
@@ -296,7 +286,6 @@ impl Issue<'_> {
         let anchor = objects::bootstrap(self.id);
         journal
             .apply(
-                Side::Provider,
                 provider,
                 token::anchor(self.id, self.ids, &expires.to_string()),
             )
@@ -311,9 +300,7 @@ impl Issue<'_> {
             .unwrap_or_default();
         let owner = token::owner("Secret", "v1", &anchor, &anchor_uid);
         for m in token::bootstrap(self.id, self.ids) {
-            journal
-                .apply(Side::Provider, provider, m.owned_by(owner.clone()))
-                .await?;
+            journal.apply(provider, m.owned_by(owner.clone())).await?;
         }
         let (credential, expires) = mint(
             provider,
@@ -326,43 +313,6 @@ impl Issue<'_> {
         .map_err(|e| provider.explain(e, "issuing the bootstrap credential"))?;
         step.done(format!("until {expires}"));
         Ok((claimable, credential, expires))
-    }
-}
-
-/// A credential of ServiceAccount `account` (in `liqo`), bound to Secret
-/// `bound` (`uid`): it stops working when that Secret is deleted. Returns
-/// the credential and when it expires.
-async fn mint(
-    cluster: &ClusterClient,
-    account: &str,
-    bound: &str,
-    uid: &str,
-    seconds: u64,
-) -> Result<(String, Timestamp), kube::Error> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: i64::try_from(seconds).ok(),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("Secret".to_owned()),
-                name: Some(bound.to_owned()),
-                uid: Some(uid.to_owned()),
-            }),
-        },
-        ..Default::default()
-    };
-    let issued = accounts
-        .create_token_request(account, &PostParams::default(), &request)
-        .await?;
-    match issued.status {
-        Some(status) => Ok((status.token, status.expiration_timestamp.0)),
-        None => Err(kube::Error::Api(
-            kube::core::Status::failure("the API server returned no token", "NoToken")
-                .with_code(500)
-                .boxed(),
-        )),
     }
 }
 
@@ -491,75 +441,39 @@ pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> any
         .into());
     }
 
-    // An earlier run's identity is where this one resumes.
-    let (tenant, kubeconfig, expiry) =
-        match identity_of(&consumer, &token.provider_cluster_id).await? {
-            Identity::Token {
-                tenant,
-                kubeconfig,
-                expiry,
-            } => (tenant, kubeconfig, expiry),
-            Identity::Certificate => {
-                return Err(UserError::Refused(format!(
-                    "cluster {} already peers with {} through a certificate; unpeer first to \
-                     peer again with a token",
-                    consumer.name, token.provider_cluster_id
-                ))
-                .into());
-            }
-            Identity::Absent => {
-                claim_and_mint(
-                    &consumer,
-                    &consumer_id,
-                    &token,
-                    &ca_pem,
-                    &fingerprint,
-                    args,
-                    &printer,
-                )
-                .await?
-            }
-        };
-
-    // From here on, everything on the provider is done as the tenant.
-    let step = printer.step(format!(
-        "Checking cluster {} as tenant {tenant}",
-        token.provider_cluster_name
-    ));
-    let provider =
-        ClusterClient::from_kubeconfig_yaml(&token.provider_cluster_name, &kubeconfig).await?;
-    let provider_id = match check_tenant(&provider, &tenant, &token).await {
-        Ok(id) => id,
-        Err(e) => {
-            step.fail("");
-            return Err(e);
-        }
-    };
-    step.done("");
-
-    finish_on_consumer(
-        &consumer,
-        &provider,
-        // The identity is not in it: it stays, and the same command
-        // resumes from it.
-        Journal::default(),
-        Recorded {
-            provider: &provider_id,
-            request: None,
-            grant: &token.grant,
-            cost: token.cost.as_ref(),
-            expiry: &expiry,
-            tenant_namespace: peering::tenant_namespace(&tenant),
+    let mut run = Peering::new(
+        Some(&consumer),
+        consumer_id,
+        Credentials::Token {
+            token: &token,
+            ca_pem: &ca_pem,
+            fingerprint: &fingerprint,
+            credential_lifetime: args.certificate_lifetime,
         },
-        Finish {
-            deadline,
-            timeout: args.timeout,
-            output: args.output.output,
-            network: !args.no_network,
+        Granted {
+            request: None,
+            grant: token.grant.clone(),
+            cost: token.cost.clone(),
         },
         &printer,
+    );
+    // The claim is not undone by a failure of a later phase: the identity
+    // stays, and the same command resumes from it.
+    run.run(&phases::with_network(BY_TOKEN, !args.no_network))
+        .await?;
+    let virtual_node = wait_for_virtual_node(
+        &consumer,
+        &token.provider_cluster_id,
+        deadline,
+        args.timeout,
+        &printer,
     )
-    .await
+    .await?;
+    print_reports(
+        &[Report::of(&run, virtual_node)?],
+        args.output.output,
+        &printer,
+    )
 }
 
 /// The token's text, from `--token` or `--token-file` (`-`: standard input).
@@ -576,231 +490,4 @@ fn read_token(args: &PeerArgs) -> anyhow::Result<String> {
             path.display()
         ))
     })?)
-}
-
-/// With the token's bootstrap credential: checks the provider is the one
-/// the token names, claims the first tenant still free, and mints that
-/// tenant's credential, bound to the claim. The identity Secret is written
-/// at once: it is where a re-run resumes (the claim cannot be made twice).
-async fn claim_and_mint(
-    consumer: &ClusterClient,
-    consumer_id: &ClusterIdentity,
-    token: &PeeringToken,
-    ca_pem: &str,
-    fingerprint: &str,
-    args: &PeerArgs,
-    printer: &Printer,
-) -> anyhow::Result<(ClusterId, String, String)> {
-    let step = printer.step(format!(
-        "Claiming a tenant on cluster {} with token {}",
-        token.provider_cluster_name, token.id
-    ));
-    let outcome = async {
-        let bootstrap_config = identity::kubeconfig_with(
-            token.provider_cluster_id.as_str(),
-            &token.api_server,
-            Some(ca_pem),
-            &objects::bootstrap(&token.id),
-            kube::config::AuthInfo {
-                token: Some(token.bootstrap.clone().into()),
-                ..Default::default()
-            },
-        )?;
-        let bootstrap =
-            ClusterClient::from_kubeconfig_yaml(&token.provider_cluster_name, &bootstrap_config)
-                .await?;
-        let provider_id = installed(&bootstrap)
-            .await
-            .map_err(|e| spent_or(e, token))?;
-        check_provider(&provider_id, token)?;
-        let (tenant, claim_uid) = claim(&bootstrap, token, consumer_id).await?;
-        let lifetime = args.certificate_lifetime.unwrap_or(CREDENTIAL_LIFETIME);
-        let (credential, expires) = mint(
-            &bootstrap,
-            &objects::tenant_account(&tenant.id),
-            &objects::claim(&token.id, &tenant.id),
-            &claim_uid,
-            lifetime,
-        )
-        .await
-        .map_err(|e| bootstrap.explain(e, "minting the tenant's credential"))?;
-        // The last tenant taken: the token has no use left; revoke it now
-        // rather than at its expiry.
-        if token.tenants.last().map(|t| &t.id) == Some(&tenant.id) {
-            let secrets: Api<Secret> = Api::namespaced(bootstrap.client.clone(), names::NAMESPACE);
-            if let Err(error) = secrets
-                .delete(&objects::bootstrap(&token.id), &DeleteParams::background())
-                .await
-            {
-                tracing::debug!(%error, "the spent token could not revoke itself");
-            }
-        }
-        let kubeconfig = identity::token_kubeconfig(
-            token.provider_cluster_id.as_str(),
-            &token.api_server,
-            ca_pem,
-            &peer_user(&tenant.id),
-            &credential,
-        )?;
-        // As a certificate's expiry is shown (RFC 2822), for `info`.
-        let expiry = k8s_openapi::jiff::fmt::rfc2822::DateTimePrinter::new()
-            .timestamp_to_string(&expires)
-            .unwrap_or_else(|_| expires.to_string());
-        store_identity(consumer, token, &tenant.id, &kubeconfig, &expiry).await?;
-        anyhow::Ok((tenant.id, kubeconfig, expiry))
-    }
-    .await;
-    match outcome {
-        Ok(claimed) => {
-            step.done(format!("tenant {}, CA {fingerprint}", claimed.0));
-            Ok(claimed)
-        }
-        Err(e) => {
-            step.fail("");
-            Err(e)
-        }
-    }
-}
-
-/// A 401 with the bootstrap credential means the token was revoked or has
-/// expired (its anchor deleted when its last tenant was taken, too).
-fn spent_or(e: anyhow::Error, token: &PeeringToken) -> anyhow::Error {
-    let unauthorized = e
-        .downcast_ref::<UserError>()
-        .is_some_and(|u| matches!(u, UserError::Unauthenticated(_)));
-    if unauthorized {
-        return UserError::Refused(format!(
-            "cluster {} does not accept the peering token {}: it was revoked, used up or has \
-             expired; ask its administrator for a new one",
-            token.provider_cluster_name, token.id
-        ))
-        .into();
-    }
-    e
-}
-
-fn check_provider(provider: &ClusterIdentity, token: &PeeringToken) -> anyhow::Result<()> {
-    if provider.cluster_id != token.provider_cluster_id {
-        return Err(UserError::Refused(format!(
-            "the API server at {} is cluster {}, not cluster {} that the peering token names",
-            token.api_server, provider.cluster_id, token.provider_cluster_id
-        ))
-        .into());
-    }
-    if !compatible(&provider.version) {
-        return Err(UserError::Refused(format!(
-            "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
-            token.provider_cluster_name,
-            provider.version,
-            liqo_api::VERSION
-        ))
-        .into());
-    }
-    Ok(())
-}
-
-/// Creates the claim of the first tenant of the token not yet claimed;
-/// returns it and the claim's UID.
-async fn claim(
-    bootstrap: &ClusterClient,
-    token: &PeeringToken,
-    consumer: &ClusterIdentity,
-) -> anyhow::Result<(TokenTenant, String)> {
-    let secrets: Api<Secret> = Api::namespaced(bootstrap.client.clone(), names::NAMESPACE);
-    for t in &token.tenants {
-        let owner = token::owner("Tenant", &Tenant::api_version(&()), t.id.as_str(), &t.uid);
-        let Manifest::Secret(claim) = token::claim(&token.id, &t.id, consumer).owned_by(owner)
-        else {
-            anyhow::bail!("invariant: a claim is a Secret");
-        };
-        match secrets.create(&PostParams::default(), &claim).await {
-            Ok(created) => return Ok((t.clone(), created.metadata.uid.unwrap_or_default())),
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => {
-                return Err(spent_or(bootstrap.explain(e, "claiming a tenant"), token));
-            }
-        }
-    }
-    Err(UserError::Refused(format!(
-        "the peering token {} is used up: {} of {} tenant(s) claimed; ask the administrator of \
-         cluster {} for a new one",
-        token.id,
-        token.tenants.len(),
-        token.tenants.len(),
-        token.provider_cluster_name
-    ))
-    .into())
-}
-
-/// The identity Secret of a token peering on the consumer: the kubeconfig,
-/// and which tenant and token it came from.
-async fn store_identity(
-    consumer: &ClusterClient,
-    token: &PeeringToken,
-    tenant: &ClusterId,
-    kubeconfig: &str,
-    expiry: &str,
-) -> anyhow::Result<()> {
-    let mut secret_labels = common_labels("identity");
-    secret_labels.insert(
-        labels::PEER_CLUSTER_ID.to_owned(),
-        token.provider_cluster_id.to_string(),
-    );
-    let secret: Secret = from_json(json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": peering::identity_secret(&token.provider_cluster_id),
-            "namespace": names::NAMESPACE,
-            "labels": secret_labels,
-            "annotations": {
-                token::TENANT_ANNOTATION: tenant.as_str(),
-                token::TOKEN_LABEL: token.id,
-                token::EXPIRES_ANNOTATION: expiry,
-            },
-        },
-        "type": "liqo.io/peer-identity",
-        "stringData": { "kubeconfig": kubeconfig },
-    }));
-    let objects = [Manifest::Secret(secret)];
-    refuse_foreign(consumer, &objects, PEER_AGAIN).await?;
-    apply::apply(consumer, &objects[0]).await?;
-    Ok(())
-}
-
-/// The provider's identity, read as the tenant, after checking the
-/// credential acts as that tenant.
-async fn check_tenant(
-    provider: &ClusterClient,
-    tenant: &ClusterId,
-    token: &PeeringToken,
-) -> anyhow::Result<ClusterIdentity> {
-    let reviews: Api<SelfSubjectReview> = Api::all(provider.client.clone());
-    let review = reviews
-        .create(&PostParams::default(), &SelfSubjectReview::default())
-        .await
-        .map_err(|e| match e {
-            kube::Error::Api(s) if s.code == 401 => UserError::Refused(format!(
-                "cluster {} no longer accepts this peering's credential (its tenant {tenant} was \
-                 ended there); remove it with `liqoctl unpeer --force --cluster-id {}`",
-                provider.name, token.provider_cluster_id
-            ))
-            .into(),
-            other => provider.explain(other, "checking the tenant's credential"),
-        })?;
-    let user = review
-        .status
-        .and_then(|s| s.user_info)
-        .and_then(|u| u.username)
-        .unwrap_or_default();
-    if user != peer_user(tenant) {
-        return Err(UserError::Refused(format!(
-            "cluster {} knows this peering's credential as {user:?}, not as tenant {tenant}",
-            provider.name
-        ))
-        .into());
-    }
-    let id = installed(provider).await?;
-    check_provider(&id, token)?;
-    Ok(id)
 }

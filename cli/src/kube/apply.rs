@@ -35,6 +35,20 @@ impl std::fmt::Display for Change {
 /// Applies one object; ours to own (the caller checked), so conflicts with
 /// other managers are forced.
 pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Result<Change> {
+    Ok(apply_over(cluster, manifest).await?.change)
+}
+
+/// What applying one object did, and what it applied over.
+#[derive(Debug)]
+pub struct Applied {
+    pub change: Change,
+    /// The object as it was before, when this changed it
+    /// ([`Change::Configured`]): what [`restore`] puts back.
+    pub prior: Option<serde_json::Value>,
+}
+
+/// [`apply`], keeping what the object was before it changed.
+pub async fn apply_over(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Result<Applied> {
     let c = cluster.client.clone();
     let result = match manifest {
         Manifest::Crd(o) => apply_to(Api::all(c), o.as_ref()).await,
@@ -66,6 +80,30 @@ pub async fn apply(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Resu
     result.map_err(|e| cluster.explain(e, &format!("applying {}", manifest.describe())))
 }
 
+/// Puts back `prior`, the object a manifest names as it was before
+/// [`apply_over`] changed it. Applied with our field manager, so the
+/// fields that change added go again; the server's own fields of the
+/// prior object (its UID, version, managed fields) are not sent.
+pub async fn restore(
+    cluster: &ClusterClient,
+    manifest: &Manifest,
+    prior: serde_json::Value,
+) -> anyhow::Result<()> {
+    let mut object: DynamicObject = serde_json::from_value(prior)?;
+    let meta = &mut object.metadata;
+    meta.managed_fields = None;
+    meta.resource_version = None;
+    meta.uid = None;
+    meta.creation_timestamp = None;
+    meta.generation = None;
+    let api = super::api_of(cluster, manifest);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(manifest.name(), &params, &Patch::Apply(&object))
+        .await
+        .map_err(|e| cluster.explain(e, &format!("restoring {}", manifest.describe())))?;
+    Ok(())
+}
+
 /// How deleting one of our objects went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deletion {
@@ -85,11 +123,7 @@ pub async fn delete(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Res
         Ownership::Foreign => return Ok(Deletion::Foreign),
         Ownership::Ours { uid } => uid,
     };
-    let (resource, namespace) = manifest.api_resource();
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(cluster.client.clone(), ns, &resource),
-        None => Api::all_with(cluster.client.clone(), &resource),
-    };
+    let api = super::api_of(cluster, manifest);
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.clone()),
@@ -118,18 +152,27 @@ where
     Api::namespaced(client, ns)
 }
 
-async fn apply_to<K>(api: Api<K>, obj: &K) -> Result<Change, kube::Error>
+async fn apply_to<K>(api: Api<K>, obj: &K) -> Result<Applied, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
     let name = obj.name_any();
-    let before = api.get_opt(&name).await?.and_then(|o| o.resource_version());
+    let before = api.get_opt(&name).await?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let after = api.patch(&name, &params, &Patch::Apply(obj)).await?;
     Ok(match before {
-        None => Change::Created,
-        Some(rv) if after.resource_version().as_ref() == Some(&rv) => Change::Unchanged,
-        Some(_) => Change::Configured,
+        None => Applied {
+            change: Change::Created,
+            prior: None,
+        },
+        Some(b) if after.resource_version() == b.resource_version() => Applied {
+            change: Change::Unchanged,
+            prior: None,
+        },
+        Some(b) => Applied {
+            change: Change::Configured,
+            prior: serde_json::to_value(&b).ok(),
+        },
     })
 }
 
@@ -138,7 +181,7 @@ where
 /// status (it re-stamps our managedFields entry), which would make every
 /// install "configure" it: a dry run tells whether anything but that would
 /// change.
-async fn apply_if_changed<K>(api: Api<K>, obj: &K) -> Result<Change, kube::Error>
+async fn apply_if_changed<K>(api: Api<K>, obj: &K) -> Result<Applied, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
@@ -158,7 +201,10 @@ where
         v
     };
     if content(&current) == content(&would_be) {
-        return Ok(Change::Unchanged);
+        return Ok(Applied {
+            change: Change::Unchanged,
+            prior: None,
+        });
     }
     apply_to(api, obj).await
 }

@@ -9,3 +9,18 @@ pub mod apply;
 pub mod cluster;
 pub mod ownership;
 pub mod wait;
+
+use kube::api::{Api, DynamicObject};
+
+use crate::factory::ClusterClient;
+use crate::manifests::Manifest;
+
+/// The API of the object a manifest names, untyped: for what is the same
+/// for every kind (who owns it, deleting it, putting it back).
+pub fn api_of(cluster: &ClusterClient, manifest: &Manifest) -> Api<DynamicObject> {
+    let (resource, namespace) = manifest.api_resource();
+    match namespace {
+        Some(ns) => Api::namespaced_with(cluster.client.clone(), ns, &resource),
+        None => Api::all_with(cluster.client.clone(), &resource),
+    }
+}

@@ -46,12 +46,7 @@ pub fn is_ours(meta: &ObjectMeta) -> bool {
 
 /// Reads who owns the object a manifest names.
 pub async fn of(cluster: &ClusterClient, manifest: &Manifest) -> anyhow::Result<Ownership> {
-    let (resource, namespace) = manifest.api_resource();
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(cluster.client.clone(), ns, &resource),
-        None => Api::all_with(cluster.client.clone(), &resource),
-    };
-    let found = api
+    let found = super::api_of(cluster, manifest)
         .get_opt(manifest.name())
         .await
         .map_err(|e| cluster.explain(e, &format!("reading {}", manifest.describe())))?;

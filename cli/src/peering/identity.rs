@@ -2,9 +2,47 @@
 //! the consumer's side, and never sent anywhere; only the CSR goes to the
 //! provider. The issued certificate is checked before anything uses it.
 
+use std::collections::BTreeMap;
+
 use base64::Engine as _;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::config::{AuthInfo, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext};
+use liqo_api::ClusterId;
+use liqo_api::names::{self, labels, peering};
 use x509_parser::prelude::*;
+
+use crate::manifests::{Manifest, common_labels};
+
+/// The consumer's identity Secret for its peering with `provider`: the
+/// kubeconfig that reaches the provider as the peering's user, and what
+/// else `annotations` tell of it (a token's tenant and expiry).
+pub fn secret(
+    provider: &ClusterId,
+    kubeconfig: &str,
+    annotations: BTreeMap<String, String>,
+) -> Manifest {
+    let mut secret_labels = common_labels("identity");
+    secret_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), provider.to_string());
+    Manifest::Secret(Secret {
+        metadata: ObjectMeta {
+            name: Some(peering::identity_secret(provider)),
+            namespace: Some(names::NAMESPACE.to_owned()),
+            labels: Some(secret_labels),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            ..Default::default()
+        },
+        type_: Some(SECRET_TYPE.to_owned()),
+        string_data: Some(BTreeMap::from([(
+            "kubeconfig".to_owned(),
+            kubeconfig.to_owned(),
+        )])),
+        ..Default::default()
+    })
+}
+
+/// The type of the consumer's identity Secrets.
+const SECRET_TYPE: &str = "liqo.io/peer-identity";
 
 /// A fresh key and a CSR for `user`, with no group (no Organization):
 /// the provider's RBAC binds the user alone.

@@ -1,23 +1,21 @@
-//! Peering: what `liqoctl peer` and `unpeer` do on both clusters, as
-//! steps. Each step applies objects idempotently and is recorded in a
-//! [`Journal`]; when a later step fails, the objects this run created are
-//! deleted again in reverse order, on whichever cluster they were made, so
-//! that a failed peer leaves nothing new behind, and a re-run resumes from
-//! what earlier runs left.
+//! Peering: what `liqoctl peer` and `unpeer` do on both clusters, as one
+//! list of named [`phases`], run forward through a [`journal`] that undoes
+//! a failed run, and backwards to unpeer.
 //!
-//! Every way of peering (`peer` with both kubeconfigs, `peer --token`,
-//! `peer request|accept|complete`) composes the same pieces: the [`plan`]
-//! and its steps on the provider, the [`consumer`]'s side, and the
-//! [`report`]. The objects themselves are built by pure functions
-//! ([`tenant`], [`virtual_kubelet`], [`token`], [`admission`]).
+//! Before anything is written, the provider's [`agreement`] is checked;
+//! the phases then build their objects with pure functions ([`tenant`],
+//! [`virtual_kubelet`], [`token`], [`admission`], [`identity`]) and wait
+//! for the [`consumer`]'s virtual node; the [`report`] says what was made.
 
 pub mod admission;
+pub mod agreement;
 pub mod capacity;
 pub mod consumer;
 pub mod identity;
+pub mod journal;
 pub mod network;
 pub mod outgoing;
-pub mod plan;
+pub mod phases;
 pub mod report;
 pub mod tenant;
 pub mod terms;
@@ -25,108 +23,16 @@ pub mod token;
 pub mod tokens;
 pub mod virtual_kubelet;
 
-use std::time::Duration;
-
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::Api;
-
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::kube::apply::{self, Change};
 use crate::kube::ownership;
-use crate::kube::wait::{self, Waited};
 use crate::manifests::Manifest;
 
-/// How long a rollback waits for each namespace it deleted to be gone.
-const NAMESPACE_GONE: Duration = Duration::from_secs(60);
-
-/// Which side of the peering an object is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Consumer,
-    Provider,
-}
-
-/// The objects a run created, to undo them if the run fails.
-#[derive(Debug, Default)]
-pub struct Journal {
-    created: Vec<(Side, Manifest)>,
-}
-
-impl Journal {
-    /// Applies `manifest` on `cluster`, recording it if this created it.
-    pub async fn apply(
-        &mut self,
-        side: Side,
-        cluster: &ClusterClient,
-        manifest: Manifest,
-    ) -> anyhow::Result<Change> {
-        let change = apply::apply(cluster, &manifest).await?;
-        if change == Change::Created {
-            self.created.push((side, manifest));
-        }
-        Ok(change)
-    }
-
-    /// Deletes what this run created, newest first; returns what could not
-    /// be deleted (the cluster gone meanwhile), as `Kind/name on side`.
-    pub async fn roll_back(
-        self,
-        consumer: &ClusterClient,
-        provider: &ClusterClient,
-    ) -> Vec<String> {
-        let mut left = Vec::new();
-        let mut namespaces = Vec::new();
-        for (side, manifest) in self.created.into_iter().rev() {
-            let cluster = match side {
-                Side::Consumer => consumer,
-                Side::Provider => provider,
-            };
-            match apply::delete(cluster, &manifest).await {
-                Ok(_) => {
-                    if let Manifest::Namespace(ns) = &manifest {
-                        namespaces.push((cluster, ns.metadata.name.clone().unwrap_or_default()));
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!("rolling back {}: {e:#}", manifest.describe());
-                    left.push(format!(
-                        "{} on cluster {}",
-                        manifest.describe(),
-                        cluster.name
-                    ));
-                }
-            }
-        }
-        // A namespace goes once the namespace controller has emptied it:
-        // until then a re-run could not make it again.
-        for (cluster, name) in namespaces {
-            let api: Api<Namespace> = Api::all(cluster.client.clone());
-            let gone = wait::until(
-                cluster,
-                api,
-                &name,
-                |n: Option<&Namespace>| n.is_none(),
-                NAMESPACE_GONE,
-                &format!("waiting for namespace {name} to be deleted"),
-            )
-            .await;
-            if !matches!(gone, Ok(Waited::Done(_))) {
-                left.push(format!(
-                    "Namespace/{name} on cluster {} (still terminating)",
-                    cluster.name
-                ));
-            }
-        }
-        left
-    }
-}
-
-/// Refuses, naming them, objects of the names the peering uses that
-/// liqoctl did not make.
 /// What a refusal of a peering's namesakes tells the user to do next.
 pub(crate) const PEER_AGAIN: &str = "peer again";
 
+/// Refuses, naming them, objects of the names the peering uses that
+/// liqoctl did not make; `then` says what to do once they are gone.
 pub(crate) async fn refuse_foreign(
     cluster: &ClusterClient,
     objects: &[Manifest],

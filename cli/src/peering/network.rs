@@ -24,7 +24,7 @@ use liqo_api::ClusterIdentity;
 use liqo_api::names::{self, labels};
 use liqo_api::networking::{Connection, ConnectionSpec, conditions};
 
-use super::{Journal, Side};
+use super::journal::Journal;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::wait::{self, Waited};
@@ -101,11 +101,7 @@ async fn link(
     // A tenant's namespace holds one tunnel: its gateway takes the oldest
     // Connection there and refuses the others (they get no port).
     journal
-        .apply(
-            Side::Provider,
-            provider,
-            Manifest::Connection(Box::new(provider_end)),
-        )
+        .apply(provider, Manifest::Connection(Box::new(provider_end)))
         .await?;
     let api: Api<Connection> = Api::namespaced(provider.client.clone(), tenant_namespace);
     let name = consumer_id.cluster_id.as_str();
@@ -171,11 +167,7 @@ async fn link(
         "tunnel-consumer",
     );
     journal
-        .apply(
-            Side::Consumer,
-            consumer,
-            Manifest::Connection(Box::new(consumer_end)),
-        )
+        .apply(consumer, Manifest::Connection(Box::new(consumer_end)))
         .await?;
     let api: Api<Connection> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
     let name = provider_id.cluster_id.as_str();

@@ -14,7 +14,7 @@ use crate::factory::ClusterClient;
 use crate::kube::ownership;
 
 /// An outgoing peering, and the provider reached with its identity.
-pub(crate) struct Peering {
+pub(crate) struct Outgoing {
     pub consumer: ClusterClient,
     pub provider: ClusterClient,
     pub provider_id: ClusterId,
@@ -23,7 +23,7 @@ pub(crate) struct Peering {
     pub tenant_namespace: String,
 }
 
-impl Peering {
+impl Outgoing {
     /// The peering of `consumer` with `provider_id`, its provider reached
     /// with the peering's own identity (kept in the consumer's `liqo`).
     pub(crate) async fn reach(

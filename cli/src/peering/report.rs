@@ -5,6 +5,7 @@ use liqo_api::sharing::{self, Resources};
 use serde::Serialize;
 
 use super::network;
+use super::phases::Peering;
 use crate::cli::OutputFormat;
 use crate::printer::Printer;
 use crate::show::show_resources;
@@ -25,6 +26,26 @@ pub(crate) struct Report {
     /// The tunnel, unless peered with --no-network.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<network::Linked>,
+}
+
+impl Report {
+    /// The report of a peering whose phases are done, with its virtual
+    /// node ready.
+    pub(crate) fn of(run: &Peering<'_>, virtual_node: String) -> anyhow::Result<Self> {
+        Ok(Self {
+            consumer: run.consumer()?.name.clone(),
+            // As this run reached it: by its kubeconfig's name, or by the
+            // name it gave itself (token, response).
+            provider: run.provider()?.name.clone(),
+            provider_cluster_id: run.provider_id()?.cluster_id.to_string(),
+            grant: run.granted.grant.clone(),
+            cost: run.granted.cost.clone(),
+            certificate_expiry: run.expiry.clone().unwrap_or_default(),
+            tenant_namespace: liqo_api::names::peering::tenant_namespace(run.tenant()?),
+            virtual_node,
+            network: run.linked.clone(),
+        })
+    }
 }
 
 /// What `peer` prints: the reports as asked, else a line each.

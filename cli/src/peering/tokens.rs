@@ -1,9 +1,11 @@
 //! The peering tokens a provider holds, read from their Secrets: each
-//! token's anchor (its expiry and tenants) and the claims made with it.
+//! token's anchor (its expiry and tenants) and the claims made with it;
+//! and the credentials a token's objects mint.
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels};
 use liqo_api::token::{self as tokens, objects};
@@ -114,4 +116,41 @@ pub(crate) fn held(secrets: &[Secret]) -> Vec<Held> {
             })
         })
         .collect()
+}
+
+/// A credential of ServiceAccount `account` (in `liqo`), bound to Secret
+/// `bound` (`uid`): it stops working when that Secret is deleted. Returns
+/// the credential and when it expires.
+pub(crate) async fn mint(
+    cluster: &ClusterClient,
+    account: &str,
+    bound: &str,
+    uid: &str,
+    seconds: u64,
+) -> Result<(String, Timestamp), kube::Error> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: i64::try_from(seconds).ok(),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Secret".to_owned()),
+                name: Some(bound.to_owned()),
+                uid: Some(uid.to_owned()),
+            }),
+        },
+        ..Default::default()
+    };
+    let issued = accounts
+        .create_token_request(account, &PostParams::default(), &request)
+        .await?;
+    match issued.status {
+        Some(status) => Ok((status.token, status.expiration_timestamp.0)),
+        None => Err(kube::Error::Api(
+            kube::core::Status::failure("the API server returned no token", "NoToken")
+                .with_code(500)
+                .boxed(),
+        )),
+    }
 }

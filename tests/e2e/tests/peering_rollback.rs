@@ -472,3 +472,85 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
     testbed.stop();
     Ok(())
 }
+
+/// A peer run again over an existing peering changes the tenant's quota
+/// and record (a smaller request); when a later phase then fails, the
+/// rollback puts them back as they were, not merely deletes what it made.
+/// Once the failure's cause is gone, the same command changes them for
+/// good (so the change did happen, and was undone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_peer_puts_back_what_it_changed() -> Result<()> {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    use liqo_e2e::fixture::{CONSUMER_ID, PROVIDER_ID, Pair, Stage};
+
+    let pair = Pair::at(Stage::Peered).await?;
+    let remote = pair
+        .provider()
+        .kubeconfig_path()
+        .to_str()
+        .context("path")?
+        .to_owned();
+    let tenant_ns = peering::tenant_namespace(&ClusterId::new(CONSUMER_ID)?);
+    let quotas: Api<ResourceQuota> = Api::namespaced(pair.provider_client.clone(), &tenant_ns);
+    let tenants: Api<Tenant> = Api::all(pair.provider_client.clone());
+    let granted = || async {
+        let quota = quotas
+            .get("liqo-grant")
+            .await?
+            .spec
+            .unwrap_or_default()
+            .hard;
+        let tenant = tenants.get(CONSUMER_ID).await?.spec;
+        anyhow::Ok((serde_json::to_value(quota)?, serde_json::to_value(tenant)?))
+    };
+    let before = granted().await?;
+
+    let csr = format!("liqo-peer-{CONSUMER_ID}");
+    refuse(
+        &pair.provider_client,
+        &Refusal::named("certificates.k8s.io", "certificatesigningrequests", &csr),
+    )
+    .await?;
+    let smaller = [
+        "peer",
+        "--remote-kubeconfig",
+        &remote,
+        "--cpu=1",
+        "--renew",
+        "--timeout=90",
+    ];
+    let out = pair.on_consumer(&smaller);
+    allow(&pair.provider_client).await?;
+    failed_naming(&out, &[pair.provider().name(), &csr]);
+    assert!(
+        out.stderr.contains("✔ Creating the tenant"),
+        "the tenant phase did not run before the failure:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("✔ Rolling back what this run created"),
+        "no complete rollback:\n{}",
+        out.stderr
+    );
+    assert_eq!(
+        granted().await?,
+        before,
+        "the tenant's quota and record are not as they were before the failed peer"
+    );
+    Api::<Node>::all(pair.consumer_client.clone())
+        .get(&peering::virtual_node(&ClusterId::new(PROVIDER_ID)?))
+        .await
+        .context("the virtual node of the existing peering is kept")?;
+
+    // Allowed, the same command changes the quota for good.
+    pair.on_consumer(&smaller).success();
+    let after = granted().await?;
+    assert_ne!(after, before, "a smaller request changed nothing");
+    assert_eq!(
+        after.0["requests.cpu"],
+        json!("1"),
+        "the quota does not grant the smaller request: {}",
+        after.0
+    );
+    Ok(())
+}

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use liqo_agent_runtime::compact::same_version;
-use liqo_agent_runtime::follow::{Followed, Journal, Options};
+use liqo_agent_runtime::follow::{Changes, Followed, Options};
 use liqo_api::names::labels;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
@@ -43,7 +43,7 @@ pub struct Events {
     clients: Clients,
     /// The remote Events that changed. A copy or a local pod that
     /// changed is not journaled: the sweep finds it by its fingerprint.
-    changed: Journal<ObjectKey>,
+    changed: Changes<ObjectKey>,
     unjournaled: Unjournaled,
 }
 
@@ -67,7 +67,7 @@ impl Events {
             vec![wake.clone()],
             remote_options(),
         );
-        let changed = Journal::new();
+        let changed = Changes::new();
         remote.record_into(&changed, |e: &RemoteEvent| {
             Some((e.namespace.clone(), e.name.clone()))
         });

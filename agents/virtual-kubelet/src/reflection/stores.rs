@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::watcher;
-use liqo_agent_runtime::follow::{Followed, Journal, Options, follow_with};
+use liqo_agent_runtime::follow::{Changes, Followed, Options, follow_with};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -124,7 +124,7 @@ where
     /// "anything" whenever a store starts or stops.
     pub fn record_into<T>(
         &self,
-        journal: &Journal<T>,
+        journal: &Changes<T>,
         key: impl Fn(&S) -> Option<T> + Send + Sync + 'static,
     ) where
         T: Send + 'static,

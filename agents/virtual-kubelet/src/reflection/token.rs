@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::core::ObjectMeta;
 use kube::runtime::watcher;
 use liqo_agent_runtime::compact::{Uid, Version};
-use liqo_agent_runtime::follow::{Followed, Journal, Options};
+use liqo_agent_runtime::follow::{Changes, Followed, Options};
 use liqo_api::names::labels;
 use tokio::sync::{Notify, watch};
 
@@ -42,9 +42,9 @@ pub struct Tokens {
     clients: Clients,
     /// The local pods that changed, by namespace and name. The CA
     /// ConfigMap is not journaled: the sweep finds it by its fingerprint.
-    changed_local: Journal<ObjectKey>,
+    changed_local: Changes<ObjectKey>,
     /// The token Secrets that changed, by twin and local pod name.
-    changed_remote: Journal<ObjectKey>,
+    changed_remote: Changes<ObjectKey>,
     unjournaled: Unjournaled,
 }
 
@@ -68,11 +68,11 @@ impl Tokens {
             vec![wake.clone()],
             Options::converted(StoredToken::new),
         );
-        let changed_local = Journal::new();
+        let changed_local = Changes::new();
         local.record_into(&changed_local, |p| {
             Some((p.namespace.clone(), p.name.clone()))
         });
-        let changed_remote = Journal::new();
+        let changed_remote = Changes::new();
         remote.record_into(&changed_remote, |s: &StoredToken| {
             let pod = forge_token::pod_name(&s.name)?;
             Some((s.namespace.clone(), Arc::from(pod)))

@@ -264,7 +264,7 @@ mod tests {
     use liqo_api::netcheck::{Answer, Outcome};
 
     use super::*;
-    use crate::peering::outgoing::Peering;
+    use crate::peering::outgoing::Outgoing;
 
     fn ended(phase: &str, exit_code: i32, message: Option<&str>) -> Pod {
         Pod {
@@ -445,7 +445,7 @@ mod tests {
             ca_der: None,
         };
         Peer {
-            peering: Peering {
+            peering: Outgoing {
                 consumer: client("home"),
                 provider: client("p1"),
                 provider_id: ClusterId::new("p1".to_owned()).expect("id"),

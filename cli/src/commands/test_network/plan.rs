@@ -19,7 +19,7 @@ use liqo_api::networking::Connection;
 use super::ROLE_LABEL;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::peering::outgoing::Peering;
+use crate::peering::outgoing::Outgoing;
 
 /// What the check makes, and where.
 pub(super) struct Plan {
@@ -31,7 +31,7 @@ pub(super) struct Plan {
 
 /// A provider to check, with both ends of its tunnel.
 pub(super) struct Peer {
-    pub(super) peering: Peering,
+    pub(super) peering: Outgoing,
     /// The consumer's end (in `liqo`): where the consumer sees the
     /// provider's pods.
     pub(super) here: Connection,
@@ -82,7 +82,7 @@ pub(super) async fn peers(
     }
     let mut peers = Vec::new();
     for id in ids {
-        let peering = Peering::reach(consumer.clone(), id.clone()).await?;
+        let peering = Outgoing::reach(consumer.clone(), id.clone()).await?;
         let here = connections
             .get_opt(id.as_str())
             .await

@@ -50,7 +50,7 @@ mod stored;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use liqo_agent_runtime::follow::{Followed, Journal};
+use liqo_agent_runtime::follow::{Changes, Followed};
 use tokio::sync::{Notify, watch};
 
 use self::made::Made;
@@ -77,9 +77,9 @@ pub struct Pods {
     /// Where remote pods reach the consumer's API with their token.
     token_api: Option<crate::forge::token::ApiAddress>,
     /// The local pods that changed, by namespace and name.
-    changed_local: Journal<ObjectKey>,
+    changed_local: Changes<ObjectKey>,
     /// The remote objects that changed, by twin and local pod name.
-    changed_remote: Journal<ObjectKey>,
+    changed_remote: Changes<ObjectKey>,
     made: Made,
     unjournaled: Unjournaled,
 }
@@ -93,7 +93,7 @@ impl Pods {
         wake: Arc<Notify>,
     ) -> Self {
         let clients = Mutex::new((peering.provider.clone(), 0));
-        let changed_local = Journal::new();
+        let changed_local = Changes::new();
         local.record_into(&changed_local, |p| {
             Some((p.namespace.clone(), p.name.clone()))
         });
@@ -108,7 +108,7 @@ impl Pods {
             references: None,
             token_api: None,
             changed_local,
-            changed_remote: Journal::new(),
+            changed_remote: Changes::new(),
             made: Made::default(),
             unjournaled: Unjournaled::default(),
         }

@@ -12,7 +12,7 @@ use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use liqo_agent_runtime::compact::{Version, same_version};
-use liqo_agent_runtime::follow::{Followed, Journal, Options, follow_with};
+use liqo_agent_runtime::follow::{Changes, Followed, Options, follow_with};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -44,7 +44,7 @@ impl TwinStores {
         client: kube::Client,
         namespace: &str,
         wake: &Arc<Notify>,
-        journal: &Journal<ObjectKey>,
+        journal: &Changes<ObjectKey>,
     ) -> Self {
         // Only what we created: the twin may hold other objects.
         let config = watcher::Config::default().labels(forge_pod::LOCAL_POD_UID);

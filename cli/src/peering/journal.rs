@@ -1,0 +1,118 @@
+//! What a run changed, to undo it if the run fails: each object it
+//! created, and each it changed with its state before. Rolling back
+//! deletes the first and puts the second back, newest first, on whichever
+//! cluster they are, so that a failed command leaves both clusters as it
+//! found them, and a re-run resumes from what earlier runs left.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::Api;
+
+use crate::factory::ClusterClient;
+use crate::kube::apply::{self, Change};
+use crate::kube::wait::{self, Waited};
+use crate::manifests::Manifest;
+
+/// How long a rollback waits for each namespace it deleted to be gone.
+const NAMESPACE_GONE: Duration = Duration::from_secs(60);
+
+/// The objects a run created or changed.
+#[derive(Debug, Default)]
+pub struct Journal {
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    cluster: ClusterClient,
+    manifest: Manifest,
+    /// What the object was before this run changed it; `None`: this run
+    /// created it.
+    prior: Option<serde_json::Value>,
+}
+
+impl Journal {
+    /// Applies `manifest` on `cluster`, recording it if this created or
+    /// changed it.
+    pub async fn apply(
+        &mut self,
+        cluster: &ClusterClient,
+        manifest: Manifest,
+    ) -> anyhow::Result<Change> {
+        let applied = apply::apply_over(cluster, &manifest).await?;
+        let prior = match applied.change {
+            Change::Unchanged => return Ok(Change::Unchanged),
+            Change::Created => None,
+            Change::Configured => applied.prior,
+        };
+        self.entries.push(Entry {
+            cluster: cluster.clone(),
+            manifest,
+            prior,
+        });
+        Ok(applied.change)
+    }
+
+    /// Whether this run has created or changed anything.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Deletes what this run created and puts back what it changed,
+    /// newest first; returns what could not be undone (the cluster gone
+    /// meanwhile), as `Kind/name on cluster NAME`.
+    pub async fn roll_back(self) -> Vec<String> {
+        let mut left = Vec::new();
+        let mut namespaces = Vec::new();
+        for Entry {
+            cluster,
+            manifest,
+            prior,
+        } in self.entries.into_iter().rev()
+        {
+            let deleted = prior.is_none();
+            let undone = match prior {
+                Some(prior) => apply::restore(&cluster, &manifest, prior).await,
+                None => apply::delete(&cluster, &manifest).await.map(|_| ()),
+            };
+            match undone {
+                Ok(()) => {
+                    if let (true, Manifest::Namespace(ns)) = (deleted, &manifest) {
+                        let name = ns.metadata.name.clone().unwrap_or_default();
+                        namespaces.push((cluster, name));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("rolling back {}: {e:#}", manifest.describe());
+                    left.push(format!(
+                        "{} on cluster {}",
+                        manifest.describe(),
+                        cluster.name
+                    ));
+                }
+            }
+        }
+        // A namespace goes once the namespace controller has emptied it:
+        // until then a re-run could not make it again.
+        for (cluster, name) in namespaces {
+            let api: Api<Namespace> = Api::all(cluster.client.clone());
+            let gone = wait::until(
+                &cluster,
+                api,
+                &name,
+                |n: Option<&Namespace>| n.is_none(),
+                NAMESPACE_GONE,
+                &format!("waiting for namespace {name} to be deleted"),
+            )
+            .await;
+            if !matches!(gone, Ok(Waited::Done(_))) {
+                left.push(format!(
+                    "Namespace/{name} on cluster {} (still terminating)",
+                    cluster.name
+                ));
+            }
+        }
+        left
+    }
+}
