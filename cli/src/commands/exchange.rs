@@ -30,10 +30,9 @@ use crate::kube::apply;
 use crate::kube::cluster::installed;
 use crate::manifests::{Manifest, common_labels, from_json};
 use crate::peering::agreement::Agreement;
-use crate::peering::consumer::wait_for_virtual_node;
 use crate::peering::phases::{self, ACCEPT, BY_RESPONSE, Credentials, Granted, Peering};
-use crate::peering::report::{Report, print_reports};
-use crate::peering::{PEER_AGAIN, compatible, identity, refuse_foreign, token};
+use crate::peering::report::print_reports;
+use crate::peering::{PEER_AGAIN, check_compatible, identity, refuse_foreign, token};
 use crate::printer::Printer;
 use crate::show::show_resources;
 
@@ -157,15 +156,7 @@ async fn accept(
             file.consumer.cluster_name
         ))
     })?;
-    if !compatible(&file.consumer.version) {
-        return Err(UserError::Refused(format!(
-            "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer",
-            file.consumer.cluster_name,
-            file.consumer.version,
-            liqo_api::VERSION
-        ))
-        .into());
-    }
+    check_compatible(&file.consumer.cluster_name, &file.consumer.version)?;
     let request = parse_request(&file.request)?;
     let provider = ClusterClient::local(global).await?;
     let ca_der = provider.ca_der.clone().ok_or_else(|| {
@@ -379,19 +370,8 @@ async fn complete(
     // request stays: the same response completes it later.
     run.run(&phases::with_network(BY_RESPONSE, !args.no_network))
         .await?;
-    let virtual_node = wait_for_virtual_node(
-        &consumer,
-        &provider_id.cluster_id,
-        deadline,
-        args.timeout,
-        &printer,
-    )
-    .await?;
-    print_reports(
-        &[Report::of(&run, virtual_node)?],
-        args.output.output,
-        &printer,
-    )?;
+    let report = run.finish(deadline, args.timeout).await?;
+    print_reports(&[report], args.output.output, &printer)?;
     // The key now lives in the identity Secret only.
     let _ = secrets
         .delete(REQUEST_SECRET, &DeleteParams::default())

@@ -43,9 +43,7 @@ pub async fn connect(
     let linked = match linked {
         Ok(linked) => linked,
         Err(e) => {
-            for object in journal.roll_back().await {
-                printer.info(format!("  could not remove {object}"));
-            }
+            journal.undo(&printer).await;
             return Err(e);
         }
     };

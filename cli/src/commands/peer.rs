@@ -16,8 +16,7 @@ use crate::factory::ClusterClient;
 use crate::flags::parse_request;
 use crate::kube::cluster::installed;
 use crate::peering::agreement::Agreement;
-use crate::peering::compatible;
-use crate::peering::consumer::wait_for_virtual_node;
+use crate::peering::check_compatible;
 use crate::peering::phases::{self, BY_KUBECONFIGS, Credentials, Peering};
 use crate::peering::report::{Report, print_reports};
 use crate::printer::Printer;
@@ -85,17 +84,7 @@ async fn peer_one(
     run.run(&phases::with_network(BY_KUBECONFIGS, !args.no_network))
         .await?;
 
-    // Past this point everything is in place: a slow node is waited for,
-    // not rolled back; the same command picks up from here.
-    let node_name = wait_for_virtual_node(
-        consumer,
-        &agreement.provider_id.cluster_id,
-        deadline,
-        args.timeout,
-        printer,
-    )
-    .await?;
-    Report::of(&run, node_name)
+    run.finish(deadline, args.timeout).await
 }
 
 /// Checks the consumer (installed, of a compatible version), then what
@@ -107,15 +96,7 @@ async fn agree(
     args: &PeerArgs,
 ) -> anyhow::Result<Agreement> {
     let consumer_id = installed(consumer).await?;
-    if !compatible(&consumer_id.version) {
-        return Err(UserError::Refused(format!(
-            "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
-            consumer.name,
-            consumer_id.version,
-            liqo_api::VERSION
-        ))
-        .into());
-    }
+    check_compatible(&consumer.name, &consumer_id.version)?;
     Agreement::for_consumer(
         consumer_id,
         &consumer.name,

@@ -28,10 +28,9 @@ use crate::kube::apply::{self, Deletion};
 use crate::kube::cluster::installed;
 use crate::manifests::Manifest;
 use crate::peering::agreement::grant_for;
-use crate::peering::consumer::wait_for_virtual_node;
 use crate::peering::journal::Journal;
 use crate::peering::phases::{self, BY_TOKEN, Credentials, Granted, Peering};
-use crate::peering::report::{Report, print_reports};
+use crate::peering::report::print_reports;
 use crate::peering::token::new_id;
 use crate::peering::tokens::{Held, claimed, held, mint, token_secrets};
 use crate::peering::{PEER_AGAIN, identity, refuse_foreign, tenant, token};
@@ -148,13 +147,7 @@ pub async fn generate(
         match issue.carry_out(&provider, &mut journal, &printer).await {
             Ok(made) => made,
             Err(e) => {
-                let step = printer.step("Rolling back what this run created");
-                let left = journal.roll_back().await;
-                if left.is_empty() {
-                    step.done("");
-                } else {
-                    step.fail(format!("could not remove {}", left.join(", ")));
-                }
+                journal.undo(&printer).await;
                 return Err(e);
             }
         };
@@ -461,19 +454,8 @@ pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> any
     // stays, and the same command resumes from it.
     run.run(&phases::with_network(BY_TOKEN, !args.no_network))
         .await?;
-    let virtual_node = wait_for_virtual_node(
-        &consumer,
-        &token.provider_cluster_id,
-        deadline,
-        args.timeout,
-        &printer,
-    )
-    .await?;
-    print_reports(
-        &[Report::of(&run, virtual_node)?],
-        args.output.output,
-        &printer,
-    )
+    let report = run.finish(deadline, args.timeout).await?;
+    print_reports(&[report], args.output.output, &printer)
 }
 
 /// The token's text, from `--token` or `--token-file` (`-`: standard input).

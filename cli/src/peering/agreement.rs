@@ -9,7 +9,7 @@ use liqo_api::authentication::Tenant;
 use liqo_api::sharing::{self, AboveOffer, Amounts, Resources, SharingError, SharingPolicySpec};
 
 use super::phases::Granted;
-use super::{capacity, compatible, terms};
+use super::{capacity, check_compatible, terms};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::cluster::installed;
@@ -42,15 +42,7 @@ impl Agreement {
             ))
             .into());
         }
-        if !compatible(&provider_id.version) {
-            return Err(UserError::Refused(format!(
-                "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
-                provider.name,
-                provider_id.version,
-                liqo_api::VERSION
-            ))
-            .into());
-        }
+        check_compatible(&provider.name, &provider_id.version)?;
 
         let policy = terms::policy_for(provider, Some(&consumer_id.cluster_id)).await?;
         let tenants: Api<Tenant> = Api::all(provider.client.clone());

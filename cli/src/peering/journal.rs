@@ -13,6 +13,7 @@ use crate::factory::ClusterClient;
 use crate::kube::apply::{self, Change};
 use crate::kube::wait::{self, Waited};
 use crate::manifests::Manifest;
+use crate::printer::Printer;
 
 /// How long a rollback waits for each namespace it deleted to be gone.
 const NAMESPACE_GONE: Duration = Duration::from_secs(60);
@@ -54,9 +55,19 @@ impl Journal {
         Ok(applied.change)
     }
 
-    /// Whether this run has created or changed anything.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+    /// [`Self::roll_back`] as a step of the command's output, when there
+    /// is anything to undo.
+    pub async fn undo(self, printer: &Printer) {
+        if self.entries.is_empty() {
+            return;
+        }
+        let step = printer.step("Rolling back what this run created");
+        let left = self.roll_back().await;
+        if left.is_empty() {
+            step.done("");
+        } else {
+            step.fail(format!("could not remove {}", left.join(", ")));
+        }
     }
 
     /// Deletes what this run created and puts back what it changed,

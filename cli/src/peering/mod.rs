@@ -50,11 +50,19 @@ pub(crate) async fn refuse_foreign(
     .into())
 }
 
-/// Same major and minor version (a 0.x minor is a major).
-pub(crate) fn compatible(version: &str) -> bool {
+/// Refuses a cluster (called `name`) that runs a liqo-rs `version` this
+/// liqoctl cannot peer: another major and minor (a 0.x minor is a major).
+pub(crate) fn check_compatible(name: &str, version: &str) -> Result<(), UserError> {
     let key = |v: &str| -> Option<(u64, u64)> {
         let mut parts = v.split('.');
         Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
     };
-    key(version).is_some() && key(version) == key(liqo_api::VERSION)
+    if key(version).is_some() && key(version) == key(liqo_api::VERSION) {
+        return Ok(());
+    }
+    Err(UserError::Refused(format!(
+        "cluster {name} runs liqo-rs {version}, which liqoctl {} cannot peer; upgrade it with \
+         `liqoctl install`",
+        liqo_api::VERSION
+    )))
 }

@@ -4,6 +4,7 @@
 use liqo_api::sharing::{self, Resources};
 use serde::Serialize;
 
+use super::consumer::wait_for_virtual_node;
 use super::network;
 use super::phases::Peering;
 use crate::cli::OutputFormat;
@@ -28,10 +29,32 @@ pub(crate) struct Report {
     pub network: Option<network::Linked>,
 }
 
+impl Peering<'_> {
+    /// Once the phases are done, waits for the virtual node, and reports.
+    /// Past the phases everything is in place: a slow node is waited for
+    /// (until `deadline`; `timeout` seconds, to say so), not rolled back,
+    /// and the same command picks up from here.
+    pub(crate) async fn finish(
+        &self,
+        deadline: tokio::time::Instant,
+        timeout: u64,
+    ) -> anyhow::Result<Report> {
+        let node = wait_for_virtual_node(
+            self.consumer()?,
+            &self.provider_id()?.cluster_id,
+            deadline,
+            timeout,
+            self.printer,
+        )
+        .await?;
+        Report::of(self, node)
+    }
+}
+
 impl Report {
     /// The report of a peering whose phases are done, with its virtual
     /// node ready.
-    pub(crate) fn of(run: &Peering<'_>, virtual_node: String) -> anyhow::Result<Self> {
+    fn of(run: &Peering<'_>, virtual_node: String) -> anyhow::Result<Self> {
         Ok(Self {
             consumer: run.consumer()?.name.clone(),
             // As this run reached it: by its kubeconfig's name, or by the

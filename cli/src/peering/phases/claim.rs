@@ -25,7 +25,7 @@ use crate::kube::cluster::installed;
 use crate::manifests::Manifest;
 use crate::peering::outgoing::{Identity, identity_of};
 use crate::peering::tokens::mint;
-use crate::peering::{PEER_AGAIN, compatible, identity, refuse_foreign, token};
+use crate::peering::{PEER_AGAIN, check_compatible, identity, refuse_foreign, token};
 
 /// How long a tenant's credential lives when `peer --certificate-lifetime`
 /// does not say: a year, as a kubeadm signer's certificates.
@@ -205,15 +205,7 @@ fn check_provider(provider: &ClusterIdentity, token: &PeeringToken) -> anyhow::R
         ))
         .into());
     }
-    if !compatible(&provider.version) {
-        return Err(UserError::Refused(format!(
-            "cluster {} runs liqo-rs {}, which liqoctl {} cannot peer; upgrade it with `liqoctl install`",
-            token.provider_cluster_name,
-            provider.version,
-            liqo_api::VERSION
-        ))
-        .into());
-    }
+    check_compatible(&token.provider_cluster_name, &provider.version)?;
     Ok(())
 }
 

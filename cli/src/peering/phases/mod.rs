@@ -255,15 +255,7 @@ impl<'a> Peering<'a> {
         for phase in phases {
             tracing::debug!(phase = phase.name(), "peering phase");
             if let Err(e) = phase.apply(self, &mut journal).await {
-                if !journal.is_empty() {
-                    let step = self.printer.step("Rolling back what this run created");
-                    let left = journal.roll_back().await;
-                    if left.is_empty() {
-                        step.done("");
-                    } else {
-                        step.fail(format!("could not remove {}", left.join(", ")));
-                    }
-                }
+                journal.undo(self.printer).await;
                 return Err(e);
             }
         }
