@@ -1,0 +1,287 @@
+use super::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ObjectMeta;
+
+const LABEL: &str = "example.com/owner";
+
+fn pod(name: &str, owner: Option<&str>, version: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("ns".to_owned()),
+            resource_version: Some(version.to_owned()),
+            labels: owner.map(|o| [(LABEL.to_owned(), o.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        ..Pod::default()
+    }
+}
+
+fn options() -> Options<Pod> {
+    Options::default().indexed(|p: &Pod| label_of(p, LABEL))
+}
+
+/// Feeds events to a store as the follow task does, and returns, per
+/// owner asked, the names found by label, and every stored name.
+fn indexed(events: Vec<watcher::Event<Pod>>, owners: &[&str]) -> (Vec<Vec<String>>, Vec<String>) {
+    let (followed, mut feed) = Feed::new(options());
+    for event in events {
+        feed.apply(event);
+    }
+    let names = |pods: Vec<Arc<Pod>>| {
+        let mut names: Vec<String> = pods
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    (
+        owners.iter().map(|o| names(followed.by_index(o))).collect(),
+        names(followed.store.state()),
+    )
+}
+
+#[test]
+fn a_settled_object_is_replaced_only_while_it_is_the_one_read() {
+    use watcher::Event::{Apply, Init, InitApply, InitDone};
+    let (followed, mut feed) = Feed::new(Options::<Pod>::default());
+    let journal = Changes::new();
+    followed.record_into(&journal, |p: &Pod| p.metadata.name.clone());
+    for event in [Init, InitApply(pod("a", None, "1")), InitDone] {
+        feed.apply(event);
+    }
+    journal.take();
+    let generation = followed.state.borrow().generation;
+    let seen = followed.store.get("ns", "a").expect("stored");
+    let mut settled = pod("a", None, "1");
+    settled.metadata.labels = Some([("settled".to_owned(), "yes".to_owned())].into());
+    assert!(followed.store.settle("ns", "a", &seen, settled.clone()));
+    let stored = followed.store.get("ns", "a").expect("stored");
+    assert_eq!(*stored, settled, "the settled value is stored");
+    assert_eq!(journal.take(), Some(vec![]), "nothing recorded");
+    assert_eq!(followed.state.borrow().generation, generation);
+    // A value the watch stored since is not replaced.
+    feed.apply(Apply(pod("a", None, "2")));
+    assert!(
+        !followed
+            .store
+            .settle("ns", "a", &stored, pod("a", None, "1"))
+    );
+    let now = followed.store.get("ns", "a").expect("stored");
+    assert_eq!(now.metadata.resource_version.as_deref(), Some("2"));
+    assert!(
+        !followed
+            .store
+            .settle("ns", "gone", &now, pod("gone", None, "1"))
+    );
+    assert!(followed.store.get("ns", "gone").is_none());
+}
+
+#[test]
+fn a_relist_shares_what_did_not_change_with_the_store_it_replaces() {
+    use watcher::Event::{Init, InitApply, InitDone};
+    let (followed, mut feed) = Feed::new(options());
+    let mut list = |changed: Pod| {
+        for event in [
+            Init,
+            InitApply(pod("same", Some("x"), "1")),
+            InitApply(changed),
+            InitDone,
+        ] {
+            feed.apply(event);
+        }
+    };
+    list(pod("changed", Some("x"), "1"));
+    let before = |name| followed.store.get("ns", name).expect("stored");
+    let (same, changed) = (before("same"), before("changed"));
+    list(pod("changed", Some("y"), "2"));
+    let after = |name| followed.store.get("ns", name).expect("stored");
+    assert!(
+        Arc::ptr_eq(&same, &after("same")),
+        "an unchanged object is shared"
+    );
+    assert!(!Arc::ptr_eq(&changed, &after("changed")));
+    assert_eq!(
+        after("changed").metadata.resource_version.as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        followed.by_index("y").len(),
+        1,
+        "the index is of the new list"
+    );
+    assert_eq!(followed.by_index("x").len(), 1);
+}
+
+#[test]
+fn a_relist_keeps_a_settled_value_while_its_object_is_unchanged() {
+    use watcher::Event::{Init, InitApply, InitDone};
+    let options = Options::<Pod>::default().kept_when(|stored, listed| {
+        stored.metadata.resource_version == listed.metadata.resource_version
+    });
+    let (followed, mut feed) = Feed::new(options);
+    let mut list = |version| {
+        for event in [Init, InitApply(pod("a", None, version)), InitDone] {
+            feed.apply(event);
+        }
+    };
+    list("1");
+    let seen = followed.store.get("ns", "a").expect("stored");
+    let mut settled = pod("a", None, "1");
+    settled.metadata.labels = Some([("settled".to_owned(), "yes".to_owned())].into());
+    assert!(followed.store.settle("ns", "a", &seen, settled));
+    let settled = followed.store.get("ns", "a").expect("stored");
+    list("1");
+    let kept = followed.store.get("ns", "a").expect("stored");
+    assert!(Arc::ptr_eq(&settled, &kept), "kept, though not equal");
+    list("2");
+    let changed = followed.store.get("ns", "a").expect("stored");
+    assert_eq!(*changed, pod("a", None, "2"), "the listed value");
+}
+
+#[test]
+fn the_index_follows_the_store() {
+    use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+    type Case = (
+        &'static str,
+        Vec<watcher::Event<Pod>>,
+        Vec<Vec<&'static str>>,
+        Vec<&'static str>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "a list, then changes",
+            vec![
+                Init,
+                InitApply(pod("a", Some("x"), "1")),
+                InitApply(pod("b", Some("x"), "1")),
+                InitApply(pod("c", None, "1")),
+                InitDone,
+                Apply(pod("d", Some("y"), "2")),
+            ],
+            vec![vec!["a", "b"], vec!["d"]],
+            vec!["a", "b", "c", "d"],
+        ),
+        (
+            "a relabelled object moves",
+            vec![
+                Init,
+                InitApply(pod("a", Some("x"), "1")),
+                InitDone,
+                Apply(pod("a", Some("y"), "2")),
+            ],
+            vec![vec![], vec!["a"]],
+            vec!["a"],
+        ),
+        (
+            "a deleted object goes, an unlabelled one is never there",
+            vec![
+                Init,
+                InitApply(pod("a", Some("x"), "1")),
+                InitApply(pod("b", Some("x"), "1")),
+                InitDone,
+                Delete(pod("a", Some("x"), "2")),
+                Apply(pod("b", None, "2")),
+            ],
+            vec![vec![], vec![]],
+            vec!["b"],
+        ),
+        (
+            "a relist replaces the store and the index whole, and only when done",
+            vec![
+                Init,
+                InitApply(pod("a", Some("x"), "1")),
+                InitDone,
+                Init,
+                InitApply(pod("b", Some("y"), "3")),
+            ],
+            vec![vec!["a"], vec![]],
+            vec!["a"],
+        ),
+        (
+            "after the relist",
+            vec![
+                Init,
+                InitApply(pod("a", Some("x"), "1")),
+                InitDone,
+                Init,
+                InitApply(pod("b", Some("y"), "3")),
+                InitDone,
+            ],
+            vec![vec![], vec!["b"]],
+            vec!["b"],
+        ),
+    ];
+    for (name, events, want, stored) in cases {
+        assert_eq!(
+            indexed(events, &["x", "y"]),
+            (
+                want.iter()
+                    .map(|v| v.iter().map(|s| s.to_string()).collect())
+                    .collect(),
+                stored.iter().map(|s| s.to_string()).collect()
+            ),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn objects_are_found_by_namespace_and_name_and_stored_converted() {
+    let followed = filled(
+        [pod("a", Some("x"), "1"), pod("b", None, "7")],
+        Options::converted(|p: Pod, key: &Key| {
+            (key.clone(), p.metadata.resource_version.unwrap_or_default())
+        }),
+    );
+    assert!(followed.is_current());
+    let a = followed.store.get("ns", "a").expect("a is stored");
+    assert_eq!(*a.0.namespace, *"ns");
+    assert_eq!(*a.0.name, *"a");
+    assert_eq!(a.1, "1");
+    assert_eq!(
+        followed.store.get("ns", "b").map(|b| b.1.clone()),
+        Some("7".to_owned())
+    );
+    assert!(followed.store.get("other", "a").is_none());
+    assert!(followed.store.get("ns", "c").is_none());
+    assert_eq!(followed.store.len(), 2);
+    assert_eq!(followed.store.in_namespace("ns").len(), 2);
+    // Both objects share one copy of their namespace.
+    let b = followed.store.get("ns", "b").expect("b is stored");
+    assert!(Arc::ptr_eq(&a.0.namespace, &b.0.namespace));
+}
+
+#[test]
+fn without_an_index_nothing_is_found() {
+    let followed = filled([pod("a", Some("x"), "1")], Options::default());
+    assert!(followed.by_index("x").is_empty());
+}
+
+#[test]
+fn a_journal_says_what_changed_or_anything() {
+    let followed = filled(Vec::<Pod>::new(), Options::default());
+    let journal = Changes::new();
+    followed.record_into(&journal, |p: &Pod| p.metadata.name.clone());
+    assert_eq!(journal.take(), None, "new: anything");
+    assert_eq!(journal.take(), Some(vec![]), "then nothing");
+    record(&followed.recorders, Some(&pod("a", None, "1")));
+    record(&followed.recorders, Some(&pod("b", None, "1")));
+    assert_eq!(journal.take(), Some(vec!["a".to_owned(), "b".to_owned()]));
+    // A relist or a failed watch: anything, and what was recorded
+    // before it is dropped.
+    record(&followed.recorders, Some(&pod("c", None, "1")));
+    record(&followed.recorders, None);
+    record(&followed.recorders, Some(&pod("d", None, "1")));
+    assert_eq!(journal.take(), None);
+    // Past its bound, a journal says anything.
+    for _ in 0..=CHANGES_MAX {
+        record(&followed.recorders, Some(&pod("e", None, "1")));
+    }
+    assert_eq!(journal.take(), None, "past the bound");
+    // A dropped journal's recorder goes with the next change.
+    drop(journal);
+    record(&followed.recorders, Some(&pod("f", None, "1")));
+    assert!(lock_recorders(&followed.recorders).is_empty());
+}

@@ -1,0 +1,132 @@
+use super::*;
+
+fn peering(name: &str, id: &str, direction: &str) -> PeeringView {
+    PeeringView {
+        name: name.into(),
+        cluster_id: id.into(),
+        direction: direction.into(),
+        virtual_node: None,
+        ready: None,
+        conditions: Vec::new(),
+        request: None,
+        grant: None,
+        cost: None,
+        certificate_expiry: None,
+        tenant_namespace: None,
+        admission: None,
+        user: None,
+        network: None,
+    }
+}
+
+#[test]
+fn offloaded_namespaces_show_one_row_per_peer() {
+    let entry = |id: &str, ready: bool| ClusterOffloadingStatus {
+        cluster_id: liqo_api::ClusterId::new(id).expect("valid"),
+        remote_namespace: "shop-home".into(),
+        ready,
+        reason: (!ready).then(|| "AlreadyExists".into()),
+        message: None,
+    };
+    let info = Info {
+        identity: liqo_api::ClusterIdentity {
+            cluster_id: liqo_api::ClusterId::new("home-1").expect("valid"),
+            cluster_name: "home".into(),
+            labels: Default::default(),
+            pod_cidr: "10.0.0.0/16".parse().expect("cidr"),
+            service_cidr: "10.1.0.0/16".parse().expect("cidr"),
+            version: liqo_api::VERSION.into(),
+        },
+        agents: Vec::new(),
+        peerings: Vec::new(),
+        peering_tokens: Vec::new(),
+        offloaded_namespaces: vec![Offloaded {
+            namespace: "shop".into(),
+            pod_offloading_strategy: "Remote".into(),
+            namespace_mapping_strategy: "DefaultName".into(),
+            cluster_selector: None,
+            clusters: vec![entry("p1", true), entry("p2", false)],
+        }],
+    };
+    let out = render(&info);
+    for want in [
+        "shop",
+        "Remote",
+        "(all peers)",
+        "p1",
+        "Ready",
+        "p2",
+        "Not ready: AlreadyExists",
+    ] {
+        assert!(out.contains(want), "{want}:\n{out}");
+    }
+    assert_eq!(out.matches("shop-home").count(), 2, "{out}");
+}
+
+#[test]
+fn peers_are_found_by_id_or_name_and_unknown_names_list_the_known() {
+    let all = [
+        peering("provider", "provider-1", "outgoing"),
+        peering("consumer", "consumer-1", "incoming"),
+    ];
+    assert_eq!(matching(&all, "provider-1").map(|f| f.len()).ok(), Some(1));
+    assert_eq!(
+        matching(&all, "consumer")
+            .ok()
+            .map(|f| f[0].cluster_id.clone()),
+        Some("consumer-1".to_owned())
+    );
+    let err = matching(&all, "nope").expect_err("unknown");
+    assert!(matches!(err, UserError::NotFound(_)));
+    let line = err.to_string();
+    assert!(
+        line.contains("provider (provider-1, outgoing)")
+            && line.contains("consumer (consumer-1, incoming)")
+            && !line.contains('\n'),
+        "{line}"
+    );
+    assert!(
+        matching(&[], "x")
+            .expect_err("none")
+            .to_string()
+            .contains("no peerings")
+    );
+}
+
+#[test]
+fn outgoing_peerings_say_why_they_are_not_ready() {
+    let fc: ForeignCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "liqo.io/v1alpha1", "kind": "ForeignCluster",
+        "metadata": { "name": "p-1" },
+        "spec": { "clusterId": "p-1", "clusterName": "p", "outgoing": true },
+        "status": { "grant": { "cpu": "1", "pods": "5" }, "tenantNamespace": "liqo-tenant-c" },
+    }))
+    .expect("fc");
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "liqo-p-1" },
+        "status": { "conditions": [{
+            "type": "Ready", "status": "False", "reason": "ProviderUnreachable",
+            "message": "cannot reach the provider",
+        }]},
+    }))
+    .expect("node");
+    let p = outgoing(fc.clone(), std::slice::from_ref(&node));
+    assert_eq!(status_line(&p), "Not ready: ProviderUnreachable");
+    assert_eq!(
+        status_detail(&p),
+        "Not ready: ProviderUnreachable\ncannot reach the provider"
+    );
+    let detail = render_one(&p);
+    for want in [
+        "cannot reach the provider",
+        "liqo-tenant-c",
+        "cpu 1, memory 0, pods 5",
+    ] {
+        assert!(detail.contains(want), "{want} missing from\n{detail}");
+    }
+    let missing = outgoing(fc, &[]);
+    assert_eq!(
+        missing.ready.map(|r| r.reason),
+        Some("NoVirtualNode".to_owned())
+    );
+}
