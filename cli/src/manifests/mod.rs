@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, OwnerReference};
 use kube::api::ApiResource;
 use kube::core::ObjectMeta;
 use liqo_api::ClusterIdentity;
@@ -338,6 +338,15 @@ pub(crate) fn cluster_meta(name: &str, component: &str) -> ObjectMeta {
         name: Some(name.to_owned()),
         labels: Some(common_labels(component)),
         ..Default::default()
+    }
+}
+
+/// Objects whose label `key` has one of `values`.
+pub(crate) fn label_in(key: &str, values: &[&str]) -> LabelSelectorRequirement {
+    LabelSelectorRequirement {
+        key: key.to_owned(),
+        operator: "In".to_owned(),
+        values: Some(strings(values)),
     }
 }
 
