@@ -265,17 +265,33 @@ fn failure_of(pod: &Pod) -> Option<PullFailure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateWaiting, ContainerStatus, PodSpec, PodStatus,
+    };
 
     fn pod(reason: &str) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "spec": { "nodeName": "node-1", "containers": [] },
-            "status": { "containerStatuses": [{
-                "name": "gateway", "image": "ghcr.io/liqo-rs/liqo-gateway:0.1.0", "imageID": "",
-                "ready": false, "restartCount": 0,
-                "state": { "waiting": { "reason": reason } },
-            }]},
-        }))
-        .expect("a pod")
+        Pod {
+            spec: Some(PodSpec {
+                node_name: Some("node-1".to_owned()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "gateway".to_owned(),
+                    image: "ghcr.io/liqo-rs/liqo-gateway:0.1.0".to_owned(),
+                    state: Some(ContainerState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some(reason.to_owned()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
     }
 
     #[test]

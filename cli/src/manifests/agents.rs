@@ -3,16 +3,27 @@
 //! back to keep them), and what every agent's pod has in common, which the
 //! virtual kubelets' Deployments share (`crate::peering::virtual_kubelet`).
 
+use std::collections::BTreeMap;
+
 use ipnet::IpNet;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    HostPathVolumeSource, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use liqo_api::agents::PortRange;
 use liqo_api::agents::gateway::{DEFAULT_TUNNEL_PORTS, GatewayFlags, NODE_ADDRESS};
 use liqo_api::images;
 use liqo_api::names;
 use liqo_api::networking::GatewayServiceType;
-use serde_json::json;
 
-use super::{Manifest, Options, cluster_meta, common_labels, from_json, meta, selector_labels};
+use super::{Manifest, Options, cluster_meta, common_labels, meta, rbac, selector_labels, strings};
 
 /// How the gateway's tunnels are reached and address their peers; each
 /// `None` (or empty) leaves the gateway's default.
@@ -97,21 +108,25 @@ fn gateway_service(
     component: &str,
 ) -> Manifest {
     let range = tunnels.ports.unwrap_or(DEFAULT_TUNNEL_PORTS);
-    let ports: Vec<_> = (range.first..=range.last)
-        .map(|port| {
-            json!({ "name": format!("tunnel-{port}"), "protocol": "UDP", "port": port, "targetPort": port })
+    let ports = (range.first..=range.last)
+        .map(|port| ServicePort {
+            name: Some(format!("tunnel-{port}")),
+            protocol: Some("UDP".to_owned()),
+            port: port.into(),
+            target_port: Some(IntOrString::Int(port.into())),
+            ..Default::default()
         })
         .collect();
-    Manifest::Service(Box::new(from_json(json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta(names::GATEWAY, component),
-        "spec": {
-            "type": kind.as_str(),
-            "selector": selector_labels(component),
-            "ports": ports,
-        },
-    }))))
+    Manifest::Service(Box::new(Service {
+        metadata: meta(names::GATEWAY, component),
+        spec: Some(ServiceSpec {
+            type_: Some(kind.as_str().to_owned()),
+            selector: Some(selector_labels(component)),
+            ports: Some(ports),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
 }
 
 /// The gateway's account, rights and Deployment. Its rights are what it
@@ -119,8 +134,7 @@ fn gateway_service(
 pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
     let name = names::GATEWAY;
     let component = "gateway";
-    let subject =
-        json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
+    let subject = || Some(vec![rbac::service_account(name, names::NAMESPACE)]);
     let mut pod_labels = selector_labels(component);
     pod_labels.extend(common_labels(component));
     let args = GatewayArgs {
@@ -134,158 +148,148 @@ pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
     // (a route and an nftables table per tunnel, docs/network.md), and
     // mDNS must reach the node's LAN: it runs with the node's network, as
     // root with NET_ADMIN alone, and the TUN device.
-    let pod_spec = json!({
-        "serviceAccountName": name,
-        "nodeSelector": options.node_selector,
-        "tolerations": options.tolerations,
-        "terminationGracePeriodSeconds": 10,
-        "hostNetwork": true,
-        "dnsPolicy": "ClusterFirstWithHostNet",
-        "securityContext": {
-            "runAsUser": 0,
-            "runAsGroup": 0,
-            "seccompProfile": { "type": "RuntimeDefault" },
-        },
-        "volumes": [{
-            "name": "tun",
-            "hostPath": { "path": names::TUN_DEVICE, "type": "CharDevice" },
-        }],
-        "containers": [agent_container(json!({
-            "name": "gateway",
-            "image": options.images.reference(images::GATEWAY),
-            "imagePullPolicy": options.images.pull_policy.as_str(),
-            "args": args,
-            "env": [
-                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
-                { "name": "HOST_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.hostIP" } } },
-                { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
-            ],
-            "volumeMounts": [{ "name": "tun", "mountPath": names::TUN_DEVICE }],
-            "securityContext": {
-                "allowPrivilegeEscalation": false,
-                "readOnlyRootFilesystem": true,
-                "capabilities": { "drop": ["ALL"], "add": ["NET_ADMIN"] },
-            },
-        }))],
-    });
+    let pod_spec = PodSpec {
+        service_account_name: Some(name.to_owned()),
+        node_selector: Some(options.node_selector.clone()),
+        tolerations: Some(options.tolerations.clone()),
+        termination_grace_period_seconds: Some(10),
+        host_network: Some(true),
+        dns_policy: Some("ClusterFirstWithHostNet".to_owned()),
+        security_context: Some(PodSecurityContext {
+            run_as_user: Some(0),
+            run_as_group: Some(0),
+            seccomp_profile: Some(runtime_default_seccomp()),
+            ..Default::default()
+        }),
+        volumes: Some(vec![Volume {
+            name: "tun".to_owned(),
+            host_path: Some(HostPathVolumeSource {
+                path: names::TUN_DEVICE.to_owned(),
+                type_: Some("CharDevice".to_owned()),
+            }),
+            ..Default::default()
+        }]),
+        containers: vec![agent_container(Container {
+            name: "gateway".to_owned(),
+            image: Some(options.images.reference(images::GATEWAY)),
+            image_pull_policy: Some(options.images.pull_policy.as_str().to_owned()),
+            args: Some(args),
+            env: Some(vec![
+                field_env("POD_IP", "status.podIP"),
+                field_env("HOST_IP", "status.hostIP"),
+                field_env("POD_NAMESPACE", "metadata.namespace"),
+            ]),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "tun".to_owned(),
+                mount_path: names::TUN_DEVICE.to_owned(),
+                ..Default::default()
+            }]),
+            security_context: Some(SecurityContext {
+                capabilities: Some(Capabilities {
+                    drop: Some(strings(&["ALL"])),
+                    add: Some(strings(&["NET_ADMIN"])),
+                }),
+                ..container_security_context()
+            }),
+            ..Default::default()
+        })],
+        ..Default::default()
+    };
     let mut out = vec![
-        Manifest::ServiceAccount(from_json(json!({
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": meta(name, component),
-        }))),
-        Manifest::Role(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta(name, component),
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "resourceNames": [names::IDENTITY_CONFIGMAP],
-                    "verbs": ["get", "list", "watch"],
-                },
+        Manifest::ServiceAccount(ServiceAccount {
+            metadata: meta(name, component),
+            ..Default::default()
+        }),
+        Manifest::Role(Role {
+            metadata: meta(name, component),
+            rules: Some(vec![
+                rbac::named_rule(
+                    &[""],
+                    &["configmaps"],
+                    &[names::IDENTITY_CONFIGMAP],
+                    &["get", "list", "watch"],
+                ),
                 // Its key pair, made on its first start (create cannot be
                 // limited by name; it cannot overwrite what exists).
-                {
-                    "apiGroups": [""],
-                    "resources": ["secrets", "configmaps"],
-                    "verbs": ["create"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["secrets"],
-                    "resourceNames": [names::GATEWAY_KEY_SECRET],
-                    "verbs": ["get"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "resourceNames": [names::GATEWAY_CONFIGMAP],
-                    "verbs": ["get", "patch"],
-                },
+                rbac::rule(&[""], &["secrets", "configmaps"], &["create"]),
+                rbac::named_rule(&[""], &["secrets"], &[names::GATEWAY_KEY_SECRET], &["get"]),
+                rbac::named_rule(
+                    &[""],
+                    &["configmaps"],
+                    &[names::GATEWAY_CONFIGMAP],
+                    &["get", "patch"],
+                ),
                 // The Service in front of its tunnels, when there is one:
                 // where peers dial.
-                {
-                    "apiGroups": [""],
-                    "resources": ["services"],
-                    "resourceNames": [names::GATEWAY],
-                    "verbs": ["get", "list", "watch"],
-                },
-            ],
-        }))),
-        Manifest::RoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta(name, component),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
-            "subjects": subject,
-        }))),
-        Manifest::ClusterRole(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": cluster_meta(name, component),
-            "rules": [
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["foreignclusters", "connections"],
-                    "verbs": ["get", "list", "watch"],
-                },
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["connections/status"],
-                    "verbs": ["patch"],
-                },
+                rbac::named_rule(
+                    &[""],
+                    &["services"],
+                    &[names::GATEWAY],
+                    &["get", "list", "watch"],
+                ),
+            ]),
+        }),
+        Manifest::RoleBinding(RoleBinding {
+            metadata: meta(name, component),
+            role_ref: rbac::role_ref("Role", name),
+            subjects: subject(),
+        }),
+        Manifest::ClusterRole(ClusterRole {
+            metadata: cluster_meta(name, component),
+            rules: Some(vec![
+                rbac::rule(
+                    &[names::GROUP],
+                    &["foreignclusters", "connections"],
+                    &["get", "list", "watch"],
+                ),
+                rbac::rule(&[names::GROUP], &["connections/status"], &["patch"]),
                 // On a provider: each tenant's grant, split across its
                 // namespaces as quotas (docs/offloading.md, "The grant
                 // across twin namespaces"). Create cannot be limited by
                 // name; a change can, to the shares.
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["tenants"],
-                    "verbs": ["get", "list", "watch"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["namespaces", "resourcequotas"],
-                    "verbs": ["get", "list", "watch"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["resourcequotas"],
-                    "verbs": ["create"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["resourcequotas"],
-                    "resourceNames": [liqo_api::shares::SHARE_QUOTA],
-                    "verbs": ["patch"],
-                },
-            ],
-        }))),
-        Manifest::ClusterRoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": cluster_meta(name, component),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
-            "subjects": subject,
-        }))),
-        Manifest::Deployment(Box::new(from_json(json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": meta(name, component),
-            "spec": {
-                "replicas": 1,
+                rbac::rule(&[names::GROUP], &["tenants"], &["get", "list", "watch"]),
+                rbac::rule(
+                    &[""],
+                    &["namespaces", "resourcequotas"],
+                    &["get", "list", "watch"],
+                ),
+                rbac::rule(&[""], &["resourcequotas"], &["create"]),
+                rbac::named_rule(
+                    &[""],
+                    &["resourcequotas"],
+                    &[liqo_api::shares::SHARE_QUOTA],
+                    &["patch"],
+                ),
+            ]),
+            ..Default::default()
+        }),
+        Manifest::ClusterRoleBinding(ClusterRoleBinding {
+            metadata: cluster_meta(name, component),
+            role_ref: rbac::role_ref("ClusterRole", name),
+            subjects: subject(),
+        }),
+        Manifest::Deployment(Box::new(Deployment {
+            metadata: meta(name, component),
+            spec: Some(DeploymentSpec {
+                replicas: Some(1),
                 // One gateway at a time: the old one goes before the new
                 // one comes, as they would hold the same tunnel endpoint.
-                "strategy": { "type": "Recreate" },
-                "selector": { "matchLabels": selector_labels(component) },
-                "template": {
-                    "metadata": { "labels": pod_labels },
-                    "spec": pod_spec,
+                strategy: Some(recreate()),
+                selector: LabelSelector {
+                    match_labels: Some(selector_labels(component)),
+                    ..Default::default()
                 },
-            },
-        })))),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(pod_labels),
+                        ..Default::default()
+                    }),
+                    spec: Some(pod_spec),
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
     ];
     if let Some(kind) = options.tunnels.service_type {
         out.push(gateway_service(kind, &options.tunnels, component));
@@ -293,49 +297,101 @@ pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
     out
 }
 
+/// The strategy of the agents' Deployments: the old pod goes before the
+/// new one comes.
+pub(crate) fn recreate() -> DeploymentStrategy {
+    DeploymentStrategy {
+        type_: Some("Recreate".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// The container runtime's default seccomp profile.
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".to_owned(),
+        ..Default::default()
+    }
+}
+
 /// Agents run as an unprivileged user with the runtime's default seccomp
 /// profile: nothing they do today needs more.
-pub(crate) fn pod_security_context() -> serde_json::Value {
-    json!({
-        "runAsNonRoot": true,
-        "runAsUser": 65532,
-        "runAsGroup": 65532,
-        "seccompProfile": { "type": "RuntimeDefault" },
-    })
+pub(crate) fn pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(65532),
+        run_as_group: Some(65532),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..Default::default()
+    }
+}
+
+/// The environment variable `name`, from the pod's field `field_path`
+/// (the downward API).
+pub(crate) fn field_env(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// An agent's container: what every agent has in common (its health port
-/// and probes, its resources, its security context) added to `specific`
-/// (name, image, args, env, mounts).
-pub(crate) fn agent_container(specific: serde_json::Value) -> serde_json::Value {
-    let mut container = json!({
-        "ports": [{ "name": "health", "containerPort": names::HEALTH_PORT }],
-        "readinessProbe": {
-            "httpGet": { "path": "/readyz", "port": "health" },
-            "periodSeconds": 2,
-        },
-        "livenessProbe": {
-            "httpGet": { "path": "/healthz", "port": "health" },
-            "periodSeconds": 10,
-            "failureThreshold": 3,
-        },
-        "resources": {
-            "requests": { "cpu": "50m", "memory": "32Mi" },
-            "limits": { "memory": "128Mi" },
-        },
-        "securityContext": container_security_context(),
-    });
-    if let (Some(all), serde_json::Value::Object(specific)) = (container.as_object_mut(), specific)
-    {
-        all.extend(specific);
+/// and probes, its resources, its security context unless `specific` has
+/// its own) added to `specific` (name, image, args, env, mounts).
+pub(crate) fn agent_container(specific: Container) -> Container {
+    let probe = |path: &str, period: i32, failure_threshold: Option<i32>| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("health".to_owned()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold,
+        ..Default::default()
+    };
+    let quantities = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+            .collect()
+    };
+    Container {
+        ports: Some(vec![ContainerPort {
+            name: Some("health".to_owned()),
+            container_port: names::HEALTH_PORT.into(),
+            ..Default::default()
+        }]),
+        readiness_probe: Some(probe("/readyz", 2, None)),
+        liveness_probe: Some(probe("/healthz", 10, Some(3))),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[("cpu", "50m"), ("memory", "32Mi")])),
+            limits: Some(quantities(&[("memory", "128Mi")])),
+            ..Default::default()
+        }),
+        security_context: specific
+            .security_context
+            .or_else(|| Some(container_security_context())),
+        ..specific
     }
-    container
 }
 
-pub(crate) fn container_security_context() -> serde_json::Value {
-    json!({
-        "allowPrivilegeEscalation": false,
-        "readOnlyRootFilesystem": true,
-        "capabilities": { "drop": ["ALL"] },
-    })
+/// An agent's container's security context: no privilege escalation, a
+/// read-only root filesystem, no capability.
+pub(crate) fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(strings(&["ALL"])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }

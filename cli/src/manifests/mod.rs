@@ -1,16 +1,18 @@
 //! What `liqoctl install` applies, built as typed objects by pure functions:
 //! the [`Manifest`] every command applies, the rendering of an installation
 //! in the order it is applied, and the helpers every object uses (labels,
-//! metadata, typed [`rbac`] pieces). One file per concern: the [`agents`], the admission policies
-//! ([`twin_namespaces`], [`peering_token`], [`placement`]) and the placement
-//! [`webhook`]. `manifests/` holds these objects rendered with the default
-//! options, and a test fails when it drifts from them.
+//! metadata, typed [`rbac`] and [`validation`] pieces). One file per
+//! concern: the [`agents`], the admission policies ([`twin_namespaces`],
+//! [`peering_token`], [`placement`]) and the placement [`webhook`].
+//! `manifests/` holds these objects rendered with the default options, and
+//! a test fails when it drifts from them.
 
 pub mod agents;
 pub mod peering_token;
 pub mod placement;
 pub mod rbac;
 pub mod twin_namespaces;
+pub mod validation;
 pub mod webhook;
 
 use std::collections::BTreeMap;
@@ -27,7 +29,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, OwnerReference};
 use kube::api::ApiResource;
 use kube::core::ObjectMeta;
 use liqo_api::ClusterIdentity;
@@ -39,7 +41,6 @@ use liqo_api::names::{self, labels};
 use liqo_api::networking::{Connection, GatewayServiceType};
 use liqo_api::sharing::SharingPolicy;
 use serde::Serialize;
-use serde_json::json;
 
 use agents::TunnelSettings;
 
@@ -219,18 +220,20 @@ pub fn render(options: &Options) -> Vec<Manifest> {
         .collect();
     let mut namespace_labels = common_labels("namespace");
     namespace_labels.extend(pod_security_labels());
-    out.push(Manifest::Namespace(from_json(json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": { "name": names::NAMESPACE, "labels": namespace_labels },
-    }))));
+    out.push(Manifest::Namespace(Namespace {
+        metadata: ObjectMeta {
+            name: Some(names::NAMESPACE.to_owned()),
+            labels: Some(namespace_labels),
+            ..Default::default()
+        },
+        ..Default::default()
+    }));
     if let Some(identity) = &options.identity {
-        out.push(Manifest::ConfigMap(from_json(json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": meta(names::IDENTITY_CONFIGMAP, "identity"),
-            "data": identity.to_data(),
-        }))));
+        out.push(Manifest::ConfigMap(ConfigMap {
+            metadata: meta(names::IDENTITY_CONFIGMAP, "identity"),
+            data: Some(identity.to_data()),
+            ..Default::default()
+        }));
     }
     out.extend(agents::gateway(options));
     out.extend(twin_namespaces::twin_namespace_policies());
@@ -321,12 +324,35 @@ pub(crate) fn selector_labels(component: &str) -> BTreeMap<String, String> {
     ])
 }
 
-fn meta(name: &str, component: &str) -> serde_json::Value {
-    json!({ "name": name, "namespace": names::NAMESPACE, "labels": common_labels(component) })
+/// The metadata of our object `name` of `component` in `liqo`.
+fn meta(name: &str, component: &str) -> ObjectMeta {
+    ObjectMeta {
+        namespace: Some(names::NAMESPACE.to_owned()),
+        ..cluster_meta(name, component)
+    }
 }
 
-pub(crate) fn cluster_meta(name: &str, component: &str) -> serde_json::Value {
-    json!({ "name": name, "labels": common_labels(component) })
+/// The metadata of our cluster-wide object `name` of `component`.
+pub(crate) fn cluster_meta(name: &str, component: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(common_labels(component)),
+        ..Default::default()
+    }
+}
+
+/// Objects whose label `key` has one of `values`.
+pub(crate) fn label_in(key: &str, values: &[&str]) -> LabelSelectorRequirement {
+    LabelSelectorRequirement {
+        key: key.to_owned(),
+        operator: "In".to_owned(),
+        values: Some(strings(values)),
+    }
+}
+
+/// `values` as the owned strings the typed objects hold.
+pub(crate) fn strings(values: &[&str]) -> Vec<String> {
+    values.iter().map(|v| (*v).to_owned()).collect()
 }
 
 pub(crate) fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {

@@ -1,10 +1,14 @@
 //! The admission policy `liqo-peering-tokens`, which narrows what a
 //! peering token's bootstrap credential may do (docs/tokens.md).
 
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec,
+};
 use liqo_api::names;
-use serde_json::json;
 
-use super::{Manifest, cluster_meta, from_json};
+use super::validation::{deny_binding, forbidden, match_condition, resource_rule, variable};
+use super::{Manifest, cluster_meta};
 
 /// What a peering token's bootstrap credential may do beyond its RBAC
 /// (docs/tokens.md): RBAC lets it create Secrets in `liqo` and mint the
@@ -20,73 +24,73 @@ pub fn peering_token_policy() -> Vec<Manifest> {
     let prefix = bootstrap_user("");
     let peer_prefix = objects::PEER_PREFIX;
     let claim_prefix = objects::CLAIM_PREFIX;
+    let policy = ValidatingAdmissionPolicy {
+        metadata: cluster_meta(name, "admission"),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".to_owned()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![resource_rule(
+                    &[""],
+                    &["CREATE", "UPDATE", "DELETE"],
+                    &["secrets", "serviceaccounts/token"],
+                )]),
+                ..Default::default()
+            }),
+            match_conditions: Some(vec![match_condition(
+                "is-a-peering-token",
+                format!("request.userInfo.username.startsWith('{prefix}')"),
+            )]),
+            variables: Some(vec![
+                variable(
+                    "token",
+                    format!("request.userInfo.username.substring({})", prefix.len()),
+                ),
+                variable(
+                    "subresource",
+                    "has(request.subResource) ? request.subResource : ''",
+                ),
+            ]),
+            validations: Some(vec![
+                forbidden(
+                    format!(
+                        "variables.subresource != '' || \
+                         (request.operation == 'DELETE' && request.namespace == '{ns}' && \
+                          request.name == '{bootstrap_prefix}' + variables.token) || \
+                         (request.operation == 'CREATE' && \
+                         request.namespace == '{ns}' && \
+                         object.metadata.name.startsWith('{claim_prefix}' + variables.token + '-') && \
+                         has(object.type) && object.type == '{CLAIM_SECRET_TYPE}')",
+                        ns = names::NAMESPACE,
+                        bootstrap_prefix = objects::BOOTSTRAP_PREFIX,
+                    ),
+                    format!(
+                        "'a peering token may only create the Secrets {claim_prefix}' + variables.token + \
+                         '-<tenant>, and delete its own'"
+                    ),
+                ),
+                forbidden(
+                    format!(
+                        "variables.subresource != 'token' || (has(object.spec.boundObjectRef) && \
+                         object.spec.boundObjectRef.kind == 'Secret' && \
+                         request.name.startsWith('{peer_prefix}') && \
+                         object.spec.boundObjectRef.name == '{claim_prefix}' + variables.token + '-' + \
+                           request.name.substring({}) && \
+                         has(object.spec.boundObjectRef.uid) && object.spec.boundObjectRef.uid != '')",
+                        peer_prefix.len()
+                    ),
+                    "'a peering token may only mint credentials bound to its own claim, by UID'",
+                ),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     vec![
-        Manifest::ValidatingAdmissionPolicy(Box::new(from_json(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": cluster_meta(name, "admission"),
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": { "resourceRules": [{
-                    "apiGroups": [""],
-                    "apiVersions": ["*"],
-                    "operations": ["CREATE", "UPDATE", "DELETE"],
-                    "resources": ["secrets", "serviceaccounts/token"],
-                }] },
-                "matchConditions": [{
-                    "name": "is-a-peering-token",
-                    "expression": format!("request.userInfo.username.startsWith('{prefix}')"),
-                }],
-                "variables": [
-                    {
-                        "name": "token",
-                        "expression": format!("request.userInfo.username.substring({})", prefix.len()),
-                    },
-                    {
-                        "name": "subresource",
-                        "expression": "has(request.subResource) ? request.subResource : ''",
-                    },
-                ],
-                "validations": [
-                    {
-                        "expression": format!(
-                            "variables.subresource != '' || \
-                             (request.operation == 'DELETE' && request.namespace == '{ns}' && \
-                              request.name == '{bootstrap_prefix}' + variables.token) || \
-                             (request.operation == 'CREATE' && \
-                             request.namespace == '{ns}' && \
-                             object.metadata.name.startsWith('{claim_prefix}' + variables.token + '-') && \
-                             has(object.type) && object.type == '{CLAIM_SECRET_TYPE}')",
-                            ns = names::NAMESPACE,
-                            bootstrap_prefix = objects::BOOTSTRAP_PREFIX,
-                        ),
-                        "messageExpression": format!(
-                            "'a peering token may only create the Secrets {claim_prefix}' + variables.token + \
-                             '-<tenant>, and delete its own'"
-                        ),
-                        "reason": "Forbidden",
-                    },
-                    {
-                        "expression": format!(
-                            "variables.subresource != 'token' || (has(object.spec.boundObjectRef) && \
-                             object.spec.boundObjectRef.kind == 'Secret' && \
-                             request.name.startsWith('{peer_prefix}') && \
-                             object.spec.boundObjectRef.name == '{claim_prefix}' + variables.token + '-' + \
-                               request.name.substring({}) && \
-                             has(object.spec.boundObjectRef.uid) && object.spec.boundObjectRef.uid != '')",
-                            peer_prefix.len()
-                        ),
-                        "messageExpression": "'a peering token may only mint credentials bound to its own claim, by UID'",
-                        "reason": "Forbidden",
-                    },
-                ],
-            },
-        })))),
-        Manifest::ValidatingAdmissionPolicyBinding(Box::new(from_json(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": cluster_meta(name, "admission"),
-            "spec": { "policyName": name, "validationActions": ["Deny"] },
-        })))),
+        Manifest::ValidatingAdmissionPolicy(Box::new(policy)),
+        deny_binding(
+            cluster_meta(name, "admission"),
+            name,
+            ValidatingAdmissionPolicyBindingSpec::default(),
+        ),
     ]
 }

@@ -1,10 +1,15 @@
 //! The mutating admission policies that place the pods of offloaded
 //! namespaces on virtual nodes (MutatingAdmissionPolicy, beta in 1.34).
 
+use k8s_openapi::api::admissionregistration::v1beta1::{
+    JSONPatch, MatchResources, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
+    MutatingAdmissionPolicyBindingSpec, MutatingAdmissionPolicySpec, Mutation,
+    NamedRuleWithOperations, ParamKind, ParamRef, Variable,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use liqo_api::names::{self, labels};
-use serde_json::json;
 
-use super::{Manifest, cluster_meta, from_json};
+use super::{Manifest, cluster_meta, label_in, strings};
 
 /// Placement of the pods of offloaded namespaces (docs/offloading.md): in a
 /// namespace labelled for offloading with LocalAndRemote or Remote, a new
@@ -41,48 +46,63 @@ pub fn placement_policies() -> Vec<Manifest> {
          ? [JSONPatch{{op: 'add', path: '/spec/nodeSelector/{pointer}', value: 'true'}}] \
          : [JSONPatch{{op: 'add', path: '/spec/nodeSelector', value: {{'{key}': 'true'}}}}]"
     );
-    let policy = |name: &str, strategies: &[&str], mutation: serde_json::Value| {
+    // New pods of the namespaces labelled for offloading with one of
+    // `strategies`.
+    let new_pods = |strategies: &[&str]| MatchResources {
+        resource_rules: Some(vec![NamedRuleWithOperations {
+            api_groups: Some(strings(&[""])),
+            api_versions: Some(strings(&["v1"])),
+            operations: Some(strings(&["CREATE"])),
+            resources: Some(strings(&["pods"])),
+            ..Default::default()
+        }]),
+        namespace_selector: Some(LabelSelector {
+            match_expressions: Some(vec![
+                label_in(offloading, &["true"]),
+                label_in(strategy, strategies),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let json_patch = |expression: String| Mutation {
+        patch_type: "JSONPatch".to_owned(),
+        json_patch: Some(JSONPatch {
+            expression: Some(expression),
+        }),
+        ..Default::default()
+    };
+    let policy = |name: &str, strategies: &[&str], mutation: Mutation| {
         [
-            Manifest::MutatingAdmissionPolicy(Box::new(from_json(json!({
-                "apiVersion": "admissionregistration.k8s.io/v1beta1",
-                "kind": "MutatingAdmissionPolicy",
-                "metadata": cluster_meta(name, "placement"),
-                "spec": {
-                    "failurePolicy": "Fail",
-                    "reinvocationPolicy": "IfNeeded",
-                    "matchConstraints": {
-                        "resourceRules": [{
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                        }],
-                        "namespaceSelector": { "matchExpressions": [
-                            { "key": offloading, "operator": "In", "values": ["true"] },
-                            { "key": strategy, "operator": "In", "values": strategies },
-                        ] },
-                    },
-                    "mutations": [mutation],
-                },
-            })))),
-            Manifest::MutatingAdmissionPolicyBinding(Box::new(from_json(json!({
-                "apiVersion": "admissionregistration.k8s.io/v1beta1",
-                "kind": "MutatingAdmissionPolicyBinding",
-                "metadata": cluster_meta(name, "placement"),
-                "spec": { "policyName": name },
-            })))),
+            Manifest::MutatingAdmissionPolicy(Box::new(MutatingAdmissionPolicy {
+                metadata: cluster_meta(name, "placement"),
+                spec: Some(MutatingAdmissionPolicySpec {
+                    failure_policy: Some("Fail".to_owned()),
+                    reinvocation_policy: Some("IfNeeded".to_owned()),
+                    match_constraints: Some(new_pods(strategies)),
+                    mutations: Some(vec![mutation]),
+                    ..Default::default()
+                }),
+            })),
+            Manifest::MutatingAdmissionPolicyBinding(Box::new(MutatingAdmissionPolicyBinding {
+                metadata: cluster_meta(name, "placement"),
+                spec: Some(MutatingAdmissionPolicyBindingSpec {
+                    policy_name: Some(name.to_owned()),
+                    ..Default::default()
+                }),
+            })),
         ]
     };
     let mut out = Vec::new();
     out.extend(policy(
         "liqo-offloading-tolerate",
         &["LocalAndRemote", "Remote"],
-        json!({ "patchType": "JSONPatch", "jsonPatch": { "expression": tolerate } }),
+        json_patch(tolerate),
     ));
     out.extend(policy(
         "liqo-offloading-remote",
         &["Remote"],
-        json!({ "patchType": "JSONPatch", "jsonPatch": { "expression": remote } }),
+        json_patch(remote),
     ));
     // The selector: the terms of the namespace's NamespaceOffloading
     // (the policy's parameter, found in the pod's own namespace) become
@@ -140,67 +160,67 @@ pub fn placement_policies() -> Vec<Manifest> {
     let node_affinity = format!(
         "Object.spec.affinity.nodeAffinity{{requiredDuringSchedulingIgnoredDuringExecution: {required}}}"
     );
-    let selector = json!({
-        "patchType": "JSONPatch",
-        "jsonPatch": { "expression": format!(
-            "size(variables.terms) == 0 ? [] : \
+    let selector = json_patch(format!(
+        "size(variables.terms) == 0 ? [] : \
              !has(object.spec.affinity) \
              ? [JSONPatch{{op: 'add', path: '/spec/affinity', value: Object.spec.affinity{{nodeAffinity: {node_affinity}}}}}] \
              : !has(object.spec.affinity.nodeAffinity) \
              ? [JSONPatch{{op: 'add', path: '/spec/affinity/nodeAffinity', value: {node_affinity}}}] \
              : [JSONPatch{{op: 'add', path: '/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution', value: {required}}}]"
-        ) },
-    });
-    let variables = json!([
-        {
-            "name": "terms",
-            "expression": "params != null && has(params.spec.clusterSelector) && \
+    ));
+    let variable = |name: &str, expression: String| Variable {
+        name: name.to_owned(),
+        expression,
+    };
+    let variables = vec![
+        variable(
+            "terms",
+            "params != null && has(params.spec.clusterSelector) && \
                 has(params.spec.clusterSelector.nodeSelectorTerms) \
-                ? params.spec.clusterSelector.nodeSelectorTerms : []",
-        },
-        { "name": "ours", "expression": ours },
-        { "name": "own", "expression": own },
-        { "name": "combined", "expression": combined },
-    ]);
+                ? params.spec.clusterSelector.nodeSelectorTerms : []"
+                .to_owned(),
+        ),
+        variable("ours", ours),
+        variable("own", own),
+        variable("combined", combined),
+    ];
     let name = "liqo-offloading-selector";
-    out.push(Manifest::MutatingAdmissionPolicy(Box::new(from_json(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1beta1",
-        "kind": "MutatingAdmissionPolicy",
-        "metadata": cluster_meta(name, "placement"),
-        "spec": {
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-            "paramKind": { "apiVersion": format!("{}/v1alpha1", names::GROUP), "kind": "NamespaceOffloading" },
-            "matchConstraints": {
-                "resourceRules": [{
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "operations": ["CREATE"],
-                    "resources": ["pods"],
-                }],
-                "namespaceSelector": { "matchExpressions": [
-                    { "key": offloading, "operator": "In", "values": ["true"] },
-                    { "key": strategy, "operator": "In", "values": ["LocalAndRemote", "Remote"] },
-                ] },
-            },
-            "variables": variables,
-            "mutations": [selector],
+    out.push(Manifest::MutatingAdmissionPolicy(Box::new(
+        MutatingAdmissionPolicy {
+            metadata: cluster_meta(name, "placement"),
+            spec: Some(MutatingAdmissionPolicySpec {
+                failure_policy: Some("Fail".to_owned()),
+                reinvocation_policy: Some("Never".to_owned()),
+                param_kind: Some(ParamKind {
+                    api_version: Some(format!("{}/v1alpha1", names::GROUP)),
+                    kind: Some("NamespaceOffloading".to_owned()),
+                }),
+                match_constraints: Some(new_pods(&["LocalAndRemote", "Remote"])),
+                variables: Some(variables),
+                mutations: Some(vec![selector]),
+                ..Default::default()
+            }),
         },
-    })))));
-    out.push(Manifest::MutatingAdmissionPolicyBinding(Box::new(from_json(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1beta1",
-        "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": cluster_meta(name, "placement"),
-        "spec": {
-            "policyName": name,
-            // No namespace: the parameter is looked up in the pod's own.
-            // Not found in a namespace labelled for offloading: refused,
-            // not placed without its selector. The API server reads
-            // parameters from a cache, so this happens for a moment after
-            // `liqoctl offload` (which writes the offloading before the
-            // labels); controllers retry, as for any refused pod.
-            "paramRef": { "name": names::NAMESPACE_OFFLOADING, "parameterNotFoundAction": "Deny" },
+    )));
+    out.push(Manifest::MutatingAdmissionPolicyBinding(Box::new(
+        MutatingAdmissionPolicyBinding {
+            metadata: cluster_meta(name, "placement"),
+            spec: Some(MutatingAdmissionPolicyBindingSpec {
+                policy_name: Some(name.to_owned()),
+                // No namespace: the parameter is looked up in the pod's own.
+                // Not found in a namespace labelled for offloading: refused,
+                // not placed without its selector. The API server reads
+                // parameters from a cache, so this happens for a moment after
+                // `liqoctl offload` (which writes the offloading before the
+                // labels); controllers retry, as for any refused pod.
+                param_ref: Some(ParamRef {
+                    name: Some(names::NAMESPACE_OFFLOADING.to_owned()),
+                    parameter_not_found_action: Some("Deny".to_owned()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
         },
-    })))));
+    )));
     out
 }

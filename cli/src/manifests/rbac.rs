@@ -3,11 +3,9 @@
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleRef, Subject};
 
-const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+use super::strings;
 
-fn strings(values: &[&str]) -> Vec<String> {
-    values.iter().map(|v| (*v).to_owned()).collect()
-}
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// A rule on `resources` of `groups`, whatever their names.
 pub(crate) fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {

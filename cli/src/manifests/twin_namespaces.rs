@@ -3,10 +3,17 @@
 //! that keep pods out of a twin namespace until it has its share of the
 //! grant (`liqo-twin-share`).
 
-use liqo_api::names::labels;
-use serde_json::json;
+use std::collections::BTreeMap;
 
-use super::{Manifest, cluster_meta, from_json};
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, ParamKind, ParamRef, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use liqo_api::names::labels;
+
+use super::validation::{deny_binding, forbidden, match_condition, resource_rule, variable};
+use super::{Manifest, cluster_meta};
 
 /// The prefix of every peer identity's user name (see
 /// `liqo_api::authentication::peer_user`); CEL takes the cluster ID after it.
@@ -21,14 +28,18 @@ const PEER_PREFIX: &str = "liqo.io:peer:";
 pub fn twin_namespace_policies() -> Vec<Manifest> {
     let tenant = labels::TENANT;
     let prefix = PEER_PREFIX;
-    let is_peer = json!([{
-        "name": "is-a-peer",
-        "expression": format!("request.userInfo.username.startsWith('{prefix}')"),
-    }]);
-    let variables = json!([{
-        "name": "tenant",
-        "expression": format!("request.userInfo.username.substring({})", prefix.len()),
-    }]);
+    let is_peer = || {
+        Some(vec![match_condition(
+            "is-a-peer",
+            format!("request.userInfo.username.startsWith('{prefix}')"),
+        )])
+    };
+    let variables = || {
+        Some(vec![variable(
+            "tenant",
+            format!("request.userInfo.username.substring({})", prefix.len()),
+        )])
+    };
     // A namespace's tenant label, or "" when it has none.
     let label_of = |obj: &str| {
         format!(
@@ -39,126 +50,122 @@ pub fn twin_namespace_policies() -> Vec<Manifest> {
     let namespaces = "liqo-peer-namespaces";
     let rolebindings = "liqo-peer-rolebindings";
     let binding = |policy: &str| {
-        Manifest::ValidatingAdmissionPolicyBinding(Box::new(from_json(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": cluster_meta(policy, "admission"),
-            "spec": { "policyName": policy, "validationActions": ["Deny"] },
-        }))))
+        deny_binding(
+            cluster_meta(policy, "admission"),
+            policy,
+            ValidatingAdmissionPolicyBindingSpec::default(),
+        )
+    };
+    // A policy on what a peer asks of `resources`, checked by `validations`.
+    let policy = |name: &str, rule, validations| {
+        Manifest::ValidatingAdmissionPolicy(Box::new(ValidatingAdmissionPolicy {
+            metadata: cluster_meta(name, "admission"),
+            spec: Some(ValidatingAdmissionPolicySpec {
+                failure_policy: Some("Fail".to_owned()),
+                match_constraints: Some(MatchResources {
+                    resource_rules: Some(vec![rule]),
+                    ..Default::default()
+                }),
+                match_conditions: is_peer(),
+                variables: variables(),
+                validations: Some(validations),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
     };
     vec![
-        Manifest::ValidatingAdmissionPolicy(Box::new(from_json(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": cluster_meta(namespaces, "admission"),
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": { "resourceRules": [{
-                    "apiGroups": [""],
-                    "apiVersions": ["*"],
-                    "operations": ["CREATE", "UPDATE", "DELETE"],
-                    "resources": ["namespaces", "namespaces/*"],
-                }] },
-                "matchConditions": is_peer,
-                "variables": variables,
-                "validations": [
-                    {
-                        "expression": format!(
-                            "request.operation != 'CREATE' || {} == variables.tenant",
-                            label_of("object")
-                        ),
-                        "messageExpression": format!(
-                            "'a peer may only create namespaces labelled {tenant}=' + variables.tenant"
-                        ),
-                        "reason": "Forbidden",
-                    },
-                    {
-                        // The existing namespace decides, so that nobody
-                        // else's can be taken over by labelling it.
-                        "expression": format!(
-                            "request.operation == 'CREATE' || {} == variables.tenant",
-                            label_of("oldObject")
-                        ),
-                        "messageExpression": format!(
-                            "'a peer may only change or delete namespaces labelled {tenant}=' + variables.tenant"
-                        ),
-                        "reason": "Forbidden",
-                    },
-                    {
-                        "expression": format!(
-                            "request.operation != 'UPDATE' || {} == variables.tenant",
-                            label_of("object")
-                        ),
-                        "messageExpression": format!(
-                            "'a peer may not remove or change the {tenant} label'"
-                        ),
-                        "reason": "Forbidden",
-                    },
-                ],
-            },
-        })))),
+        policy(
+            namespaces,
+            resource_rule(
+                &[""],
+                &["CREATE", "UPDATE", "DELETE"],
+                &["namespaces", "namespaces/*"],
+            ),
+            vec![
+                forbidden(
+                    format!(
+                        "request.operation != 'CREATE' || {} == variables.tenant",
+                        label_of("object")
+                    ),
+                    format!(
+                        "'a peer may only create namespaces labelled {tenant}=' + variables.tenant"
+                    ),
+                ),
+                // The existing namespace decides, so that nobody else's
+                // can be taken over by labelling it.
+                forbidden(
+                    format!(
+                        "request.operation == 'CREATE' || {} == variables.tenant",
+                        label_of("oldObject")
+                    ),
+                    format!(
+                        "'a peer may only change or delete namespaces labelled {tenant}=' + variables.tenant"
+                    ),
+                ),
+                forbidden(
+                    format!(
+                        "request.operation != 'UPDATE' || {} == variables.tenant",
+                        label_of("object")
+                    ),
+                    format!("'a peer may not remove or change the {tenant} label'"),
+                ),
+            ],
+        ),
         binding(namespaces),
-        Manifest::ValidatingAdmissionPolicy(Box::new(from_json(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": cluster_meta(rolebindings, "admission"),
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": { "resourceRules": [{
-                    "apiGroups": ["rbac.authorization.k8s.io"],
-                    "apiVersions": ["*"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": ["rolebindings"],
-                }] },
-                "matchConditions": is_peer,
-                "variables": variables,
-                "validations": [
-                    {
-                        "expression": format!("{} == variables.tenant", label_of("namespaceObject")),
-                        "messageExpression": format!(
-                            "'a peer may only bind in namespaces labelled {tenant}=' + variables.tenant"
-                        ),
-                        "reason": "Forbidden",
-                    },
-                    {
-                        "expression": format!(
-                            "object.roleRef.apiGroup == 'rbac.authorization.k8s.io' && \
-                             object.roleRef.kind == 'ClusterRole' && \
-                             object.roleRef.name == 'liqo-tenant-' + variables.tenant"
-                        ),
-                        "messageExpression": "'a peer may only bind the ClusterRole liqo-tenant-' + variables.tenant",
-                        "reason": "Forbidden",
-                    },
-                    {
-                        "expression": "has(object.subjects) && size(object.subjects) == 1 && \
-                             object.subjects[0].kind == 'User' && \
-                             object.subjects[0].name == request.userInfo.username",
-                        "messageExpression": "'a peer may only bind itself'",
-                        "reason": "Forbidden",
-                    },
-                ],
-            },
-        })))),
+        policy(
+            rolebindings,
+            resource_rule(
+                &["rbac.authorization.k8s.io"],
+                &["CREATE", "UPDATE"],
+                &["rolebindings"],
+            ),
+            vec![
+                forbidden(
+                    format!("{} == variables.tenant", label_of("namespaceObject")),
+                    format!(
+                        "'a peer may only bind in namespaces labelled {tenant}=' + variables.tenant"
+                    ),
+                ),
+                forbidden(
+                    "object.roleRef.apiGroup == 'rbac.authorization.k8s.io' && \
+                     object.roleRef.kind == 'ClusterRole' && \
+                     object.roleRef.name == 'liqo-tenant-' + variables.tenant",
+                    "'a peer may only bind the ClusterRole liqo-tenant-' + variables.tenant",
+                ),
+                forbidden(
+                    "has(object.subjects) && size(object.subjects) == 1 && \
+                     object.subjects[0].kind == 'User' && \
+                     object.subjects[0].name == request.userInfo.username",
+                    "'a peer may only bind itself'",
+                ),
+            ],
+        ),
         binding(rolebindings),
         share_policy(),
-        Manifest::ValidatingAdmissionPolicyBinding(Box::new(from_json(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": cluster_meta(SHARE_POLICY, "admission"),
-            "spec": {
-                "policyName": SHARE_POLICY,
-                "validationActions": ["Deny"],
+        deny_binding(
+            cluster_meta(SHARE_POLICY, "admission"),
+            SHARE_POLICY,
+            ValidatingAdmissionPolicyBindingSpec {
                 // The namespace's own share, found by the labels the
                 // gateway gives it (a tenant cannot make quotas).
-                "paramRef": {
-                    "selector": { "matchLabels": {
-                        labels::MANAGED_BY: labels::MANAGED_BY_VALUE,
-                        labels::COMPONENT: "gateway",
-                    } },
-                    "parameterNotFoundAction": "Deny",
-                },
+                param_ref: Some(ParamRef {
+                    selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([
+                            (
+                                labels::MANAGED_BY.to_owned(),
+                                labels::MANAGED_BY_VALUE.to_owned(),
+                            ),
+                            (labels::COMPONENT.to_owned(), "gateway".to_owned()),
+                        ])),
+                        ..Default::default()
+                    }),
+                    parameter_not_found_action: Some("Deny".to_owned()),
+                    ..Default::default()
+                }),
+                ..Default::default()
             },
-        })))),
+        ),
     ]
 }
 
@@ -169,32 +176,35 @@ pub const SHARE_POLICY: &str = "liqo-twin-share";
 
 fn share_policy() -> Manifest {
     let share = liqo_api::shares::SHARE_QUOTA;
-    Manifest::ValidatingAdmissionPolicy(Box::new(from_json(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": cluster_meta(SHARE_POLICY, "admission"),
-        "spec": {
-            "failurePolicy": "Fail",
-            "paramKind": { "apiVersion": "v1", "kind": "ResourceQuota" },
-            "matchConstraints": {
-                "namespaceSelector": { "matchExpressions": [
-                    { "key": labels::TENANT, "operator": "Exists" },
-                ] },
-                "resourceRules": [{
-                    "apiGroups": [""],
-                    "apiVersions": ["*"],
-                    "operations": ["CREATE"],
-                    "resources": ["pods"],
-                }],
-            },
-            "validations": [{
-                "expression": format!("params.metadata.name == '{share}'"),
-                "messageExpression": format!(
+    Manifest::ValidatingAdmissionPolicy(Box::new(ValidatingAdmissionPolicy {
+        metadata: cluster_meta(SHARE_POLICY, "admission"),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".to_owned()),
+            param_kind: Some(ParamKind {
+                api_version: Some("v1".to_owned()),
+                kind: Some("ResourceQuota".to_owned()),
+            }),
+            match_constraints: Some(MatchResources {
+                namespace_selector: Some(LabelSelector {
+                    match_expressions: Some(vec![LabelSelectorRequirement {
+                        key: labels::TENANT.to_owned(),
+                        operator: "Exists".to_owned(),
+                        values: None,
+                    }]),
+                    ..Default::default()
+                }),
+                resource_rules: Some(vec![resource_rule(&[""], &["CREATE"], &["pods"])]),
+                ..Default::default()
+            }),
+            validations: Some(vec![forbidden(
+                format!("params.metadata.name == '{share}'"),
+                format!(
                     "'pods in a twin namespace need its share of the grant (ResourceQuota {share}), \
                      which the provider\\'s liqo-gateway makes'"
                 ),
-                "reason": "Forbidden",
-            }],
-        },
-    }))))
+            )]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
 }

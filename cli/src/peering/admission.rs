@@ -9,12 +9,22 @@
 //! ([`bindings`], written by `liqoctl peer` with the tenant, before any of
 //! its rights). The peer's own credential cannot change any of them.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ParamKind, ParamRef,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec,
+    Validation, Variable,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use liqo_api::ClusterId;
 use liqo_api::admission::{ALWAYS_TOLERATED, labels as pss};
 use liqo_api::names::{labels, peering};
-use serde_json::json;
 
-use crate::manifests::{Manifest, cluster_meta, from_json};
+use crate::manifests::validation::{
+    deny_binding, forbidden, match_condition, resource_rule, variable,
+};
+use crate::manifests::{Manifest, cluster_meta};
 
 /// Pods in a peer's namespaces, whoever makes them (the provider's
 /// ReplicaSet and Job controllers make them from the peer's templates).
@@ -45,7 +55,11 @@ pub fn policies() -> Vec<Manifest> {
         pod_security_policy(),
         secrets_policy(),
         // No parameter: one binding for every peer.
-        binding_of(SECRETS, cluster_meta(SECRETS, "admission"), json!({})),
+        deny_binding(
+            cluster_meta(SECRETS, "admission"),
+            SECRETS,
+            ValidatingAdmissionPolicyBindingSpec::default(),
+        ),
     ]
 }
 
@@ -61,22 +75,44 @@ pub fn binding_name(policy: &str, consumer: &ClusterId) -> String {
 /// The bindings that apply `consumer`'s terms (its Tenant record; for
 /// EndpointSlices, its end of the tunnel) to what it does in its own
 /// namespaces.
-pub fn bindings(consumer: &ClusterId, tenant_labels: &serde_json::Value) -> Vec<Manifest> {
+pub fn bindings(consumer: &ClusterId, tenant_labels: &BTreeMap<String, String>) -> Vec<Manifest> {
     let id = consumer.as_str();
-    let own_namespaces = json!({ "namespaceSelector": { "matchLabels": { labels::TENANT: id } } });
-    let tenant = json!({ "name": id, "parameterNotFoundAction": "Deny" });
+    let own_label = || LabelSelector {
+        match_labels: Some(BTreeMap::from([(labels::TENANT.to_owned(), id.to_owned())])),
+        ..Default::default()
+    };
+    let own_namespaces = || {
+        Some(MatchResources {
+            namespace_selector: Some(own_label()),
+            ..Default::default()
+        })
+    };
+    let tenant = || {
+        Some(ParamRef {
+            name: Some(id.to_owned()),
+            parameter_not_found_action: Some("Deny".to_owned()),
+            ..Default::default()
+        })
+    };
     BOUND_PER_PEER
         .iter()
         .map(|policy| {
-            let name = binding_name(policy, consumer);
-            let meta = json!({ "name": name, "labels": tenant_labels });
+            let meta = ObjectMeta {
+                name: Some(binding_name(policy, consumer)),
+                labels: Some(tenant_labels.clone()),
+                ..Default::default()
+            };
             let spec = match *policy {
                 // The namespaces it creates are selected by their own
                 // label (a namespace has no namespace to select).
-                POD_SECURITY => json!({
-                    "paramRef": tenant,
-                    "matchResources": { "objectSelector": { "matchLabels": { labels::TENANT: id } } },
-                }),
+                POD_SECURITY => ValidatingAdmissionPolicyBindingSpec {
+                    param_ref: tenant(),
+                    match_resources: Some(MatchResources {
+                        object_selector: Some(own_label()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
                 // Where the provider sees its pods: its end of the tunnel,
                 // which only the provider's gateway gives a status. It is
                 // named after the consumer's cluster ID, which a tenant
@@ -84,84 +120,85 @@ pub fn bindings(consumer: &ClusterId, tenant_labels: &serde_json::Value) -> Vec<
                 // of the tenant's namespace is a parameter, and each must
                 // admit the request (one the consumer adds has no status,
                 // and admits nothing).
-                ENDPOINT_SLICES => json!({
-                    "paramRef": {
-                        "namespace": peering::tenant_namespace(consumer),
-                        "selector": {},
-                        "parameterNotFoundAction": "Deny",
-                    },
-                    "matchResources": own_namespaces,
-                }),
-                _ => json!({ "paramRef": tenant, "matchResources": own_namespaces }),
+                ENDPOINT_SLICES => ValidatingAdmissionPolicyBindingSpec {
+                    param_ref: Some(ParamRef {
+                        namespace: Some(peering::tenant_namespace(consumer)),
+                        selector: Some(LabelSelector::default()),
+                        parameter_not_found_action: Some("Deny".to_owned()),
+                        ..Default::default()
+                    }),
+                    match_resources: own_namespaces(),
+                    ..Default::default()
+                },
+                _ => ValidatingAdmissionPolicyBindingSpec {
+                    param_ref: tenant(),
+                    match_resources: own_namespaces(),
+                    ..Default::default()
+                },
             };
-            binding_of(policy, meta, spec)
+            deny_binding(meta, policy, spec)
         })
         .collect()
 }
 
-fn binding_of(policy: &str, meta: serde_json::Value, spec: serde_json::Value) -> Manifest {
-    let mut spec = spec;
-    spec["policyName"] = json!(policy);
-    spec["validationActions"] = json!(["Deny"]);
-    Manifest::ValidatingAdmissionPolicyBinding(Box::new(from_json(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": meta,
-        "spec": spec,
-    }))))
-}
-
 /// Requests made by a peer's own credential.
-fn by_a_peer() -> serde_json::Value {
-    json!([{
-        "name": "by-a-peer",
-        "expression": format!("request.userInfo.username.startsWith('{PEER_PREFIX}')"),
-    }])
+fn by_a_peer() -> Vec<MatchCondition> {
+    vec![match_condition(
+        "by-a-peer",
+        format!("request.userInfo.username.startsWith('{PEER_PREFIX}')"),
+    )]
 }
 
+/// The policy `name`: what `validations` refuse of the requests on
+/// `resources` (that meet `match_conditions`) is forbidden; its checks
+/// read `param_kind` (a peer's) and `variables`.
 fn policy(
     name: &str,
-    param_kind: serde_json::Value,
-    resources: serde_json::Value,
-    match_conditions: Option<serde_json::Value>,
-    variables: serde_json::Value,
-    validations: Vec<serde_json::Value>,
+    param_kind: Option<ParamKind>,
+    resources: Vec<NamedRuleWithOperations>,
+    match_conditions: Option<Vec<MatchCondition>>,
+    variables: Vec<Variable>,
+    validations: Vec<Validation>,
 ) -> Manifest {
-    let mut spec = json!({
-        "failurePolicy": "Fail",
-        "matchConstraints": { "resourceRules": resources },
-        "variables": variables,
-        "validations": validations,
-    });
-    if !param_kind.is_null() {
-        spec["paramKind"] = param_kind;
-    }
-    if let Some(conditions) = match_conditions {
-        spec["matchConditions"] = conditions;
-    }
-    Manifest::ValidatingAdmissionPolicy(Box::new(from_json(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": cluster_meta(name, "admission"),
-        "spec": spec,
-    }))))
+    Manifest::ValidatingAdmissionPolicy(Box::new(ValidatingAdmissionPolicy {
+        metadata: cluster_meta(name, "admission"),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".to_owned()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(resources),
+                ..Default::default()
+            }),
+            variables: Some(variables),
+            validations: Some(validations),
+            param_kind,
+            match_conditions,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
 }
 
-fn tenant_kind() -> serde_json::Value {
-    json!({ "apiVersion": format!("{}/v1alpha1", liqo_api::names::GROUP), "kind": "Tenant" })
-}
-
-fn rule(group: &str, resources: &[&str]) -> serde_json::Value {
-    json!({
-        "apiGroups": [group],
-        "apiVersions": ["*"],
-        "operations": ["CREATE", "UPDATE"],
-        "resources": resources,
+/// Our kind `kind`, as a policy's parameter.
+fn our_kind(kind: &str) -> Option<ParamKind> {
+    Some(ParamKind {
+        api_version: Some(format!("{}/v1alpha1", liqo_api::names::GROUP)),
+        kind: Some(kind.to_owned()),
     })
 }
 
-fn check(expression: String, message: String) -> serde_json::Value {
-    json!({ "expression": expression, "messageExpression": message, "reason": "Forbidden" })
+/// A peer's Tenant record, as a policy's parameter.
+fn tenant_kind() -> Option<ParamKind> {
+    our_kind("Tenant")
+}
+
+/// Creating and changing `resources` of `group`.
+fn rule(group: &str, resources: &[&str]) -> NamedRuleWithOperations {
+    resource_rule(&[group], &["CREATE", "UPDATE"], resources)
+}
+
+/// The peer's terms, the parameter's `admission`.
+fn terms() -> Vec<Variable> {
+    vec![variable("terms", "params.spec.admission")]
 }
 
 /// The pod rules, on pods themselves ([`PODS`]) or on the pod templates of
@@ -194,13 +231,13 @@ fn pod_policy(name: &str) -> Manifest {
         ""
     };
     let validations = vec![
-        check(
+        forbidden(
             format!("{at_creation}!has({spec}.nodeName) || {spec}.nodeName == ''"),
             format!(
                 "'a peer\\'s {what} may not set spec.nodeName: the provider\\'s scheduler places its pods'"
             ),
         ),
-        check(
+        forbidden(
             format!(
                 "{at_creation}!has({spec}.priorityClassName) || {spec}.priorityClassName == '' || \
                  {spec}.priorityClassName in variables.terms.priorityClasses"
@@ -210,7 +247,7 @@ fn pod_policy(name: &str) -> Manifest {
                  (size(variables.terms.priorityClasses) == 0 ? 'none' : variables.terms.priorityClasses.join(', ')) + ')'"
             ),
         ),
-        check(
+        forbidden(
             format!(
                 "!has({spec}.tolerations) || {spec}.tolerations.all(t, {kept}\
                  (has(t.key) && t.key != '' && (t.key in variables.terms.tolerations || \
@@ -222,7 +259,7 @@ fn pod_policy(name: &str) -> Manifest {
                  '), and not-ready and unreachable with effect NoExecute'"
             ),
         ),
-        check(
+        forbidden(
             format!(
                 "{at_creation}variables.terms.nodeSelector.all(k, has({spec}.nodeSelector) && \
                  k in {spec}.nodeSelector && {spec}.nodeSelector[k] == variables.terms.nodeSelector[k])"
@@ -232,7 +269,7 @@ fn pod_policy(name: &str) -> Manifest {
                  variables.terms.nodeSelector.map(k, k + '=' + variables.terms.nodeSelector[k]).join(',')"
             ),
         ),
-        check(
+        forbidden(
             format!(
                 "{at_creation}!has(variables.terms.runtimeClassName) || \
                  (has({spec}.runtimeClassName) && {spec}.runtimeClassName == variables.terms.runtimeClassName)"
@@ -243,10 +280,10 @@ fn pod_policy(name: &str) -> Manifest {
         ),
     ];
     let (resources, conditions) = if pods {
-        (json!([rule("", &["pods"])]), None)
+        (vec![rule("", &["pods"])], None)
     } else {
         (
-            json!([rule("apps", &["replicasets"]), rule("batch", &["jobs"])]),
+            vec![rule("apps", &["replicasets"]), rule("batch", &["jobs"])],
             Some(by_a_peer()),
         )
     };
@@ -255,7 +292,7 @@ fn pod_policy(name: &str) -> Manifest {
         tenant_kind(),
         resources,
         conditions,
-        json!([{ "name": "terms", "expression": "params.spec.admission" }]),
+        terms(),
         validations,
     )
 }
@@ -265,72 +302,63 @@ fn services_policy() -> Manifest {
     policy(
         SERVICES,
         tenant_kind(),
-        json!([rule("", &["services"])]),
+        vec![rule("", &["services"])],
         Some(by_a_peer()),
-        json!([{ "name": "terms", "expression": "params.spec.admission" }]),
+        terms(),
         vec![
-            check(
-                "!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0".to_owned(),
+            forbidden(
+                "!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
                 "'a peer\\'s Services may not set externalIPs: they would take that address over \
-                 for every pod of the provider (CVE-2020-8554)'"
-                    .to_owned(),
+                 for every pod of the provider (CVE-2020-8554)'",
             ),
-            check(
+            forbidden(
                 format!(
                     "!({}) || variables.terms.nodePorts > 0",
                     type_is("NodePort")
                 ),
-                "'the provider does not allow this peer NodePort Services (its sharing policy\\'s nodePorts is 0)'"
-                    .to_owned(),
+                "'the provider does not allow this peer NodePort Services (its sharing policy\\'s nodePorts is 0)'",
             ),
-            check(
+            forbidden(
                 format!(
                     "!({}) || variables.terms.loadBalancers > 0",
                     type_is("LoadBalancer")
                 ),
-                "'the provider does not allow this peer LoadBalancer Services (its sharing policy\\'s loadBalancers is 0)'"
-                    .to_owned(),
+                "'the provider does not allow this peer LoadBalancer Services (its sharing policy\\'s loadBalancers is 0)'",
             ),
         ],
     )
 }
 
 fn endpoint_slices_policy() -> Manifest {
-    let group = liqo_api::names::GROUP;
     policy(
         ENDPOINT_SLICES,
-        json!({ "apiVersion": format!("{group}/v1alpha1"), "kind": "Connection" }),
-        json!([rule("discovery.k8s.io", &["endpointslices"])]),
+        our_kind("Connection"),
+        vec![rule("discovery.k8s.io", &["endpointslices"])],
         Some(by_a_peer()),
-        json!([{
-            "name": "seenAs",
-            "expression": "has(params.status) && has(params.status.peerSeenAs) ? params.status.peerSeenAs : ''",
-        }]),
+        vec![variable(
+            "seenAs",
+            "has(params.status) && has(params.status.peerSeenAs) ? params.status.peerSeenAs : ''",
+        )],
         vec![
-            check(
-                "object.addressType == 'IPv4' || object.addressType == 'IPv6'".to_owned(),
-                "'a peer\\'s EndpointSlices hold addresses of its pods (addressType IPv4 or IPv6), not ' + object.addressType"
-                    .to_owned(),
+            forbidden(
+                "object.addressType == 'IPv4' || object.addressType == 'IPv6'",
+                "'a peer\\'s EndpointSlices hold addresses of its pods (addressType IPv4 or IPv6), not ' + object.addressType",
             ),
-            check(
-                "!has(object.endpoints) || size(object.endpoints) == 0 || variables.seenAs != ''".to_owned(),
+            forbidden(
+                "!has(object.endpoints) || size(object.endpoints) == 0 || variables.seenAs != ''",
                 "'a peer\\'s EndpointSlices may hold addresses only once the provider\\'s gateway says where it sees \
-                 the peer\\'s pods (the status of its Connection)'"
-                    .to_owned(),
+                 the peer\\'s pods (the status of its Connection)'",
             ),
-            check(
+            forbidden(
                 "variables.seenAs == '' || !has(object.endpoints) || object.endpoints.all(e, \
-                 e.addresses.all(a, isIP(a) && cidr(variables.seenAs).containsIP(a)))"
-                    .to_owned(),
+                 e.addresses.all(a, isIP(a) && cidr(variables.seenAs).containsIP(a)))",
                 "'a peer\\'s EndpointSlices may hold only addresses of its own pods, ' + variables.seenAs + \
-                 ' as this cluster sees them'"
-                    .to_owned(),
+                 ' as this cluster sees them'",
             ),
-            check(
+            forbidden(
                 "!has(object.endpoints) || object.endpoints.all(e, !has(e.targetRef) || \
-                 !has(e.targetRef.namespace) || e.targetRef.namespace == request.namespace)"
-                    .to_owned(),
-                "'a peer\\'s EndpointSlices may not refer to objects of another namespace'".to_owned(),
+                 !has(e.targetRef.namespace) || e.targetRef.namespace == request.namespace)",
+                "'a peer\\'s EndpointSlices may not refer to objects of another namespace'",
             ),
         ],
     )
@@ -355,11 +383,11 @@ fn pod_security_policy() -> Manifest {
     policy(
         POD_SECURITY,
         tenant_kind(),
-        json!([rule("", &["namespaces"])]),
+        vec![rule("", &["namespaces"])],
         Some(by_a_peer()),
-        json!([{ "name": "level", "expression": "params.spec.admission.podSecurity" }]),
+        vec![variable("level", "params.spec.admission.podSecurity")],
         vec![
-            check(
+            forbidden(
                 format!(
                     "request.operation != 'CREATE' || [{modes}].all(k, {} == variables.level)",
                     label("object")
@@ -372,21 +400,20 @@ fn pod_security_policy() -> Manifest {
                     pss::WARN
                 ),
             ),
-            check(
+            forbidden(
                 format!(
                     "request.operation != 'CREATE' || [{versions}].all(k, {} in ['', 'latest'])",
                     label("object")
                 ),
-                "'a peer\\'s namespaces may not pin a Pod Security version (only latest)'"
-                    .to_owned(),
+                "'a peer\\'s namespaces may not pin a Pod Security version (only latest)'",
             ),
-            check(
+            forbidden(
                 format!(
                     "request.operation != 'UPDATE' || [{modes}, {versions}].all(k, {} == {})",
                     label("oldObject"),
                     label("object")
                 ),
-                "'a peer may not change the Pod Security labels of its namespaces'".to_owned(),
+                "'a peer may not change the Pod Security labels of its namespaces'",
             ),
         ],
     )
@@ -395,15 +422,14 @@ fn pod_security_policy() -> Manifest {
 fn secrets_policy() -> Manifest {
     policy(
         SECRETS,
-        serde_json::Value::Null,
-        json!([rule("", &["secrets"])]),
+        None,
+        vec![rule("", &["secrets"])],
         Some(by_a_peer()),
-        json!([]),
-        vec![check(
-            "!has(object.type) || object.type != 'kubernetes.io/service-account-token'".to_owned(),
+        Vec::new(),
+        vec![forbidden(
+            "!has(object.type) || object.type != 'kubernetes.io/service-account-token'",
             "'a peer may not create Secrets of type kubernetes.io/service-account-token: the provider would \
-             fill them with a token of its own'"
-                .to_owned(),
+             fill them with a token of its own'",
         )],
     )
 }
@@ -420,7 +446,7 @@ mod tests {
             .map(|m| m.name().to_owned())
             .collect();
         let id = ClusterId::new("home-1").expect("valid");
-        let bound = bindings(&id, &json!({}));
+        let bound = bindings(&id, &BTreeMap::new());
         assert_eq!(bound.len(), BOUND_PER_PEER.len());
         for b in &bound {
             let Manifest::ValidatingAdmissionPolicyBinding(b) = b else {

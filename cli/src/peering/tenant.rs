@@ -16,7 +16,6 @@ use liqo_api::authentication::{Tenant, TenantSpec, peer_user};
 use liqo_api::names::{self, labels, peering};
 use liqo_api::sharing::{Cost, Resources};
 use liqo_api::{ClusterId, ClusterIdentity};
-use serde_json::json;
 
 use super::admission;
 use crate::manifests::{Manifest, common_labels, rbac};
@@ -136,7 +135,7 @@ pub fn manifests(
         ..Default::default()
     })];
     // What the provider admits from it, before any of its rights.
-    out.extend(admission::bindings(id, &json!(labels)));
+    out.extend(admission::bindings(id, &labels));
     out.extend([
         Manifest::Role(Role {
             metadata: meta(&namespace, &name),

@@ -114,7 +114,7 @@ pub async fn bring_under(
     }
     let mut binding_labels = common_labels("tenant");
     binding_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), id.to_string());
-    for binding in admission::bindings(id, &json!(binding_labels)) {
+    for binding in admission::bindings(id, &binding_labels) {
         apply::apply(provider, &binding).await?;
     }
     let namespaces: Api<Namespace> = Api::all(provider.client.clone());

@@ -7,14 +7,19 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec, SecretVolumeSource,
+    ServiceAccount, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use liqo_api::ClusterId;
 use liqo_api::images::ImageSource;
 use liqo_api::names::{self, labels};
-use serde_json::json;
 
-use crate::manifests::agents::{agent_container, pod_security_context};
-use crate::manifests::{Manifest, common_labels, from_json, selector_labels};
+use crate::manifests::agents::{agent_container, field_env, pod_security_context, recreate};
+use crate::manifests::{Manifest, common_labels, rbac, selector_labels};
 use liqo_api::agents::virtual_kubelet::{KUBELET_PORT, PLACEMENT_PORT, VirtualKubeletFlags};
 use liqo_api::agents::{self, ListenAddr};
 
@@ -42,22 +47,20 @@ pub fn manifests(
     let mut object_labels = common_labels(COMPONENT);
     object_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), provider.to_string());
     let owners = foreign_cluster_uid.map(|uid| {
-        json!([{
-            "apiVersion": format!("{}/v1alpha1", names::GROUP),
-            "kind": "ForeignCluster",
-            "name": foreign_cluster,
-            "uid": uid,
-        }])
+        vec![OwnerReference {
+            api_version: format!("{}/v1alpha1", names::GROUP),
+            kind: "ForeignCluster".to_owned(),
+            name: foreign_cluster.clone(),
+            uid: uid.to_owned(),
+            ..Default::default()
+        }]
     });
-    let meta = |namespace: Option<&str>| {
-        let mut meta = json!({ "name": name, "labels": object_labels });
-        if let Some(owners) = &owners {
-            meta["ownerReferences"] = owners.clone();
-        }
-        if let Some(ns) = namespace {
-            meta["namespace"] = json!(ns);
-        }
-        meta
+    let meta = |namespace: Option<&str>| ObjectMeta {
+        name: Some(name.clone()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(object_labels.clone()),
+        owner_references: owners.clone(),
+        ..Default::default()
     };
     // One Deployment per provider in the same namespace: the provider's
     // ID tells their pods apart.
@@ -65,12 +68,15 @@ pub fn manifests(
     selector.insert(labels::PEER_CLUSTER_ID.to_owned(), provider.to_string());
     let mut pod_labels = object_labels.clone();
     pod_labels.extend(selector.clone());
-    let mut pod_security = pod_security_context();
-    pod_security["fsGroup"] = json!(AGENT_GROUP);
-    let subject =
-        json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }]);
-    let mut offloaded_meta = meta(None);
-    offloaded_meta["name"] = json!(names::peering::virtual_kubelet_offloaded_role(provider));
+    let pod_security = PodSecurityContext {
+        fs_group: Some(AGENT_GROUP),
+        ..pod_security_context()
+    };
+    let subject = || Some(vec![rbac::service_account(&name, names::NAMESPACE)]);
+    let offloaded_meta = ObjectMeta {
+        name: Some(names::peering::virtual_kubelet_offloaded_role(provider)),
+        ..meta(None)
+    };
     // Its servers on its own pod IP (several virtual kubelets on one host
     // network do not clash), the placement webhook where install made one
     // (docs/offloading.md, "Placement"); the peering's names in its
@@ -89,221 +95,203 @@ pub fn manifests(
             port: PLACEMENT_PORT,
         }),
     };
-    let mut env = vec![
-        json!({ "name": agents::env::POD_IP, "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }),
-    ];
-    env.extend(
-        flags
-            .to_env()
-            .into_iter()
-            .map(|(name, value)| json!({ "name": name, "value": value })),
-    );
+    let mut env = vec![field_env(agents::env::POD_IP, "status.podIP")];
+    env.extend(flags.to_env().into_iter().map(|(name, value)| EnvVar {
+        name: name.to_owned(),
+        value: Some(value),
+        ..Default::default()
+    }));
+    // Our objects `objects` of `resources`.
+    let own = |resources: &[&str], objects: &[&str], verbs: &[&str]| {
+        rbac::named_rule(&[names::GROUP], resources, objects, verbs)
+    };
 
     vec![
-        Manifest::ServiceAccount(from_json(json!({
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": meta(Some(names::NAMESPACE)),
-        }))),
-        Manifest::ClusterRole(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": meta(None),
-            "rules": [
+        Manifest::ServiceAccount(ServiceAccount {
+            metadata: meta(Some(names::NAMESPACE)),
+            ..Default::default()
+        }),
+        Manifest::ClusterRole(ClusterRole {
+            metadata: meta(None),
+            rules: Some(vec![
                 // Create cannot be limited by name (the object does not
                 // exist yet); everything else names its own node.
-                { "apiGroups": [""], "resources": ["nodes"], "verbs": ["create"] },
-                {
-                    "apiGroups": [""],
-                    "resources": ["nodes", "nodes/status"],
-                    "resourceNames": [node],
-                    "verbs": ["get", "patch", "update"],
-                },
+                rbac::rule(&[""], &["nodes"], &["create"]),
+                rbac::named_rule(
+                    &[""],
+                    &["nodes", "nodes/status"],
+                    &[&node],
+                    &["get", "patch", "update"],
+                ),
                 // List and watch by name need the watch to select
                 // `metadata.name=`, as the agent does.
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["foreignclusters"],
-                    "resourceNames": [foreign_cluster],
-                    "verbs": ["get", "list", "watch"],
-                },
+                own(
+                    &["foreignclusters"],
+                    &[foreign_cluster.as_str()],
+                    &["get", "list", "watch"],
+                ),
                 // Where it says what the provider admits from this cluster.
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["foreignclusters/status"],
-                    "resourceNames": [foreign_cluster],
-                    "verbs": ["patch"],
-                },
+                own(
+                    &["foreignclusters/status"],
+                    &[foreign_cluster.as_str()],
+                    &["patch"],
+                ),
                 // The tunnel to its provider (named after it, in `liqo`):
                 // the node's NetworkUnavailable condition and where the
                 // provider's pods are seen come from its status.
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["connections"],
-                    "resourceNames": [foreign_cluster],
-                    "verbs": ["get", "list", "watch"],
-                },
+                own(
+                    &["connections"],
+                    &[foreign_cluster.as_str()],
+                    &["get", "list", "watch"],
+                ),
                 // Offloading: the agent reads every NamespaceOffloading and
                 // reports its own provider's entry in their status.
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["namespaceoffloadings"],
-                    "verbs": ["get", "list", "watch"],
-                },
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["namespaceoffloadings/status"],
-                    "verbs": ["get", "patch"],
-                },
+                rbac::rule(
+                    &[names::GROUP],
+                    &["namespaceoffloadings"],
+                    &["get", "list", "watch"],
+                ),
+                rbac::rule(
+                    &[names::GROUP],
+                    &["namespaceoffloadings/status"],
+                    &["get", "patch"],
+                ),
                 // Its finalizer on an offloading keeps it until the twin
                 // namespace is deleted, even across a restart.
-                {
-                    "apiGroups": [names::GROUP],
-                    "resources": ["namespaceoffloadings"],
-                    "verbs": ["patch"],
-                },
+                rbac::rule(&[names::GROUP], &["namespaceoffloadings"], &["patch"]),
                 // Pods bound to its node, as a kubelet: RBAC cannot say
                 // "bound to this node", the agent's watch selects
                 // `spec.nodeName=`; delete is the kubelet's final removal.
-                {
-                    "apiGroups": [""],
-                    "resources": ["pods"],
-                    "verbs": ["get", "list", "watch", "delete"],
-                },
-                { "apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"] },
+                rbac::rule(&[""], &["pods"], &["get", "list", "watch", "delete"]),
+                rbac::rule(&[""], &["pods/status"], &["patch"]),
                 // Refused pods are said with an Event.
-                { "apiGroups": [""], "resources": ["events"], "verbs": ["create"] },
+                rbac::rule(&[""], &["events"], &["create"]),
                 // The kubelet API authenticates bearer tokens and
                 // authorizes every request as a kubelet in webhook mode.
-                {
-                    "apiGroups": ["authentication.k8s.io"],
-                    "resources": ["tokenreviews"],
-                    "verbs": ["create"],
-                },
-                {
-                    "apiGroups": ["authorization.k8s.io"],
-                    "resources": ["subjectaccessreviews"],
-                    "verbs": ["create"],
-                },
+                rbac::rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
+                rbac::rule(
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                    &["create"],
+                ),
                 // This cluster's identity: its ID names the tenant on the
                 // provider, its name the twin namespaces.
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "resourceNames": [names::IDENTITY_CONFIGMAP],
-                    "verbs": ["get"],
-                },
-            ],
-        }))),
-        Manifest::ClusterRoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": meta(None),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
-            "subjects": subject,
-        }))),
+                rbac::named_rule(
+                    &[""],
+                    &["configmaps"],
+                    &[names::IDENTITY_CONFIGMAP],
+                    &["get"],
+                ),
+            ]),
+            ..Default::default()
+        }),
+        Manifest::ClusterRoleBinding(ClusterRoleBinding {
+            metadata: meta(None),
+            role_ref: rbac::role_ref("ClusterRole", &name),
+            subjects: subject(),
+        }),
         // What it may do in an offloaded namespace, bound there by
         // `liqoctl offload` and `liqoctl peer` ([`offloaded_namespace_binding`]):
         // RBAC cannot name "the offloaded namespaces" in one rule, so each
         // gets its RoleBinding, and nothing of a namespace that is not
         // offloaded can be read.
-        Manifest::ClusterRole(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": offloaded_meta,
-            "rules": offloaded_rules(),
-        }))),
-        Manifest::Role(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta(Some("kube-node-lease")),
-            "rules": [
-                { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"] },
-                {
-                    "apiGroups": ["coordination.k8s.io"],
-                    "resources": ["leases"],
-                    "resourceNames": [node],
-                    "verbs": ["get", "update", "patch"],
-                },
-            ],
-        }))),
-        Manifest::RoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta(Some("kube-node-lease")),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
-            "subjects": subject,
-        }))),
+        Manifest::ClusterRole(ClusterRole {
+            metadata: offloaded_meta,
+            rules: Some(offloaded_rules()),
+            ..Default::default()
+        }),
+        Manifest::Role(Role {
+            metadata: meta(Some("kube-node-lease")),
+            rules: Some(vec![
+                rbac::rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+                rbac::named_rule(
+                    &["coordination.k8s.io"],
+                    &["leases"],
+                    &[&node],
+                    &["get", "update", "patch"],
+                ),
+            ]),
+        }),
+        Manifest::RoleBinding(RoleBinding {
+            metadata: meta(Some("kube-node-lease")),
+            role_ref: rbac::role_ref("Role", &name),
+            subjects: subject(),
+        }),
         // The placement webhook's serving certificate, by name.
-        Manifest::Role(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta(Some(names::NAMESPACE)),
-            "rules": [{
-                "apiGroups": [""],
-                "resources": ["secrets"],
-                "resourceNames": [crate::manifests::webhook::PLACEMENT_TLS_SECRET],
-                "verbs": ["get"],
-            }],
-        }))),
-        Manifest::RoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta(Some(names::NAMESPACE)),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
-            "subjects": subject,
-        }))),
+        Manifest::Role(Role {
+            metadata: meta(Some(names::NAMESPACE)),
+            rules: Some(vec![rbac::named_rule(
+                &[""],
+                &["secrets"],
+                &[crate::manifests::webhook::PLACEMENT_TLS_SECRET],
+                &["get"],
+            )]),
+        }),
+        Manifest::RoleBinding(RoleBinding {
+            metadata: meta(Some(names::NAMESPACE)),
+            role_ref: rbac::role_ref("Role", &name),
+            subjects: subject(),
+        }),
         // The cluster's client CA (kube-system's
         // extension-apiserver-authentication), through the Role every
         // cluster has for it, to verify the kubelet API's clients.
-        Manifest::RoleBinding(from_json(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta(Some("kube-system")),
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "extension-apiserver-authentication-reader",
-            },
-            "subjects": subject,
-        }))),
-        Manifest::Deployment(Box::new(from_json(json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": meta(Some(names::NAMESPACE)),
-            "spec": {
-                "replicas": 1,
+        Manifest::RoleBinding(RoleBinding {
+            metadata: meta(Some("kube-system")),
+            role_ref: rbac::role_ref("Role", "extension-apiserver-authentication-reader"),
+            subjects: subject(),
+        }),
+        Manifest::Deployment(Box::new(Deployment {
+            metadata: meta(Some(names::NAMESPACE)),
+            spec: Some(DeploymentSpec {
+                replicas: Some(1),
                 // One agent per node at a time: two would both write it.
-                "strategy": { "type": "Recreate" },
-                "selector": { "matchLabels": selector },
-                "template": {
-                    "metadata": { "labels": pod_labels },
-                    "spec": {
-                        "serviceAccountName": name,
-                        "nodeSelector": node_selector,
-                        "tolerations": tolerations,
-                        "terminationGracePeriodSeconds": 10,
-                        "securityContext": pod_security,
-                        "containers": [agent_container(json!({
-                            "name": "virtual-kubelet",
-                            "image": images.reference(liqo_api::images::VIRTUAL_KUBELET),
-                            "imagePullPolicy": images.pull_policy.as_str(),
-                            "args": flags.to_args(),
-                            "env": env,
-                            "volumeMounts": [{ "name": "provider", "mountPath": PROVIDER_MOUNT, "readOnly": true }],
-                        }))],
-                        "volumes": [{
-                            "name": "provider",
-                            "secret": {
-                                "secretName": names::peering::identity_secret(provider),
-                                // Readable by the agent's group only.
-                                "defaultMode": 0o440,
-                            },
-                        }],
-                    },
+                strategy: Some(recreate()),
+                selector: LabelSelector {
+                    match_labels: Some(selector),
+                    ..Default::default()
                 },
-            },
-        })))),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(pod_labels),
+                        ..Default::default()
+                    }),
+                    spec: Some(PodSpec {
+                        service_account_name: Some(name.clone()),
+                        node_selector: Some(node_selector.clone()),
+                        tolerations: Some(tolerations.to_vec()),
+                        termination_grace_period_seconds: Some(10),
+                        security_context: Some(pod_security),
+                        containers: vec![agent_container(Container {
+                            name: "virtual-kubelet".to_owned(),
+                            image: Some(images.reference(liqo_api::images::VIRTUAL_KUBELET)),
+                            image_pull_policy: Some(images.pull_policy.as_str().to_owned()),
+                            args: Some(flags.to_args()),
+                            env: Some(env),
+                            volume_mounts: Some(vec![VolumeMount {
+                                name: "provider".to_owned(),
+                                mount_path: PROVIDER_MOUNT.to_owned(),
+                                read_only: Some(true),
+                                ..Default::default()
+                            }]),
+                            ..Default::default()
+                        })],
+                        volumes: Some(vec![Volume {
+                            name: "provider".to_owned(),
+                            secret: Some(SecretVolumeSource {
+                                secret_name: Some(names::peering::identity_secret(provider)),
+                                // Readable by the agent's group only.
+                                default_mode: Some(0o440),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    }),
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
     ]
 }
 
@@ -312,40 +300,32 @@ pub fn manifests(
 /// reflects into the twin (list and watch fill its stores; it needs no
 /// get and writes nothing of these), follow and update its own copies of
 /// the remote pods' Events, and mint the pods' service account tokens.
-fn offloaded_rules() -> serde_json::Value {
-    json!([
+fn offloaded_rules() -> Vec<PolicyRule> {
+    vec![
         // ConfigMaps, Secrets, Services and EndpointSlices are copied into
         // the twins.
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps", "secrets", "services"],
-            "verbs": ["list", "watch"],
-        },
-        {
-            "apiGroups": ["discovery.k8s.io"],
-            "resources": ["endpointslices"],
-            "verbs": ["list", "watch"],
-        },
+        rbac::rule(
+            &[""],
+            &["configmaps", "secrets", "services"],
+            &["list", "watch"],
+        ),
+        rbac::rule(
+            &["discovery.k8s.io"],
+            &["endpointslices"],
+            &["list", "watch"],
+        ),
         // Remote pods' Events are copied onto the local pods (`create` is
         // in the agent's ClusterRole: it also says why a pod is refused);
         // the agent follows its own copies (by label) and updates their
         // counts.
-        {
-            "apiGroups": [""],
-            "resources": ["events"],
-            "verbs": ["list", "watch", "patch"],
-        },
+        rbac::rule(&[""], &["events"], &["list", "watch", "patch"]),
         // Offloaded pods get a token of their own service account, bound
         // to the pod, as a kubelet requests it. RBAC cannot limit this to
         // the accounts of pods bound to the node (the node authorizer
         // does that for real kubelets only): see docs/offloading.md,
         // "Reflection".
-        {
-            "apiGroups": [""],
-            "resources": ["serviceaccounts/token"],
-            "verbs": ["create"],
-        },
-    ])
+        rbac::rule(&[""], &["serviceaccounts/token"], &["create"]),
+    ]
 }
 
 /// Selects the virtual kubelets' ServiceAccounts (in `liqo`), one per
@@ -373,26 +353,29 @@ pub fn offloaded_namespace_binding(
     let name = names::peering::virtual_kubelet(provider);
     let mut labels = common_labels(COMPONENT);
     labels.insert(labels::PEER_CLUSTER_ID.to_owned(), provider.to_string());
-    let mut meta = json!({ "name": name, "namespace": namespace, "labels": labels });
-    if let Some(uid) = offloading_uid {
-        meta["ownerReferences"] = json!([{
-            "apiVersion": format!("{}/v1alpha1", names::GROUP),
-            "kind": "NamespaceOffloading",
-            "name": names::NAMESPACE_OFFLOADING,
-            "uid": uid,
-        }]);
-    }
-    Manifest::RoleBinding(from_json(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": meta,
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": names::peering::virtual_kubelet_offloaded_role(provider),
+    let owner = offloading_uid.map(|uid| {
+        vec![OwnerReference {
+            api_version: format!("{}/v1alpha1", names::GROUP),
+            kind: "NamespaceOffloading".to_owned(),
+            name: names::NAMESPACE_OFFLOADING.to_owned(),
+            uid: uid.to_owned(),
+            ..Default::default()
+        }]
+    });
+    Manifest::RoleBinding(RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(labels),
+            owner_references: owner,
+            ..Default::default()
         },
-        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": names::NAMESPACE }],
-    })))
+        role_ref: rbac::role_ref(
+            "ClusterRole",
+            &names::peering::virtual_kubelet_offloaded_role(provider),
+        ),
+        subjects: Some(vec![rbac::service_account(&name, names::NAMESPACE)]),
+    })
 }
 
 #[cfg(test)]
