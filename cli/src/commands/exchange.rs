@@ -7,18 +7,19 @@
 //! the consumer checks the certificate against its key and the provider's
 //! CA, then starts the virtual kubelet. Neither file holds a secret.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams};
 use liqo_api::ClusterIdentity;
 use liqo_api::authentication::peer_user;
 use liqo_api::names::{self, labels, peering};
 use liqo_api::sharing::{Cost, Resources};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::cli::{
     GlobalArgs, PeerAcceptArgs, PeerCompleteArgs, PeerExchange, PeerRequestArgs, RequestArgs,
@@ -28,7 +29,7 @@ use crate::factory::ClusterClient;
 use crate::flags::parse_request;
 use crate::kube::apply;
 use crate::kube::cluster::installed;
-use crate::manifests::{Manifest, common_labels, from_json};
+use crate::manifests::{Manifest, common_labels};
 use crate::peering::agreement::Agreement;
 use crate::peering::phases::{self, ACCEPT, BY_RESPONSE, Credentials, Granted, Peering};
 use crate::peering::report::print_reports;
@@ -101,18 +102,21 @@ async fn request(
         labels::PEER_CLUSTER_ID.to_owned(),
         consumer_id.cluster_id.to_string(),
     );
-    let secret = Manifest::Secret(from_json(json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": REQUEST_SECRET,
-            "namespace": names::NAMESPACE,
-            "labels": secret_labels,
-            "annotations": { REQUEST_ID_ANNOTATION: id },
+    let secret = Manifest::Secret(Secret {
+        metadata: ObjectMeta {
+            name: Some(REQUEST_SECRET.to_owned()),
+            namespace: Some(names::NAMESPACE.to_owned()),
+            labels: Some(secret_labels),
+            annotations: Some(BTreeMap::from([(
+                REQUEST_ID_ANNOTATION.to_owned(),
+                id.clone(),
+            )])),
+            ..Default::default()
         },
-        "type": "liqo.io/peering-request",
-        "stringData": { "key.pem": made.key_pem },
-    })));
+        type_: Some("liqo.io/peering-request".to_owned()),
+        string_data: Some(BTreeMap::from([("key.pem".to_owned(), made.key_pem)])),
+        ..Default::default()
+    });
     refuse_foreign(&consumer, std::slice::from_ref(&secret), PEER_AGAIN).await?;
     apply::apply(&consumer, &secret).await?;
     let file = RequestFile {

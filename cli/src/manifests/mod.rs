@@ -355,10 +355,6 @@ pub(crate) fn strings(values: &[&str]) -> Vec<String> {
     values.iter().map(|v| (*v).to_owned()).collect()
 }
 
-pub(crate) fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
-    serde_json::from_value(value).expect("invariant: the manifests above match their types")
-}
-
 /// The objects as a multi-document YAML stream.
 pub fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
     let mut out = String::new();

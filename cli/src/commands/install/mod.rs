@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service, Toleration};
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -505,14 +507,19 @@ async fn check_permissions(cluster: &ClusterClient) -> anyhow::Result<()> {
     let checks = reviews.map(|(group, resource, namespace, verb)| {
         let api = api.clone();
         async move {
-            let review: SelfSubjectAccessReview = serde_json::from_value(json!({
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SelfSubjectAccessReview",
-                "spec": { "resourceAttributes": {
-                    "group": group, "resource": resource, "verb": verb, "namespace": namespace,
-                }},
-            }))
-            .expect("invariant: a valid review");
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(group.to_owned()),
+                        resource: Some(resource.to_owned()),
+                        verb: Some(verb.to_owned()),
+                        namespace: namespace.map(str::to_owned),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
             let answer = api.create(&PostParams::default(), &review).await?;
             let allowed = answer.status.is_some_and(|s| s.allowed);
             let qualified = if group.is_empty() {
