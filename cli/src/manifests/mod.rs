@@ -2,12 +2,13 @@
 //! the [`Manifest`] every command applies, the rendering of an installation
 //! in the order it is applied, and the helpers every object uses (labels,
 //! metadata, typed [`rbac`] and [`validation`] pieces). One file per
-//! concern: the [`agents`], the admission policies ([`twin_namespaces`],
+//! concern: the [`agents`], the admission policies ([`peer_admission`], [`twin_namespaces`],
 //! [`peering_token`], [`placement`]) and the placement [`webhook`].
 //! `manifests/` holds these objects rendered with the default options, and
 //! a test fails when it drifts from them.
 
 pub mod agents;
+pub mod peer_admission;
 pub mod peering_token;
 pub mod placement;
 pub mod rbac;
@@ -237,7 +238,7 @@ pub fn render(options: &Options) -> Vec<Manifest> {
     }
     out.extend(agents::gateway(options));
     out.extend(twin_namespaces::twin_namespace_policies());
-    out.extend(crate::peering::admission::policies());
+    out.extend(peer_admission::policies());
     out.extend(peering_token::peering_token_policy());
     if !options.without_placement_policy {
         out.extend(placement::placement_policies());

@@ -4,10 +4,9 @@
 //!
 //! Before anything is written, the provider's [`agreement`] is checked;
 //! the phases then build their objects with pure functions ([`tenant`],
-//! [`virtual_kubelet`], [`token`], [`admission`], [`identity`]) and wait
+//! [`virtual_kubelet`], [`token`], [`identity`]) and wait
 //! for the [`consumer`]'s virtual node; the [`report`] says what was made.
 
-pub mod admission;
 pub mod agreement;
 pub mod capacity;
 pub mod consumer;

@@ -17,7 +17,7 @@ use liqo_api::names::{self, labels, peering};
 use liqo_api::sharing::{Cost, Resources};
 use liqo_api::{ClusterId, ClusterIdentity};
 
-use super::admission;
+use crate::manifests::peer_admission;
 use crate::manifests::{Manifest, common_labels, rbac};
 
 /// What the consumer's identity may do in each of its twin namespaces
@@ -135,7 +135,7 @@ pub fn manifests(
         ..Default::default()
     })];
     // What the provider admits from it, before any of its rights.
-    out.extend(admission::bindings(id, &labels));
+    out.extend(peer_admission::bindings(id, &labels));
     out.extend([
         Manifest::Role(Role {
             metadata: meta(&namespace, &name),

@@ -15,11 +15,11 @@ use liqo_api::names::labels;
 use liqo_api::sharing::{self, SharingPolicy, SharingPolicySpec};
 use serde_json::json;
 
-use super::admission;
 use crate::factory::ClusterClient;
 use crate::kube::apply;
 use crate::kube::ownership;
 use crate::manifests::common_labels;
+use crate::manifests::peer_admission;
 
 /// The sharing policy of `provider` that applies to `consumer`: its own,
 /// else `default`, else the built-in one.
@@ -114,7 +114,7 @@ pub async fn bring_under(
     }
     let mut binding_labels = common_labels("tenant");
     binding_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), id.to_string());
-    for binding in admission::bindings(id, &binding_labels) {
+    for binding in peer_admission::bindings(id, &binding_labels) {
         apply::apply(provider, &binding).await?;
     }
     let namespaces: Api<Namespace> = Api::all(provider.client.clone());

@@ -16,6 +16,7 @@ use kube::api::{Api, AttachParams, TerminalSize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use super::route::BadQuery;
 use super::spdy::{Decoder, Encoder, Frame};
 
 /// The streaming protocol spoken: the one whose status is a JSON
@@ -34,7 +35,7 @@ pub struct ExecOptions {
 
 /// The options of an `/exec` query (`command` repeated, `input`,
 /// `output`, `error`, `tty` as `1`/`true`), or why they are refused.
-pub fn exec_options(pairs: &[(String, String)]) -> Result<ExecOptions, String> {
+pub fn exec_options(pairs: &[(String, String)]) -> Result<ExecOptions, BadQuery> {
     let flag = |key: &str| {
         pairs
             .iter()
@@ -54,10 +55,12 @@ pub fn exec_options(pairs: &[(String, String)]) -> Result<ExecOptions, String> {
         tty: flag("tty"),
     };
     if opts.command.is_empty() {
-        return Err("you must specify at least 1 command".to_owned());
+        return Err(BadQuery("you must specify at least 1 command".to_owned()));
     }
     if !opts.stdin && !opts.stdout && !opts.stderr {
-        return Err("you must specify at least 1 of stdin, stdout, stderr".to_owned());
+        return Err(BadQuery(
+            "you must specify at least 1 of stdin, stdout, stderr".to_owned(),
+        ));
     }
     Ok(opts)
 }

@@ -420,7 +420,7 @@ async fn exec(
 ) -> Response<Body> {
     let opts = match exec::exec_options(&route::query_pairs(req.uri().query())) {
         Ok(opts) => opts,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+        Err(why) => return text(StatusCode::BAD_REQUEST, why.to_string()),
     };
     let upgrade = req
         .headers()
