@@ -71,12 +71,12 @@ impl Outcome {
 /// What a probe found, as it leaves it in its termination message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Report {
+pub struct ProbeReport {
     pub from: String,
     pub results: Vec<Outcome>,
 }
 
-impl Report {
+impl ProbeReport {
     pub fn passed(&self) -> bool {
         self.results.iter().all(Outcome::passed)
     }
@@ -124,7 +124,7 @@ mod tests {
             error: Some("connection refused".into()),
             ..answered.clone()
         };
-        let report = |results| Report {
+        let report = |results| ProbeReport {
             from: "c".into(),
             results,
         };

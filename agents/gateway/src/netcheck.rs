@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use liqo_api::netcheck::{Answer, Outcome, Report, Target};
+use liqo_api::netcheck::{Answer, Outcome, ProbeReport, Target};
 
 /// At most this many connections are served at once; more wait in the
 /// listen queue.
@@ -177,7 +177,7 @@ fn probe(args: &ProbeArgs) -> anyhow::Result<std::process::ExitCode> {
             })
             .collect()
     });
-    let report = Report {
+    let report = ProbeReport {
         from: own_name(args.name.as_ref()),
         results,
     };

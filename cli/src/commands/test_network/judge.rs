@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::{ContainerState, Pod};
 use kube::api::Api;
 use liqo_api::names;
-use liqo_api::netcheck::Report;
+use liqo_api::netcheck::ProbeReport;
 use liqo_api::networking::Connection;
 use serde::Serialize;
 
@@ -74,7 +74,7 @@ pub(super) fn ready_ip(pod: &Pod) -> Option<String> {
 }
 
 /// The report a client left, once it has ended.
-pub(super) fn report_of(pod: &Pod) -> Option<Result<Report, String>> {
+pub(super) fn report_of(pod: &Pod) -> Option<Result<ProbeReport, String>> {
     let status = pod.status.as_ref()?;
     if !matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
         return None;
@@ -92,17 +92,19 @@ pub(super) fn report_of(pod: &Pod) -> Option<Result<Report, String>> {
         )));
     };
     let message = terminated.message.as_deref().unwrap_or_default();
-    Some(serde_json::from_str::<Report>(message.trim()).map_err(|_| {
-        format!(
-            "the client exited {} without a report{}",
-            terminated.exit_code,
-            if message.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", message.trim())
-            }
-        )
-    }))
+    Some(
+        serde_json::from_str::<ProbeReport>(message.trim()).map_err(|_| {
+            format!(
+                "the client exited {} without a report{}",
+                terminated.exit_code,
+                if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", message.trim())
+                }
+            )
+        }),
+    )
 }
 
 /// Turns the reports into checks, each failure with where it lies as
@@ -111,7 +113,7 @@ pub(super) fn judge(
     local: &str,
     peers: &[Peer],
     servers: &Servers,
-    reports: &[(Option<usize>, Result<Report, String>)],
+    reports: &[(Option<usize>, Result<ProbeReport, String>)],
     down: &[Option<String>],
 ) -> Vec<Check> {
     let mut checks = Vec::new();
@@ -323,7 +325,7 @@ mod tests {
     // A kube client (never called) needs a runtime to be made.
     #[tokio::test]
     async fn a_failed_service_whose_pod_answers_is_blamed_on_the_service() {
-        let report = Report {
+        let report = ProbeReport {
             from: "client-local".into(),
             results: vec![
                 outcome("pod-0", "100.64.2.3:8080", true),
@@ -351,7 +353,7 @@ mod tests {
     // A kube client (never called) needs a runtime to be made.
     #[tokio::test]
     async fn a_pod_that_does_not_answer_names_the_hops_with_their_addresses() {
-        let report = Report {
+        let report = ProbeReport {
             from: "client-remote-0".into(),
             results: vec![
                 outcome("pod", "100.64.1.2:8080", false),

@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels};
-use liqo_api::netcheck::{self, Report};
+use liqo_api::netcheck::{self, ProbeReport};
 use liqo_api::networking::{Remap, translate};
 use liqo_api::offloading::{
     LabelSelector, NamespaceMappingStrategy, NamespaceOffloading, NamespaceOffloadingSpec,
@@ -199,7 +199,7 @@ async fn check(
     };
     let down = if reports
         .iter()
-        .all(|(_, r)| r.as_ref().is_ok_and(Report::passed))
+        .all(|(_, r)| r.as_ref().is_ok_and(ProbeReport::passed))
     {
         vec![None; peers.len()]
     } else {
@@ -562,9 +562,9 @@ async fn wait_for_reports(
     ns: &str,
     clients: &[Client],
     deadline: Instant,
-) -> anyhow::Result<Vec<(Option<usize>, Result<Report, String>)>> {
+) -> anyhow::Result<Vec<(Option<usize>, Result<ProbeReport, String>)>> {
     let pods: Api<Pod> = Api::namespaced(consumer.client.clone(), ns);
-    let mut reports: BTreeMap<String, Result<Report, String>> = BTreeMap::new();
+    let mut reports: BTreeMap<String, Result<ProbeReport, String>> = BTreeMap::new();
     loop {
         for client in clients {
             if reports.contains_key(&client.name) {
