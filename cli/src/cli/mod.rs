@@ -173,7 +173,7 @@ pub struct InstallArgs {
         value_delimiter = ','
     )]
     pub cluster_labels: Vec<String>,
-    /// The pod CIDR; found from the controller-manager, kube-proxy or the nodes when not given.
+    /// The pod CIDR; found from the controller-manager, kubeadm, kube-proxy or the nodes when not given.
     #[arg(long, value_name = "CIDR")]
     pub pod_cidr: Option<String>,
     /// The service CIDR; found from the ServiceCIDR API when not given.

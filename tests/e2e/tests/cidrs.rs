@@ -23,7 +23,8 @@ fn dry_run(kubeconfig: &std::path::Path) -> (String, String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pod_cidr_comes_from_the_controller_manager_kube_proxy_or_the_nodes() -> Result<()> {
+async fn pod_cidr_comes_from_the_controller_manager_kubeadm_kube_proxy_or_the_nodes() -> Result<()>
+{
     let mut spec = ClusterSpec::new("cidrs", 1);
     spec.nodes = 2;
     let testbed = Testbed::start(vec![spec]).await?;
@@ -49,6 +50,18 @@ async fn pod_cidr_comes_from_the_controller_manager_kube_proxy_or_the_nodes() ->
     let (pod, _, notes) = dry_run(kubeconfig);
     assert_eq!(pod, "10.201.0.0/16");
     assert!(notes.contains("kube-proxy"), "{notes}");
+
+    // kubeadm's own ClusterConfiguration (kind has it) before kube-proxy's.
+    let kubeadm: ConfigMap = serde_json::from_value(json!({
+        "metadata": { "name": "kubeadm-config" },
+        "data": { "ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta3\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.200.0.0/15\n  serviceSubnet: 10.96.0.0/16\n" },
+    }))?;
+    Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+        .create(&PostParams::default(), &kubeadm)
+        .await?;
+    let (pod, _, notes) = dry_run(kubeconfig);
+    assert_eq!(pod, "10.200.0.0/15");
+    assert!(notes.contains("kubeadm's networking.podSubnet"), "{notes}");
 
     // The controller-manager's own flag wins, the first of a dual-stack pair.
     let manager: Pod = serde_json::from_value(json!({

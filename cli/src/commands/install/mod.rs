@@ -628,10 +628,12 @@ fn default_name(context: &str, id: &ClusterId) -> String {
 }
 
 /// Where the pod CIDR is found, best source first: the controller-manager's
-/// `--cluster-cidr` (a kubeadm-style static pod), kube-proxy's
-/// `clusterCIDR` (its kubeadm ConfigMap), else the smallest network holding
-/// every node's pod CIDR (virtual nodes stand for other clusters and do not
-/// count). Returns the CIDR and where it came from.
+/// `--cluster-cidr` (a kubeadm-style static pod), kubeadm's
+/// `networking.podSubnet` (its `kubeadm-config` ConfigMap, as kind
+/// clusters have it), kube-proxy's `clusterCIDR` (its kubeadm ConfigMap),
+/// else the smallest network holding every node's pod CIDR (virtual nodes
+/// stand for other clusters and do not count). Returns the CIDR and where
+/// it came from.
 async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(IpNet, &'static str)> {
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "kube-system");
     // Reading kube-system is a courtesy: without the right, look elsewhere.
@@ -653,6 +655,15 @@ async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(IpNet, &'st
         }
     }
     let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "kube-system");
+    if let Ok(Some(kubeadm)) = maps.get_opt("kubeadm-config").await
+        && let Some(cidr) = kubeadm
+            .data
+            .unwrap_or_default()
+            .get("ClusterConfiguration")
+            .and_then(|c| kubeadm_pod_subnet(c))
+    {
+        return Ok((cidr, "kubeadm's networking.podSubnet"));
+    }
     if let Ok(Some(proxy)) = maps.get_opt("kube-proxy").await
         && let Some(cidr) = proxy
             .data
@@ -672,7 +683,14 @@ async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(IpNet, &'st
         .iter()
         .filter_map(|n| n.spec.as_ref()?.pod_cidr.as_deref())
         .filter_map(|c| c.parse::<IpNet>().ok());
+    let nodes = cidrs.clone().count();
     match covering(cidrs) {
+        // One node's range is not the cluster's: the next node's is
+        // another.
+        Some(net) if nodes == 1 => Ok((
+            net,
+            "its only node's pod CIDR, which a node added later would not cover",
+        )),
         Some(net) => Ok((net, "the nodes' pod CIDRs")),
         None => Err(UserError::NotFound(format!(
             "cannot find the pod CIDR of cluster {}: no kube-controller-manager pod with \
@@ -682,6 +700,13 @@ async fn detect_pod_cidr(cluster: &ClusterClient) -> anyhow::Result<(IpNet, &'st
         ))
         .into()),
     }
+}
+
+/// `networking.podSubnet` of a kubeadm ClusterConfiguration document (the
+/// `ClusterConfiguration` key of its `kubeadm-config` ConfigMap).
+fn kubeadm_pod_subnet(config: &str) -> Option<IpNet> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(config).ok()?;
+    first_cidr(doc.get("networking")?.get("podSubnet")?.as_str()?)
 }
 
 /// `clusterCIDR` of a KubeProxyConfiguration document (the `config.conf`

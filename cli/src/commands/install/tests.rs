@@ -14,6 +14,23 @@ fn kube_proxy_cluster_cidr_is_read_from_yaml() {
 }
 
 #[test]
+fn kubeadm_pod_subnet_is_read_from_its_cluster_configuration() {
+    // As kind writes it.
+    let config = "apiVersion: kubeadm.k8s.io/v1beta3\nkind: ClusterConfiguration\n\
+                  kubernetesVersion: v1.34.4\nnetworking:\n  dnsDomain: cluster.local\n\
+                  \x20 podSubnet: 10.244.0.0/16\n  serviceSubnet: 10.96.0.0/16\n";
+    assert_eq!(
+        kubeadm_pod_subnet(config),
+        Some("10.244.0.0/16".parse().expect("net"))
+    );
+    assert_eq!(
+        kubeadm_pod_subnet("networking:\n  serviceSubnet: 10.96.0.0/16\n"),
+        None
+    );
+    assert_eq!(kubeadm_pod_subnet("{ not yaml"), None);
+}
+
+#[test]
 fn covering_network_of_node_cidrs() {
     let nets = ["10.201.0.0/24", "10.201.1.0/24", "10.201.2.0/24"].map(|n| n.parse().expect("net"));
     assert_eq!(
