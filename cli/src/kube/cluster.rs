@@ -55,18 +55,31 @@ pub struct Placement {
     pub images: ImageSource,
 }
 
+/// The installed gateway's Deployment, if any: what a run without the
+/// flags that shape it keeps.
+pub async fn installed_gateway(cluster: &ClusterClient) -> anyhow::Result<Option<Deployment>> {
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
+    deployments
+        .get_opt(names::GATEWAY)
+        .await
+        .map_err(|e| cluster.explain(e, "reading the installed gateway"))
+}
+
 /// The node selector, tolerations and images of the installed gateway, so
 /// that a run without `--node-selector`, `--toleration` or the image flags
 /// keeps them, as it keeps the identity, and so that the virtual kubelets
 /// run where and as the gateway does.
 pub async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<Placement> {
-    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
-    let gateway = deployments
-        .get_opt(names::GATEWAY)
-        .await
-        .map_err(|e| cluster.explain(e, "reading the installed gateway"))?;
-    let Some(spec) = gateway.and_then(|d| d.spec?.template.spec) else {
-        return Ok(Placement::default());
+    Ok(installed_gateway(cluster)
+        .await?
+        .map(|d| placement_of(&d))
+        .unwrap_or_default())
+}
+
+/// Where and from which images a gateway's Deployment runs it.
+pub fn placement_of(gateway: &Deployment) -> Placement {
+    let Some(spec) = gateway.spec.as_ref().and_then(|s| s.template.spec.as_ref()) else {
+        return Placement::default();
     };
     let container = spec.containers.iter().find(|c| c.name == "gateway");
     let mut images = ImageSource::default();
@@ -83,11 +96,11 @@ pub async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<
     {
         images.pull_policy = policy;
     }
-    Ok(Placement {
-        node_selector: spec.node_selector.unwrap_or_default(),
-        tolerations: spec.tolerations.unwrap_or_default(),
+    Placement {
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        tolerations: spec.tolerations.clone().unwrap_or_default(),
         images,
-    })
+    }
 }
 
 /// How the installed gateway announces and runs tunnels, so that a run
@@ -95,12 +108,8 @@ pub async fn installed_pod_placement(cluster: &ClusterClient) -> anyhow::Result<
 pub async fn installed_gateway_args(
     cluster: &ClusterClient,
 ) -> anyhow::Result<manifests::agents::GatewayArgs> {
-    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
-    let gateway = deployments
-        .get_opt(names::GATEWAY)
-        .await
-        .map_err(|e| cluster.explain(e, "reading the installed gateway"))?;
-    Ok(gateway
+    Ok(installed_gateway(cluster)
+        .await?
         .map(|d| manifests::agents::gateway_args_of(&d))
         .unwrap_or_default())
 }

@@ -30,8 +30,7 @@ use crate::flags::{node_selector_flag, parse_pairs, tolerations_flag};
 use crate::kube::agents::{self, Readiness};
 use crate::kube::apply::{self, Change};
 use crate::kube::cluster::{
-    installed_gateway_args, installed_pod_placement, read_identity,
-    serves_mutating_admission_policy,
+    installed_gateway, placement_of, read_identity, serves_mutating_admission_policy,
 };
 use crate::kube::ownership;
 use crate::kube::wait::{self, Waited};
@@ -80,7 +79,9 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         printer.info(format!("  {note}"));
     }
 
-    let installed = installed_pod_placement(&cluster).await?;
+    // Read once: what a run without the flags that shape it keeps.
+    let gateway = installed_gateway(&cluster).await?;
+    let installed = gateway.as_ref().map(placement_of).unwrap_or_default();
     let placement = serves_mutating_admission_policy(&cluster).await;
     // Without MutatingAdmissionPolicy, the virtual kubelets place pods
     // with a webhook, whose certificate is kept while valid.
@@ -94,7 +95,10 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
         );
         Some(placement_tls::current_or_new(&cluster).await?)
     };
-    let installed_gateway = installed_gateway_args(&cluster).await?;
+    let installed_gateway = gateway
+        .as_ref()
+        .map(manifests::agents::gateway_args_of)
+        .unwrap_or_default();
     let announce = flags.announce.unwrap_or(installed_gateway.announce);
     let kept = installed_gateway.tunnels.clone();
     let tunnels = manifests::agents::TunnelSettings {
