@@ -18,13 +18,10 @@ use serde::{Deserialize, Serialize};
 use super::endpoints::published_endpoint;
 use super::plan::Planned;
 use super::supervisor::{RESTART_BACKOFF, Tunnels};
-use crate::tunnel::Stats;
+use crate::tunnel::{SESSION, Stats};
 
 /// The most often counters alone are written to a status.
 pub const COUNTERS_EVERY: Duration = Duration::from_secs(10);
-/// A session is good for this long after its handshake (WireGuard's
-/// REJECT_AFTER_TIME): later, the tunnel is not established.
-const SESSION: Duration = Duration::from_secs(180);
 /// A tunnel is established while the peer was heard from this recently
 /// (three keepalives) and its session is current.
 const HEARD_WITHIN: Duration = Duration::from_secs(30);

@@ -7,7 +7,7 @@ use std::thread;
 
 use super::udp::{Outgoing, Udp};
 use super::{OnStats, lock};
-use crate::tunnel::{Peer, TICK};
+use crate::tunnel::{Peer, SESSION, TICK};
 
 pub(super) fn timers(udp: &Udp, peer: &Mutex<Peer>, mut report: OnStats) -> io::Result<()> {
     let mut due = Outgoing::new();
@@ -19,10 +19,7 @@ pub(super) fn timers(udp: &Udp, peer: &Mutex<Peer>, mut report: OnStats) -> io::
             peer.tick(|d| due.push(d));
             (peer.endpoint(), peer.stats())
         };
-        // A session is good for three minutes after its handshake.
-        let up = stats
-            .since_last_handshake
-            .is_some_and(|t| t < std::time::Duration::from_secs(180));
+        let up = stats.since_last_handshake.is_some_and(|t| t < SESSION);
         if up != handshaken {
             handshaken = up;
             tracing::info!(up, ?stats, "tunnel");

@@ -20,7 +20,7 @@ mod peer;
 mod probe;
 
 pub use key::{Key, KeyError};
-pub use peer::{Peer, PeerConfig, Stats, TICK};
+pub use peer::{Peer, PeerConfig, SESSION, Stats, TICK};
 
 /// WireGuard's overhead on a packet: outer IPv4 (20) or IPv6 (40), UDP
 /// (8), and the data message's header and tag (32). The tunnel's MTU is

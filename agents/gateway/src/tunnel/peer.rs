@@ -357,6 +357,10 @@ fn accept(allowed_ips: &[IpNet], packet: &[u8], src: IpAddr) -> Result<usize, Dr
 /// How often [`Peer::tick`] runs: boringtun's timers have this resolution.
 pub const TICK: Duration = Duration::from_millis(250);
 
+/// How long a session is good for after its handshake (WireGuard's
+/// REJECT_AFTER_TIME): later, no data goes through it.
+pub const SESSION: Duration = Duration::from_secs(180);
+
 fn describe(e: &WireGuardError) -> String {
     format!("{e:?}")
 }
