@@ -24,14 +24,17 @@ pub fn bin_dir() -> PathBuf {
 /// The result of running a command: its exit code and output as text.
 #[derive(Debug)]
 pub struct Run {
+    /// The command line, as failures print it.
+    pub command: String,
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Run {
-    pub(crate) fn from(output: Output) -> Self {
+    pub(crate) fn from(command: String, output: Output) -> Self {
         Self {
+            command,
             code: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
@@ -43,8 +46,8 @@ impl Run {
     pub fn success(self) -> Self {
         assert_eq!(
             self.code, 0,
-            "command failed:\nstdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
+            "command failed: {}\nstdout:\n{}\nstderr:\n{}",
+            self.command, self.stdout, self.stderr
         );
         self
     }
@@ -55,8 +58,8 @@ impl Run {
     pub fn user_error(self, code: i32) -> Self {
         assert_eq!(
             self.code, code,
-            "wrong exit code:\nstdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
+            "wrong exit code: {}\nstdout:\n{}\nstderr:\n{}",
+            self.command, self.stdout, self.stderr
         );
         let errors: Vec<&str> = self
             .stderr
@@ -94,19 +97,29 @@ pub fn liqoctl(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
     }
     cmd.args(args);
     Run::from(
+        command_line(&cmd),
         cmd.output()
             .expect("invariant: bin_dir() has just built liqoctl"),
     )
 }
 
-/// The [`Run`] of a finished process's output.
-pub fn run_output(output: Output) -> Run {
-    Run::from(output)
+/// The [`Run`] of a finished process's output; `command` says what ran.
+pub fn run_output(command: &str, output: Output) -> Run {
+    Run::from(command.to_owned(), output)
 }
 
 /// Runs any command, capturing its output.
 pub fn run(cmd: &mut Command) -> Run {
-    Run::from(cmd.output().expect("the command runs"))
+    Run::from(command_line(cmd), cmd.output().expect("the command runs"))
+}
+
+/// A command's program and arguments, as a shell would show them.
+pub(crate) fn command_line(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Polls `check` until it is true; fails after `timeout`.

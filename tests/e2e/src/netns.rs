@@ -81,17 +81,18 @@ impl NetNs {
     /// Runs a command inside with a clean environment (only `PATH`, and
     /// `HOME` pointing nowhere), capturing its output.
     pub fn output(&self, program: &Path, args: &[&str]) -> Result<crate::Run> {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.name])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name])
             .arg(program)
             .args(args)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", "/nonexistent")
-            .stdin(Stdio::null())
+            .stdin(Stdio::null());
+        let out = cmd
             .output()
             .with_context(|| format!("running {}", program.display()))?;
-        Ok(crate::Run::from(out))
+        Ok(crate::Run::from(crate::command_line(&cmd), out))
     }
 
     /// Starts a command inside; killed when the [`Process`] is dropped.

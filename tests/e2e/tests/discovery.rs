@@ -226,7 +226,10 @@ fn lan_discovery_finds_announced_clusters_and_forgets_withdrawn_ones() -> Result
         logs(&one, &two)
     );
     assert!(one.log().contains("withdrawing"), "{}", one.log());
-    let run = liqo_e2e::run_output(browse.wait_with_output()?);
+    let run = liqo_e2e::run_output(
+        "liqoctl -v discover --lan --timeout 5s -o json (in a namespace)",
+        browse.wait_with_output()?,
+    );
     ensure!(run.code == 0, "discover failed: {run:?}");
     assert!(
         run.stderr.contains("found on the LAN") && run.stderr.contains("gone from the LAN"),
