@@ -76,6 +76,14 @@ pub struct SharingPolicySpec {
     pub pods: Option<Offer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// The least a grant under this policy is (each resource given), even
+    /// when its share of the free capacity is less.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<Resources>,
+    /// The most a grant under this policy is (each resource given), even
+    /// when its share of the free capacity is more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<Resources>,
     /// What the provider's API server admits from the peer beyond its
     /// quota: Pod Security level, priority classes, tolerations, nodes,
     /// runtime class, NodePort and LoadBalancer Services.
@@ -96,6 +104,8 @@ pub fn default_policy() -> SharingPolicySpec {
         memory: Some(Offer("50%".to_owned())),
         pods: Some(Offer("50%".to_owned())),
         cost: None,
+        floor: None,
+        ceiling: None,
         admission: Admission::default(),
     }
 }
@@ -117,6 +127,12 @@ pub enum SharingError {
     BadOffer { what: &'static str, value: String },
     #[error("the provider does not accept new peers")]
     NotAccepting,
+    #[error("the floor of {what} ({floor}) is above its ceiling ({ceiling})")]
+    FloorAboveCeiling {
+        what: &'static str,
+        floor: String,
+        ceiling: String,
+    },
     #[error("asked for {asked} {what}, the provider offers {offered}")]
     AboveOffer {
         what: &'static str,
@@ -196,7 +212,9 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     (n >= 0.0 && n.is_finite()).then(|| n.round() as u64)
 }
 
-/// What a policy offers, given the provider's free allocatable capacity.
+/// What a policy offers, given the provider's free allocatable capacity:
+/// each offer (a quantity, or a share of what is free), within the
+/// policy's floor and ceiling.
 pub fn offered(policy: &SharingPolicySpec, free: Amounts) -> Result<Amounts, SharingError> {
     fn one(
         what: &'static str,
@@ -222,11 +240,92 @@ pub fn offered(policy: &SharingPolicySpec, free: Amounts) -> Result<Amounts, Sha
             None => parse(text).ok_or_else(bad),
         }
     }
+    let (floor, ceiling) = bounds(policy)?;
+    let within = |offer: u64, floor: Option<u64>, ceiling: Option<u64>| {
+        let offer = offer.max(floor.unwrap_or(0));
+        ceiling.map_or(offer, |c| offer.min(c))
+    };
     Ok(Amounts {
-        cpu_millis: one("cpu", &policy.cpu, free.cpu_millis, parse_cpu_millis)?,
-        memory_bytes: one("memory", &policy.memory, free.memory_bytes, parse_bytes)?,
-        pods: one("pods", &policy.pods, free.pods, |s| s.parse().ok())?,
+        cpu_millis: within(
+            one("cpu", &policy.cpu, free.cpu_millis, parse_cpu_millis)?,
+            floor.cpu,
+            ceiling.cpu,
+        ),
+        memory_bytes: within(
+            one("memory", &policy.memory, free.memory_bytes, parse_bytes)?,
+            floor.memory,
+            ceiling.memory,
+        ),
+        pods: within(
+            one("pods", &policy.pods, free.pods, |s| s.parse().ok())?,
+            floor.pods,
+            ceiling.pods,
+        ),
     })
+}
+
+/// Some of CPU (millicores), memory (bytes) and pods: a policy's floor or
+/// ceiling, where what is not given is no bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bound {
+    pub cpu: Option<u64>,
+    pub memory: Option<u64>,
+    pub pods: Option<u64>,
+}
+
+impl Bound {
+    fn of(r: Option<&Resources>) -> Result<Self, SharingError> {
+        let Some(r) = r else {
+            return Ok(Self::default());
+        };
+        let parse = |what, q: &Option<Quantity>, f: fn(&str) -> Option<u64>| {
+            q.as_ref()
+                .map(|q| {
+                    f(&q.0).ok_or(SharingError::BadQuantity {
+                        what,
+                        value: q.0.clone(),
+                    })
+                })
+                .transpose()
+        };
+        Ok(Self {
+            cpu: parse("cpu", &r.cpu, parse_cpu_millis)?,
+            memory: parse("memory", &r.memory, parse_bytes)?,
+            pods: parse("pods", &r.pods, |s| s.parse().ok())?,
+        })
+    }
+}
+
+/// Which amount of [`Resources`] a bound is about.
+type Pick = fn(&Resources) -> &Option<Quantity>;
+
+/// The policy's floor and ceiling, checked: each a quantity, and no floor
+/// above its ceiling.
+pub fn bounds(policy: &SharingPolicySpec) -> Result<(Bound, Bound), SharingError> {
+    let floor = Bound::of(policy.floor.as_ref())?;
+    let ceiling = Bound::of(policy.ceiling.as_ref())?;
+    let shown = |r: Option<&Resources>, pick: Pick| {
+        r.and_then(|r| pick(r).as_ref())
+            .map(|q| q.0.clone())
+            .unwrap_or_default()
+    };
+    let pairs: [(&'static str, Option<u64>, Option<u64>, Pick); 3] = [
+        ("cpu", floor.cpu, ceiling.cpu, |r| &r.cpu),
+        ("memory", floor.memory, ceiling.memory, |r| &r.memory),
+        ("pods", floor.pods, ceiling.pods, |r| &r.pods),
+    ];
+    for (what, f, c, pick) in pairs {
+        if let (Some(f), Some(c)) = (f, c)
+            && f > c
+        {
+            return Err(SharingError::FloorAboveCeiling {
+                what,
+                floor: shown(policy.floor.as_ref(), pick),
+                ceiling: shown(policy.ceiling.as_ref(), pick),
+            });
+        }
+    }
+    Ok((floor, ceiling))
 }
 
 /// What to do with a request the policy does not cover whole.
@@ -302,8 +401,73 @@ mod tests {
             memory: Some(Offer(memory.into())),
             pods: Some(Offer(pods.into())),
             cost: None,
+            floor: None,
+            ceiling: None,
             admission: Admission::default(),
         }
+    }
+
+    fn resources(cpu: &str, memory: &str, pods: &str) -> Resources {
+        let q = |v: &str| (!v.is_empty()).then(|| Quantity(v.to_owned()));
+        Resources {
+            cpu: q(cpu),
+            memory: q(memory),
+            pods: q(pods),
+        }
+    }
+
+    #[test]
+    fn an_offer_stays_within_its_floor_and_ceiling() {
+        let free = Amounts {
+            cpu_millis: 10_000,
+            memory_bytes: 10 << 30,
+            pods: 100,
+        };
+        let mut p = policy("50%", "50%", "50%");
+        p.floor = Some(resources("6", "", "10"));
+        p.ceiling = Some(resources("", "2Gi", "20"));
+        // 50% of the CPU (5) is raised to its floor, of memory (5Gi)
+        // lowered to its ceiling; pods (50) are within neither, then
+        // capped.
+        assert_eq!(
+            offered(&p, free),
+            Ok(Amounts {
+                cpu_millis: 6_000,
+                memory_bytes: 2 << 30,
+                pods: 20,
+            })
+        );
+        // Nothing free: the floor still holds.
+        assert_eq!(
+            offered(&p, Amounts::default()).map(|a| a.cpu_millis),
+            Ok(6_000)
+        );
+        // Without bounds, the share alone.
+        assert_eq!(
+            offered(&policy("50%", "50%", "50%"), free).map(|a| a.pods),
+            Ok(50)
+        );
+    }
+
+    #[test]
+    fn a_floor_above_its_ceiling_is_refused_and_says_which() {
+        let mut p = policy("50%", "50%", "50%");
+        p.floor = Some(resources("", "4Gi", ""));
+        p.ceiling = Some(resources("8", "2Gi", ""));
+        let e = bounds(&p).expect_err("above");
+        assert_eq!(
+            e.to_string(),
+            "the floor of memory (4Gi) is above its ceiling (2Gi)"
+        );
+        assert!(offered(&p, Amounts::default()).is_err());
+        // Equal is fine, and so is a bound on one side only.
+        p.floor = Some(resources("", "2Gi", "5"));
+        assert!(bounds(&p).is_ok());
+        p.ceiling = Some(resources("one", "", ""));
+        assert!(matches!(
+            bounds(&p),
+            Err(SharingError::BadQuantity { what: "cpu", .. })
+        ));
     }
 
     #[test]

@@ -377,6 +377,14 @@ pub struct SharingPolicySetArgs {
     /// Pods to offer: a count (110) or a share of the free pod slots (50%).
     #[arg(long, value_name = "COUNT|N%")]
     pub pods: Option<String>,
+    /// The least a grant is, whatever its share of the free capacity, e.g.
+    /// cpu=1,memory=2Gi,pods=10 (each optional; "" for none).
+    #[arg(long, value_name = "cpu=Q,memory=Q,pods=N")]
+    pub floor: Option<String>,
+    /// The most a grant is, whatever its share of the free capacity, e.g.
+    /// cpu=8,memory=16Gi (each optional; "" for none).
+    #[arg(long, value_name = "cpu=Q,memory=Q,pods=N")]
+    pub ceiling: Option<String>,
     /// Price of one CPU for one hour (e.g. 0.02).
     #[arg(long, value_name = "PRICE")]
     pub cost_cpu_hour: Option<String>,

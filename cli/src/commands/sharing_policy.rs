@@ -4,6 +4,7 @@
 //! default). Also owns how amounts and costs are shown to people, which
 //! `info` shares.
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ListParams};
 use liqo_api::admission::Admission;
 use liqo_api::authentication::Tenant;
@@ -80,6 +81,8 @@ fn check_offer(flag: &str, value: &str) -> Result<Offer, UserError> {
         memory: None,
         pods: None,
         cost: None,
+        floor: None,
+        ceiling: None,
         admission: Admission::default(),
     };
     match flag {
@@ -103,6 +106,41 @@ fn check_offer(flag: &str, value: &str) -> Result<Offer, UserError> {
         )));
     }
     Ok(offer)
+}
+
+/// A floor or ceiling: `cpu=Q,memory=Q,pods=N`, each optional; `""` for
+/// none.
+fn check_bound(flag: &str, value: &str) -> Result<Option<Resources>, UserError> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let bad = |why: String| {
+        UserError::Usage(format!(
+            "{flag}: {why}; give it as cpu=QUANTITY,memory=QUANTITY,pods=COUNT (each optional), \
+             such as cpu=2,memory=4Gi"
+        ))
+    };
+    let mut bound = Resources::default();
+    for pair in value.split(',').map(str::trim) {
+        let (key, quantity) = pair
+            .split_once('=')
+            .ok_or_else(|| bad(format!("{pair:?} is not KEY=VALUE")))?;
+        let (slot, valid) = match key.trim() {
+            "cpu" => (
+                &mut bound.cpu,
+                sharing::parse_cpu_millis(quantity).is_some(),
+            ),
+            "memory" => (&mut bound.memory, sharing::parse_bytes(quantity).is_some()),
+            "pods" => (&mut bound.pods, quantity.parse::<u64>().is_ok()),
+            other => return Err(bad(format!("{other:?} is none of cpu, memory, pods"))),
+        };
+        if !valid {
+            return Err(bad(format!("{pair:?} is not a quantity")));
+        }
+        *slot = Some(Quantity(quantity.trim().to_owned()));
+    }
+    Ok(Some(bound))
 }
 
 /// A price: a decimal number, zero or more.
@@ -142,6 +180,17 @@ fn merged(
     if let Some(v) = &args.pods {
         base.pods = Some(check_offer("--pods", v)?);
     }
+    if let Some(v) = &args.floor {
+        base.floor = check_bound("--floor", v)?;
+    }
+    if let Some(v) = &args.ceiling {
+        base.ceiling = check_bound("--ceiling", v)?;
+    }
+    sharing::bounds(&base).map_err(|e| {
+        UserError::Usage(format!(
+            "--floor and --ceiling: {e}; lower the floor or raise the ceiling"
+        ))
+    })?;
     let cpu_hour = args
         .cost_cpu_hour
         .as_deref()
@@ -488,6 +537,9 @@ fn render(s: &Shown) -> String {
         "Cost".to_owned(),
         s.policy.cost.as_ref().map_or("-".to_owned(), show_cost),
     ]);
+    if let Some(bounds) = show_bounds(&s.policy) {
+        head.add_row(vec!["Bounds".to_owned(), bounds]);
+    }
     if let Some(why) = &s.invalid {
         head.add_row(vec!["Invalid".to_owned(), why.clone()]);
     }
@@ -553,6 +605,24 @@ async fn delete(
     }
 }
 
+/// The floor and ceiling of a policy, when it has either:
+/// `floor cpu=1, ceiling cpu=8 memory=16Gi`.
+fn show_bounds(p: &SharingPolicySpec) -> Option<String> {
+    let one = |name: &str, r: &Option<Resources>| {
+        let r = r.as_ref()?;
+        let parts: Vec<String> = [("cpu", &r.cpu), ("memory", &r.memory), ("pods", &r.pods)]
+            .into_iter()
+            .filter_map(|(k, q)| Some(format!("{k}={}", q.as_ref()?.0)))
+            .collect();
+        (!parts.is_empty()).then(|| format!("{name} {}", parts.join(" ")))
+    };
+    let shown: Vec<String> = [one("floor", &p.floor), one("ceiling", &p.ceiling)]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!shown.is_empty()).then(|| shown.join(", "))
+}
+
 /// A policy in one line, for `set`'s result.
 fn describe(p: &SharingPolicySpec) -> String {
     let offer = |o: &Option<Offer>| o.as_ref().map_or("0".to_owned(), |o| o.0.clone());
@@ -567,6 +637,9 @@ fn describe(p: &SharingPolicySpec) -> String {
         offer(&p.memory),
         offer(&p.pods)
     );
+    if let Some(bounds) = show_bounds(p) {
+        out.push_str(&format!(", {bounds}"));
+    }
     if let Some(cost) = &p.cost {
         out.push_str(&format!(", cost {}", show_cost(cost)));
     }
@@ -586,6 +659,8 @@ mod tests {
             cpu: None,
             memory: None,
             pods: None,
+            floor: None,
+            ceiling: None,
             cost_cpu_hour: None,
             cost_memory_gib_hour: None,
             currency: None,
@@ -715,6 +790,38 @@ mod tests {
     }
 
     #[test]
+    fn floors_and_ceilings_are_checked_and_refused_above_each_other() {
+        let mut a = args();
+        a.floor = Some("cpu=2, memory=1Gi".into());
+        a.ceiling = Some("cpu=8".into());
+        let p = merged(sharing::default_policy(), &a).expect("valid");
+        assert_eq!(
+            show_bounds(&p).as_deref(),
+            Some("floor cpu=2 memory=1Gi, ceiling cpu=8")
+        );
+        // Cleared with "".
+        let mut clear = args();
+        clear.floor = Some(String::new());
+        assert_eq!(merged(p.clone(), &clear).expect("valid").floor, None);
+        for (floor, ceiling, says) in [
+            (
+                "cpu=9",
+                "cpu=8",
+                "the floor of cpu (9) is above its ceiling (8)",
+            ),
+            ("gpu=1", "", "\"gpu\" is none of cpu, memory, pods"),
+            ("cpu", "", "\"cpu\" is not KEY=VALUE"),
+            ("memory=lots", "", "\"memory=lots\" is not a quantity"),
+        ] {
+            let mut a = args();
+            a.floor = Some(floor.into());
+            a.ceiling = Some(ceiling.into());
+            let e = merged(sharing::default_policy(), &a).expect_err(floor);
+            assert!(e.to_string().contains(says), "{floor}: {e}");
+        }
+    }
+
+    #[test]
     fn set_keeps_what_is_not_given() {
         let base = SharingPolicySpec {
             accept_new_peers: true,
@@ -726,6 +833,8 @@ mod tests {
                 memory_gib_hour: None,
                 currency: "EUR".into(),
             }),
+            floor: None,
+            ceiling: None,
             admission: Admission::default(),
         };
         let mut a = args();

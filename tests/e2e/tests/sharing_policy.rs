@@ -2,8 +2,8 @@
 //! real clusters: bad values are refused before anything is written, a
 //! consumer's own policy takes precedence over `default`, `peer` grants
 //! what it offers (virtual node and ResourceQuota), `info` shows the
-//! peering on both sides, and a provider that accepts no new peers
-//! refuses a consumer without a tenant.
+//! peering on both sides, a provider that accepts no new peers refuses a
+//! consumer without a tenant, and a floor and a ceiling bound the offer.
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Node, ResourceQuota};
@@ -258,5 +258,83 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
         "a refused peer made a tenant"
     );
     drop(pair);
+    Ok(())
+}
+
+/// A floor and a ceiling bound what a share of the free capacity offers:
+/// one above the other is refused with one line and nothing written; a
+/// ceiling lowers a share, a floor raises it, and `peer` grants the bounded
+/// offer (the virtual node's capacity).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floor_and_a_ceiling_bound_the_offer_and_the_grant() -> Result<()> {
+    let pair = Pair::at(Stage::Installed).await?;
+    let policies: Api<SharingPolicy> = Api::all(pair.provider_client.clone());
+
+    let out = pair
+        .on_provider(&[
+            "sharing-policy",
+            "set",
+            "--floor=cpu=9,memory=1Gi",
+            "--ceiling=cpu=8",
+        ])
+        .user_error(2);
+    assert!(
+        out.error_line()
+            .contains("the floor of cpu (9) is above its ceiling (8)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        policies
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty(),
+        "a refused policy was written"
+    );
+
+    // The same flags, the right way round: a share of the CPU lowered to
+    // its ceiling, and pods raised to their floor.
+    pair.on_provider(&[
+        "sharing-policy",
+        "set",
+        "--cpu=50%",
+        "--pods=1",
+        "--floor=pods=9",
+        "--ceiling=cpu=100m",
+    ])
+    .success();
+    let shown = json(
+        &pair
+            .on_provider(&["sharing-policy", "show", "-o", "json"])
+            .success()
+            .stdout,
+    )?;
+    assert_eq!(shown["offer"]["cpu"], "100m", "{shown}");
+    assert_eq!(shown["offer"]["pods"], "9", "{shown}");
+    let table = pair.on_provider(&["sharing-policy", "show"]).success();
+    assert!(
+        table.stdout.contains("floor pods=9, ceiling cpu=100m"),
+        "{}",
+        table.stdout
+    );
+
+    let remote = pair
+        .provider()
+        .kubeconfig_path()
+        .to_str()
+        .context("path")?
+        .to_owned();
+    pair.on_consumer(&["peer", "--remote-kubeconfig", &remote, "--timeout=120"])
+        .success();
+    let node = Api::<Node>::all(pair.consumer_client.clone())
+        .get(&peering::virtual_node(&ClusterId::new("provider-1")?))
+        .await?;
+    let capacity = node
+        .status
+        .and_then(|s| s.capacity)
+        .context("the virtual node has no capacity")?;
+    assert_eq!(capacity.get("cpu").map(|q| q.0.as_str()), Some("100m"));
+    assert_eq!(capacity.get("pods").map(|q| q.0.as_str()), Some("9"));
     Ok(())
 }
