@@ -85,6 +85,11 @@ impl Pair {
         self.testbed.cluster("provider")
     }
 
+    /// The provider's kubeconfig, as `--remote-kubeconfig` takes it.
+    pub fn remote(&self) -> String {
+        self.provider().kubeconfig_path().display().to_string()
+    }
+
     /// `liqoctl` on the consumer's kubeconfig.
     pub fn on_consumer(&self, args: &[&str]) -> Run {
         liqoctl(Some(self.consumer().kubeconfig_path()), args)

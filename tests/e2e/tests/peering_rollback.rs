@@ -484,12 +484,7 @@ async fn a_failed_peer_puts_back_what_it_changed() -> Result<()> {
     use liqo_e2e::fixture::{CONSUMER_ID, PROVIDER_ID, Pair, Stage};
 
     let pair = Pair::at(Stage::Peered).await?;
-    let remote = pair
-        .provider()
-        .kubeconfig_path()
-        .to_str()
-        .context("path")?
-        .to_owned();
+    let remote = pair.remote();
     let tenant_ns = peering::tenant_namespace(&ClusterId::new(CONSUMER_ID)?);
     let quotas: Api<ResourceQuota> = Api::namespaced(pair.provider_client.clone(), &tenant_ns);
     let tenants: Api<Tenant> = Api::all(pair.provider_client.clone());

@@ -319,12 +319,7 @@ async fn a_floor_and_a_ceiling_bound_the_offer_and_the_grant() -> Result<()> {
         table.stdout
     );
 
-    let remote = pair
-        .provider()
-        .kubeconfig_path()
-        .to_str()
-        .context("path")?
-        .to_owned();
+    let remote = pair.remote();
     pair.on_consumer(&["peer", "--remote-kubeconfig", &remote, "--timeout=120"])
         .success();
     let node = Api::<Node>::all(pair.consumer_client.clone())
