@@ -5,7 +5,7 @@
 //! removed when deleted; nothing outlives the cluster. It fails where a
 //! kubelet fails: other images do not pull, pods that do not tolerate its
 //! taint do not land on it, a missing Secret stops a container, a grpc probe
-//! never passes.
+//! never passes (see [`crate::hostnode_failures`]).
 //!
 //! The "agent" is a shell script in a folder of its own, standing for the
 //! freshly built agent binaries, allow-listed as image [`AGENT_IMAGE`].
@@ -23,17 +23,19 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use liqo_e2e::fixture::pod::{phase, ready};
+use liqo_e2e::fixture::pod::ready;
 use liqo_e2e::{process_running, wait_for};
 use liqo_testbed::{
     Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, KWOK_ANNOTATION, Testbed,
 };
 use serde_json::json;
 
+use crate::hostnode_failures::fails_like_a_kubelet;
+
 const NS: &str = "agents";
 const ACCOUNT: &str = "test-agent";
 /// The stand-in agent's image repository, allow-listed for the test.
-const AGENT_IMAGE: &str = "example.test/test-agent";
+pub(crate) const AGENT_IMAGE: &str = "example.test/test-agent";
 
 /// Stands for an agent: says who it is, how it was called and with what
 /// environment, waits for the test's go-ahead, then answers HTTP (its
@@ -67,11 +69,11 @@ fn agent_env(cluster: &Cluster, pod: &str) -> Result<BTreeMap<String, String>> {
     Ok(env)
 }
 
-fn container(pod: &Pod) -> Option<&ContainerStatus> {
+pub(crate) fn container(pod: &Pod) -> Option<&ContainerStatus> {
     pod.status.as_ref()?.container_statuses.as_ref()?.first()
 }
 
-fn pid(status: &ContainerStatus) -> Option<u32> {
+pub(crate) fn pid(status: &ContainerStatus) -> Option<u32> {
     status
         .container_id
         .as_deref()?
@@ -80,7 +82,7 @@ fn pid(status: &ContainerStatus) -> Option<u32> {
         .ok()
 }
 
-fn pod_ip(pod: &Pod) -> Option<&str> {
+pub(crate) fn pod_ip(pod: &Pod) -> Option<&str> {
     pod.status.as_ref()?.pod_ip.as_deref()
 }
 
@@ -95,7 +97,7 @@ async fn agent_pod(pods: &Api<Pod>) -> Result<Option<Pod>> {
         .find(|p| p.metadata.deletion_timestamp.is_none()))
 }
 
-async fn create<K>(api: &Api<K>, value: serde_json::Value) -> Result<K>
+pub(crate) async fn create<K>(api: &Api<K>, value: serde_json::Value) -> Result<K>
 where
     K: kube::Resource + Clone + std::fmt::Debug,
     K: k8s_openapi::serde::de::DeserializeOwned + k8s_openapi::serde::Serialize,
@@ -107,7 +109,7 @@ where
 
 /// What a pod needs to land on the host node: to select it and to tolerate
 /// its taint.
-fn on_host_node() -> serde_json::Value {
+pub(crate) fn on_host_node() -> serde_json::Value {
     json!({
         "nodeSelector": { HOST_PROCESS_LABEL: "true" },
         "tolerations": [{
@@ -184,7 +186,7 @@ async fn host_node_is_registered(cluster: &Cluster) -> Result<()> {
 }
 
 /// The reason a pod's first container waits, if it does.
-fn waiting_reason(pod: &Pod) -> Option<(String, String)> {
+pub(crate) fn waiting_reason(pod: &Pod) -> Option<(String, String)> {
     let waiting = container(pod)?.state.as_ref()?.waiting.as_ref()?;
     Some((
         waiting.reason.clone().unwrap_or_default(),
@@ -193,7 +195,11 @@ fn waiting_reason(pod: &Pod) -> Option<(String, String)> {
 }
 
 /// `reason: message` of the events of pod `name`.
-async fn events(client: &kube::Client, namespace: &str, name: &str) -> Result<Vec<String>> {
+pub(crate) async fn events(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<String>> {
     let list = Api::<Event>::namespaced(client.clone(), namespace)
         .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
         .await?;
@@ -211,7 +217,7 @@ async fn events(client: &kube::Client, namespace: &str, name: &str) -> Result<Ve
 }
 
 /// The body of `GET path` from `ip:8080` (the stand-in agent's server).
-fn http_get(ip: &str, path: &str) -> Result<String> {
+pub(crate) fn http_get(ip: &str, path: &str) -> Result<String> {
     use std::io::{Read as _, Write as _};
     let mut stream = std::net::TcpStream::connect((ip, 8080))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -224,7 +230,7 @@ fn http_get(ip: &str, path: &str) -> Result<String> {
 }
 
 /// Waits until `check` holds of pod `name`, and returns the pod.
-async fn wait_pod(
+pub(crate) async fn wait_pod(
     pods: &Api<Pod>,
     name: &str,
     what: &str,
@@ -237,278 +243,6 @@ async fn wait_pod(
     })
     .await?;
     Ok(pods.get(name).await?)
-}
-
-/// The host node fails where a kubelet fails, and does what it says.
-async fn fails_like_a_kubelet(cluster: &Cluster) -> Result<()> {
-    const HONEST: &str = "honest";
-    let client = cluster.client().await?;
-    create(
-        &Api::<Namespace>::all(client.clone()),
-        json!({ "metadata": { "name": HONEST } }),
-    )
-    .await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), HONEST);
-    let agent = |name: &str, extra: serde_json::Value| {
-        let mut container = json!({
-            "name": "agent",
-            "image": format!("{AGENT_IMAGE}:1"),
-            "env": [
-                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
-                { "name": "GATE", "value": "/" },
-            ],
-        });
-        for (key, value) in extra.as_object().into_iter().flatten() {
-            container[key] = value.clone();
-        }
-        let mut spec = on_host_node();
-        spec["terminationGracePeriodSeconds"] = json!(2);
-        spec["containers"] = json!([container]);
-        json!({ "metadata": { "name": name }, "spec": spec })
-    };
-
-    // An image that is not on the allow-list does not pull: ErrImagePull,
-    // then ImagePullBackOff, Pending, never Ready, no process.
-    let mut web_spec = on_host_node();
-    web_spec["containers"] = json!([{ "name": "web", "image": "nginx:1.27" }]);
-    create(
-        &pods,
-        json!({ "metadata": { "name": "web" }, "spec": web_spec }),
-    )
-    .await?;
-    let web = wait_pod(&pods, "web", "nginx to back off pulling", |p| {
-        waiting_reason(p).is_some_and(|(r, _)| r == "ImagePullBackOff")
-    })
-    .await?;
-    let (_, message) = waiting_reason(&web).context("not waiting")?;
-    assert!(
-        message.contains("not on the host-process node's allow-list"),
-        "{message}"
-    );
-    assert_eq!(phase(&web), Some("Pending"));
-    assert!(!ready(&web));
-    assert_eq!(container(&web).and_then(pid), None, "no process for nginx");
-    let told = events(&client, HONEST, "web").await?;
-    assert!(
-        told.iter()
-            .any(|e| e.starts_with("Failed: Failed to pull image \"nginx:1.27\"")),
-        "no ErrImagePull event: {told:?}"
-    );
-
-    // A pod that does not tolerate the taint does not land on the host
-    // node: pinned there, it stays Pending; free, it goes to a kwok node.
-    let mut untolerated = on_host_node();
-    untolerated
-        .as_object_mut()
-        .context("spec")?
-        .remove("tolerations");
-    untolerated["containers"] = json!([{ "name": "agent", "image": format!("{AGENT_IMAGE}:1") }]);
-    create(
-        &pods,
-        json!({ "metadata": { "name": "untolerated" }, "spec": untolerated }),
-    )
-    .await?;
-    create(
-        &pods,
-        json!({ "metadata": { "name": "anywhere" }, "spec": {
-            "containers": [{ "name": "agent", "image": format!("{AGENT_IMAGE}:1") }],
-        }}),
-    )
-    .await?;
-    let unscheduled = wait_pod(&pods, "untolerated", "the scheduler to refuse it", |p| {
-        (p.status.as_ref().and_then(|s| s.conditions.as_ref())).is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        })
-    })
-    .await?;
-    assert_eq!(unscheduled.spec.and_then(|s| s.node_name), None);
-    let anywhere = wait_pod(&pods, "anywhere", "the free pod to be scheduled", |p| {
-        p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
-    })
-    .await?;
-    let node = anywhere.spec.and_then(|s| s.node_name).context("no node")?;
-    assert_eq!(
-        node,
-        format!("{}-worker-0", cluster.name()),
-        "not on a kwok node"
-    );
-
-    // Exec probes run: `false` keeps the container unready (and says so),
-    // whereas it runs; a grpc probe is refused loudly.
-    let readiness = |probe: serde_json::Value| {
-        json!({ "readinessProbe": {
-            "exec": { "command": probe }, "periodSeconds": 1, "failureThreshold": 1,
-        }})
-    };
-    create(&pods, agent("exec-false", readiness(json!(["false"])))).await?;
-    create(
-        &pods,
-        agent(
-            "grpc",
-            json!({ "readinessProbe": { "grpc": { "port": 8080 }, "periodSeconds": 1 } }),
-        ),
-    )
-    .await?;
-
-    // Secret and ConfigMap volumes are files at their mount paths, for the
-    // process only; updates show; the service-account volume is there too.
-    let mount_root = PathBuf::from(format!("/run/liqo-hostnode-test-{}", std::process::id()));
-    ensure!(!mount_root.exists(), "{} exists", mount_root.display());
-    let at = |sub: &str| mount_root.join(sub).display().to_string();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), HONEST);
-    create(
-        &secrets,
-        json!({ "metadata": { "name": "files" }, "stringData": { "word": "swordfish", "other": "x" } }),
-    )
-    .await?;
-    create(
-        &Api::<ConfigMap>::namespaced(client.clone(), HONEST),
-        json!({ "metadata": { "name": "files" }, "data": { "greeting": "hello", "farewell": "bye" } }),
-    )
-    .await?;
-    let token = "/var/run/secrets/kubernetes.io/serviceaccount";
-    let check = format!(
-        "test \"$(cat {})\" = hello && test -s {token}/token && test \"$(cat {token}/namespace)\" = {HONEST}",
-        at("config/greeting")
-    );
-    let mut volumes = agent(
-        "volumes",
-        json!({
-            "env": [
-                { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
-                { "name": "GATE", "value": "/" },
-                { "name": "SERVE_DIR", "value": at("") },
-            ],
-            "volumeMounts": [
-                { "name": "secret", "mountPath": at("secret"), "readOnly": true },
-                { "name": "config", "mountPath": at("config") },
-            ],
-            "readinessProbe": {
-                "exec": { "command": ["sh", "-c", check] }, "periodSeconds": 1, "failureThreshold": 1,
-            },
-        }),
-    );
-    volumes["spec"]["volumes"] = json!([
-        { "name": "secret", "secret": {
-            "secretName": "files", "items": [{ "key": "word", "path": "dir/word", "mode": 0o600 }],
-        }},
-        { "name": "config", "configMap": { "name": "files" } },
-    ]);
-    create(&pods, volumes).await?;
-
-    // A Secret that is missing stops the container, unless optional.
-    let mut no_secret = agent("no-secret", json!({}));
-    no_secret["spec"]["volumes"] = json!([{ "name": "s", "secret": { "secretName": "nope" } }]);
-    create(&pods, no_secret).await?;
-    // Init containers are refused, not skipped.
-    let mut init = agent("init", json!({}));
-    init["spec"]["initContainers"] =
-        json!([{ "name": "init", "image": format!("{AGENT_IMAGE}:1") }]);
-    create(&pods, init).await?;
-
-    let volumes = wait_pod(&pods, "volumes", "the volumes pod to be Ready", ready).await?;
-    let ip = pod_ip(&volumes).context("no pod IP")?.to_owned();
-    // Ready by its exec probe, which does not wait for the server.
-    wait_for("the volumes pod's server", Duration::from_secs(10), || {
-        let ip = ip.clone();
-        async move { Ok(std::net::TcpStream::connect((ip.as_str(), 8080)).is_ok()) }
-    })
-    .await?;
-    assert_eq!(http_get(&ip, "/secret/dir/word")?, "swordfish");
-    assert_eq!(http_get(&ip, "/config/farewell")?, "bye");
-    assert!(
-        http_get(&ip, "/secret/other").is_err(),
-        "items choose the keys"
-    );
-    for sub in ["secret", "config"] {
-        let seen = std::fs::read_dir(mount_root.join(sub))?.count();
-        assert_eq!(seen, 0, "the host sees the mount on {sub}");
-    }
-    let updated = Instant::now();
-    secrets
-        .patch(
-            "files",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({ "stringData": { "word": "marlin" } })),
-        )
-        .await?;
-    wait_for(
-        "the updated secret in the file",
-        Duration::from_secs(10),
-        || {
-            let ip = ip.clone();
-            async move { Ok(http_get(&ip, "/secret/dir/word").is_ok_and(|w| w == "marlin")) }
-        },
-    )
-    .await?;
-    eprintln!(
-        "secret update seen in {:.1}s",
-        updated.elapsed().as_secs_f64()
-    );
-
-    let no_secret = wait_pod(&pods, "no-secret", "the missing secret to stop it", |p| {
-        waiting_reason(p).is_some_and(|(r, _)| r == "CreateContainerConfigError")
-    })
-    .await?;
-    let (_, message) = waiting_reason(&no_secret).context("not waiting")?;
-    assert!(message.contains("nope"), "{message}");
-    let init = wait_pod(&pods, "init", "init containers to be refused", |p| {
-        waiting_reason(p).is_some_and(|(r, _)| r == "CreateContainerConfigError")
-    })
-    .await?;
-    let (_, message) = waiting_reason(&init).context("not waiting")?;
-    assert!(message.contains("init containers"), "{message}");
-
-    // By now the unready ones have had many probes.
-    for name in ["exec-false", "grpc"] {
-        let pod = pods.get(name).await?;
-        assert!(
-            container(&pod).and_then(pid).is_some(),
-            "{name} does not run"
-        );
-        assert!(!ready(&pod), "{name} is Ready");
-    }
-    let told = events(&client, HONEST, "exec-false").await?;
-    assert!(
-        told.iter().any(|e| e.starts_with("Unhealthy: Readiness probe failed: command [\"false\"] exited")),
-        "no probe failure event: {told:?}"
-    );
-    let grpc = pods.get("grpc").await?;
-    let ready = (grpc.status.as_ref().and_then(|s| s.conditions.as_ref()))
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .context("no Ready condition")?;
-    let message = ready.message.as_deref().unwrap_or_default();
-    assert!(
-        message.contains("grpc probes are not supported on the host-process node"),
-        "{message}"
-    );
-
-    // Gone with its pods: the namespace, and the mount points made for them.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces.delete(HONEST, &DeleteParams::default()).await?;
-    wait_for(
-        "the honest namespace to be gone",
-        Duration::from_secs(60),
-        || {
-            let namespaces = namespaces.clone();
-            async move { Ok(namespaces.get_opt(HONEST).await?.is_none()) }
-        },
-    )
-    .await?;
-    wait_for(
-        "the mount points to be removed",
-        Duration::from_secs(10),
-        || {
-            let gone = !mount_root.exists();
-            async move { Ok(gone) }
-        },
-    )
-    .await?;
-    Ok(())
 }
 
 /// Everything about the agent pod; returns the pids of agent processes

@@ -10,6 +10,7 @@ mod discovery;
 mod gateway;
 mod grant_shares;
 mod hostnode;
+mod hostnode_failures;
 mod images;
 mod install;
 mod kubelet_api;

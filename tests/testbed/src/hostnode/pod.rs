@@ -3,18 +3,23 @@
 //! mode), its containers' termination messages, its termination, the status
 //! the API should show for it and the events worth telling. Knows nothing
 //! of other pods.
+//!
+//! Its parts: its credentials ([`credentials`]), its probes ([`probes`]),
+//! its containers' termination messages ([`termination`]) and its status
+//! ([`status`]).
+
+mod credentials;
+mod probes;
+mod status;
+mod termination;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{Container, ContainerStateTerminated, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
 use super::probe::{Dialer, ExecContext, GRPC_UNSUPPORTED, Prober};
@@ -23,6 +28,8 @@ use super::{HostNodeConfig, StartError, env};
 use crate::podnet::PodNet;
 use crate::podnet::relay::Relay;
 use crate::process::{self, BindMount, Process};
+use credentials::Credentials;
+use termination::{MessageSource, TERMINATION_MESSAGE_PATH, terminated};
 
 /// First wait before restarting a container that exited.
 const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
@@ -32,16 +39,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 const BACKOFF_RESET: Duration = Duration::from_secs(20);
 /// Longest grace between SIGTERM and SIGKILL, whatever the pod asks for.
 const GRACE_MAX: Duration = Duration::from_secs(10);
-/// How often a pod's service-account token is replaced, well within its life.
-const TOKEN_REFRESH: Duration = Duration::from_secs(20 * 60);
-/// Where a container's termination message is when its spec does not say.
-const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
-/// How much of the termination message file a kubelet reads.
-const TERMINATION_MESSAGE_MAX: usize = 4096;
-/// How much of its log a failed container's message falls back to
-/// (`FallbackToLogsOnError`), as with a kubelet.
-const FALLBACK_LOG_LINES: usize = 80;
-const FALLBACK_LOG_MAX: usize = 2048;
 
 /// What a pod's host node gives it to work with.
 pub(super) struct Context<'a> {
@@ -126,14 +123,6 @@ enum RestartPolicy {
     Never,
 }
 
-/// A pod's service-account token file and the kubeconfig that reads it.
-#[derive(Debug)]
-struct Credentials {
-    token: PathBuf,
-    kubeconfig: PathBuf,
-    refreshed: Instant,
-}
-
 /// What a container's image gives it to run.
 #[derive(Debug)]
 enum Image {
@@ -178,18 +167,6 @@ struct Running {
     kill_at: Option<Instant>,
     /// What its termination message is read from when it exits.
     message: MessageSource,
-}
-
-/// Where a container's termination message comes from.
-#[derive(Debug)]
-struct MessageSource {
-    /// The host's file bound at the container's `terminationMessagePath`.
-    file: PathBuf,
-    /// `terminationMessagePolicy: FallbackToLogsOnError`.
-    fallback_to_logs: bool,
-    /// The container's log, and where this run of it starts there.
-    log: PathBuf,
-    log_start: u64,
 }
 
 impl PodRuntime {
@@ -525,23 +502,6 @@ impl PodRuntime {
         }
     }
 
-    /// A fresh, empty file for the termination message of a container
-    /// about to start, as a kubelet makes one per container start.
-    fn termination_message_file(
-        &self,
-        config: &HostNodeConfig,
-        spec: &Container,
-    ) -> Result<PathBuf, StartError> {
-        let path = self
-            .dir(config)
-            .join(format!("{}.termination-log", spec.name));
-        std::fs::write(&path, "").map_err(|source| StartError::Write {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(path)
-    }
-
     /// The mount points the pod's processes use, which must stay.
     pub(super) fn mount_targets(&self) -> impl Iterator<Item = &Path> {
         self.containers
@@ -557,130 +517,6 @@ impl PodRuntime {
             .join(format!("{}_{}", self.namespace, self.name))
     }
 
-    /// The kubeconfig of the pod's service account, made on first use.
-    async fn credentials(&mut self, pod: &Pod, ctx: &Context<'_>) -> Result<PathBuf, StartError> {
-        if let Some(c) = &self.credentials {
-            return Ok(c.kubeconfig.clone());
-        }
-        let dir = self.dir(ctx.config);
-        let token = dir.join("token");
-        let kubeconfig = dir.join("kubeconfig");
-        std::fs::create_dir_all(&dir).map_err(|source| StartError::Write {
-            path: dir.clone(),
-            source,
-        })?;
-        let token_value = env::request_token(ctx.client, pod, &[], env::TOKEN_SECONDS).await?;
-        write_atomically(&token, &token_value)?;
-        let user = format!(
-            "system:serviceaccount:{}:{}",
-            self.namespace,
-            env::service_account(pod)
-        );
-        let yaml = env::token_kubeconfig(
-            &ctx.config.cluster,
-            &ctx.config.server,
-            &ctx.config.ca_pem,
-            &user,
-            &self.namespace,
-            &token,
-        );
-        write_atomically(&kubeconfig, &yaml)?;
-        self.credentials = Some(Credentials {
-            token,
-            kubeconfig: kubeconfig.clone(),
-            refreshed: Instant::now(),
-        });
-        Ok(kubeconfig)
-    }
-
-    /// Replaces the token before it expires; clients re-read the file.
-    async fn refresh_credentials(&mut self, pod: &Pod, ctx: &Context<'_>) {
-        let Some(c) = self.credentials.as_mut() else {
-            return;
-        };
-        if c.refreshed.elapsed() < TOKEN_REFRESH {
-            return;
-        }
-        let written = match env::request_token(ctx.client, pod, &[], env::TOKEN_SECONDS).await {
-            Ok(token) => write_atomically(&c.token, &token),
-            Err(e) => Err(e),
-        };
-        match written {
-            Ok(()) => c.refreshed = Instant::now(),
-            Err(e) => tracing::warn!(
-                pod = %format!("{}/{}", self.namespace, self.name),
-                "refreshing the token: {}",
-                chain(&e)
-            ),
-        }
-    }
-
-    /// Runs the probes that are due, all at once, and acts on the verdicts:
-    /// readiness and liveness wait for the startup probe; a container that
-    /// fails its startup or liveness probe is stopped, to be restarted.
-    async fn probe(&mut self, dialer: &Dialer) {
-        let now = Instant::now();
-        let mut due = Vec::new();
-        for (i, c) in self.containers.iter().enumerate() {
-            let Some(running) = c.running.as_ref().filter(|r| r.kill_at.is_none()) else {
-                continue;
-            };
-            let started = c.startup.as_ref().is_none_or(Prober::healthy);
-            let probers = [
-                (Kind::Startup, c.startup.as_ref().filter(|_| !started)),
-                (Kind::Readiness, c.readiness.as_ref().filter(|_| started)),
-                (Kind::Liveness, c.liveness.as_ref().filter(|_| started)),
-            ];
-            for (kind, prober) in probers {
-                if let Some(p) = prober.filter(|p| p.due(now)) {
-                    due.push((i, kind, p, &running.exec));
-                }
-            }
-        }
-        if due.is_empty() {
-            return;
-        }
-        let outcomes =
-            futures::future::join_all(due.iter().map(|(_, _, p, exec)| p.run(dialer, exec))).await;
-        let due: Vec<(usize, Kind)> = due.into_iter().map(|(i, k, _, _)| (i, k)).collect();
-        for ((i, kind), outcome) in due.into_iter().zip(outcomes) {
-            let label = self.label(&self.containers[i].spec.name);
-            let grace = self.grace;
-            let c = &mut self.containers[i];
-            let Some(prober) = (match kind {
-                Kind::Startup => c.startup.as_mut(),
-                Kind::Readiness => c.readiness.as_mut(),
-                Kind::Liveness => c.liveness.as_mut(),
-            }) else {
-                continue;
-            };
-            let healthy = prober.record(now, outcome.is_ok());
-            if let Some(why) = prober.report(&outcome) {
-                tracing::info!(container = %label, "{} probe failed: {why}", kind.name());
-                let message = format!("{} probe failed: {why}", kind.name());
-                self.events
-                    .push(Event::warning(c.spec.name.clone(), "Unhealthy", message));
-            }
-            let kills = matches!(kind, Kind::Startup | Kind::Liveness);
-            if kills
-                && !healthy
-                && prober.failed_out()
-                && let Some(running) = c.running.as_mut()
-            {
-                tracing::info!(container = %label, "{} probe failed; restarting", kind.name());
-                let message = format!(
-                    "Container {} failed {} probe, will be restarted",
-                    c.spec.name,
-                    kind.name().to_ascii_lowercase()
-                );
-                self.events
-                    .push(Event::normal(c.spec.name.clone(), "Killing", message));
-                running.process.terminate();
-                running.kill_at = Some(now + grace);
-            }
-        }
-    }
-
     /// Refreshes the volumes of a pod that runs; a failure keeps the files
     /// as they were, as with a kubelet, and is logged once.
     async fn refresh_volumes(&mut self, pod: &Pod, ctx: &Context<'_>) {
@@ -692,139 +528,6 @@ impl PodRuntime {
             if self.volumes.failed(message.clone()) {
                 tracing::warn!(pod = %format!("{}/{}", self.namespace, self.name), "refreshing the volumes: {message}");
             }
-        }
-    }
-
-    /// The status to write, if it differs from the one last written.
-    pub(super) fn status_if_changed(&mut self, pod: &Pod) -> Option<PodStatus> {
-        let status = self.status(pod);
-        (self.posted.as_ref() != Some(&status)).then_some(status)
-    }
-
-    /// Notes that `status` is what the API now shows.
-    pub(super) fn posted(&mut self, status: PodStatus) {
-        self.posted = Some(status);
-    }
-
-    fn status(&mut self, pod: &Pod) -> PodStatus {
-        let containers: Vec<ContainerStatus> = self
-            .containers
-            .iter()
-            .map(ContainerRuntime::status)
-            .collect();
-        let ready = containers.iter().all(|c| c.ready);
-        let scheduled = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-            .cloned();
-        // As a kubelet says it, and why, when this node knows better.
-        let unready: Vec<&str> = (self.containers.iter())
-            .filter(|c| !c.ready())
-            .map(|c| c.spec.name.as_str())
-            .collect();
-        let why = (self.containers.iter())
-            .find_map(|c| c.never_ready)
-            .map(|why| format!(" ({why})"))
-            .unwrap_or_default();
-        let not_ready = (!ready).then(|| {
-            (
-                "ContainersNotReady",
-                format!(
-                    "containers with unready status: [{}]{why}",
-                    unready.join(" ")
-                ),
-            )
-        });
-        let mut ready_condition = |type_| {
-            let mut c = self.condition(type_, ready);
-            if let Some((reason, message)) = &not_ready {
-                c.reason = Some((*reason).to_owned());
-                c.message = Some(message.clone());
-            }
-            c
-        };
-        let containers_ready = ready_condition("ContainersReady");
-        let ready_condition = ready_condition("Ready");
-        let conditions = vec![
-            scheduled.unwrap_or_else(|| self.condition("PodScheduled", true)),
-            self.condition("Initialized", true),
-            containers_ready,
-            ready_condition,
-        ];
-        let host = self.network.host_ip.to_string();
-        PodStatus {
-            phase: Some(self.phase().to_owned()),
-            conditions: Some(conditions),
-            container_statuses: Some(containers),
-            host_ip: Some(host.clone()),
-            host_ips: Some(vec![HostIP { ip: host }]),
-            pod_ip: Some(self.ip.to_string()),
-            pod_ips: Some(vec![PodIP {
-                ip: self.ip.to_string(),
-            }]),
-            start_time: Some(Time(self.start_time)),
-            ..Default::default()
-        }
-    }
-
-    fn condition(&mut self, type_: &'static str, ok: bool) -> PodCondition {
-        let (_, since) = self
-            .transitions
-            .entry(type_)
-            .and_modify(|(was, since)| {
-                if *was != ok {
-                    *was = ok;
-                    *since = Timestamp::now();
-                }
-            })
-            .or_insert_with(|| (ok, Timestamp::now()));
-        PodCondition {
-            type_: type_.to_owned(),
-            status: if ok { "True" } else { "False" }.to_owned(),
-            last_transition_time: Some(Time(*since)),
-            ..Default::default()
-        }
-    }
-
-    fn phase(&self) -> &'static str {
-        let policy = self.restart_policy;
-        let finished = |c: &ContainerRuntime| {
-            c.running.is_none()
-                && c.last
-                    .as_ref()
-                    .is_some_and(|t| !c.may_restart(policy, t.exit_code))
-        };
-        if self.containers.iter().all(finished) && !self.containers.is_empty() {
-            let succeeded = self
-                .containers
-                .iter()
-                .all(|c| c.last.as_ref().is_some_and(|t| t.exit_code == 0));
-            return if succeeded { "Succeeded" } else { "Failed" };
-        }
-        if self.containers.iter().all(|c| c.started_once) {
-            "Running"
-        } else {
-            "Pending"
-        }
-    }
-}
-
-/// Which probe.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Startup,
-    Readiness,
-    Liveness,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Startup => "Startup",
-            Self::Readiness => "Readiness",
-            Self::Liveness => "Liveness",
         }
     }
 }
@@ -896,155 +599,6 @@ impl ContainerRuntime {
             RestartPolicy::Never => false,
         }
     }
-
-    fn ready(&self) -> bool {
-        self.running.is_some()
-            && self.never_ready.is_none()
-            && self.startup.as_ref().is_none_or(Prober::healthy)
-            && self.readiness.as_ref().is_none_or(Prober::healthy)
-    }
-
-    fn status(&self) -> ContainerStatus {
-        let running = |started_at: &Timestamp| ContainerState {
-            running: Some(ContainerStateRunning {
-                started_at: Some(Time(*started_at)),
-            }),
-            ..Default::default()
-        };
-        let terminated = |t: &ContainerStateTerminated| ContainerState {
-            terminated: Some(t.clone()),
-            ..Default::default()
-        };
-        let (state, last_state) = match (&self.running, &self.waiting, &self.last) {
-            (Some(r), _, last) => (running(&r.started_at), last.as_ref().map(terminated)),
-            (None, Some((reason, message)), last) => (
-                ContainerState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some((*reason).to_owned()),
-                        message: Some(message.clone()),
-                    }),
-                    ..Default::default()
-                },
-                last.as_ref().map(terminated),
-            ),
-            (None, None, Some(last)) => (terminated(last), None),
-            (None, None, None) => (
-                ContainerState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some("ContainerCreating".to_owned()),
-                        message: None,
-                    }),
-                    ..Default::default()
-                },
-                None,
-            ),
-        };
-        ContainerStatus {
-            name: self.spec.name.clone(),
-            image: self.spec.image.clone().unwrap_or_default(),
-            image_id: match &self.image {
-                Image::Binary(b) => format!("hostprocess://{}", b.display()),
-                Image::Unpullable(_) => String::new(),
-            },
-            container_id: self
-                .running
-                .as_ref()
-                .map(|r| r.id.clone())
-                .or_else(|| self.last.as_ref().and_then(|t| t.container_id.clone())),
-            ready: self.ready(),
-            started: Some(self.running.is_some()),
-            restart_count: self.restart_count,
-            state: Some(state),
-            last_state,
-            ..Default::default()
-        }
-    }
-}
-
-impl MessageSource {
-    /// The message of a container that exited, `failed` or not.
-    fn read(&self, failed: bool) -> Option<String> {
-        use std::io::{Read as _, Seek as _};
-        let mut file = Vec::new();
-        if let Ok(f) = std::fs::File::open(&self.file) {
-            // Bounded: a container may write a huge file.
-            let _ = f
-                .take(TERMINATION_MESSAGE_MAX as u64)
-                .read_to_end(&mut file);
-        }
-        let log = || {
-            let mut log = Vec::new();
-            if let Ok(mut f) = std::fs::File::open(&self.log)
-                && f.seek(std::io::SeekFrom::Start(self.log_start)).is_ok()
-            {
-                let _ = f.read_to_end(&mut log);
-            }
-            log
-        };
-        termination_message(&file, self.fallback_to_logs && failed, log)
-    }
-}
-
-/// A container's termination message as a kubelet makes it: what it wrote
-/// to its file (at most [`TERMINATION_MESSAGE_MAX`] bytes); if nothing and
-/// `fall_back` (a failed container with `FallbackToLogsOnError`), the end
-/// of its log: the last [`FALLBACK_LOG_LINES`] lines, of which the last
-/// [`FALLBACK_LOG_MAX`] bytes.
-fn termination_message(
-    file: &[u8],
-    fall_back: bool,
-    log: impl FnOnce() -> Vec<u8>,
-) -> Option<String> {
-    let file = &file[..file.len().min(TERMINATION_MESSAGE_MAX)];
-    if !file.is_empty() {
-        return Some(String::from_utf8_lossy(file).into_owned());
-    }
-    if !fall_back {
-        return None;
-    }
-    let log = log();
-    let body = log.strip_suffix(b"\n").unwrap_or(&log);
-    let start = body
-        .iter()
-        .enumerate()
-        .rev()
-        .filter(|(_, b)| **b == b'\n')
-        .nth(FALLBACK_LOG_LINES - 1)
-        .map_or(0, |(i, _)| i + 1);
-    let lines = &log[start..];
-    let tail = &lines[lines.len().saturating_sub(FALLBACK_LOG_MAX)..];
-    (!tail.is_empty()).then(|| String::from_utf8_lossy(tail).into_owned())
-}
-
-/// How a process ended, as the kubelet reports it: a signal shows as exit
-/// code 128 + signal.
-fn terminated(status: ExitStatus, running: &Running) -> ContainerStateTerminated {
-    use std::os::unix::process::ExitStatusExt;
-    let exit_code = status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(-1);
-    ContainerStateTerminated {
-        exit_code,
-        signal: status.signal(),
-        reason: Some(if exit_code == 0 { "Completed" } else { "Error" }.to_owned()),
-        started_at: Some(Time(running.started_at)),
-        finished_at: Some(Time(Timestamp::now())),
-        container_id: Some(running.id.clone()),
-        message: None,
-    }
-}
-
-/// Writes a private file whole: readers (clients re-reading a token) never
-/// see half of it, and nobody else reads it.
-fn write_atomically(path: &std::path::Path, contents: &str) -> Result<(), StartError> {
-    let tmp = path.with_extension("tmp");
-    crate::write_private(&tmp, contents)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|source| StartError::Write {
-            path: path.to_owned(),
-            source,
-        })
 }
 
 /// An error and its causes on one line, for a status message.
@@ -1057,48 +611,4 @@ pub(super) fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     message
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn lines(n: usize) -> Vec<u8> {
-        (1..=n)
-            .map(|i| format!("line {i}\n"))
-            .collect::<String>()
-            .into_bytes()
-    }
-
-    #[test]
-    fn the_termination_message_is_the_file_then_the_log_of_a_failure() {
-        let no_log = || panic!("the log is read only to fall back on");
-        assert_eq!(
-            termination_message(b"bye", true, no_log).as_deref(),
-            Some("bye")
-        );
-        let big = vec![b'x'; 5000];
-        assert_eq!(
-            termination_message(&big, false, no_log).map(|m| m.len()),
-            Some(TERMINATION_MESSAGE_MAX)
-        );
-        // Empty file: nothing, unless the policy falls back and it failed.
-        assert_eq!(termination_message(b"", false, no_log), None);
-        assert_eq!(
-            termination_message(b"", true, || b"oops\n".to_vec()).as_deref(),
-            Some("oops\n")
-        );
-        assert_eq!(termination_message(b"", true, Vec::new), None);
-        // The last 80 lines…
-        let message = termination_message(b"", true, || lines(100)).expect("message");
-        assert!(message.starts_with("line 21\n"), "{message}");
-        assert!(message.ends_with("line 100\n"), "{message}");
-        // … of which the last 2048 bytes.
-        let long: Vec<u8> = (0..100)
-            .flat_map(|i| format!("{i:0>99}\n").into_bytes())
-            .collect();
-        let message = termination_message(b"", true, || long.clone()).expect("message");
-        assert_eq!(message.len(), FALLBACK_LOG_MAX);
-        assert!(message.ends_with(&format!("{:0>99}\n", 99)));
-    }
 }
