@@ -26,6 +26,8 @@ mod peering_rollback;
 mod placement;
 mod placement_webhook;
 mod provider_hardening;
+mod provider_hardening_terms;
+mod provider_hardening_workloads;
 mod real_nodes;
 mod reflection;
 mod sharing_policy;
