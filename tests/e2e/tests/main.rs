@@ -13,6 +13,7 @@ mod hostnode;
 mod images;
 mod install;
 mod kubelet_api;
+mod kubelet_api_metrics;
 mod nat;
 mod network;
 mod offloading;
