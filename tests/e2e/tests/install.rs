@@ -1,6 +1,7 @@
 //! `liqoctl install`, `info` and `uninstall` against a real cluster, with the
 //! gateway agent really running (on the testbed's host-process node) under
-//! the RBAC that install gives it.
+//! the RBAC that install gives it. Each test starts from a cluster of its
+//! own ([`start_cluster`], installed with [`install_args`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -39,6 +40,26 @@ async fn start_cluster(name: &str) -> Result<Testbed> {
     spec.nodes = 1;
     spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
     Ok(Testbed::start(vec![spec]).await?)
+}
+
+/// The arguments of the installation the tests make (ID `home-1`), its
+/// agents pinned to the host-process node.
+fn install_args() -> Vec<String> {
+    let pin = format!("--node-selector={HOST_PROCESS_LABEL}=true");
+    let tolerate = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
+    [
+        "install",
+        "--cluster-id=home-1",
+        "--cluster-name=home",
+        "--cluster-labels=region=eu-west,provider=testbed",
+        "--pod-cidr=10.201.0.0/16",
+        "--service-cidr=10.101.0.0/16",
+        &pin,
+        &tolerate,
+        "--timeout=60",
+    ]
+    .map(str::to_owned)
+    .into()
 }
 
 /// Can the gateway's service account do `verb` on `resource` (named, in a
@@ -150,25 +171,14 @@ async fn versions(client: &kube::Client) -> Result<BTreeMap<String, String>> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -> Result<()> {
+async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it() -> Result<()> {
     let testbed = start_cluster("home").await?;
     let cluster = testbed.cluster("home");
     let _logs = LogsOnFailure(cluster);
     let kubeconfig = cluster.kubeconfig_path();
     let client = cluster.client().await?;
-    let pin = format!("--node-selector={HOST_PROCESS_LABEL}=true");
-    let tolerate = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
-    let install = [
-        "install",
-        "--cluster-id=home-1",
-        "--cluster-name=home",
-        "--cluster-labels=region=eu-west,provider=testbed",
-        "--pod-cidr=10.201.0.0/16",
-        "--service-cidr=10.101.0.0/16",
-        &pin,
-        &tolerate,
-        "--timeout=60",
-    ];
+    let args = install_args();
+    let install: Vec<&str> = args.iter().map(String::as_str).collect();
 
     // A dry run prints the objects and creates none of them.
     let dry = liqoctl(Some(kubeconfig), &[&install[..], &["--dry-run"]].concat()).success();
@@ -292,6 +302,50 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
         .await?
     );
 
+    // info reports the identity and a ready gateway, as a table and as JSON.
+    let table = liqoctl(Some(kubeconfig), &["info"]).success();
+    for want in [
+        "home-1",
+        "region=eu-west",
+        "10.201.0.0/16",
+        "liqo-gateway",
+        "1/1",
+    ] {
+        assert!(
+            table.stdout.contains(want),
+            "{want} missing from:\n{}",
+            table.stdout
+        );
+    }
+    let json: serde_json::Value = serde_json::from_str(
+        &liqoctl(Some(kubeconfig), &["info", "-o", "json"])
+            .success()
+            .stdout,
+    )?;
+    assert_eq!(json["identity"]["clusterId"], "home-1");
+    assert_eq!(json["identity"]["labels"]["provider"], "testbed");
+    assert_eq!(json["agents"][0]["ready"], true);
+    let yaml = liqoctl(Some(kubeconfig), &["info", "-o", "yaml"]).success();
+    assert!(yaml.stdout.contains("clusterId: home-1"), "{}", yaml.stdout);
+    let version = liqoctl(Some(kubeconfig), &["version", "-o", "json"]).success();
+    let version: serde_json::Value = serde_json::from_str(&version.stdout)?;
+    assert_eq!(version["server"], liqo_api::VERSION);
+
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installing_again_changes_nothing_and_a_conflicting_cluster_id_is_refused() -> Result<()> {
+    let testbed = start_cluster("home").await?;
+    let cluster = testbed.cluster("home");
+    let _logs = LogsOnFailure(cluster);
+    let kubeconfig = cluster.kubeconfig_path();
+    let client = cluster.client().await?;
+    let args = install_args();
+    let install: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    liqoctl(Some(kubeconfig), &install).success();
+
     // Installing again with the same flags changes nothing at all.
     let before = versions(&client).await?;
     assert!(before.len() >= 9, "{before:?}");
@@ -365,35 +419,20 @@ async fn install_runs_the_gateway_is_idempotent_and_uninstall_leaves_nothing() -
         before,
         "a refused install changed objects"
     );
+    Ok(())
+}
 
-    // info reports the identity and a ready gateway, as a table and as JSON.
-    let table = liqoctl(Some(kubeconfig), &["info"]).success();
-    for want in [
-        "home-1",
-        "region=eu-west",
-        "10.201.0.0/16",
-        "liqo-gateway",
-        "1/1",
-    ] {
-        assert!(
-            table.stdout.contains(want),
-            "{want} missing from:\n{}",
-            table.stdout
-        );
-    }
-    let json: serde_json::Value = serde_json::from_str(
-        &liqoctl(Some(kubeconfig), &["info", "-o", "json"])
-            .success()
-            .stdout,
-    )?;
-    assert_eq!(json["identity"]["clusterId"], "home-1");
-    assert_eq!(json["identity"]["labels"]["provider"], "testbed");
-    assert_eq!(json["agents"][0]["ready"], true);
-    let yaml = liqoctl(Some(kubeconfig), &["info", "-o", "yaml"]).success();
-    assert!(yaml.stdout.contains("clusterId: home-1"), "{}", yaml.stdout);
-    let version = liqoctl(Some(kubeconfig), &["version", "-o", "json"]).success();
-    let version: serde_json::Value = serde_json::from_str(&version.stdout)?;
-    assert_eq!(version["server"], liqo_api::VERSION);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_refuses_while_in_use_and_otherwise_leaves_nothing() -> Result<()> {
+    let testbed = start_cluster("home").await?;
+    let cluster = testbed.cluster("home");
+    let _logs = LogsOnFailure(cluster);
+    let kubeconfig = cluster.kubeconfig_path();
+    let client = cluster.client().await?;
+    let args = install_args();
+    let install: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    liqoctl(Some(kubeconfig), &install).success();
 
     // Uninstall refuses while the cluster peers or offloads, names what is
     // in the way, and deletes nothing.

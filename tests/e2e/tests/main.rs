@@ -14,6 +14,7 @@ mod hostnode_failures;
 mod images;
 mod install;
 mod kubelet_api;
+mod kubelet_api_metrics;
 mod nat;
 mod network;
 mod offloading;

@@ -1,8 +1,11 @@
-//! `liqoctl peer` and `unpeer` between two real clusters: the consumer's
+//! `liqoctl peer` and `unpeer` between two real clusters: a provider it
+//! cannot peer with is refused before anything is written; the consumer's
 //! identity is confined to its tenant on the provider (proven with real
 //! requests made with its own certificate), the grant is enforced by a
 //! ResourceQuota, the virtual node is Ready with the grant as capacity,
-//! and unpeer leaves both clusters as they were.
+//! and unpeer leaves both clusters as they were, as do a tenancy the
+//! provider ends alone, a forced unpeer and a peering both ways. Each test
+//! starts from its own pair of clusters, [`install`]ed.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -15,8 +18,45 @@ use liqo_api::{ClusterId, core::ForeignCluster};
 use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::{snapshot, wait_for};
 
+/// Installs liqo-rs on both clusters of `pair` (IDs `consumer-1` and
+/// `provider-1`, with a cluster label): what each holds then, consumer
+/// first.
+async fn install(pair: &Pair) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+    let (consumer, provider) = (pair.consumer(), pair.provider());
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        liqo_e2e::install(cluster, id, cidr, &["--cluster-labels=region=eu-west"]).success();
+    }
+    Ok((
+        snapshot(&pair.consumer_client).await?,
+        snapshot(&pair.provider_client).await?,
+    ))
+}
+
+fn diff(a: &BTreeSet<String>, b: &BTreeSet<String>) -> Vec<String> {
+    a.symmetric_difference(b).cloned().collect()
+}
+
+/// Pods of kwok's and the gateway's are replaced over time: compare the rest.
+fn stable(d: Vec<String>) -> Vec<String> {
+    d.into_iter()
+        .filter(|o| !o.starts_with("pods/") && !o.starts_with("replicasets/"))
+        .collect()
+}
+
+/// The NamespaceOffloading of the consumer's `default` namespace.
+fn offloading_object() -> Result<liqo_api::offloading::NamespaceOffloading> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "liqo.io/v1alpha1", "kind": "NamespaceOffloading",
+        "metadata": { "name": names::NAMESPACE_OFFLOADING },
+        "spec": {},
+    }))?)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
+async fn peer_refuses_what_it_cannot_peer_with_before_writing_anything() -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
     // A provider without liqo-rs is refused first, saying so.
@@ -32,18 +72,9 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         "{}",
         out.stderr
     );
-    for (cluster, id, cidr) in [
-        (consumer, "consumer-1", "10.201.0.0/16"),
-        (provider, "provider-1", "10.202.0.0/16"),
-    ] {
-        liqo_e2e::install(cluster, id, cidr, &["--cluster-labels=region=eu-west"]).success();
-    }
-    let consumer_client = consumer.client().await?;
-    let provider_client = provider.client().await?;
-    let before = (
-        snapshot(&consumer_client).await?,
-        snapshot(&provider_client).await?,
-    );
+    let before = install(&pair).await?;
+    let (consumer_client, provider_client) =
+        (pair.consumer_client.clone(), pair.provider_client.clone());
 
     // Refused before anything is written: itself, a request above the offer.
     let own = consumer.kubeconfig_path().to_str().context("path")?;
@@ -96,6 +127,19 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         before.0,
         "a refused peer wrote on the consumer"
     );
+
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters_as_they_were()
+-> Result<()> {
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let before = install(&pair).await?;
+    let (consumer_client, provider_client) =
+        (pair.consumer_client.clone(), pair.provider_client.clone());
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
 
     let start = std::time::Instant::now();
     let out = pair.on_consumer(&[
@@ -231,12 +275,7 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
     // Unpeer refuses while a namespace is offloaded to the provider.
     let offloadings: Api<liqo_api::offloading::NamespaceOffloading> =
         Api::namespaced(consumer_client.clone(), "default");
-    let offloading: liqo_api::offloading::NamespaceOffloading =
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "liqo.io/v1alpha1", "kind": "NamespaceOffloading",
-            "metadata": { "name": names::NAMESPACE_OFFLOADING },
-            "spec": {},
-        }))?;
+    let offloading = offloading_object()?;
     offloadings.create(&Default::default(), &offloading).await?;
     let out = pair
         .on_consumer(&["unpeer", "--remote-kubeconfig", remote])
@@ -276,15 +315,6 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         snapshot(&consumer_client).await?,
         snapshot(&provider_client).await?,
     );
-    let diff = |a: &BTreeSet<String>, b: &BTreeSet<String>| -> Vec<String> {
-        a.symmetric_difference(b).cloned().collect()
-    };
-    // Pods of kwok's and the gateway's are replaced over time: compare the rest.
-    let stable = |d: Vec<String>| -> Vec<String> {
-        d.into_iter()
-            .filter(|o| !o.starts_with("pods/") && !o.starts_with("replicasets/"))
-            .collect()
-    };
     assert_eq!(
         stable(diff(&before.0, &after.0)),
         Vec::<String>::new(),
@@ -331,6 +361,23 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         }
     })
     .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenancy_ended_by_the_provider_or_a_forced_unpeer_leaves_both_clusters_as_they_were()
+-> Result<()> {
+    let pair = Pair::at(Stage::Started).await?;
+    let provider = pair.provider();
+    let before = install(&pair).await?;
+    let (consumer_client, provider_client) =
+        (pair.consumer_client.clone(), pair.provider_client.clone());
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+
+    let provider_id = ClusterId::new("provider-1")?;
+    let offloadings: Api<liqo_api::offloading::NamespaceOffloading> =
+        Api::namespaced(consumer_client.clone(), "default");
+    let offloading = offloading_object()?;
 
     // The provider's administrator ends the tenancy alone: the consumer's
     // node turns NotReady, and the consumer cleans its side alone.
@@ -386,48 +433,6 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         "provider differs after a provider-side end"
     );
 
-    // Both ways at once: each cluster gets a virtual node for the other.
-    let own = consumer.kubeconfig_path().to_str().context("path")?;
-    pair.on_consumer(&[
-        "peer",
-        "--remote-kubeconfig",
-        remote,
-        "--bidirectional",
-        "--pods=5",
-    ])
-    .success();
-    for (client, peer) in [
-        (&consumer_client, "provider-1"),
-        (&provider_client, "consumer-1"),
-    ] {
-        let node = Api::<Node>::all(client.clone())
-            .get(&peering::virtual_node(&ClusterId::new(peer)?))
-            .await?;
-        let capacity = node.status.and_then(|s| s.capacity).unwrap_or_default();
-        assert_eq!(
-            capacity.get("pods").map(|q| q.0.as_str()),
-            Some("5"),
-            "{peer}"
-        );
-    }
-    pair.on_consumer(&["unpeer", "--remote-kubeconfig", remote])
-        .success();
-    pair.on_provider(&["unpeer", "--remote-kubeconfig", own])
-        .success();
-    let after = (
-        snapshot(&consumer_client).await?,
-        snapshot(&provider_client).await?,
-    );
-    assert_eq!(
-        stable(diff(&before.0, &after.0)),
-        Vec::<String>::new(),
-        "consumer differs after both ways"
-    );
-    assert_eq!(
-        stable(diff(&before.1, &after.1)),
-        Vec::<String>::new(),
-        "provider differs after both ways"
-    );
     // `unpeer --force` while a namespace is offloaded: the peering goes,
     // and the agent's finalizer does not keep the offloading forever.
     pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
@@ -498,6 +503,60 @@ async fn peer_then_unpeer_leaves_both_clusters_as_they_were() -> Result<()> {
         "provider differs after a forced unpeer"
     );
     drop(pair);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_both_ways_gives_each_cluster_a_virtual_node_and_unpeer_undoes_it() -> Result<()> {
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let before = install(&pair).await?;
+    let (consumer_client, provider_client) =
+        (pair.consumer_client.clone(), pair.provider_client.clone());
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+
+    // Both ways at once: each cluster gets a virtual node for the other.
+    let own = consumer.kubeconfig_path().to_str().context("path")?;
+    pair.on_consumer(&[
+        "peer",
+        "--remote-kubeconfig",
+        remote,
+        "--bidirectional",
+        "--pods=5",
+    ])
+    .success();
+    for (client, peer) in [
+        (&consumer_client, "provider-1"),
+        (&provider_client, "consumer-1"),
+    ] {
+        let node = Api::<Node>::all(client.clone())
+            .get(&peering::virtual_node(&ClusterId::new(peer)?))
+            .await?;
+        let capacity = node.status.and_then(|s| s.capacity).unwrap_or_default();
+        assert_eq!(
+            capacity.get("pods").map(|q| q.0.as_str()),
+            Some("5"),
+            "{peer}"
+        );
+    }
+    pair.on_consumer(&["unpeer", "--remote-kubeconfig", remote])
+        .success();
+    pair.on_provider(&["unpeer", "--remote-kubeconfig", own])
+        .success();
+    let after = (
+        snapshot(&consumer_client).await?,
+        snapshot(&provider_client).await?,
+    );
+    assert_eq!(
+        stable(diff(&before.0, &after.0)),
+        Vec::<String>::new(),
+        "consumer differs after both ways"
+    );
+    assert_eq!(
+        stable(diff(&before.1, &after.1)),
+        Vec::<String>::new(),
+        "provider differs after both ways"
+    );
     Ok(())
 }
 

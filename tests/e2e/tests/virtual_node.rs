@@ -1,11 +1,12 @@
 //! The virtual kubelet of one outgoing peering, on two real clusters: it
 //! registers the virtual node from its ForeignCluster (labels, taint, cost,
-//! capacity = the grant), renews its Lease, and the node is Ready exactly
+//! capacity = the grant), renews its Lease, a new grant resizes the node,
+//! and deleting the ForeignCluster removes it; the node is Ready exactly
 //! while the provider's API answers as the expected cluster: NotReady
 //! within 40 s of the provider's API hanging or going away, Ready again
 //! when it is back; a renewed identity is picked up without a restart; a
-//! provider that refuses the identity makes it NotReady (forbidden); a
-//! new grant resizes the node; deleting the ForeignCluster removes it.
+//! provider that refuses the identity makes it NotReady (forbidden). Each
+//! test starts from its own pair of clusters ([`start`], [`peer_by_hand`]).
 //!
 //! The peering is set up by hand here (`liqoctl peer` comes separately):
 //! the provider's side is a CSR-issued identity with the one right the
@@ -41,8 +42,9 @@ const READER: &str = "vn-peer-identity-reader";
 /// The bound the issue sets on noticing a lost provider.
 const NOT_READY_WITHIN: Duration = Duration::from_secs(40);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn virtual_node_follows_its_provider() -> Result<()> {
+/// Two clusters of one kwok node each, with this build's agents; the
+/// consumer's agent logs are printed by [`finish`] if the test fails.
+async fn start() -> Result<Testbed> {
     let bin = liqo_e2e::bin_dir();
     let mut specs = Vec::new();
     for (name, index) in [("vn-consumer", 1), ("vn-provider", 2)] {
@@ -52,8 +54,12 @@ async fn virtual_node_follows_its_provider() -> Result<()> {
         spec.agent_bin_dir = Some(bin.clone());
         specs.push(spec);
     }
-    let mut testbed = Testbed::start(specs).await?;
-    let result = scenario(&mut testbed).await;
+    Ok(Testbed::start(specs).await?)
+}
+
+/// Prints the consumer's agent logs if `result` is a failure, and stops
+/// the clusters.
+fn finish(testbed: Testbed, result: Result<()>) -> Result<()> {
     if result.is_err() {
         eprintln!(
             "--- agent logs of the consumer ---\n{}",
@@ -64,7 +70,25 @@ async fn virtual_node_follows_its_provider() -> Result<()> {
     result
 }
 
-async fn scenario(testbed: &mut Testbed) -> Result<()> {
+/// What [`peer_by_hand`] made.
+struct ByHand {
+    consumer: kube::Client,
+    provider: kube::Client,
+    /// The consumer's user on the provider.
+    user: String,
+    /// The identity the consumer's Secret holds.
+    kubeconfig: String,
+    fcs: Api<ForeignCluster>,
+    secrets: Api<Secret>,
+    secret_name: String,
+    fc_uid: String,
+    nodes: Api<Node>,
+}
+
+/// Installs liqo-rs on both clusters (IDs [`CONSUMER_ID`], [`PROVIDER_ID`])
+/// and peers them by hand (the grant is 2 CPUs), returning once the
+/// virtual node is registered.
+async fn peer_by_hand(testbed: &Testbed) -> Result<ByHand> {
     let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
     let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
     for (cluster, id, cidr) in [
@@ -130,6 +154,47 @@ async fn scenario(testbed: &mut Testbed) -> Result<()> {
         async move { Ok(nodes.get_opt(NODE).await?.is_some()) }
     })
     .await?;
+    Ok(ByHand {
+        consumer,
+        provider,
+        user,
+        kubeconfig,
+        fcs,
+        secrets,
+        secret_name,
+        fc_uid,
+        nodes,
+    })
+}
+
+/// The agent ran throughout, never restarted.
+async fn agent_ran_throughout(consumer: &kube::Client) -> Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(consumer.clone(), names::NAMESPACE);
+    let ready_replicas = deployments
+        .get(&format!("liqo-vk-{PROVIDER_ID}"))
+        .await?
+        .status
+        .and_then(|s| s.ready_replicas);
+    assert_eq!(ready_replicas, Some(1));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_virtual_node_is_registered_resized_and_removed_as_its_foreign_cluster_says()
+-> Result<()> {
+    let testbed = start().await?;
+    let result = registered_resized_and_removed(&testbed).await;
+    finish(testbed, result)
+}
+
+async fn registered_resized_and_removed(testbed: &Testbed) -> Result<()> {
+    let ByHand {
+        consumer,
+        fcs,
+        fc_uid,
+        nodes,
+        ..
+    } = peer_by_hand(testbed).await?;
     let node = nodes.get(NODE).await?;
     let labels = node.metadata.labels.clone().unwrap_or_default();
     for (k, v) in [
@@ -204,6 +269,42 @@ async fn scenario(testbed: &mut Testbed) -> Result<()> {
     })
     .await?;
 
+    // A new grant resizes the node.
+    set_grant(&fcs, "3").await?;
+    wait_for("the new grant as capacity", Duration::from_secs(30), || {
+        let nodes = nodes.clone();
+        async move { Ok(capacity_is(&nodes.get(NODE).await?, "3")) }
+    })
+    .await?;
+
+    // Deleting the peering's ForeignCluster removes the node (the
+    // garbage collector, through the owner reference).
+    fcs.delete(PROVIDER_ID, &DeleteParams::default()).await?;
+    wait_for(
+        "the node to go with its ForeignCluster",
+        Duration::from_secs(60),
+        || {
+            let nodes = nodes.clone();
+            async move { Ok(nodes.get_opt(NODE).await?.is_none()) }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_virtual_node_is_not_ready_while_the_providers_api_hangs_or_is_gone() -> Result<()> {
+    let mut testbed = start().await?;
+    let result = not_ready_while_the_provider_is_unreachable(&mut testbed).await;
+    finish(testbed, result)
+}
+
+async fn not_ready_while_the_provider_is_unreachable(testbed: &mut Testbed) -> Result<()> {
+    let ByHand {
+        consumer, nodes, ..
+    } = peer_by_hand(testbed).await?;
+    wait_ready(&nodes, "True", Duration::from_secs(60), "Ready").await?;
+
     // The provider's API hangs: NotReady within 40 s, Ready once it answers.
     let started = Instant::now();
     testbed.clusters_mut()[1].pause_apiserver()?;
@@ -249,6 +350,29 @@ async fn scenario(testbed: &mut Testbed) -> Result<()> {
         "Ready {:.1}s after the API is back",
         started.elapsed().as_secs_f64()
     );
+    agent_ran_throughout(&consumer).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_virtual_node_picks_up_a_renewed_identity_and_is_not_ready_while_forbidden()
+-> Result<()> {
+    let testbed = start().await?;
+    let result = renewed_and_forbidden(&testbed).await;
+    finish(testbed, result)
+}
+
+async fn renewed_and_forbidden(testbed: &Testbed) -> Result<()> {
+    let ByHand {
+        consumer,
+        provider,
+        user,
+        kubeconfig,
+        secrets,
+        secret_name,
+        nodes,
+        ..
+    } = peer_by_hand(testbed).await?;
+    wait_ready(&nodes, "True", Duration::from_secs(60), "Ready").await?;
 
     // The identity is renewed in place: reloaded, still Ready.
     let provider_cluster = &testbed.clusters()[1];
@@ -299,37 +423,7 @@ async fn scenario(testbed: &mut Testbed) -> Result<()> {
         "Ready once allowed again",
     )
     .await?;
-
-    // A new grant resizes the node.
-    set_grant(&fcs, "3").await?;
-    wait_for("the new grant as capacity", Duration::from_secs(30), || {
-        let nodes = nodes.clone();
-        async move { Ok(capacity_is(&nodes.get(NODE).await?, "3")) }
-    })
-    .await?;
-
-    // The agent ran throughout, never restarted.
-    let deployments: Api<Deployment> = Api::namespaced(consumer.clone(), names::NAMESPACE);
-    let ready_replicas = deployments
-        .get(&format!("liqo-vk-{PROVIDER_ID}"))
-        .await?
-        .status
-        .and_then(|s| s.ready_replicas);
-    assert_eq!(ready_replicas, Some(1));
-
-    // Deleting the peering's ForeignCluster removes the node (the
-    // garbage collector, through the owner reference).
-    fcs.delete(PROVIDER_ID, &DeleteParams::default()).await?;
-    wait_for(
-        "the node to go with its ForeignCluster",
-        Duration::from_secs(60),
-        || {
-            let nodes = nodes.clone();
-            async move { Ok(nodes.get_opt(NODE).await?.is_none()) }
-        },
-    )
-    .await?;
-    Ok(())
+    agent_ran_throughout(&consumer).await
 }
 
 /// Sets the ForeignCluster's grant (CPU `cpu`, 4Gi, 20 pods) and cost, as
