@@ -1,4 +1,3 @@
-
 use liqo_api::sharing::Cost;
 
 use super::*;
