@@ -46,6 +46,30 @@ fn stable(d: Vec<String>) -> Vec<String> {
         .collect()
 }
 
+/// Asserts both clusters of `pair` hold what they held `before` (consumer
+/// first), but for what is replaced over time; `after` says after what.
+async fn as_before(
+    pair: &Pair,
+    before: &(BTreeSet<String>, BTreeSet<String>),
+    after: &str,
+) -> Result<()> {
+    let now = (
+        snapshot(&pair.consumer_client).await?,
+        snapshot(&pair.provider_client).await?,
+    );
+    assert_eq!(
+        stable(diff(&before.0, &now.0)),
+        Vec::<String>::new(),
+        "consumer differs after {after}"
+    );
+    assert_eq!(
+        stable(diff(&before.1, &now.1)),
+        Vec::<String>::new(),
+        "provider differs after {after}"
+    );
+    Ok(())
+}
+
 /// The NamespaceOffloading of the consumer's `default` namespace.
 fn offloading_object() -> Result<liqo_api::offloading::NamespaceOffloading> {
     Ok(serde_json::from_value(serde_json::json!({
@@ -311,20 +335,7 @@ async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters
         ),
         "{logs}"
     );
-    let after = (
-        snapshot(&consumer_client).await?,
-        snapshot(&provider_client).await?,
-    );
-    assert_eq!(
-        stable(diff(&before.0, &after.0)),
-        Vec::<String>::new(),
-        "consumer differs after unpeer"
-    );
-    assert_eq!(
-        stable(diff(&before.1, &after.1)),
-        Vec::<String>::new(),
-        "provider differs after unpeer"
-    );
+    as_before(&pair, &before, "unpeer").await?;
     // The certificate cannot be revoked, but it no longer authorizes anything.
     for (what, result) in [
         (
@@ -418,20 +429,7 @@ async fn a_tenancy_ended_by_the_provider_or_a_forced_unpeer_leaves_both_clusters
     .await?;
     pair.on_consumer(&["unpeer", "--force", "--cluster-id", "provider-1"])
         .success();
-    let after = (
-        snapshot(&consumer_client).await?,
-        snapshot(&provider_client).await?,
-    );
-    assert_eq!(
-        stable(diff(&before.0, &after.0)),
-        Vec::<String>::new(),
-        "consumer differs after a provider-side end"
-    );
-    assert_eq!(
-        stable(diff(&before.1, &after.1)),
-        Vec::<String>::new(),
-        "provider differs after a provider-side end"
-    );
+    as_before(&pair, &before, "a provider-side end").await?;
 
     // `unpeer --force` while a namespace is offloaded: the peering goes,
     // and the agent's finalizer does not keep the offloading forever.
@@ -488,20 +486,7 @@ async fn a_tenancy_ended_by_the_provider_or_a_forced_unpeer_leaves_both_clusters
         },
     )
     .await?;
-    let after = (
-        snapshot(&consumer_client).await?,
-        snapshot(&provider_client).await?,
-    );
-    assert_eq!(
-        stable(diff(&before.0, &after.0)),
-        Vec::<String>::new(),
-        "consumer differs after a forced unpeer"
-    );
-    assert_eq!(
-        stable(diff(&before.1, &after.1)),
-        Vec::<String>::new(),
-        "provider differs after a forced unpeer"
-    );
+    as_before(&pair, &before, "a forced unpeer").await?;
     drop(pair);
     Ok(())
 }
@@ -543,20 +528,7 @@ async fn peer_both_ways_gives_each_cluster_a_virtual_node_and_unpeer_undoes_it()
         .success();
     pair.on_provider(&["unpeer", "--remote-kubeconfig", own])
         .success();
-    let after = (
-        snapshot(&consumer_client).await?,
-        snapshot(&provider_client).await?,
-    );
-    assert_eq!(
-        stable(diff(&before.0, &after.0)),
-        Vec::<String>::new(),
-        "consumer differs after both ways"
-    );
-    assert_eq!(
-        stable(diff(&before.1, &after.1)),
-        Vec::<String>::new(),
-        "provider differs after both ways"
-    );
+    as_before(&pair, &before, "both ways").await?;
     Ok(())
 }
 
