@@ -134,23 +134,42 @@ impl Cluster {
 
     /// Polls `check` until it answers true, failing early if a process of
     /// the cluster exits, and after [`PHASE_TIMEOUT`].
-    async fn wait_for<F, Fut>(&mut self, what: &str, mut check: F) -> Result<(), Error>
+    async fn wait_for<F, Fut>(&mut self, what: &str, check: F) -> Result<(), Error>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<bool, Error>>,
     {
-        let deadline = Instant::now() + PHASE_TIMEOUT;
+        self.wait_within(what, PHASE_TIMEOUT, check).await
+    }
+
+    /// [`Cluster::wait_for`] with a time of its own. On timeout the error
+    /// holds the log of the real node's kubelet if the cluster has one (it
+    /// is what the wait is for), else the last process's.
+    async fn wait_within<F, Fut>(
+        &mut self,
+        what: &str,
+        patience: Duration,
+        mut check: F,
+    ) -> Result<(), Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<bool, Error>>,
+    {
+        let deadline = Instant::now() + patience;
         loop {
             self.ensure_running()?;
             if check().await? {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                let log = self
-                    .processes
-                    .last()
-                    .map(|p| format!("{}:\n{}", p.name(), p.log_tail(20)))
-                    .unwrap_or_default();
+                let log = match &self.real_node {
+                    Some(node) => node.log_tail(20),
+                    None => self
+                        .processes
+                        .last()
+                        .map(|p| format!("{}:\n{}", p.name(), p.log_tail(20)))
+                        .unwrap_or_default(),
+                };
                 return Err(Error::Timeout {
                     cluster: self.spec.name.clone(),
                     what: what.to_owned(),

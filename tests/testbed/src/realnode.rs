@@ -296,14 +296,19 @@ impl RealNode {
                 cluster: self.name.clone(),
                 process: "real node (containerd, kubelet)".into(),
                 status: status.to_string(),
-                log: format!(
-                    "containerd:\n{}\nkubelet:\n{}",
-                    process::tail(&self.dir.join("containerd.log"), 10),
-                    process::tail(&self.dir.join("kubelet.log"), 10)
-                ),
+                log: self.log_tail(10),
             }),
             None => Ok(()),
         }
+    }
+
+    /// The last `lines` of containerd's and the kubelet's logs.
+    pub(crate) fn log_tail(&self, lines: usize) -> String {
+        format!(
+            "containerd:\n{}\nkubelet:\n{}",
+            process::tail(&self.dir.join("containerd.log"), lines),
+            process::tail(&self.dir.join("kubelet.log"), lines)
+        )
     }
 
     /// The pid of the node's daemons' parent (`unshare`).

@@ -4,10 +4,15 @@
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, ListParams};
 
+use std::time::Duration;
+
 use super::Cluster;
 use crate::Error;
 use crate::hostnode::{HostNode, HostNodeConfig};
 use crate::realnode::{RealNode, RealNodeConfig};
+
+/// How long a real node may take to be Ready.
+const REAL_NODE_PATIENCE: Duration = Duration::from_secs(240);
 
 impl Cluster {
     pub(super) async fn wait_until_usable(&mut self, client: &kube::Client) -> Result<(), Error> {
@@ -39,8 +44,16 @@ impl Cluster {
     ) -> Result<(), Error> {
         let name = config.node_name.clone();
         self.real_node = Some(RealNode::start(config)?);
-        self.wait_for_node(client, name, "the real node to be Ready")
-            .await
+        // A real kubelet registers, gets its runtime's network ready and
+        // reports Ready in seconds on an idle machine, and in minutes when
+        // several start at once beside builds.
+        self.wait_for_node(
+            client,
+            name,
+            "the real node to be Ready",
+            REAL_NODE_PATIENCE,
+        )
+        .await
     }
 
     pub(super) async fn start_host_node(
@@ -50,8 +63,13 @@ impl Cluster {
     ) -> Result<(), Error> {
         let name = config.node_name.clone();
         self.host_node = Some(HostNode::start(config).await?);
-        self.wait_for_node(client, name, "the host-process node to be Ready")
-            .await
+        self.wait_for_node(
+            client,
+            name,
+            "the host-process node to be Ready",
+            super::PHASE_TIMEOUT,
+        )
+        .await
     }
 
     /// Waits for node `name` to be Ready and free of the node lifecycle's taints.
@@ -60,9 +78,10 @@ impl Cluster {
         client: &kube::Client,
         name: String,
         what: &str,
+        patience: Duration,
     ) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(client.clone());
-        self.wait_for(what, || {
+        self.wait_within(what, patience, || {
             let nodes = nodes.clone();
             let name = name.clone();
             async move {
