@@ -10,6 +10,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -28,6 +29,10 @@ pub const WAIT: Duration = Duration::from_secs(180);
 pub const CONSUMER_ID: &str = "consumer-1";
 /// The provider's cluster ID.
 pub const PROVIDER_ID: &str = "provider-1";
+
+/// What the consumer and the provider hold, as [`crate::snapshot`] lists
+/// it: consumer first.
+pub type Holdings = (BTreeSet<String>, BTreeSet<String>);
 
 /// Where a test starts.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +62,17 @@ pub struct Pair {
 impl Pair {
     /// Starts the two clusters and brings them to `stage`.
     pub async fn at(stage: Stage<'_>) -> anyhow::Result<Self> {
-        let testbed = crate::consumer_and_provider().await?;
+        Self::with_nodes(1, 2, stage).await
+    }
+
+    /// [`Pair::at`], with these numbers of kwok nodes in the consumer and
+    /// the provider.
+    pub async fn with_nodes(
+        consumer_nodes: u32,
+        provider_nodes: u32,
+        stage: Stage<'_>,
+    ) -> anyhow::Result<Self> {
+        let testbed = crate::consumer_and_provider_with(consumer_nodes, provider_nodes).await?;
         let consumer_client = testbed.cluster("consumer").client().await?;
         let provider_client = testbed.cluster("provider").client().await?;
         let pair = Self {
@@ -90,6 +105,49 @@ impl Pair {
         self.provider().kubeconfig_path().display().to_string()
     }
 
+    /// What each cluster holds now ([`crate::snapshot`]): consumer first.
+    pub async fn holdings(&self) -> anyhow::Result<Holdings> {
+        Ok((
+            crate::snapshot(&self.consumer_client).await?,
+            crate::snapshot(&self.provider_client).await?,
+        ))
+    }
+
+    /// Asserts that both clusters hold what they held `before`, but for
+    /// what is replaced over time (pods, ReplicaSets) and the kinds of
+    /// object `ignoring` (resource prefixes, e.g. `"validatingadmissionpolicies"`);
+    /// `after` says after what.
+    pub async fn assert_as_before(
+        &self,
+        before: &Holdings,
+        after: &str,
+        ignoring: &[&str],
+    ) -> anyhow::Result<()> {
+        let now = self.holdings().await?;
+        let changed = |a: &BTreeSet<String>, b: &BTreeSet<String>| -> Vec<String> {
+            a.symmetric_difference(b)
+                .filter(|o| {
+                    !["pods/", "replicasets/"]
+                        .iter()
+                        .chain(ignoring)
+                        .any(|p| o.starts_with(p))
+                })
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            changed(&before.0, &now.0),
+            Vec::<String>::new(),
+            "the consumer differs after {after}"
+        );
+        assert_eq!(
+            changed(&before.1, &now.1),
+            Vec::<String>::new(),
+            "the provider differs after {after}"
+        );
+        Ok(())
+    }
+
     /// `liqoctl` on the consumer's kubeconfig.
     pub fn on_consumer(&self, args: &[&str]) -> Run {
         liqoctl(Some(self.consumer().kubeconfig_path()), args)
@@ -105,7 +163,9 @@ impl Pair {
             (self.consumer(), CONSUMER_ID, "10.201.0.0/16"),
             (self.provider(), PROVIDER_ID, "10.202.0.0/16"),
         ] {
-            crate::install(cluster, id, cidr, &[]).success();
+            let out = crate::install(cluster, id, cidr, &[]).success();
+            // The testbed's API servers serve every API install uses.
+            assert!(!out.stderr.contains("does not serve"), "{}", out.stderr);
         }
     }
 

@@ -213,26 +213,34 @@ pub async fn virtual_kubelet_restarted(
     .await
 }
 
-/// A client that acts on provider `provider_id` as the consumer
-/// (`consumer`, reached with `local`) is known there: the kubeconfig the
-/// peering keeps in the consumer's Secret `liqo/liqo-identity-<provider>`,
-/// written into the cluster's folder.
-pub async fn peer_client(
-    consumer: &liqo_testbed::Cluster,
+/// The kubeconfig the peering with provider `provider_id` keeps in the
+/// consumer's (`local`) Secret `liqo/liqo-identity-<provider>`.
+pub async fn identity_kubeconfig(
     local: &kube::Client,
     provider_id: &str,
-) -> anyhow::Result<kube::Client> {
+) -> anyhow::Result<Vec<u8>> {
     use anyhow::Context as _;
     let provider = liqo_api::ClusterId::new(provider_id)?;
     let secret: k8s_openapi::api::core::v1::Secret =
         kube::Api::namespaced(local.clone(), liqo_api::names::NAMESPACE)
             .get(&liqo_api::names::peering::identity_secret(&provider))
             .await?;
-    let kubeconfig = secret
+    Ok(secret
         .data
         .and_then(|d| d.get("kubeconfig").cloned())
         .context("no kubeconfig in the identity secret")?
-        .0;
+        .0)
+}
+
+/// A client that acts on provider `provider_id` as the consumer
+/// (`consumer`, reached with `local`) is known there: its
+/// [`identity_kubeconfig`], written into the cluster's folder.
+pub async fn peer_client(
+    consumer: &liqo_testbed::Cluster,
+    local: &kube::Client,
+    provider_id: &str,
+) -> anyhow::Result<kube::Client> {
+    let kubeconfig = identity_kubeconfig(local, provider_id).await?;
     let identity_file = consumer.dir().join("peer-identity.kubeconfig");
     std::fs::write(&identity_file, &kubeconfig)?;
     Ok(liqo_testbed::client_from_kubeconfig(&identity_file).await?)
@@ -387,11 +395,19 @@ pub fn install_and_peer(
 /// Two clusters for a peering: `consumer` (one kwok node) and `provider`
 /// (two), each with a host-process node running this build's agents.
 pub async fn consumer_and_provider() -> anyhow::Result<liqo_testbed::Testbed> {
+    consumer_and_provider_with(1, 2).await
+}
+
+/// [`consumer_and_provider`] with these numbers of kwok nodes.
+pub async fn consumer_and_provider_with(
+    consumer_nodes: u32,
+    provider_nodes: u32,
+) -> anyhow::Result<liqo_testbed::Testbed> {
     let mut consumer = liqo_testbed::ClusterSpec::new("consumer", 1);
-    consumer.nodes = 1;
+    consumer.nodes = consumer_nodes;
     consumer.agent_bin_dir = Some(bin_dir());
     let mut provider = liqo_testbed::ClusterSpec::new("provider", 2);
-    provider.nodes = 2;
+    provider.nodes = provider_nodes;
     provider.agent_bin_dir = Some(bin_dir());
     Ok(liqo_testbed::Testbed::start(vec![consumer, provider]).await?)
 }

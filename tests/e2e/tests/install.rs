@@ -1,7 +1,7 @@
 //! `liqoctl install`, `info` and `uninstall` against a real cluster, with the
 //! gateway agent really running (on the testbed's host-process node) under
 //! the RBAC that install gives it. Each test starts from a cluster of its
-//! own ([`start_cluster`], installed with [`install_args`]).
+//! own ([`Home`], installed with [`install_args`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,26 +20,48 @@ use liqo_e2e::{liqoctl, wait_for};
 use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 use serde_json::json;
 
-/// Prints the agents' logs if the test fails while it is alive.
-struct LogsOnFailure<'a>(&'a Cluster);
+/// A cluster of its own for one test, `home`, and how the test installs
+/// liqo there ([`install_args`]). Prints the agents' logs if the test
+/// fails while it is alive.
+struct Home {
+    testbed: Testbed,
+    client: kube::Client,
+    install: Vec<String>,
+}
 
-impl Drop for LogsOnFailure<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "--- agent logs of cluster {} ---\n{}",
-                self.0.name(),
-                self.0.pod_logs()
-            );
-        }
+impl Home {
+    async fn start() -> Result<Self> {
+        let mut spec = ClusterSpec::new("home", 1);
+        spec.nodes = 1;
+        spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+        let testbed = Testbed::start(vec![spec]).await?;
+        let client = testbed.cluster("home").client().await?;
+        Ok(Self {
+            testbed,
+            client,
+            install: install_args(),
+        })
+    }
+
+    fn cluster(&self) -> &Cluster {
+        self.testbed.cluster("home")
+    }
+
+    /// The install command's arguments.
+    fn install(&self) -> Vec<&str> {
+        self.install.iter().map(String::as_str).collect()
     }
 }
 
-async fn start_cluster(name: &str) -> Result<Testbed> {
-    let mut spec = ClusterSpec::new(name, 1);
-    spec.nodes = 1;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    Ok(Testbed::start(vec![spec]).await?)
+impl Drop for Home {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- agent logs of cluster home ---\n{}",
+                self.cluster().pod_logs()
+            );
+        }
+    }
 }
 
 /// The arguments of the installation the tests make (ID `home-1`), its
@@ -170,26 +192,34 @@ async fn versions(client: &kube::Client) -> Result<BTreeMap<String, String>> {
         .collect())
 }
 
+/// Fails, naming `what`, if the objects install made are not at the
+/// resourceVersions `before`.
+async fn assert_unchanged(
+    client: &kube::Client,
+    before: &BTreeMap<String, String>,
+    what: &str,
+) -> Result<()> {
+    assert_eq!(&versions(client).await?, before, "{what} changed objects");
+    Ok(())
+}
+
+/// Fails unless `text` holds `want`, printing `text`.
+fn assert_holds(text: &str, want: &str) {
+    assert!(text.contains(want), "{want:?} missing from:\n{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it() -> Result<()> {
-    let testbed = start_cluster("home").await?;
-    let cluster = testbed.cluster("home");
-    let _logs = LogsOnFailure(cluster);
+    let home = Home::start().await?;
+    let (cluster, client, install) = (home.cluster(), &home.client, home.install());
     let kubeconfig = cluster.kubeconfig_path();
-    let client = cluster.client().await?;
-    let args = install_args();
-    let install: Vec<&str> = args.iter().map(String::as_str).collect();
 
     // A dry run prints the objects and creates none of them.
     let dry = liqoctl(Some(kubeconfig), &[&install[..], &["--dry-run"]].concat()).success();
+    assert_holds(&dry.stdout, "kind: CustomResourceDefinition");
+    assert_holds(&dry.stdout, "cluster-id: home-1");
     assert!(
-        dry.stdout.contains("kind: CustomResourceDefinition"),
-        "{}",
-        dry.stdout
-    );
-    assert!(dry.stdout.contains("cluster-id: home-1"), "{}", dry.stdout);
-    assert!(
-        versions(&client).await?.is_empty(),
+        versions(client).await?.is_empty(),
         "a dry run created objects"
     );
 
@@ -203,11 +233,7 @@ async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it()
         "{}",
         first.stderr
     );
-    assert!(
-        first.stdout.contains("installed on cluster"),
-        "{}",
-        first.stdout
-    );
+    assert_holds(&first.stdout, "installed on cluster");
 
     // The gateway runs as a real process on the host-process node, and got
     // through its start: it read the identity with its own account.
@@ -264,22 +290,12 @@ async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it()
     // Its rights are what it needs and no more.
     let ns = Some(names::NAMESPACE);
     let identity = Some(names::IDENTITY_CONFIGMAP);
-    assert!(gateway_may(&client, "get", "", "configmaps", ns, identity).await?);
-    assert!(
-        gateway_may(
-            &client,
-            "watch",
-            names::GROUP,
-            "foreignclusters",
-            None,
-            None
-        )
-        .await?
-    );
-    assert!(!gateway_may(&client, "get", "", "configmaps", ns, Some("other")).await?);
+    assert!(gateway_may(client, "get", "", "configmaps", ns, identity).await?);
+    assert!(gateway_may(client, "watch", names::GROUP, "foreignclusters", None, None).await?);
+    assert!(!gateway_may(client, "get", "", "configmaps", ns, Some("other")).await?);
     assert!(
         !gateway_may(
-            &client,
+            client,
             "get",
             "",
             "configmaps",
@@ -288,11 +304,11 @@ async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it()
         )
         .await?
     );
-    assert!(!gateway_may(&client, "list", "", "secrets", ns, None).await?);
-    assert!(!gateway_may(&client, "create", "", "pods", ns, None).await?);
+    assert!(!gateway_may(client, "list", "", "secrets", ns, None).await?);
+    assert!(!gateway_may(client, "create", "", "pods", ns, None).await?);
     assert!(
         !gateway_may(
-            &client,
+            client,
             "create",
             names::GROUP,
             "foreignclusters",
@@ -311,11 +327,7 @@ async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it()
         "liqo-gateway",
         "1/1",
     ] {
-        assert!(
-            table.stdout.contains(want),
-            "{want} missing from:\n{}",
-            table.stdout
-        );
+        assert_holds(&table.stdout, want);
     }
     let json: serde_json::Value = serde_json::from_str(
         &liqoctl(Some(kubeconfig), &["info", "-o", "json"])
@@ -326,7 +338,7 @@ async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it()
     assert_eq!(json["identity"]["labels"]["provider"], "testbed");
     assert_eq!(json["agents"][0]["ready"], true);
     let yaml = liqoctl(Some(kubeconfig), &["info", "-o", "yaml"]).success();
-    assert!(yaml.stdout.contains("clusterId: home-1"), "{}", yaml.stdout);
+    assert_holds(&yaml.stdout, "clusterId: home-1");
     let version = liqoctl(Some(kubeconfig), &["version", "-o", "json"]).success();
     let version: serde_json::Value = serde_json::from_str(&version.stdout)?;
     assert_eq!(version["server"], liqo_api::VERSION);
@@ -336,44 +348,24 @@ async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installing_again_changes_nothing_and_a_conflicting_cluster_id_is_refused() -> Result<()> {
-    let testbed = start_cluster("home").await?;
-    let cluster = testbed.cluster("home");
-    let _logs = LogsOnFailure(cluster);
+    let home = Home::start().await?;
+    let (cluster, client, install) = (home.cluster(), &home.client, home.install());
     let kubeconfig = cluster.kubeconfig_path();
-    let client = cluster.client().await?;
-    let args = install_args();
-    let install: Vec<&str> = args.iter().map(String::as_str).collect();
 
     liqoctl(Some(kubeconfig), &install).success();
 
     // Installing again with the same flags changes nothing at all.
-    let before = versions(&client).await?;
+    let before = versions(client).await?;
     assert!(before.len() >= 9, "{before:?}");
     let again = liqoctl(Some(kubeconfig), &install).success();
-    assert!(
-        again.stdout.contains("already up to date"),
-        "{}",
-        again.stdout
-    );
-    assert_eq!(
-        versions(&client).await?,
-        before,
-        "a second install changed objects"
-    );
+    assert_holds(&again.stdout, "already up to date");
+    assert_unchanged(client, &before, "a second install").await?;
 
     // Without flags, install keeps what the installation has, the agents'
     // node selector included.
     let bare = liqoctl(Some(kubeconfig), &["install", "--timeout=60"]).success();
-    assert!(
-        bare.stdout.contains("already up to date"),
-        "{}",
-        bare.stdout
-    );
-    assert_eq!(
-        versions(&client).await?,
-        before,
-        "a bare install changed objects"
-    );
+    assert_holds(&bare.stdout, "already up to date");
+    assert_unchanged(client, &before, "a bare install").await?;
 
     // -o json prints what was applied, still without changing anything.
     let listed = liqoctl(
@@ -397,11 +389,7 @@ async fn installing_again_changes_nothing_and_a_conflicting_cluster_id_is_refuse
     ] {
         assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
     }
-    assert_eq!(
-        versions(&client).await?,
-        before,
-        "install -o json changed objects"
-    );
+    assert_unchanged(client, &before, "install -o json").await?;
 
     // A conflicting cluster ID is refused, and changes nothing either.
     let conflict = liqoctl(
@@ -414,23 +402,15 @@ async fn installing_again_changes_nothing_and_a_conflicting_cluster_id_is_refuse
         "{}",
         conflict.stderr
     );
-    assert_eq!(
-        versions(&client).await?,
-        before,
-        "a refused install changed objects"
-    );
+    assert_unchanged(client, &before, "a refused install").await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_refuses_while_in_use_and_otherwise_leaves_nothing() -> Result<()> {
-    let testbed = start_cluster("home").await?;
-    let cluster = testbed.cluster("home");
-    let _logs = LogsOnFailure(cluster);
+    let home = Home::start().await?;
+    let (cluster, client, install) = (home.cluster(), &home.client, home.install());
     let kubeconfig = cluster.kubeconfig_path();
-    let client = cluster.client().await?;
-    let args = install_args();
-    let install: Vec<&str> = args.iter().map(String::as_str).collect();
 
     liqoctl(Some(kubeconfig), &install).success();
 
@@ -464,7 +444,7 @@ async fn uninstall_refuses_while_in_use_and_otherwise_leaves_nothing() -> Result
             }))?,
         )
         .await?;
-    let before = versions(&client).await?;
+    let before = versions(client).await?;
     let refused = liqoctl(Some(kubeconfig), &["uninstall", "--purge", "--yes"]).user_error(6);
     assert!(
         refused.error_line().contains("foreign"),
@@ -472,11 +452,7 @@ async fn uninstall_refuses_while_in_use_and_otherwise_leaves_nothing() -> Result
         refused.stderr
     );
     assert!(refused.error_line().contains("shop"), "{}", refused.stderr);
-    assert_eq!(
-        versions(&client).await?,
-        before,
-        "a refused uninstall changed objects"
-    );
+    assert_unchanged(client, &before, "a refused uninstall").await?;
     let info = liqoctl(Some(kubeconfig), &["info", "-o", "json"]).success();
     let info: serde_json::Value = serde_json::from_str(&info.stdout)?;
     assert_eq!(info["peerings"][0]["clusterId"], "foreign-1");
@@ -497,7 +473,7 @@ async fn uninstall_refuses_while_in_use_and_otherwise_leaves_nothing() -> Result
         &["uninstall", "--purge", "--yes", "--timeout=60"],
     )
     .success();
-    let left = leftovers(&client).await?;
+    let left = leftovers(client).await?;
     assert!(left.is_empty(), "left after uninstall --purge: {left:?}");
     let deployments: Api<Deployment> = Api::all(client.clone());
     assert!(
@@ -517,7 +493,7 @@ async fn uninstall_refuses_while_in_use_and_otherwise_leaves_nothing() -> Result
 
     // And the same install works again on the cleaned cluster.
     liqoctl(Some(kubeconfig), &install).success();
-    uninstall_tries_a_failed_crd_removal_again(&client, kubeconfig).await
+    uninstall_tries_a_failed_crd_removal_again(client, kubeconfig).await
 }
 
 /// The API server's CRD finalizer tries a failed removal again only after

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -131,6 +131,23 @@ impl Remote {
             rs: Api::namespaced(prov.clone(), TWIN),
             pods: Api::namespaced(prov.clone(), TWIN),
         }
+    }
+
+    /// The UIDs of our ReplicaSets in the twin, by name.
+    async fn replica_set_uids(&self) -> Result<BTreeMap<String, String>> {
+        Ok(self
+            .rs
+            .list(&ListParams::default().labels(LOCAL_POD_UID))
+            .await?
+            .items
+            .into_iter()
+            .map(|r| {
+                (
+                    r.metadata.name.unwrap_or_default(),
+                    r.metadata.uid.unwrap_or_default(),
+                )
+            })
+            .collect())
     }
 
     /// Remote pods by their local pod's UID (all of them, to see twins).
@@ -335,27 +352,10 @@ async fn provider_paused_for_a_minute() -> Result<()> {
             .collect()
     };
     let before = uids_of(&remote.pods_by_uid().await?);
-    let rs_before: BTreeMap<String, String> = remote
-        .rs
-        .list(&ListParams::default().labels(LOCAL_POD_UID))
-        .await?
-        .items
-        .into_iter()
-        .map(|r| {
-            (
-                r.metadata.name.unwrap_or_default(),
-                r.metadata.uid.unwrap_or_default(),
-            )
-        })
-        .collect();
+    let rs_before = remote.replica_set_uids().await?;
 
     let paused_at = Instant::now();
-    testbed
-        .clusters_mut()
-        .iter_mut()
-        .find(|c| c.name() == "provider")
-        .context("provider")?
-        .pause_apiserver()?;
+    testbed.cluster_mut("provider").pause_apiserver()?;
     eprintln!("provider's API server paused");
     let went_not_ready = wait_for("the virtual node to go NotReady", WAIT, || async {
         Ok(node_ready(nodes.get_opt(&node_name).await?.as_ref()) == Some(false))
@@ -373,12 +373,7 @@ async fn provider_paused_for_a_minute() -> Result<()> {
         .await?;
     let left = Duration::from_secs(60).saturating_sub(paused_at.elapsed());
     tokio::time::sleep(left).await;
-    testbed
-        .clusters_mut()
-        .iter_mut()
-        .find(|c| c.name() == "provider")
-        .context("provider")?
-        .resume_apiserver()?;
+    testbed.cluster_mut("provider").resume_apiserver()?;
     eprintln!(
         "provider's API server resumed after {:?}",
         paused_at.elapsed()
@@ -405,19 +400,7 @@ async fn provider_paused_for_a_minute() -> Result<()> {
             "the remote pod of {local_uid} was replaced"
         );
     }
-    let rs_after: BTreeMap<String, String> = remote
-        .rs
-        .list(&ListParams::default().labels(LOCAL_POD_UID))
-        .await?
-        .items
-        .into_iter()
-        .map(|r| {
-            (
-                r.metadata.name.unwrap_or_default(),
-                r.metadata.uid.unwrap_or_default(),
-            )
-        })
-        .collect();
+    let rs_after = remote.replica_set_uids().await?;
     for (name, uid) in &rs_before {
         assert_eq!(
             rs_after.get(name),

@@ -7,7 +7,6 @@
 //! provider ends alone, a forced unpeer and a peering both ways. Each test
 //! starts from its own pair of clusters, [`install`]ed.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -15,13 +14,13 @@ use k8s_openapi::api::core::v1::{Namespace, Node, ResourceQuota, Secret};
 use kube::api::{Api, ListParams};
 use liqo_api::names::{self, peering};
 use liqo_api::{ClusterId, core::ForeignCluster};
-use liqo_e2e::fixture::{Pair, Stage};
+use liqo_e2e::fixture::{Holdings, Pair, Stage};
 use liqo_e2e::{snapshot, wait_for};
 
 /// Installs liqo-rs on both clusters of `pair` (IDs `consumer-1` and
 /// `provider-1`, with a cluster label): what each holds then, consumer
 /// first.
-async fn install(pair: &Pair) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+async fn install(pair: &Pair) -> Result<Holdings> {
     let (consumer, provider) = (pair.consumer(), pair.provider());
     for (cluster, id, cidr) in [
         (consumer, "consumer-1", "10.201.0.0/16"),
@@ -29,45 +28,7 @@ async fn install(pair: &Pair) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
     ] {
         liqo_e2e::install(cluster, id, cidr, &["--cluster-labels=region=eu-west"]).success();
     }
-    Ok((
-        snapshot(&pair.consumer_client).await?,
-        snapshot(&pair.provider_client).await?,
-    ))
-}
-
-fn diff(a: &BTreeSet<String>, b: &BTreeSet<String>) -> Vec<String> {
-    a.symmetric_difference(b).cloned().collect()
-}
-
-/// Pods of kwok's and the gateway's are replaced over time: compare the rest.
-fn stable(d: Vec<String>) -> Vec<String> {
-    d.into_iter()
-        .filter(|o| !o.starts_with("pods/") && !o.starts_with("replicasets/"))
-        .collect()
-}
-
-/// Asserts both clusters of `pair` hold what they held `before` (consumer
-/// first), but for what is replaced over time; `after` says after what.
-async fn as_before(
-    pair: &Pair,
-    before: &(BTreeSet<String>, BTreeSet<String>),
-    after: &str,
-) -> Result<()> {
-    let now = (
-        snapshot(&pair.consumer_client).await?,
-        snapshot(&pair.provider_client).await?,
-    );
-    assert_eq!(
-        stable(diff(&before.0, &now.0)),
-        Vec::<String>::new(),
-        "consumer differs after {after}"
-    );
-    assert_eq!(
-        stable(diff(&before.1, &now.1)),
-        Vec::<String>::new(),
-        "provider differs after {after}"
-    );
-    Ok(())
+    pair.holdings().await
 }
 
 /// The NamespaceOffloading of the consumer's `default` namespace.
@@ -77,6 +38,20 @@ fn offloading_object() -> Result<liqo_api::offloading::NamespaceOffloading> {
         "metadata": { "name": names::NAMESPACE_OFFLOADING },
         "spec": {},
     }))?)
+}
+
+/// Waits up to `within` for the namespace's offloading to be gone.
+async fn offloading_gone(
+    offloadings: &Api<liqo_api::offloading::NamespaceOffloading>,
+    within: Duration,
+) -> Result<()> {
+    wait_for("the offloading to be gone", within, || async {
+        Ok(offloadings
+            .get_opt(names::NAMESPACE_OFFLOADING)
+            .await?
+            .is_none())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,7 +217,7 @@ async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters
     // Renewal: a new certificate (here with the shortest lifetime a signer
     // takes), the Secret updated in place, the agent reloads it and its
     // node stays Ready throughout.
-    let old = secret_kubeconfig(&consumer_client, &provider_id).await?;
+    let old = liqo_e2e::identity_kubeconfig(&consumer_client, provider_id.as_str()).await?;
     pair.on_consumer(&[
         "peer",
         "--remote-kubeconfig",
@@ -251,7 +226,7 @@ async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters
         "--certificate-lifetime=600",
     ])
     .success();
-    let new = secret_kubeconfig(&consumer_client, &provider_id).await?;
+    let new = liqo_e2e::identity_kubeconfig(&consumer_client, provider_id.as_str()).await?;
     assert_ne!(old, new, "the identity was not renewed");
     let lifetime = certificate_lifetime(&new)?;
     assert!(
@@ -289,10 +264,7 @@ async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters
     assert!(secret.data.is_some_and(|d| d.contains_key("kubeconfig")));
 
     // The consumer's own certificate, used as it is: confined to its tenant.
-    let kubeconfig = String::from_utf8(secret_kubeconfig(&consumer_client, &provider_id).await?)?;
-    let identity_file = consumer.dir().join("peer-identity.kubeconfig");
-    std::fs::write(&identity_file, &kubeconfig)?;
-    let peer = liqo_testbed::client_from_kubeconfig(&identity_file).await?;
+    let peer = liqo_e2e::peer_client(consumer, &consumer_client, provider_id.as_str()).await?;
     let allowed = liqo_e2e::least_privilege_probe(&peer, &tenant_ns).await?;
     assert!(allowed >= 3, "the identity could not do its own work");
 
@@ -310,17 +282,7 @@ async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters
         .await?;
     // The virtual kubelet made the twin namespace on the provider, and
     // its finalizer keeps the offloading until the twin is deleted.
-    wait_for(
-        "the offloading to be gone",
-        Duration::from_secs(60),
-        || async {
-            Ok(offloadings
-                .get_opt(names::NAMESPACE_OFFLOADING)
-                .await?
-                .is_none())
-        },
-    )
-    .await?;
+    offloading_gone(&offloadings, Duration::from_secs(60)).await?;
 
     let start = std::time::Instant::now();
     pair.on_consumer(&["unpeer", "--remote-kubeconfig", remote])
@@ -335,7 +297,7 @@ async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters
         ),
         "{logs}"
     );
-    as_before(&pair, &before, "unpeer").await?;
+    pair.assert_as_before(&before, "unpeer", &[]).await?;
     // The certificate cannot be revoked, but it no longer authorizes anything.
     for (what, result) in [
         (
@@ -429,7 +391,8 @@ async fn a_tenancy_ended_by_the_provider_or_a_forced_unpeer_leaves_both_clusters
     .await?;
     pair.on_consumer(&["unpeer", "--force", "--cluster-id", "provider-1"])
         .success();
-    as_before(&pair, &before, "a provider-side end").await?;
+    pair.assert_as_before(&before, "a provider-side end", &[])
+        .await?;
 
     // `unpeer --force` while a namespace is offloaded: the peering goes,
     // and the agent's finalizer does not keep the offloading forever.
@@ -458,17 +421,7 @@ async fn a_tenancy_ended_by_the_provider_or_a_forced_unpeer_leaves_both_clusters
     offloadings
         .delete(names::NAMESPACE_OFFLOADING, &Default::default())
         .await?;
-    wait_for(
-        "the offloading to be gone",
-        Duration::from_secs(10),
-        || async {
-            Ok(offloadings
-                .get_opt(names::NAMESPACE_OFFLOADING)
-                .await?
-                .is_none())
-        },
-    )
-    .await?;
+    offloading_gone(&offloadings, Duration::from_secs(10)).await?;
     // The twin namespaces are deleted by `unpeer`, not awaited (their pods
     // may take their grace period): wait for the namespace controller, or
     // the snapshot may list a RoleBinding of one still being emptied.
@@ -486,7 +439,8 @@ async fn a_tenancy_ended_by_the_provider_or_a_forced_unpeer_leaves_both_clusters
         },
     )
     .await?;
-    as_before(&pair, &before, "a forced unpeer").await?;
+    pair.assert_as_before(&before, "a forced unpeer", &[])
+        .await?;
     drop(pair);
     Ok(())
 }
@@ -528,7 +482,7 @@ async fn peer_both_ways_gives_each_cluster_a_virtual_node_and_unpeer_undoes_it()
         .success();
     pair.on_provider(&["unpeer", "--remote-kubeconfig", own])
         .success();
-    as_before(&pair, &before, "both ways").await?;
+    pair.assert_as_before(&before, "both ways", &[]).await?;
     Ok(())
 }
 
@@ -549,15 +503,4 @@ fn certificate_lifetime(kubeconfig: &[u8]) -> Result<i64> {
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs();
     Ok(cert.validity().not_after.timestamp() - i64::try_from(now)?)
-}
-
-async fn secret_kubeconfig(consumer: &kube::Client, provider: &ClusterId) -> Result<Vec<u8>> {
-    let secret = Api::<Secret>::namespaced(consumer.clone(), names::NAMESPACE)
-        .get(&peering::identity_secret(provider))
-        .await?;
-    Ok(secret
-        .data
-        .and_then(|d| d.get("kubeconfig").cloned())
-        .context("no kubeconfig in the identity secret")?
-        .0)
 }

@@ -5,7 +5,6 @@
 //! (the rollback journal). A virtual node that does not come up in time is
 //! not rolled back, and the same command resumes once the cause is gone.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -16,23 +15,17 @@ use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, peering};
 use liqo_api::{ClusterId, names::GROUP};
-use liqo_e2e::{Run, liqoctl, snapshot, wait_for};
-use liqo_testbed::{Cluster, ClusterSpec, Testbed};
+use liqo_e2e::fixture::{Pair, Stage};
+use liqo_e2e::{Run, liqoctl, wait_for};
+use liqo_testbed::Cluster;
 use serde_json::json;
 
 /// What differs between two snapshots, but for pods and replicasets
 /// (kwok's and the agents' are replaced over time) and the test's own
 /// admission policies.
-fn stable_diff(a: &BTreeSet<String>, b: &BTreeSet<String>) -> Vec<String> {
-    a.symmetric_difference(b)
-        .filter(|o| {
-            !o.starts_with("pods/")
-                && !o.starts_with("replicasets/")
-                && !o.starts_with("validatingadmissionpolic")
-        })
-        .cloned()
-        .collect()
-}
+/// The test's own admission policies and bindings, which it makes and
+/// removes around each case.
+const TEST_POLICIES: &str = "validatingadmissionpolic";
 
 const POLICY: &str = "liqo-test-refuse";
 /// A ConfigMap name the policy also refuses: a dry-run create of it tells
@@ -229,21 +222,8 @@ fn failed_naming(out: &Run, names: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Result<()> {
-    let mut consumer_spec = ClusterSpec::new("consumer", 1);
-    consumer_spec.nodes = 1;
-    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let mut provider_spec = ClusterSpec::new("provider", 2);
-    provider_spec.nodes = 1;
-    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
-    for (cluster, id, cidr) in [
-        (consumer, "consumer-1", "10.201.0.0/16"),
-        (provider, "provider-1", "10.202.0.0/16"),
-    ] {
-        liqo_e2e::install(cluster, id, cidr, &[]).success();
-    }
+    let pair = Pair::with_nodes(1, 1, Stage::Installed).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     let consumer_client = consumer.client().await?;
     let provider_client = provider.client().await?;
     let remote = provider.kubeconfig_path().to_str().context("path")?;
@@ -328,10 +308,7 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
     let mut timings = Vec::new();
     for case in &cases {
         let started = Instant::now();
-        let before = (
-            snapshot(&consumer_client).await?,
-            snapshot(&provider_client).await?,
-        );
+        let before = pair.holdings().await?;
         let (client, cluster): (&kube::Client, &Cluster) = if case.on_provider {
             (&provider_client, provider)
         } else {
@@ -354,32 +331,19 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
         eprintln!("{}: exit {}, {}", case.step, out.code, out.error_line());
         no_terminating_namespace(&provider_client).await?;
         no_terminating_namespace(&consumer_client).await?;
-        let after = (
-            snapshot(&consumer_client).await?,
-            snapshot(&provider_client).await?,
-        );
-        assert_eq!(
-            stable_diff(&before.0, &after.0),
-            Vec::<String>::new(),
-            "{}: the consumer differs after the failed peer",
-            case.step
-        );
-        assert_eq!(
-            stable_diff(&before.1, &after.1),
-            Vec::<String>::new(),
-            "{}: the provider differs after the failed peer",
-            case.step
-        );
+        pair.assert_as_before(
+            &before,
+            &format!("the peer failed at {}", case.step),
+            &[TEST_POLICIES],
+        )
+        .await?;
         timings.push((case.step, peer_took, started.elapsed()));
     }
 
     // The virtual kubelet cannot start: its pods are refused. Everything
     // else is in place, so the timeout is not rolled back, and the same
     // command finishes the job once the pods are allowed.
-    let before = (
-        snapshot(&consumer_client).await?,
-        snapshot(&provider_client).await?,
-    );
+    let before = pair.holdings().await?;
     let started = Instant::now();
     refuse(
         &consumer_client,
@@ -448,28 +412,21 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
     )
     .success();
     no_terminating_namespace(&provider_client).await?;
-    let after = (
-        snapshot(&consumer_client).await?,
-        snapshot(&provider_client).await?,
-    );
-    assert_eq!(
-        stable_diff(&before.0, &after.0),
-        Vec::<String>::new(),
-        "the consumer differs after peer and unpeer"
-    );
-    assert_eq!(
-        stable_diff(&before.1, &after.1),
-        Vec::<String>::new(),
-        "the provider differs after peer and unpeer"
-    );
+    pair.assert_as_before(&before, "peer and unpeer", &[TEST_POLICIES])
+        .await?;
     assert!(
-        !after.1.iter().any(|o| o.contains(&tenant_ns)),
+        !pair
+            .holdings()
+            .await?
+            .1
+            .iter()
+            .any(|o| o.contains(&tenant_ns)),
         "the tenant namespace is left"
     );
     for (step, peer, total) in timings {
         eprintln!("{step}: peer {peer:.1?}, case {total:.1?}");
     }
-    testbed.stop();
+    drop(pair);
     Ok(())
 }
 

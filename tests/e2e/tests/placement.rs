@@ -14,8 +14,8 @@ use kube::api::{Api, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
+use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::liqoctl;
-use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 use serde_json::json;
 
 fn pod(name: &str) -> Pod {
@@ -89,42 +89,9 @@ fn tolerates_virtual_nodes(p: &Pod) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()> {
-    let mut consumer_spec = ClusterSpec::new("consumer", 1);
-    consumer_spec.nodes = 2;
-    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let mut provider_spec = ClusterSpec::new("provider", 2);
-    provider_spec.nodes = 1;
-    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
+    let pair = Pair::with_nodes(2, 1, Stage::Installed).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     let kubeconfig = consumer.kubeconfig_path();
-    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
-    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
-    for (cluster, id, cidr) in [
-        (consumer, "consumer-1", "10.201.0.0/16"),
-        (provider, "provider-1", "10.202.0.0/16"),
-    ] {
-        let out = liqoctl(
-            Some(cluster.kubeconfig_path()),
-            &[
-                "install",
-                &format!("--cluster-id={id}"),
-                &format!("--cluster-name={}", cluster.name()),
-                &format!("--pod-cidr={cidr}"),
-                &selector,
-                &toleration,
-                "--timeout=60",
-            ],
-        )
-        .success();
-        assert!(
-            !out.stderr
-                .contains("does not serve MutatingAdmissionPolicy"),
-            "{}",
-            out.stderr
-        );
-    }
     let client = consumer.client().await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in ["remote", "mixed", "plain", "picky", "negated"] {
@@ -401,6 +368,6 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
     assert!(!tolerates_virtual_nodes(&late));
     assert_ne!(bound_to(&remote_pods, "late").await?, virtual_node);
     liqoctl(Some(kubeconfig), &["unoffload", "namespace", "missing"]).user_error(7);
-    testbed.stop();
+    drop(pair);
     Ok(())
 }

@@ -78,14 +78,69 @@ fn label<'a>(meta: &'a kube::core::ObjectMeta, key: &str) -> Option<&'a str> {
     meta.labels.as_ref()?.get(key).map(String::as_str)
 }
 
+/// Whether an object carries our managed-by label.
+fn is_ours(meta: &kube::core::ObjectMeta) -> bool {
+    label(meta, labels::MANAGED_BY) == Some(labels::MANAGED_BY_VALUE)
+}
+
+/// A ConfigMap's value under `key`.
+fn value<'a>(config_map: &'a ConfigMap, key: &str) -> Option<&'a str> {
+    config_map.data.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The namespace `NS` on the consumer and its twin on the provider, as
+/// the tests read and write them.
+struct Shop {
+    pair: Pair,
+    pods: Api<Pod>,
+    cms: Api<ConfigMap>,
+    secrets: Api<Secret>,
+    events: Api<Event>,
+    remote_cms: Api<ConfigMap>,
+    remote_secrets: Api<Secret>,
+    remote_rs: Api<ReplicaSet>,
+}
+
+impl Shop {
+    async fn at(stage: Stage<'_>) -> Result<Self> {
+        let pair = Pair::at(stage).await?;
+        let local = pair.consumer_client.clone();
+        let prov = pair.provider_client.clone();
+        Ok(Self {
+            pods: Api::namespaced(local.clone(), NS),
+            cms: Api::namespaced(local.clone(), NS),
+            secrets: Api::namespaced(local.clone(), NS),
+            events: Api::namespaced(local, NS),
+            remote_cms: Api::namespaced(prov.clone(), TWIN),
+            remote_secrets: Api::namespaced(prov.clone(), TWIN),
+            remote_rs: Api::namespaced(prov, TWIN),
+            pair,
+        })
+    }
+
+    fn local(&self) -> kube::Client {
+        self.pair.consumer_client.clone()
+    }
+
+    fn provider(&self) -> kube::Client {
+        self.pair.provider_client.clone()
+    }
+}
+
 /// ConfigMaps and Secrets: copied with our labels, updated, put back,
 /// removed when opted out or deleted; what is not ours is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -> Result<()> {
-    let pair = Pair::at(Stage::Peered).await?;
-    let local = pair.consumer_client.clone();
-    let prov = pair.provider_client.clone();
-    Api::<Namespace>::all(local.clone())
+    let shop = Shop::at(Stage::Peered).await?;
+    let Shop {
+        pair,
+        cms,
+        secrets,
+        remote_cms,
+        remote_secrets,
+        ..
+    } = &shop;
+    Api::<Namespace>::all(shop.local())
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
@@ -93,8 +148,6 @@ async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -
         .await?;
 
     // Objects that exist before the offloading.
-    let cms: Api<ConfigMap> = Api::namespaced(local.clone(), NS);
-    let secrets: Api<Secret> = Api::namespaced(local.clone(), NS);
     let pp = PostParams::default();
     cms.create(
         &pp,
@@ -137,13 +190,11 @@ async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -
 
     pair.on_consumer(&["offload", "namespace", NS, "--wait", "--timeout=60"])
         .success();
-    let remote_ns: Api<Namespace> = Api::all(prov.clone());
+    let remote_ns: Api<Namespace> = Api::all(shop.provider());
     wait_for("the twin namespace", WAIT, || async {
         Ok(remote_ns.get_opt(TWIN).await?.is_some())
     })
     .await?;
-    let remote_cms: Api<ConfigMap> = Api::namespaced(prov.clone(), TWIN);
-    let remote_secrets: Api<Secret> = Api::namespaced(prov.clone(), TWIN);
     // The provider's admin makes an object in the twin under a name the
     // consumer then uses too.
     remote_cms
@@ -167,10 +218,7 @@ async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -
     })
     .await?;
     let copy = remote_cms.get("app-config").await?;
-    assert_eq!(
-        label(&copy.metadata, labels::MANAGED_BY),
-        Some(labels::MANAGED_BY_VALUE)
-    );
+    assert!(is_ours(&copy.metadata));
     assert_eq!(label(&copy.metadata, labels::ORIGIN_NAMESPACE), Some(NS));
     assert_eq!(label(&copy.metadata, "app"), Some("web"));
     assert_eq!(
@@ -190,18 +238,9 @@ async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -
         "service account tokens stay home"
     );
     let root_ca = remote_cms.get("kube-root-ca.crt").await?;
+    assert!(!is_ours(&root_ca.metadata), "the provider's own");
     assert_eq!(
-        label(&root_ca.metadata, labels::MANAGED_BY),
-        None,
-        "the provider's own"
-    );
-    let theirs = remote_cms.get("theirs").await?;
-    assert_eq!(
-        theirs
-            .data
-            .as_ref()
-            .and_then(|d| d.get("k"))
-            .map(String::as_str),
+        value(&remote_cms.get("theirs").await?, "k"),
         Some("admin"),
         "the admin's object is not taken over"
     );
@@ -263,13 +302,8 @@ async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -
             && remote_secrets.get_opt("app-secret").await?.is_none())
     })
     .await?;
-    let theirs = remote_cms.get("theirs").await?;
     assert_eq!(
-        theirs
-            .data
-            .as_ref()
-            .and_then(|d| d.get("k"))
-            .map(String::as_str),
+        value(&remote_cms.get("theirs").await?, "k"),
         Some("admin"),
         "the admin's object is still theirs"
     );
@@ -280,15 +314,18 @@ async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -
 /// optional reference holds nothing back, and they start once it exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_that_need_a_missing_config_map_wait_until_it_exists() -> Result<()> {
-    let pair = Pair::at(Stage::Offloaded(NS)).await?;
-    let local = pair.consumer_client.clone();
-    let prov = pair.provider_client.clone();
+    let shop = Shop::at(Stage::Offloaded(NS)).await?;
+    let Shop {
+        pods,
+        cms,
+        events,
+        remote_cms,
+        remote_rs,
+        ..
+    } = &shop;
     let pp = PostParams::default();
-    let cms: Api<ConfigMap> = Api::namespaced(local.clone(), NS);
-    let remote_cms: Api<ConfigMap> = Api::namespaced(prov.clone(), TWIN);
 
     // Pods and missing ConfigMaps.
-    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
     pods.create(
         &pp,
         &pod(
@@ -340,7 +377,6 @@ async fn pods_that_need_a_missing_config_map_wait_until_it_exists() -> Result<()
         .and_then(|s| s.waiting)
         .and_then(|w| w.message);
     assert_eq!(message.as_deref(), Some("configmap \"late\" not found"));
-    let events: Api<Event> = Api::namespaced(local.clone(), NS);
     let failed_mount: Vec<Event> = events
         .list(&ListParams::default().fields("involvedObject.name=volume-waits"))
         .await?
@@ -357,7 +393,6 @@ async fn pods_that_need_a_missing_config_map_wait_until_it_exists() -> Result<()
         "{:?}",
         failed_mount[0].message
     );
-    let remote_rs: Api<ReplicaSet> = Api::namespaced(prov.clone(), TWIN);
     for waiting in ["env-waits", "volume-waits"] {
         assert!(
             remote_rs.get_opt(waiting).await?.is_none(),
@@ -387,12 +422,10 @@ async fn pods_that_need_a_missing_config_map_wait_until_it_exists() -> Result<()
 /// appear in the other's EndpointSlices.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_is_copied_and_its_endpoints_are_seen_on_both_sides() -> Result<()> {
-    let pair = Pair::at(Stage::Offloaded(NS)).await?;
-    let local = pair.consumer_client.clone();
-    let prov = pair.provider_client.clone();
+    let shop = Shop::at(Stage::Offloaded(NS)).await?;
+    let (pods, local, prov) = (&shop.pods, shop.local(), shop.provider());
     let pp = PostParams::default();
     let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
-    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
 
     // A Service with one endpoint on the consumer's own node and one
     // offloaded pod.
@@ -483,10 +516,7 @@ async fn a_service_is_copied_and_its_endpoints_are_seen_on_both_sides() -> Resul
     let remote_svc = Api::<Service>::namespaced(prov.clone(), TWIN)
         .get("web")
         .await?;
-    assert_eq!(
-        label(&remote_svc.metadata, labels::MANAGED_BY),
-        Some(labels::MANAGED_BY_VALUE)
-    );
+    assert!(is_ours(&remote_svc.metadata));
     let spec = remote_svc.spec.context("spec")?;
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
     assert_eq!(
@@ -508,18 +538,19 @@ async fn a_service_is_copied_and_its_endpoints_are_seen_on_both_sides() -> Resul
 /// whose token authenticates on the consumer's API, gone with the pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_mounts_its_token_gets_one_of_the_consumer_that_works_there() -> Result<()> {
-    let pair = Pair::at(Stage::Offloaded(NS)).await?;
-    let local = pair.consumer_client.clone();
-    let prov = pair.provider_client.clone();
+    let shop = Shop::at(Stage::Offloaded(NS)).await?;
+    let Shop {
+        pods,
+        cms,
+        remote_secrets,
+        remote_rs,
+        ..
+    } = &shop;
     let pp = PostParams::default();
-    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
-    let cms: Api<ConfigMap> = Api::namespaced(local.clone(), NS);
-    let remote_secrets: Api<Secret> = Api::namespaced(prov.clone(), TWIN);
-    let remote_rs: Api<ReplicaSet> = Api::namespaced(prov.clone(), TWIN);
 
     // A pod that mounts its service account token gets one of the
     // consumer's, for its own account, that works on the consumer's API.
-    let accounts: Api<ServiceAccount> = Api::namespaced(local.clone(), NS);
+    let accounts: Api<ServiceAccount> = Api::namespaced(shop.local(), NS);
     accounts
         .create(
             &pp,
@@ -545,10 +576,7 @@ async fn a_pod_that_mounts_its_token_gets_one_of_the_consumer_that_works_there()
     )
     .await?;
     let secret = remote_secrets.get(token_secret).await?;
-    assert_eq!(
-        label(&secret.metadata, labels::MANAGED_BY),
-        Some(labels::MANAGED_BY_VALUE)
-    );
+    assert!(is_ours(&secret.metadata));
     let data = secret.data.context("data")?;
     let token = String::from_utf8(data.get("token").context("token")?.0.clone())?;
     let ca = data.get("ca.crt").context("ca.crt")?.0.clone();
@@ -641,14 +669,12 @@ async fn a_pod_that_mounts_its_token_gets_one_of_the_consumer_that_works_there()
 /// virtual kubelet duplicates nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_events_and_status_come_back_and_a_restart_copies_nothing_twice() -> Result<()> {
-    let pair = Pair::at(Stage::Offloaded(NS)).await?;
-    let local = pair.consumer_client.clone();
-    let prov = pair.provider_client.clone();
+    let shop = Shop::at(Stage::Offloaded(NS)).await?;
+    let Shop { pods, events, .. } = &shop;
+    let prov = shop.provider();
     let pp = PostParams::default();
-    let consumer = pair.consumer();
+    let consumer = shop.pair.consumer();
     let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
-    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
-    let events: Api<Event> = Api::namespaced(local.clone(), NS);
     pods.create(&pp, &pod("remote-web", json!([]), json!([]))?)
         .await?;
     wait_for("remote-web Ready", WAIT, || async {

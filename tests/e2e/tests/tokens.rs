@@ -150,18 +150,7 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
 
     // The consumer's credential acts as its tenant, confined exactly as a
     // certificate identity is (the same probe as tests/peering.rs).
-    let identity = Api::<Secret>::namespaced(consumer_client.clone(), names::NAMESPACE)
-        .get(&peering::identity_secret(&liqo_api::ClusterId::new(
-            "provider-1",
-        )?))
-        .await?;
-    let kubeconfig = identity
-        .data
-        .and_then(|d| d.get("kubeconfig").cloned())
-        .context("kubeconfig")?;
-    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&kubeconfig.0)?)?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    let peer = kube::Client::try_from(config)?;
+    let peer = liqo_e2e::peer_client(pair.consumer(), &consumer_client, "provider-1").await?;
     let allowed = liqo_e2e::least_privilege_probe(&peer, &tenant_ns).await?;
     assert!(allowed >= 3);
 
@@ -551,19 +540,7 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
     pair.on_provider(&["revoke", "peering-token", "nosuch00"])
         .user_error(7);
     // The provider takes the credential back alone: it stops working.
-    let identity = Api::<Secret>::namespaced(consumer.client().await?, names::NAMESPACE)
-        .get(&peering::identity_secret(&liqo_api::ClusterId::new(
-            "provider-1",
-        )?))
-        .await?;
-    let kubeconfig = identity
-        .data
-        .and_then(|d| d.get("kubeconfig").cloned())
-        .context("kubeconfig")?;
-    let kc = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&kubeconfig.0)?)?;
-    let peer = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?,
-    )?;
+    let peer = liqo_e2e::peer_client(consumer, &consumer.client().await?, "provider-1").await?;
     pair.on_provider(&["unpeer", "--tenant", first.as_str(), "--yes"])
         .success();
     until_unauthorized("the tenant's credential to stop working", || {

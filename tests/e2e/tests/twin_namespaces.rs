@@ -14,8 +14,8 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
+use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::liqoctl;
-use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 use serde_json::json;
 
 const CONSUMER: &str = "consumer-1";
@@ -60,35 +60,8 @@ fn refused<T: std::fmt::Debug>(code: u16, what: &str, r: Result<T, kube::Error>)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
-    let mut consumer_spec = ClusterSpec::new("consumer", 1);
-    consumer_spec.nodes = 1;
-    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let mut provider_spec = ClusterSpec::new("provider", 2);
-    provider_spec.nodes = 1;
-    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
-    let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
-    let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
-    for (cluster, id, cidr) in [
-        (consumer, CONSUMER, "10.201.0.0/16"),
-        (provider, "provider-1", "10.202.0.0/16"),
-    ] {
-        liqoctl(
-            Some(cluster.kubeconfig_path()),
-            &[
-                "install",
-                &format!("--cluster-id={id}"),
-                &format!("--cluster-name={}", cluster.name()),
-                &format!("--pod-cidr={cidr}"),
-                &selector,
-                &toleration,
-                "--timeout=60",
-            ],
-        )
-        .success();
-    }
+    let pair = Pair::with_nodes(1, 1, Stage::Installed).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     let remote = provider.kubeconfig_path().to_str().context("path")?;
     let out = liqoctl(
         Some(consumer.kubeconfig_path()),
@@ -300,6 +273,6 @@ async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
         left.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
         "unpeer left a twin namespace"
     );
-    testbed.stop();
+    drop(pair);
     Ok(())
 }

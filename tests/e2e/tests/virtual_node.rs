@@ -307,7 +307,7 @@ async fn not_ready_while_the_provider_is_unreachable(testbed: &mut Testbed) -> R
 
     // The provider's API hangs: NotReady within 40 s, Ready once it answers.
     let started = Instant::now();
-    testbed.clusters_mut()[1].pause_apiserver()?;
+    testbed.cluster_mut("vn-provider").pause_apiserver()?;
     let reason = wait_ready(&nodes, "False", NOT_READY_WITHIN, "NotReady after a pause").await?;
     eprintln!(
         "NotReady {:.1}s after pausing the provider's API ({reason})",
@@ -315,7 +315,7 @@ async fn not_ready_while_the_provider_is_unreachable(testbed: &mut Testbed) -> R
     );
     assert_eq!(reason, "ProviderUnreachable");
     let started = Instant::now();
-    testbed.clusters_mut()[1].resume_apiserver()?;
+    testbed.cluster_mut("vn-provider").resume_apiserver()?;
     wait_ready(
         &nodes,
         "True",
@@ -330,14 +330,14 @@ async fn not_ready_while_the_provider_is_unreachable(testbed: &mut Testbed) -> R
 
     // It goes away: the same.
     let started = Instant::now();
-    testbed.clusters_mut()[1].stop_apiserver().await?;
+    testbed.cluster_mut("vn-provider").stop_apiserver().await?;
     let reason = wait_ready(&nodes, "False", NOT_READY_WITHIN, "NotReady after a stop").await?;
     eprintln!(
         "NotReady {:.1}s after stopping the provider's API ({reason})",
         started.elapsed().as_secs_f64()
     );
     assert_eq!(reason, "ProviderUnreachable");
-    testbed.clusters_mut()[1].start_apiserver().await?;
+    testbed.cluster_mut("vn-provider").start_apiserver().await?;
     let started = Instant::now();
     wait_ready(
         &nodes,

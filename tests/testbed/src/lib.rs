@@ -353,6 +353,17 @@ impl Testbed {
             .unwrap_or_else(|| panic!("the testbed has no cluster named {name}"))
     }
 
+    /// The cluster of that name, to change (stop or pause its API server).
+    ///
+    /// # Panics
+    /// If there is none, as [`Testbed::cluster`].
+    pub fn cluster_mut(&mut self, name: &str) -> &mut Cluster {
+        self.clusters
+            .iter_mut()
+            .find(|c| c.name() == name)
+            .unwrap_or_else(|| panic!("the testbed has no cluster named {name}"))
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
