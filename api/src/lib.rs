@@ -9,6 +9,8 @@
 //! - [`pod_security`]: the Pod Security Standards, as pure checks;
 //! - [`offloading`]: which namespaces run on which peers;
 //! - [`sharing`]: what a provider shares, at what cost, and its policy;
+//! - [`capacity`]: a provider's free capacity, which shares are shares of;
+//! - [`following`]: how a grant follows that free capacity;
 //! - [`shares`]: how a grant is split across the namespaces a tenant runs pods in;
 //! - [`images`]: the agents' images and how a cluster's nodes get them;
 //! - [`networking`]: the networks clusters bring, and their arithmetic;
@@ -19,8 +21,10 @@
 pub mod admission;
 pub mod agents;
 pub mod authentication;
+pub mod capacity;
 pub mod core;
 pub mod discovery;
+pub mod following;
 pub mod images;
 pub mod names;
 pub mod netcheck;

@@ -84,11 +84,56 @@ pub struct SharingPolicySpec {
     /// when its share of the free capacity is more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ceiling: Option<Resources>,
+    /// How a grant given as shares of the free capacity follows it while
+    /// the peering lasts (`crate::following`).
+    #[serde(default, skip_serializing_if = "Following::is_default")]
+    pub following: Following,
     /// What the provider's API server admits from the peer beyond its
     /// quota: Pod Security level, priority classes, tolerations, nodes,
     /// runtime class, NodePort and LoadBalancer Services.
     #[serde(default)]
     pub admission: Admission,
+}
+
+/// How a grant given as shares of the provider's free capacity follows
+/// it: changes smaller than a threshold are ignored, and one tenant's grant
+/// changes at most once an interval, so that it does not flap.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Following {
+    /// A change of less than this percentage of the current grant (of
+    /// every resource) is ignored. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub threshold_percent: Option<u32>,
+    /// The least time between two changes of one tenant's grant, in
+    /// seconds. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_interval_seconds: Option<u64>,
+}
+
+impl Following {
+    /// A change smaller than this percentage is ignored when none is set.
+    pub const DEFAULT_THRESHOLD_PERCENT: u32 = 10;
+    /// The least seconds between two changes when none is set.
+    pub const DEFAULT_MIN_INTERVAL_SECONDS: u64 = 10;
+
+    pub fn threshold_percent(&self) -> u32 {
+        self.threshold_percent
+            .unwrap_or(Self::DEFAULT_THRESHOLD_PERCENT)
+            .min(100)
+    }
+
+    pub fn min_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(
+            self.min_interval_seconds
+                .unwrap_or(Self::DEFAULT_MIN_INTERVAL_SECONDS),
+        )
+    }
+
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 fn yes() -> bool {
@@ -106,6 +151,7 @@ pub fn default_policy() -> SharingPolicySpec {
         cost: None,
         floor: None,
         ceiling: None,
+        following: Following::default(),
         admission: Admission::default(),
     }
 }
@@ -403,6 +449,7 @@ mod tests {
             cost: None,
             floor: None,
             ceiling: None,
+            following: Following::default(),
             admission: Admission::default(),
         }
     }

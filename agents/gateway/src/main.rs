@@ -24,6 +24,7 @@ mod announce;
 mod control;
 mod flags;
 mod grant_shares;
+mod grants;
 mod io;
 mod metrics;
 mod nat;
@@ -120,6 +121,8 @@ async fn run_agent(args: GatewayFlags) -> anyhow::Result<()> {
     tracing::info!(public_key = %key.public_of_private(), "key pair ready");
     // On a provider: the tenants' grants, split across their namespaces.
     let keep_shares = grant_shares::keep(client.clone());
+    // On a provider: the tenants' grants follow its free capacity.
+    let follow_load = grants::follow_load(client.clone());
     let tunnels = control::Tunnels::new(
         client,
         control::Settings {
@@ -201,7 +204,8 @@ async fn run_agent(args: GatewayFlags) -> anyhow::Result<()> {
                 follow_peers,
                 follow_connections,
                 follow_service,
-                keep_shares
+                keep_shares,
+                follow_load
             );
         },
         inputs,

@@ -18,6 +18,7 @@ mod node;
 mod placement;
 mod provider;
 mod reflection;
+mod tenancy;
 
 use std::path::PathBuf;
 
@@ -286,13 +287,16 @@ async fn reflect(wiring: Wiring) {
         names::peering::tenant_namespace(&consumer.cluster_id),
         seen_there_tx,
     );
-    let (terms_tx, terms) = watch::channel(provider::Terms::NotRead);
-    let keep_terms = provider::keep_terms(
-        provider.clone(),
-        consumer.cluster_id.clone(),
+    let (terms_tx, terms) = watch::channel(tenancy::Terms::NotRead);
+    let keep_record = tenancy::keep_record(
+        tenancy::Record {
+            clients: provider.clone(),
+            tenant: consumer.cluster_id.clone(),
+            local: client.clone(),
+            foreign_cluster,
+            node_name: node_name.clone(),
+        },
         terms_tx,
-        client.clone(),
-        foreign_cluster,
     );
     let peering = reflection::namespace::PeeringContext {
         local: client.clone(),
@@ -448,7 +452,7 @@ async fn reflect(wiring: Wiring) {
         kubelet_api,
         placement,
         keep_seen_there,
-        keep_terms,
+        keep_record,
         keep_demands,
         follow_offloadings,
         follow_pods,

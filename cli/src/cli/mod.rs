@@ -385,6 +385,15 @@ pub struct SharingPolicySetArgs {
     /// cpu=8,memory=16Gi (each optional; "" for none).
     #[arg(long, value_name = "cpu=Q,memory=Q,pods=N")]
     pub ceiling: Option<String>,
+    /// While a peering lasts, a grant given as shares follows the free
+    /// capacity; a change smaller than this share of the grant is ignored
+    /// (default 10%; "" for the default).
+    #[arg(long, value_name = "N%")]
+    pub change_threshold: Option<String>,
+    /// The least time between two changes of one peer's grant, e.g. 30s or
+    /// 5m (default 10s; "" for the default).
+    #[arg(long, value_name = "DURATION")]
+    pub min_change_interval: Option<String>,
     /// Price of one CPU for one hour (e.g. 0.02).
     #[arg(long, value_name = "PRICE")]
     pub cost_cpu_hour: Option<String>,

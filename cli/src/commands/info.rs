@@ -163,6 +163,10 @@ struct ConditionView {
     status: String,
     reason: String,
     message: String,
+    /// When it last changed (RFC 3339): for `Granted`, when the grant was
+    /// last set, at peer time or as it followed the provider's load.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    last_transition_time: String,
 }
 
 impl From<Condition> for ConditionView {
@@ -172,6 +176,7 @@ impl From<Condition> for ConditionView {
             status: c.status,
             reason: c.reason,
             message: c.message,
+            last_transition_time: c.last_transition_time.0.to_string(),
         }
     }
 }
@@ -349,6 +354,7 @@ async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<PeeringView>> {
                         status: "False".to_owned(),
                         reason: "WaitingForConsumer".to_owned(),
                         message: format!("no consumer has used peering token {token} yet"),
+                        last_transition_time: String::new(),
                     });
                 }
             }
@@ -697,6 +703,9 @@ fn render_one(p: &PeeringView) -> String {
             let mut line = format!("{}={}", c.type_, c.status);
             if !c.reason.is_empty() {
                 line.push_str(&format!(" ({})", c.reason));
+            }
+            if !c.last_transition_time.is_empty() {
+                line.push_str(&format!(" since {}", c.last_transition_time));
             }
             if !c.message.is_empty() {
                 line.push_str(&format!(": {}", c.message));

@@ -9,7 +9,9 @@ use kube::api::{Api, ListParams};
 use liqo_api::admission::Admission;
 use liqo_api::authentication::Tenant;
 use liqo_api::pod_security::Level;
-use liqo_api::sharing::{self, Amounts, Offer, Resources, SharingPolicy, SharingPolicySpec};
+use liqo_api::sharing::{
+    self, Amounts, Following, Offer, Resources, SharingPolicy, SharingPolicySpec,
+};
 use liqo_api::{ClusterId, validation};
 use serde::Serialize;
 
@@ -83,6 +85,7 @@ fn check_offer(flag: &str, value: &str) -> Result<Offer, UserError> {
         cost: None,
         floor: None,
         ceiling: None,
+        following: Following::default(),
         admission: Admission::default(),
     };
     match flag {
@@ -167,6 +170,45 @@ fn check_currency(value: &str) -> Result<String, UserError> {
 }
 
 /// `base` with the flags of `set` applied; every value checked.
+/// `--change-threshold`: a percentage from 0% to 100%; `""` for the
+/// default.
+fn check_threshold(value: &str) -> Result<Option<u32>, UserError> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    value
+        .strip_suffix('%')
+        .unwrap_or(value)
+        .parse::<u32>()
+        .ok()
+        .filter(|p| *p <= 100)
+        .map(Some)
+        .ok_or_else(|| {
+            UserError::Usage(format!(
+                "--change-threshold: {value:?} is not a percentage from 0% to 100% such as 10%"
+            ))
+        })
+}
+
+/// `--min-change-interval`: a duration in whole seconds, up to a day;
+/// `""` for the default.
+fn check_interval(value: &str) -> Result<Option<u64>, UserError> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    humantime::parse_duration(value)
+        .ok()
+        .filter(|d| d.as_secs() <= 24 * 3600 && d.subsec_nanos() == 0)
+        .map(|d| Some(d.as_secs()))
+        .ok_or_else(|| {
+            UserError::Usage(format!(
+                "--min-change-interval: {value:?} is not a duration in whole seconds up to a day, such as 30s or 5m"
+            ))
+        })
+}
+
 fn merged(
     mut base: SharingPolicySpec,
     args: &SharingPolicySetArgs,
@@ -185,6 +227,12 @@ fn merged(
     }
     if let Some(v) = &args.ceiling {
         base.ceiling = check_bound("--ceiling", v)?;
+    }
+    if let Some(v) = &args.change_threshold {
+        base.following.threshold_percent = check_threshold(v)?;
+    }
+    if let Some(v) = &args.min_change_interval {
+        base.following.min_interval_seconds = check_interval(v)?;
     }
     sharing::bounds(&base).map_err(|e| {
         UserError::Usage(format!(
@@ -540,6 +588,9 @@ fn render(s: &Shown) -> String {
     if let Some(bounds) = show_bounds(&s.policy) {
         head.add_row(vec!["Bounds".to_owned(), bounds]);
     }
+    if let Some(following) = show_following(&s.policy) {
+        head.add_row(vec!["Follows load".to_owned(), following]);
+    }
     if let Some(why) = &s.invalid {
         head.add_row(vec!["Invalid".to_owned(), why.clone()]);
     }
@@ -623,6 +674,18 @@ fn show_bounds(p: &SharingPolicySpec) -> Option<String> {
     (!shown.is_empty()).then(|| shown.join(", "))
 }
 
+/// How the policy's shares follow the free capacity, when it offers any:
+/// `changes of 10% or more, at most every 10s`.
+fn show_following(p: &SharingPolicySpec) -> Option<String> {
+    liqo_api::following::follows(p).then(|| {
+        format!(
+            "changes of {}% or more, at most every {}",
+            p.following.threshold_percent(),
+            humantime::format_duration(p.following.min_interval())
+        )
+    })
+}
+
 /// A policy in one line, for `set`'s result.
 fn describe(p: &SharingPolicySpec) -> String {
     let offer = |o: &Option<Offer>| o.as_ref().map_or("0".to_owned(), |o| o.0.clone());
@@ -639,6 +702,9 @@ fn describe(p: &SharingPolicySpec) -> String {
     );
     if let Some(bounds) = show_bounds(p) {
         out.push_str(&format!(", {bounds}"));
+    }
+    if let Some(following) = show_following(p) {
+        out.push_str(&format!(", follows the load ({following})"));
     }
     if let Some(cost) = &p.cost {
         out.push_str(&format!(", cost {}", show_cost(cost)));

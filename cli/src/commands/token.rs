@@ -100,6 +100,7 @@ pub async fn generate(
         let grant = grant_for(
             &provider,
             &policy,
+            consumer.as_ref(),
             request.as_ref(),
             args.request.require_request,
         )

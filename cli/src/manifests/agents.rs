@@ -260,6 +260,19 @@ pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
                     &[liqo_api::shares::SHARE_QUOTA],
                     &["patch"],
                 ),
+                // On a provider: each tenant's grant follows the free
+                // capacity (docs/peering.md, "A grant that follows the
+                // load"): the nodes and the pods bound to them, the
+                // sharing policies; the grant and its condition in the
+                // Tenant record, and an Event of each change.
+                rbac::rule(&[""], &["nodes", "pods"], &["list", "watch"]),
+                rbac::rule(
+                    &[names::GROUP],
+                    &["sharingpolicies"],
+                    &["get", "list", "watch"],
+                ),
+                rbac::rule(&[names::GROUP], &["tenants", "tenants/status"], &["patch"]),
+                rbac::rule(&[""], &["events"], &["create"]),
             ]),
             ..Default::default()
         }),

@@ -58,7 +58,14 @@ impl Agreement {
             ))
             .into());
         }
-        let grant = grant_for(provider, &policy, request, require_request).await?;
+        let grant = grant_for(
+            provider,
+            &policy,
+            Some(&consumer_id.cluster_id),
+            request,
+            require_request,
+        )
+        .await?;
         Ok(Self {
             consumer_id,
             provider_id,
@@ -79,14 +86,15 @@ impl Agreement {
 }
 
 /// What `provider` grants under `policy` for `request`, from its free
-/// capacity now.
+/// capacity now as `tenant` (when known) sees it.
 pub(crate) async fn grant_for(
     provider: &ClusterClient,
     policy: &SharingPolicySpec,
+    tenant: Option<&liqo_api::ClusterId>,
     request: Option<&Amounts>,
     require_request: bool,
 ) -> anyhow::Result<Resources> {
-    let free = capacity::free(provider).await?;
+    let free = capacity::free_for(provider, tenant).await?;
     let offer = sharing::offered(policy, free).map_err(|e| {
         UserError::Refused(format!(
             "the sharing policy of cluster {} is not valid: {e}",

@@ -230,4 +230,20 @@ pub mod pod {
             .reason
             .clone()
     }
+
+    /// Why it is not scheduled, as its PodScheduled condition says
+    /// (reason, message), while it is not.
+    pub fn scheduled_reason(p: &Pod) -> Option<(String, String)> {
+        let c = p
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+        Some((
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default(),
+        ))
+    }
 }

@@ -174,39 +174,72 @@ pub fn virtual_node_tolerations() -> serde_json::Value {
     }])
 }
 
-/// The virtual kubelet processes the host-process node of `cluster` runs
-/// (one per outgoing peering).
-pub fn virtual_kubelets(cluster: &liqo_testbed::Cluster) -> Vec<liqo_testbed::ProcessInfo> {
-    liqo_testbed::agent_processes(cluster.dir())
+/// An agent the host-process node runs as a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agent {
+    /// One per outgoing peering.
+    VirtualKubelet,
+    Gateway,
+}
+
+impl Agent {
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::VirtualKubelet => "liqo-virtual",
+            Self::Gateway => "liqo-gateway",
+        }
+    }
+}
+
+/// The processes of `agent` the host-process node of `cluster` runs: the
+/// agents themselves, not the processes they start (the gateway runs
+/// each tunnel in a process of its own binary).
+pub fn agents(cluster: &liqo_testbed::Cluster, agent: Agent) -> Vec<liqo_testbed::ProcessInfo> {
+    let all: Vec<liqo_testbed::ProcessInfo> = liqo_testbed::agent_processes(cluster.dir())
         .into_iter()
-        .filter(|p| p.name.starts_with("liqo-virtual"))
+        .filter(|p| p.name.starts_with(agent.prefix()))
+        .collect();
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`; comm may hold spaces.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    all.iter()
+        .filter(|p| parent(p.pid).is_none_or(|pp| !all.iter().any(|o| o.pid == pp)))
+        .cloned()
         .collect()
 }
 
-/// Kills the one virtual kubelet of `cluster` with SIGKILL, as a crash
-/// would (nothing flushed, nothing said); its pid.
-pub fn kill_virtual_kubelet(cluster: &liqo_testbed::Cluster) -> anyhow::Result<u32> {
-    let vk = virtual_kubelets(cluster);
-    anyhow::ensure!(vk.len() == 1, "not one virtual kubelet: {vk:?}");
+/// Kills the one `agent` of `cluster` with SIGKILL, as a crash would
+/// (nothing flushed, nothing said); its pid.
+pub fn kill_agent(cluster: &liqo_testbed::Cluster, agent: Agent) -> anyhow::Result<u32> {
+    let running = agents(cluster, agent);
+    anyhow::ensure!(running.len() == 1, "not one {agent:?}: {running:?}");
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(vk[0].pid)?),
+        nix::unistd::Pid::from_raw(i32::try_from(running[0].pid)?),
         nix::sys::signal::Signal::SIGKILL,
     )?;
-    Ok(vk[0].pid)
+    Ok(running[0].pid)
 }
 
-/// Waits until the host-process node has started the virtual kubelet
-/// killed at `pid` again: one virtual kubelet, of another pid.
-pub async fn virtual_kubelet_restarted(
+/// Waits until the host-process node has started the `agent` killed at
+/// `pid` again: one of it, of another pid.
+pub async fn agent_restarted(
     cluster: &liqo_testbed::Cluster,
+    agent: Agent,
     pid: u32,
     timeout: Duration,
 ) -> anyhow::Result<()> {
     wait_for(
-        "the host node to restart the virtual kubelet",
+        &format!("the host node to restart the {agent:?}"),
         timeout,
         || async {
-            let now = virtual_kubelets(cluster);
+            let now = agents(cluster, agent);
             Ok(now.len() == 1 && now[0].pid != pid)
         },
     )

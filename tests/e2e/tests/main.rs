@@ -8,6 +8,7 @@ mod bad_input;
 mod cidrs;
 mod discovery;
 mod gateway;
+mod grant_following;
 mod grant_shares;
 mod hostnode;
 mod hostnode_failures;

@@ -129,7 +129,7 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         Ok(!remote_rs.list(&ours).await?.items.is_empty())
     })
     .await?;
-    let killed = liqo_e2e::kill_virtual_kubelet(consumer)?;
+    let killed = liqo_e2e::kill_agent(consumer, liqo_e2e::Agent::VirtualKubelet)?;
     eprintln!("killed the virtual kubelet (pid {killed})");
 
     wait_for(
@@ -160,7 +160,7 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         "3 pods Running through the provider in {:?}",
         start.elapsed()
     );
-    liqo_e2e::virtual_kubelet_restarted(consumer, killed, WAIT).await?;
+    liqo_e2e::agent_restarted(consumer, liqo_e2e::Agent::VirtualKubelet, killed, WAIT).await?;
     // The restarted agent's first passes must not create anything again.
     tokio::time::sleep(Duration::from_secs(3)).await;
 

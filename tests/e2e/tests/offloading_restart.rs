@@ -285,7 +285,8 @@ async fn killed_in_the_middle_of_a_500_pod_scale_up() -> Result<()> {
         Ok(remote.rs_uids().await?.len() >= fifth)
     })
     .await?;
-    let killed = liqo_e2e::kill_virtual_kubelet(testbed.cluster("consumer"))?;
+    let killed =
+        liqo_e2e::kill_agent(testbed.cluster("consumer"), liqo_e2e::Agent::VirtualKubelet)?;
     let at_kill = remote.rs_uids().await?.len();
     eprintln!(
         "killed the virtual kubelet (pid {killed}) at {at_kill} remote ReplicaSets, {:?} in",
@@ -295,7 +296,13 @@ async fn killed_in_the_middle_of_a_500_pod_scale_up() -> Result<()> {
         at_kill < usize::try_from(SCALE)?,
         "the scale-up was over before the kill: {at_kill}"
     );
-    liqo_e2e::virtual_kubelet_restarted(testbed.cluster("consumer"), killed, WAIT).await?;
+    liqo_e2e::agent_restarted(
+        testbed.cluster("consumer"),
+        liqo_e2e::Agent::VirtualKubelet,
+        killed,
+        WAIT,
+    )
+    .await?;
 
     let want = usize::try_from(SCALE)?;
     wait_for(

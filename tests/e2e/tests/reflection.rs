@@ -830,8 +830,8 @@ async fn remote_events_and_status_come_back_and_a_restart_copies_nothing_twice()
         .remove(0)
         .metadata
         .resource_version;
-    let killed = liqo_e2e::kill_virtual_kubelet(consumer)?;
-    liqo_e2e::virtual_kubelet_restarted(consumer, killed, WAIT).await?;
+    let killed = liqo_e2e::kill_agent(consumer, liqo_e2e::Agent::VirtualKubelet)?;
+    liqo_e2e::agent_restarted(consumer, liqo_e2e::Agent::VirtualKubelet, killed, WAIT).await?;
     // A few passes of the restarted agent (it resyncs every 5 s).
     tokio::time::sleep(Duration::from_secs(12)).await;
     let backoff = copies("BackOff").await?;

@@ -63,7 +63,7 @@ pub struct PeeringContext {
     /// at their own addresses (from the provider's end of the tunnel).
     pub seen_there: watch::Receiver<Option<liqo_api::networking::Remap>>,
     /// What the provider admits from this cluster.
-    pub terms: watch::Receiver<crate::provider::Terms>,
+    pub terms: watch::Receiver<crate::tenancy::Terms>,
 }
 
 impl PeeringContext {
@@ -78,9 +78,9 @@ impl PeeringContext {
     /// The provider's terms, once read: `None` when it states none.
     pub fn admission(&self) -> Result<Option<liqo_api::admission::Admission>, Error> {
         match &*self.terms.borrow() {
-            crate::provider::Terms::NotRead => Err(NotYet::ProviderTerms.into()),
-            crate::provider::Terms::Stated(a) => Ok(Some(a.clone())),
-            crate::provider::Terms::Unstated => Ok(None),
+            crate::tenancy::Terms::NotRead => Err(NotYet::ProviderTerms.into()),
+            crate::tenancy::Terms::Stated(a) => Ok(Some(a.clone())),
+            crate::tenancy::Terms::Unstated => Ok(None),
         }
     }
 

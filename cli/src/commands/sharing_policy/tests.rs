@@ -10,6 +10,8 @@ fn args() -> SharingPolicySetArgs {
         pods: None,
         floor: None,
         ceiling: None,
+        change_threshold: None,
+        min_change_interval: None,
         cost_cpu_hour: None,
         cost_memory_gib_hour: None,
         currency: None,
@@ -184,6 +186,7 @@ fn set_keeps_what_is_not_given() {
         }),
         floor: None,
         ceiling: None,
+        following: Following::default(),
         admission: Admission::default(),
     };
     let mut a = args();
@@ -209,4 +212,29 @@ fn set_keeps_what_is_not_given() {
     bad.cpu = Some("2".into());
     bad.pods = Some("many".into());
     assert!(merged(sharing::default_policy(), &bad).is_err());
+}
+
+#[test]
+fn following_flags_are_checked_and_an_empty_one_restores_the_default() {
+    let mut a = args();
+    a.change_threshold = Some("25%".into());
+    a.min_change_interval = Some("2m".into());
+    let got = merged(sharing::default_policy(), &a).expect("valid");
+    assert_eq!(got.following.threshold_percent, Some(25));
+    assert_eq!(got.following.min_interval_seconds, Some(120));
+    a.change_threshold = Some(String::new());
+    a.min_change_interval = Some(String::new());
+    let back = merged(got, &a).expect("valid");
+    assert_eq!(back.following, Following::default());
+    for (threshold, interval) in [
+        ("150%", "10s"),
+        ("ten", "10s"),
+        ("10%", "1.5s"),
+        ("10%", "2d"),
+    ] {
+        a.change_threshold = Some(threshold.into());
+        a.min_change_interval = Some(interval.into());
+        let e = merged(sharing::default_policy(), &a).expect_err("refused");
+        assert!(e.to_string().starts_with("--"), "{e}");
+    }
 }

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use liqo_api::authentication::Tenant;
+use liqo_api::following;
 use liqo_api::names::{labels, peering};
 use serde_json::json;
 
@@ -70,9 +71,9 @@ async fn record_grant(run: &Peering<'_>, provider: &ClusterClient) -> anyhow::Re
     let tenants: Api<Tenant> = Api::all(provider.client.clone());
     let name = run.consumer_id.cluster_id.as_str();
     let condition = Condition {
-        type_: "Granted".to_owned(),
+        type_: following::GRANTED.to_owned(),
         status: "True".to_owned(),
-        reason: "PolicyGranted".to_owned(),
+        reason: following::PEERED.to_owned(),
         message: format!(
             "granted {} to cluster {}",
             show_resources(&run.granted.grant),

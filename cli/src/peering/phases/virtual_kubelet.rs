@@ -12,6 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use liqo_api::ClusterId;
 use liqo_api::core::{ForeignCluster, ForeignClusterSpec};
+use liqo_api::following;
 use liqo_api::names::{labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
 use serde_json::json;
@@ -77,9 +78,9 @@ async fn record(run: &Peering<'_>, journal: &mut Journal) -> anyhow::Result<Stri
     let api: Api<ForeignCluster> = Api::all(consumer.client.clone());
     let name = p.cluster_id.as_str();
     let condition = Condition {
-        type_: "Granted".to_owned(),
+        type_: following::GRANTED.to_owned(),
         status: "True".to_owned(),
-        reason: "PolicyGranted".to_owned(),
+        reason: following::PEERED.to_owned(),
         message: format!(
             "cluster {} granted {}",
             p.cluster_name,

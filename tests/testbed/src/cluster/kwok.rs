@@ -50,60 +50,86 @@ pub(super) fn write_config(dir: &Path) -> Result<PathBuf, Error> {
 
 impl Cluster {
     pub(super) async fn create_nodes(&self, client: &kube::Client) -> Result<(), Error> {
-        let nodes: Api<Node> = Api::all(client.clone());
         let spec = &self.spec;
         for i in 0..spec.nodes {
-            let name = spec.node_name(i);
-            let capacity = json!({
-                "cpu": spec.node_cpu,
-                "memory": spec.node_memory,
-                "pods": spec.node_pods.to_string(),
-            });
-            let node: Node = serde_json::from_value(json!({
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "annotations": {
-                        KWOK_ANNOTATION: "fake",
-                        "node.alpha.kubernetes.io/ttl": "0",
-                        // Where metrics-server finds the node's figures on
-                        // kwok's server (the `Metric` of kwok.yaml).
-                        "metrics.k8s.io/resource-metrics-path":
-                            format!("/metrics/nodes/{name}/metrics/resource"),
-                    },
-                    "labels": {
-                        "type": "kwok",
-                        "kubernetes.io/arch": "amd64",
-                        "kubernetes.io/os": "linux",
-                        "kubernetes.io/hostname": name,
-                        "node-role.kubernetes.io/worker": "",
-                    },
-                },
-                "status": {
-                    "capacity": capacity,
-                    "allocatable": capacity,
-                    "nodeInfo": {
-                        "architecture": "amd64",
-                        "operatingSystem": "linux",
-                        "kubeletVersion": "fake",
-                        "kubeProxyVersion": "fake",
-                        "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
-                        "machineID": "", "osImage": "", "systemUUID": "",
-                    },
-                },
-            }))
-            .map_err(|e| Error::Spec(e.to_string()))?;
-            nodes
-                .create(&PostParams::default(), &node)
-                .await
-                .map_err(|source| Error::Kube {
-                    what: format!("creating node {name}"),
-                    source,
-                })?;
+            create_node(
+                client,
+                &spec.node_name(i),
+                &spec.node_cpu,
+                &spec.node_memory,
+                spec.node_pods,
+            )
+            .await?;
         }
         Ok(())
     }
+
+    /// Adds a kwok node `name` of this size to the running cluster (it is
+    /// Ready once kwok sees it); the cluster's kwok nodes are named
+    /// `<cluster>-node-<i>`, so another name does not meet them.
+    pub async fn add_kwok_node(
+        &self,
+        name: &str,
+        cpu: &str,
+        memory: &str,
+        pods: u32,
+    ) -> Result<(), Error> {
+        create_node(&self.client().await?, name, cpu, memory, pods).await
+    }
+}
+
+/// Creates kwok's Node `name`, of this size.
+async fn create_node(
+    client: &kube::Client,
+    name: &str,
+    cpu: &str,
+    memory: &str,
+    pods: u32,
+) -> Result<(), Error> {
+    let capacity = json!({ "cpu": cpu, "memory": memory, "pods": pods.to_string() });
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                KWOK_ANNOTATION: "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                // Where metrics-server finds the node's figures on
+                // kwok's server (the `Metric` of kwok.yaml).
+                "metrics.k8s.io/resource-metrics-path":
+                    format!("/metrics/nodes/{name}/metrics/resource"),
+            },
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/hostname": name,
+                "node-role.kubernetes.io/worker": "",
+            },
+        },
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "kubeletVersion": "fake",
+                "kubeProxyVersion": "fake",
+                "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
+                "machineID": "", "osImage": "", "systemUUID": "",
+            },
+        },
+    }))
+    .map_err(|e| Error::Spec(e.to_string()))?;
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("creating node {name}"),
+            source,
+        })?;
+    Ok(())
 }
 
 /// The file (in the cluster's folder) kwok serves as every container's logs.
