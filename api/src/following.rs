@@ -13,7 +13,9 @@
 //! - A change smaller than the policy's threshold is ignored, and the
 //!   caller keeps the policy's least interval between two changes.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::sharing::{self, AboveOffer, Amounts, Offer, SharingError, SharingPolicySpec};
 
@@ -32,6 +34,49 @@ pub const FOLLOWED: &str = "FreeCapacityChanged";
 /// kubelet copies it into the provider's ForeignCluster.
 pub fn granted(conditions: &[Condition]) -> Option<&Condition> {
     conditions.iter().find(|c| c.type_ == GRANTED)
+}
+
+/// The reason of the Event of a grant's change, on both sides.
+pub const GRANT_CHANGED: &str = "GrantChanged";
+
+/// The Event of a grant's change: of `object` (in `namespace`), reported
+/// by `component` (`instance`), saying `message`, at `now`.
+pub fn grant_changed_event(
+    namespace: &str,
+    object: ObjectReference,
+    component: &str,
+    instance: &str,
+    message: String,
+    now: Timestamp,
+) -> Event {
+    let name = object.name.clone().unwrap_or_default();
+    Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{name}.grant-")),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(std::collections::BTreeMap::from([(
+                crate::names::labels::MANAGED_BY.to_owned(),
+                crate::names::labels::MANAGED_BY_VALUE.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        involved_object: object,
+        reason: Some(GRANT_CHANGED.to_owned()),
+        message: Some(message),
+        type_: Some("Normal".to_owned()),
+        count: Some(1),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        event_time: Some(MicroTime(now)),
+        action: Some("Resize".to_owned()),
+        reporting_component: Some(component.to_owned()),
+        reporting_instance: Some(instance.to_owned()),
+        source: Some(EventSource {
+            component: Some(component.to_owned()),
+            host: None,
+        }),
+        ..Event::default()
+    }
 }
 
 /// What decides a tenant's grant now.

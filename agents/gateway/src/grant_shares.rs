@@ -25,6 +25,7 @@ use liqo_api::shares::{self, Grant, Holder, QuotaState, SHARE_QUOTA};
 use serde_json::json;
 
 use crate::control;
+use crate::tenants::{self, Tenants};
 use liqo_agent_runtime::error_chain as chain;
 
 /// Why a round could not read or write the shares. Where the API's error
@@ -72,17 +73,7 @@ fn is_ours(quota: &ResourceQuota) -> bool {
 }
 
 /// Keeps every tenant's shares as `shares::step` says, for ever.
-pub async fn keep(client: kube::Client) {
-    let (tenants, follow_tenants) = follow(
-        Api::<Tenant>::all(client.clone()),
-        watcher::Config::default(),
-        "tenants",
-    );
-    let (twins, follow_twins) = follow(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default().labels(labels::TENANT),
-        "twin namespaces",
-    );
+pub async fn keep(client: kube::Client, tenants: Tenants) {
     let (quotas, follow_quotas) = follow(
         Api::<ResourceQuota>::all(client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={SHARE_QUOTA}")),
@@ -90,12 +81,12 @@ pub async fn keep(client: kube::Client) {
     );
     let keeper = Keeper {
         client,
-        tenants,
-        twins,
+        tenants: tenants.tenants,
+        twins: tenants.twins,
         quotas,
         failing: None,
     };
-    tokio::join!(follow_tenants, follow_twins, follow_quotas, keeper.run());
+    tokio::join!(follow_quotas, keeper.run());
 }
 
 struct Keeper {
@@ -298,11 +289,7 @@ fn tenant_shares(
             .find(|q| q.meta().namespace.as_deref() == Some(ns))
             .map(|q| (*q).clone())
     };
-    let mut mine: Vec<&Namespace> = twins
-        .iter()
-        .map(|n| &**n)
-        .filter(|n| n.labels().get(labels::TENANT) == Some(&id))
-        .collect();
+    let mut mine: Vec<&Namespace> = tenants::twins_of(twins, &id).collect();
     mine.sort_by_key(|n| n.name_any());
     let mut holders = vec![(tenant.spec.namespace.clone(), false, Default::default())];
     for ns in mine {

@@ -16,12 +16,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    Container, Event, EventSource, Namespace, Node, ObjectReference, Pod,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
+use k8s_openapi::api::core::v1::{Container, Event, Namespace, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use liqo_agent_runtime::follow::{Followed, Options, follow, follow_with};
@@ -31,6 +29,8 @@ use liqo_api::following::{self, Inputs};
 use liqo_api::names::labels;
 use liqo_api::sharing::{self, Amounts, SharingPolicy, SharingPolicySpec};
 use serde_json::json;
+
+use crate::tenants::{self, Tenants};
 
 /// The field manager of the grants the gateway writes.
 const MANAGER: &str = "liqo-gateway-grants";
@@ -43,7 +43,7 @@ const PERIOD: Duration = Duration::from_secs(60);
 const RETRY: Duration = Duration::from_secs(5);
 
 /// Keeps every tenant's grant on its share of the free capacity, for ever.
-pub async fn follow_load(client: kube::Client) {
+pub async fn follow_load(client: kube::Client, tenants: Tenants) {
     let (nodes, follow_nodes) = follow(
         Api::<Node>::all(client.clone()),
         watcher::Config::default().labels(&format!("!{}", labels::VIRTUAL_NODE)),
@@ -60,16 +60,6 @@ pub async fn follow_load(client: kube::Client) {
             ..Options::default()
         },
     );
-    let (tenants, follow_tenants) = follow(
-        Api::<Tenant>::all(client.clone()),
-        watcher::Config::default(),
-        "tenants",
-    );
-    let (twins, follow_twins) = follow(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default().labels(labels::TENANT),
-        "twin namespaces",
-    );
     let (policies, follow_policies) = follow(
         Api::<SharingPolicy>::all(client.clone()),
         watcher::Config::default(),
@@ -79,19 +69,12 @@ pub async fn follow_load(client: kube::Client) {
         client,
         nodes,
         pods,
-        tenants,
-        twins,
+        tenants: tenants.tenants,
+        twins: tenants.twins,
         policies,
         failing: None,
     };
-    tokio::join!(
-        follow_nodes,
-        follow_pods,
-        follow_tenants,
-        follow_twins,
-        follow_policies,
-        follower.run()
-    );
+    tokio::join!(follow_nodes, follow_pods, follow_policies, follower.run());
 }
 
 fn trim_pod(pod: &mut Pod) {
@@ -219,12 +202,7 @@ impl Follower {
                 .or_else(|| policies.iter().find(|p| p.name_any() == "default"))
                 .map_or_else(sharing::default_policy, |p| p.spec.clone());
             let mut own = BTreeSet::from([tenant.spec.namespace.clone()]);
-            own.extend(
-                twins
-                    .iter()
-                    .filter(|n| n.labels().get(labels::TENANT) == Some(&id))
-                    .map(|n| n.name_any()),
-            );
+            own.extend(tenants::twins_of(&twins, &id).map(|n| n.name_any()));
             match look(&tenant, &policy, &nodes, &pods, &own) {
                 Ok(Look::Keep) => {}
                 Ok(Look::Later(after)) => next = next.min(after),
@@ -285,41 +263,26 @@ impl Follower {
             )
             .await?;
         tracing::info!(tenant = %name, %message, "grant changed");
-        let event = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{name}.grant-")),
-                namespace: Some(tenant.spec.namespace.clone()),
-                labels: Some(crate::control::our_labels()),
-                ..ObjectMeta::default()
-            },
-            // Of the tenant's share in its tenant namespace, which the
-            // grant bounds: an Event of a cluster-scoped object (the
-            // Tenant) could only be in `default`, and would outlive the
-            // tenancy there; this one goes with the tenant namespace, where
-            // the consumer may read it.
-            involved_object: ObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("ResourceQuota".to_owned()),
-                name: Some(liqo_api::shares::SHARE_QUOTA.to_owned()),
-                namespace: Some(tenant.spec.namespace.clone()),
-                ..ObjectReference::default()
-            },
-            reason: Some("GrantChanged".to_owned()),
-            message: Some(message),
-            type_: Some("Normal".to_owned()),
-            count: Some(1),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            event_time: Some(MicroTime(now)),
-            reporting_component: Some("liqo-gateway".to_owned()),
-            reporting_instance: Some("liqo-gateway".to_owned()),
-            action: Some("Resize".to_owned()),
-            source: Some(EventSource {
-                component: Some("liqo-gateway".to_owned()),
-                host: None,
-            }),
-            ..Event::default()
+        // Of the tenant's share in its tenant namespace, which the grant
+        // bounds: an Event of a cluster-scoped object (the Tenant) could
+        // only be in `default`, and would outlive the tenancy there; this
+        // one goes with the tenant namespace, where the consumer may read
+        // it.
+        let share = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("ResourceQuota".to_owned()),
+            name: Some(liqo_api::shares::SHARE_QUOTA.to_owned()),
+            namespace: Some(tenant.spec.namespace.clone()),
+            ..ObjectReference::default()
         };
+        let event = following::grant_changed_event(
+            &tenant.spec.namespace,
+            share,
+            "liqo-gateway",
+            "liqo-gateway",
+            message,
+            now,
+        );
         let events: Api<Event> = Api::namespaced(self.client.clone(), &tenant.spec.namespace);
         // The grant is written: an Event that cannot be is only logged.
         if let Err(error) = events.create(&PostParams::default(), &event).await {

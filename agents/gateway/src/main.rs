@@ -29,6 +29,7 @@ mod io;
 mod metrics;
 mod nat;
 mod netcheck;
+mod tenants;
 mod tunnel;
 
 use anyhow::Context as _;
@@ -120,9 +121,10 @@ async fn run_agent(args: GatewayFlags) -> anyhow::Result<()> {
         .context("the gateway's key")?;
     tracing::info!(public_key = %key.public_of_private(), "key pair ready");
     // On a provider: the tenants' grants, split across their namespaces.
-    let keep_shares = grant_shares::keep(client.clone());
+    let (tenancies, follow_tenancies) = tenants::follow(client.clone());
+    let keep_shares = grant_shares::keep(client.clone(), tenancies.clone());
     // On a provider: the tenants' grants follow its free capacity.
-    let follow_load = grants::follow_load(client.clone());
+    let follow_load = grants::follow_load(client.clone(), tenancies);
     let tunnels = control::Tunnels::new(
         client,
         control::Settings {
@@ -204,6 +206,7 @@ async fn run_agent(args: GatewayFlags) -> anyhow::Result<()> {
                 follow_peers,
                 follow_connections,
                 follow_service,
+                follow_tenancies,
                 keep_shares,
                 follow_load
             );

@@ -13,11 +13,11 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
+use k8s_openapi::api::core::v1::{Event, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use liqo_api::admission::Admission;
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
@@ -176,38 +176,20 @@ async fn grant_changed_event(record: &Record, grant: &Resources, why: Option<Str
     if let Some(why) = why {
         message.push_str(&format!(" ({why})"));
     }
-    let event = Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}.grant-", record.node_name)),
-            namespace: Some("default".to_owned()),
-            labels: Some(std::collections::BTreeMap::from([(
-                liqo_api::names::labels::MANAGED_BY.to_owned(),
-                liqo_api::names::labels::MANAGED_BY_VALUE.to_owned(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Node".to_owned()),
-            name: Some(record.node_name.clone()),
-            ..ObjectReference::default()
-        },
-        reason: Some("GrantChanged".to_owned()),
-        message: Some(message),
-        type_: Some("Normal".to_owned()),
-        count: Some(1),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        event_time: Some(MicroTime(now)),
-        action: Some("Resize".to_owned()),
-        reporting_component: Some("liqo-virtual-kubelet".to_owned()),
-        reporting_instance: Some(record.node_name.clone()),
-        source: Some(EventSource {
-            component: Some("liqo-virtual-kubelet".to_owned()),
-            host: Some(record.node_name.clone()),
-        }),
-        ..Event::default()
+    let node = ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Node".to_owned()),
+        name: Some(record.node_name.clone()),
+        ..ObjectReference::default()
     };
+    let event = following::grant_changed_event(
+        "default",
+        node,
+        "liqo-virtual-kubelet",
+        &record.node_name,
+        message,
+        now,
+    );
     let events: Api<Event> = Api::namespaced(record.local.clone(), "default");
     if let Err(error) = events.create(&PostParams::default(), &event).await {
         tracing::warn!(%error, "cannot record the grant's change as an Event");

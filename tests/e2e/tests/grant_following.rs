@@ -86,7 +86,7 @@ async fn past_the_interval(pair: &Pair) -> Result<()> {
 /// The GrantChanged Events: on the provider, in the tenant namespace; on
 /// the consumer, of the virtual node.
 async fn grant_events(pair: &Pair) -> Result<(Vec<Event>, Vec<Event>)> {
-    let changed = |e: &Event| e.reason.as_deref() == Some("GrantChanged");
+    let changed = |e: &Event| e.reason.as_deref() == Some(following::GRANT_CHANGED);
     let tenant_ns = peering::tenant_namespace(&ClusterId::new(CONSUMER_ID)?);
     let provider = Api::<Event>::namespaced(pair.provider_client.clone(), &tenant_ns)
         .list(&ListParams::default())

@@ -306,6 +306,12 @@ async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it()
     );
     assert!(!gateway_may(client, "list", "", "secrets", ns, None).await?);
     assert!(!gateway_may(client, "create", "", "pods", ns, None).await?);
+    // A grant that follows the load: it reads the pods and nodes and
+    // changes the Tenant records, and deletes none of them.
+    assert!(gateway_may(client, "watch", "", "pods", None, None).await?);
+    assert!(!gateway_may(client, "delete", "", "pods", None, None).await?);
+    assert!(gateway_may(client, "patch", names::GROUP, "tenants", None, None).await?);
+    assert!(!gateway_may(client, "delete", names::GROUP, "tenants", None, None).await?);
     assert!(
         !gateway_may(
             client,
