@@ -53,6 +53,11 @@ pub struct TenantSpec {
 pub struct TenantStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The provider's largest free node, resource by resource
+    /// (`crate::capacity::largest_free`), as its gateway last wrote it:
+    /// the consumer's virtual kubelet refuses a pod that asks more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_free_node: Option<Resources>,
 }
 
 /// The group of every peer identity; RBAC may name it, no human is in it.

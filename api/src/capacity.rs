@@ -45,6 +45,74 @@ pub fn free_of<'a>(nodes: &[Node], pods: impl IntoIterator<Item = &'a Pod>) -> A
     total
 }
 
+/// Whether a peer's pods may land on `node` under `terms`: it carries the
+/// labels the terms make them select, and every taint that keeps pods
+/// off it (`NoSchedule`, `NoExecute`) is one the terms let them tolerate.
+pub fn open_to(node: &Node, terms: &crate::admission::Admission) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    let selected = terms
+        .node_selector
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
+    let tolerated = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .all(|t| terms.tolerations.contains(&t.key));
+    selected && tolerated
+}
+
+/// The provider's largest free node, resource by resource: the most CPU
+/// and the most memory free on any one ready node (allocatable less what
+/// the pods bound there request), and the most free pod slots. A pod that
+/// asks more than this fits no node (one within it may still fit none,
+/// when no node has both). The caller gives the nodes a peer's pods may
+/// land on ([`open_to`]).
+pub fn largest_free<'a>(nodes: impl IntoIterator<Item = &'a Node>, pods: &[&Pod]) -> Amounts {
+    let mut largest = Amounts::default();
+    for node in nodes.into_iter().filter(|n| ready(n)) {
+        let name = node.metadata.name.as_deref();
+        let free = free_of(
+            std::slice::from_ref(node),
+            pods.iter()
+                .copied()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == name),
+        );
+        largest.cpu_millis = largest.cpu_millis.max(free.cpu_millis);
+        largest.memory_bytes = largest.memory_bytes.max(free.memory_bytes);
+        largest.pods = largest.pods.max(free.pods);
+    }
+    largest
+}
+
+/// Why `pod` fits no node of a provider whose largest free node is
+/// `largest` (`provider` names it), if it does not.
+pub fn unplaceable(pod: &Pod, largest: Amounts, provider: &str) -> Option<String> {
+    let asked = requests_of(pod);
+    let over = |asked: u64, free: u64| asked > free;
+    if !over(asked.cpu_millis, largest.cpu_millis)
+        && !over(asked.memory_bytes, largest.memory_bytes)
+    {
+        return None;
+    }
+    let shown = |a: Amounts| {
+        let r = a.to_resources();
+        let q = |q: Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+            q.map_or("0".to_owned(), |q| q.0)
+        };
+        (q(r.cpu), q(r.memory))
+    };
+    let (cpu, memory) = shown(asked);
+    let (free_cpu, free_memory) = shown(largest);
+    Some(format!(
+        "no node of cluster {provider} has room for it: it requests cpu {cpu} and memory {memory}, \
+         and the most free on one node is cpu {free_cpu} and memory {free_memory}"
+    ))
+}
+
 /// The free capacity as one tenant sees it, its own pods (`mine`)
 /// counted free so that they do not shrink its share, and what those pods
 /// request.
@@ -190,5 +258,44 @@ mod tests {
                 pods: 1
             }
         );
+    }
+
+    #[test]
+    fn the_largest_free_node_bounds_what_one_pod_may_ask() {
+        let node = |name: &str, cpu: &str| -> Node {
+            serde_json::from_value(json!({
+                "metadata": { "name": name },
+                "status": {
+                    "allocatable": { "cpu": cpu, "memory": "8Gi", "pods": "110" },
+                    "conditions": [{ "type": "Ready", "status": "True" }],
+                },
+            }))
+            .expect("node")
+        };
+        let pod = |node: Option<&str>, cpu: &str| -> Pod {
+            serde_json::from_value(json!({
+                "spec": { "nodeName": node, "containers": [
+                    { "name": "c", "resources": { "requests": { "cpu": cpu, "memory": "1Gi" } } },
+                ]},
+            }))
+            .expect("pod")
+        };
+        let nodes = [node("small", "2"), node("big", "4")];
+        let on_big = pod(Some("big"), "3");
+        let largest = largest_free(&nodes, &[&on_big]);
+        let mut tainted = node("tainted", "64");
+        tainted.spec = Some(
+            serde_json::from_value(json!({
+                "taints": [{ "key": "dedicated", "effect": "NoSchedule" }],
+            }))
+            .expect("spec"),
+        );
+        let terms = crate::admission::Admission::default();
+        assert!(!open_to(&tainted, &terms) && open_to(&nodes[0], &terms));
+        // 2 free on small, 1 on big: 2 CPUs, and 8Gi on small.
+        assert_eq!((largest.cpu_millis, largest.memory_bytes), (2000, 8 << 30));
+        assert_eq!(unplaceable(&pod(None, "2"), largest, "p"), None);
+        let why = unplaceable(&pod(None, "2500m"), largest, "p").expect("refused");
+        assert!(why.contains("cpu 2500m") && why.contains("cpu 2 "), "{why}");
     }
 }

@@ -12,6 +12,11 @@
 //! grant in force and the time of its last change are the record's, so a
 //! restarted gateway goes on where the last one stopped, and the policy's
 //! least interval between changes holds across restarts.
+//!
+//! It also writes the provider's largest free node into each Tenant's
+//! status (`largestFreeNode`, at most every 5 s), from which the
+//! consumer's virtual kubelet refuses a pod no node of the provider has
+//! room for (docs/offloading.md, "A pod no node can hold").
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -41,6 +46,9 @@ const DEBOUNCE: Duration = Duration::from_secs(1);
 const PERIOD: Duration = Duration::from_secs(60);
 /// After a failed round.
 const RETRY: Duration = Duration::from_secs(5);
+/// The least time between two writes of a tenant's largest free node,
+/// which moves with every pod the provider places.
+const BOUND_PERIOD: Duration = Duration::from_secs(5);
 
 /// Keeps every tenant's grant on its share of the free capacity, for ever.
 pub async fn follow_load(client: kube::Client, tenants: Tenants) {
@@ -72,6 +80,7 @@ pub async fn follow_load(client: kube::Client, tenants: Tenants) {
         tenants: tenants.tenants,
         twins: tenants.twins,
         policies,
+        bound_written: Default::default(),
         failing: None,
     };
     tokio::join!(follow_nodes, follow_pods, follow_policies, follower.run());
@@ -107,6 +116,9 @@ struct Follower {
     tenants: Followed<Tenant>,
     twins: Followed<Namespace>,
     policies: Followed<SharingPolicy>,
+    /// When each tenant's largest free node was last written: a pace, not
+    /// a state (a restarted gateway writes at once what differs).
+    bound_written: std::sync::Mutex<std::collections::BTreeMap<String, std::time::Instant>>,
     /// The last failure, logged once until it changes.
     failing: Option<String>,
 }
@@ -195,6 +207,17 @@ impl Follower {
             if tenant.meta().deletion_timestamp.is_some() {
                 continue;
             }
+            let open = nodes
+                .iter()
+                .filter(|n| capacity::open_to(n, &tenant.spec.admission));
+            let largest = capacity::largest_free(open, &pods).to_resources();
+            match self.bound(&tenant, &largest).await {
+                Ok(Some(after)) => next = next.min(after),
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::debug!(tenant = %tenant.name_any(), %error, "writing the largest free node");
+                }
+            }
             let id = tenant.spec.cluster_id.to_string();
             let policy = policies
                 .iter()
@@ -215,6 +238,45 @@ impl Follower {
             }
         }
         Ok(next)
+    }
+
+    /// Writes the provider's largest free node into the tenant's record
+    /// where it says another, at most every [`BOUND_PERIOD`]; when to look
+    /// again if it had to wait.
+    async fn bound(
+        &self,
+        tenant: &Tenant,
+        largest: &sharing::Resources,
+    ) -> Result<Option<Duration>, kube::Error> {
+        let recorded = tenant
+            .status
+            .as_ref()
+            .and_then(|s| s.largest_free_node.as_ref());
+        if recorded == Some(largest) {
+            return Ok(None);
+        }
+        let name = tenant.name_any();
+        {
+            let mut written = self.bound_written.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(at) = written.get(&name)
+                && at.elapsed() < BOUND_PERIOD
+            {
+                return Ok(Some(BOUND_PERIOD - at.elapsed()));
+            }
+            written.insert(name.clone(), std::time::Instant::now());
+        }
+        let params = PatchParams {
+            field_manager: Some(MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        Api::<Tenant>::all(self.client.clone())
+            .patch_status(
+                &name,
+                &params,
+                &Patch::Merge(json!({ "status": { "largestFreeNode": largest } })),
+            )
+            .await?;
+        Ok(None)
     }
 
     /// Writes the new grant, then when and why in the record's condition,

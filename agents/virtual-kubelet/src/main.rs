@@ -191,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
         kubelet,
         kubeconfig: args.provider_kubeconfig.clone(),
         tunnel,
+        unschedulable_timeout: std::time::Duration::from_secs(args.unschedulable_timeout),
     });
     tokio::select! {
         () = keep_tls => {}
@@ -241,6 +242,8 @@ struct Wiring {
     /// The provider kubeconfig: names the tenant when it impersonates one.
     kubeconfig: PathBuf,
     tunnel: liqo_agent_runtime::follow::Followed<liqo_api::networking::Connection>,
+    /// `--unschedulable-timeout`.
+    unschedulable_timeout: std::time::Duration,
     /// The kubelet API's listener and TLS configuration, when served.
     kubelet: Option<(
         tokio::net::TcpListener,
@@ -264,6 +267,7 @@ async fn reflect(wiring: Wiring) {
         kubelet,
         kubeconfig,
         tunnel,
+        unschedulable_timeout,
     } = wiring;
     let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
     let mut consumer = local_identity(&client).await;
@@ -288,6 +292,7 @@ async fn reflect(wiring: Wiring) {
         seen_there_tx,
     );
     let (terms_tx, terms) = watch::channel(tenancy::Terms::NotRead);
+    let (largest_tx, largest_free_node) = watch::channel(None);
     let keep_record = tenancy::keep_record(
         tenancy::Record {
             clients: provider.clone(),
@@ -297,6 +302,7 @@ async fn reflect(wiring: Wiring) {
             node_name: node_name.clone(),
         },
         terms_tx,
+        largest_tx,
     );
     let peering = reflection::namespace::PeeringContext {
         local: client.clone(),
@@ -307,6 +313,8 @@ async fn reflect(wiring: Wiring) {
         tunnel: Some(tunnel),
         seen_there,
         terms,
+        largest_free_node,
+        unschedulable_timeout,
     };
     let (offloadings, follow_offloadings) = follow(
         Api::<NamespaceOffloading>::all(client.clone()),

@@ -1,12 +1,14 @@
 //! The provider's record of this cluster as its tenant (its Tenant, which
 //! the tenant may read): what the provider admits from this cluster (its
-//! terms, docs/offloading.md) and what it grants, which follows the
-//! provider's load (docs/peering.md, "A grant that follows the load").
+//! terms, docs/offloading.md), what it grants, which follows the
+//! provider's load (docs/peering.md, "A grant that follows the load"),
+//! and its largest free node, which bounds what one pod may ask.
 //!
 //! The record is read every [`RECORD_PERIOD`]. Terms once read are never
 //! loosened by a failed read: only a record read again changes them. What
 //! the record says is copied into the provider's ForeignCluster
-//! (`status.admission`, `status.grant` and the `Granted` condition), from
+//! (`status.admission`, `status.grant`, `status.largestFreeNode` and the
+//! `Granted` condition), from
 //! which the node takes its capacity and `liqoctl info` its report; a
 //! change of the grant is also an Event on the node. The ForeignCluster
 //! is what is compared, so a restarted agent writes nothing twice.
@@ -22,7 +24,7 @@ use liqo_api::admission::Admission;
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::following;
-use liqo_api::sharing::Resources;
+use liqo_api::sharing::{Amounts, Resources};
 use tokio::sync::watch;
 
 use crate::provider::{ProviderClient, RETRY_PERIOD};
@@ -51,6 +53,7 @@ struct Told {
     admission: Admission,
     grant: Resources,
     granted: Option<Condition>,
+    largest_free_node: Option<Resources>,
 }
 
 /// Where the record is read and what it is copied into.
@@ -65,7 +68,11 @@ pub struct Record {
 
 /// Keeps `tx` on the provider's terms, and the ForeignCluster on the
 /// record, for ever.
-pub async fn keep_record(record: Record, tx: watch::Sender<Terms>) {
+pub async fn keep_record(
+    record: Record,
+    tx: watch::Sender<Terms>,
+    largest_tx: watch::Sender<Option<Amounts>>,
+) {
     let peers: Api<ForeignCluster> = Api::all(record.local.clone());
     let mut told: Option<Told> = None;
     loop {
@@ -98,6 +105,18 @@ pub async fn keep_record(record: Record, tx: watch::Sender<Terms>) {
                 });
             }
             if let Some(Ok(tenant)) = read {
+                let largest_free_node = tenant
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.largest_free_node.clone());
+                let largest = largest_free_node
+                    .as_ref()
+                    .and_then(|r| Amounts::from_resources(r).ok());
+                largest_tx.send_if_modified(|known| {
+                    let changed = *known != largest;
+                    *known = largest;
+                    changed
+                });
                 let now = Told {
                     admission: tenant.spec.admission.clone(),
                     grant: tenant.spec.grant.clone(),
@@ -106,6 +125,7 @@ pub async fn keep_record(record: Record, tx: watch::Sender<Terms>) {
                         .as_ref()
                         .and_then(|s| following::granted(&s.conditions))
                         .cloned(),
+                    largest_free_node,
                 };
                 if told.as_ref() != Some(&now) {
                     match tell(&peers, &record, &now).await {
@@ -132,6 +152,7 @@ async fn tell(peers: &Api<ForeignCluster>, record: &Record, now: &Told) -> Resul
     let granted = following::granted(&status.conditions).cloned();
     let same = status.admission.as_ref() == Some(&now.admission)
         && status.grant.as_ref() == Some(&now.grant)
+        && status.largest_free_node == now.largest_free_node
         // A provider that keeps no condition leaves liqoctl's.
         && (now.granted.is_none() || granted == now.granted);
     if same {
@@ -140,6 +161,7 @@ async fn tell(peers: &Api<ForeignCluster>, record: &Record, now: &Told) -> Resul
     let mut patch = serde_json::json!({ "status": {
         "admission": now.admission,
         "grant": now.grant,
+        "largestFreeNode": now.largest_free_node,
     }});
     if let Some(condition) = &now.granted {
         patch["status"]["conditions"] = serde_json::json!([condition]);

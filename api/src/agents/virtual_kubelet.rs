@@ -47,7 +47,15 @@ pub struct VirtualKubeletFlags {
     /// MutatingAdmissionPolicy. Not served when unset.
     #[arg(long, env = env::PLACEMENT_ADDR)]
     pub placement_addr: Option<ListenAddr>,
+    /// How long an offloaded pod may wait unschedulable on the provider, in
+    /// seconds, before it is failed here with the provider's reason and
+    /// removed there, so that its controller makes a new one.
+    #[arg(long, default_value_t = DEFAULT_UNSCHEDULABLE_TIMEOUT)]
+    pub unschedulable_timeout: u64,
 }
+
+/// `--unschedulable-timeout` when not given: two minutes.
+pub const DEFAULT_UNSCHEDULABLE_TIMEOUT: u64 = 120;
 
 impl VirtualKubeletFlags {
     /// The container's `args` liqoctl gives a virtual kubelet in a pod:
@@ -64,6 +72,12 @@ impl VirtualKubeletFlags {
         }
         if let Some(address) = &self.consumer_api_address {
             args.push(format!("--consumer-api-address={address}"));
+        }
+        if self.unschedulable_timeout != DEFAULT_UNSCHEDULABLE_TIMEOUT {
+            args.push(format!(
+                "--unschedulable-timeout={}",
+                self.unschedulable_timeout
+            ));
         }
         args
     }
@@ -98,6 +112,7 @@ mod tests {
             placement_addr: Some(ListenAddr::PodIp {
                 port: PLACEMENT_PORT,
             }),
+            unschedulable_timeout: DEFAULT_UNSCHEDULABLE_TIMEOUT,
         };
         let mut args: Vec<String> = flags.to_args();
         assert_eq!(

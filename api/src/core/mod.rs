@@ -72,4 +72,8 @@ pub struct ForeignClusterStatus {
     /// Pod Security level, ...), as the virtual kubelet last read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<crate::admission::Admission>,
+    /// The peer's largest free node (outgoing peerings), as the virtual
+    /// kubelet last read it: what one pod may ask at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_free_node: Option<crate::sharing::Resources>,
 }

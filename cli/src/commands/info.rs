@@ -80,6 +80,11 @@ struct PeeringView {
     /// What the provider admits from the consumer beyond the grant.
     #[serde(skip_serializing_if = "Option::is_none")]
     admission: Option<Admission>,
+    /// The provider's largest free node (outgoing), or this cluster's as
+    /// its gateway last wrote it for the consumer (incoming): what one
+    /// pod may ask at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    largest_free_node: Option<Resources>,
     /// The consumer's x509 user name (incoming).
     #[serde(skip_serializing_if = "Option::is_none")]
     user: Option<String>,
@@ -440,31 +445,28 @@ fn outgoing(fc: ForeignCluster, nodes: &[Node]) -> PeeringView {
         certificate_expiry: status.certificate_expiry,
         tenant_namespace: status.tenant_namespace,
         admission: status.admission,
+        largest_free_node: status.largest_free_node,
         user: None,
         network: None,
     }
 }
 
 fn incoming(t: Tenant) -> PeeringView {
+    let status = t.status.unwrap_or_default();
     PeeringView {
         name: t.spec.cluster_name,
         cluster_id: t.spec.cluster_id.to_string(),
         direction: "incoming".into(),
         virtual_node: None,
         ready: None,
-        conditions: t
-            .status
-            .unwrap_or_default()
-            .conditions
-            .into_iter()
-            .map(Into::into)
-            .collect(),
+        conditions: status.conditions.into_iter().map(Into::into).collect(),
         request: t.spec.request,
         grant: Some(t.spec.grant),
         cost: t.spec.cost,
         certificate_expiry: None,
         tenant_namespace: Some(t.spec.namespace),
         admission: Some(t.spec.admission),
+        largest_free_node: status.largest_free_node,
         user: Some(t.spec.user),
         network: None,
     }
@@ -723,6 +725,10 @@ fn render_one(p: &PeeringView) -> String {
     );
     row("Requested", dash(p.request.as_ref().map(show_resources)));
     row("Granted", dash(p.grant.as_ref().map(show_resources)));
+    row(
+        "Largest free node",
+        dash(p.largest_free_node.as_ref().map(show_resources)),
+    );
     row("Cost", dash(p.cost.as_ref().map(show_cost)));
     row("Tenant namespace", dash(p.tenant_namespace.clone()));
     row(

@@ -94,6 +94,7 @@ pub fn manifests(
         placement_addr: Some(ListenAddr::PodIp {
             port: PLACEMENT_PORT,
         }),
+        unschedulable_timeout: agents::virtual_kubelet::DEFAULT_UNSCHEDULABLE_TIMEOUT,
     };
     let mut env = vec![field_env(agents::env::POD_IP, "status.podIP")];
     env.extend(flags.to_env().into_iter().map(|(name, value)| EnvVar {

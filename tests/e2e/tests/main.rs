@@ -41,4 +41,5 @@ mod tokens;
 mod tunnel;
 mod tunnel_cannot_run;
 mod twin_namespaces;
+mod unplaceable;
 mod virtual_node;

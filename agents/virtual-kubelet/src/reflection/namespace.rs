@@ -64,6 +64,11 @@ pub struct PeeringContext {
     pub seen_there: watch::Receiver<Option<liqo_api::networking::Remap>>,
     /// What the provider admits from this cluster.
     pub terms: watch::Receiver<crate::tenancy::Terms>,
+    /// How long a pod may wait unschedulable on the provider before it is
+    /// failed here (`--unschedulable-timeout`).
+    pub unschedulable_timeout: std::time::Duration,
+    /// The provider's largest free node, once its record says it.
+    pub largest_free_node: watch::Receiver<Option<liqo_api::sharing::Amounts>>,
 }
 
 impl PeeringContext {
@@ -73,6 +78,13 @@ impl PeeringContext {
         let tunnel = self.tunnel.as_ref()?;
         let found = tunnel.store.state().into_iter().next()?;
         liqo_api::networking::Remap::of(&found)
+    }
+
+    /// Why no node of the provider can hold `pod`, if none can: it asks
+    /// more than the provider's largest free node.
+    pub fn unplaceable(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+        let largest = (*self.largest_free_node.borrow())?;
+        liqo_api::capacity::unplaceable(pod, largest, self.provider_id.as_str())
     }
 
     /// The provider's terms, once read: `None` when it states none.

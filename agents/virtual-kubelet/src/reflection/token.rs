@@ -195,7 +195,7 @@ impl Kind for Tokens {
             .store
             .get(ns, name)
             .filter(|p| token_account(p).is_some())
-            .filter(|p| p.reason.as_deref() != Some(forge_pod::REFUSED_REASON));
+            .filter(|p| !forge_pod::given_up(p.reason.as_deref()));
         let provider = self.peering.provider_client()?;
         let api: Api<Secret> = Api::namespaced(provider, &twin);
         let Some(pod) = pod else {

@@ -14,6 +14,7 @@ fn peering(name: &str, id: &str, direction: &str) -> PeeringView {
         certificate_expiry: None,
         tenant_namespace: None,
         admission: None,
+        largest_free_node: None,
         user: None,
         network: None,
     }

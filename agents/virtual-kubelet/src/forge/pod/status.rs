@@ -2,7 +2,7 @@
 //! remote pod it comes from ([`current_remote_pod`]), what of it the
 //! local pod shows ([`local_status`]) and whether it shows it already
 //! ([`status_digest`], [`says_nothing`]); a pod that ended
-//! ([`ended`]) and one refused ([`refused_status`]).
+//! ([`ended`]) and one given up on ([`failed_status`]).
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use liqo_api::networking::Remap;
@@ -116,11 +116,23 @@ pub fn says_nothing(status: &PodStatus) -> bool {
 /// refusal is said once (the Event) and recognised after a restart.
 pub const REFUSED_REASON: &str = "OffloadingRefused";
 
-/// The status of a refused pod: Failed, as a kubelet's admission refusal.
-pub fn refused_status(message: &str) -> PodStatus {
+/// The reason on the status of a pod the provider could not place for
+/// longer than the agent waits (`--unschedulable-timeout`): failed here,
+/// removed there.
+pub const UNSCHEDULABLE_REASON: &str = "ProviderUnschedulable";
+
+/// Whether a local status reason says the pod was given up on here: it is
+/// never sent (again), and what was sent goes.
+pub fn given_up(reason: Option<&str>) -> bool {
+    reason == Some(REFUSED_REASON) || reason == Some(UNSCHEDULABLE_REASON)
+}
+
+/// The status of a pod given up on: Failed, with `reason` (as a
+/// kubelet's admission refusal).
+pub fn failed_status(reason: &str, message: &str) -> PodStatus {
     PodStatus {
         phase: Some("Failed".to_owned()),
-        reason: Some(REFUSED_REASON.to_owned()),
+        reason: Some(reason.to_owned()),
         message: Some(message.to_owned()),
         ..PodStatus::default()
     }

@@ -137,7 +137,22 @@ impl Pods {
             return Ok(Next::Done);
         }
 
-        if pod.reason.as_deref() == Some(forge_pod::REFUSED_REASON) {
+        if forge_pod::given_up(pod.reason.as_deref()) {
+            // What was sent before it was given up on goes (a refused pod
+            // sent nothing).
+            let params = DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Background),
+                ..DeleteParams::default()
+            };
+            for w in wrappers
+                .iter()
+                .filter(|w| !w.deleting && w.for_pod == local_uid)
+            {
+                delete_wrapper(&provider, &twin, w.kind, name, &params).await?;
+            }
+            for p in remote_pods.iter().filter(|p| !p.id.deleting) {
+                delete_remote(&pod_api, "pod", &p.id.name, &params).await?;
+            }
             return Ok(Next::Done);
         }
         if wrappers.is_empty() {
@@ -168,6 +183,11 @@ impl Pods {
                 .as_ref()
                 .and_then(|t| forge_pod::terms_refusal(&pod, t))
             {
+                return self.refuse(&pod, &why).await;
+            }
+            // What no node of the provider has room for would wait there
+            // for ever while this cluster takes it for placed.
+            if let Some(why) = self.peering.unplaceable(&pod) {
                 return self.refuse(&pod, &why).await;
             }
             // A missing ConfigMap or Secret it needs: it waits, as on a
@@ -265,7 +285,41 @@ impl Pods {
         }
         self.bring_back_status(&pod, &twin_stores, &provider, &remote_pods)
             .await?;
-        Ok(Next::Done)
+        self.unschedulable(&pod, &remote_pods).await
+    }
+
+    /// A pod the provider's scheduler cannot place: looked at again when
+    /// it has waited `--unschedulable-timeout`, and then failed here with
+    /// the provider's reason (its wrapper on the provider goes on the next
+    /// pass), so that its controller makes a new one and nothing waits
+    /// there unseen.
+    async fn unschedulable(
+        &self,
+        pod: &LocalPod,
+        remote_pods: &[Arc<RemotePod>],
+    ) -> Result<Next, Error> {
+        let current = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref));
+        let Some((since, why)) = current.and_then(|p| p.unschedulable.as_ref()) else {
+            return Ok(Next::Done);
+        };
+        let waited =
+            Duration::try_from(Timestamp::now().duration_since(*since)).unwrap_or_default();
+        let timeout = self.peering.unschedulable_timeout;
+        if waited < timeout {
+            return Ok(Next::After(timeout - waited));
+        }
+        let Some(pod) = self.whole(pod).await? else {
+            return Ok(Next::Done);
+        };
+        let message = format!(
+            "cluster {} could not place it for {}s: {why}",
+            self.peering.provider_id,
+            timeout.as_secs()
+        );
+        self.give_up(&pod, forge_pod::UNSCHEDULABLE_REASON, &message)
+            .await?;
+        // The next pass takes its wrapper away.
+        Ok(Next::After(Duration::ZERO))
     }
 
     /// The local pod `stored` whole, as the API has it: from the store
@@ -316,11 +370,17 @@ impl Pods {
     }
 
     async fn refuse(&self, pod: &Pod, why: &str) -> Result<Next, Error> {
+        self.give_up(pod, forge_pod::REFUSED_REASON, why).await?;
+        Ok(Next::Done)
+    }
+
+    /// Fails `pod` here with `reason` and `why`, said once with an Event.
+    async fn give_up(&self, pod: &Pod, reason: &str, why: &str) -> Result<(), Error> {
         let ns = pod.namespace().unwrap_or_default();
         let event = crate::forge::event::warning(
             pod,
             None,
-            forge_pod::REFUSED_REASON,
+            reason,
             why,
             FIELD_MANAGER,
             &self.peering.node_name,
@@ -331,10 +391,9 @@ impl Pods {
             .create(&PostParams::default(), &event)
             .await
             .map_err(Error::RecordRefusal)?;
-        tracing::warn!(pod = %pod.name_any(), namespace = %ns, %why, "pod refused");
-        self.patch_local_status(&pod.metadata, &forge_pod::refused_status(why))
-            .await?;
-        Ok(Next::Done)
+        tracing::warn!(pod = %pod.name_any(), namespace = %ns, %reason, %why, "pod given up on");
+        self.patch_local_status(&pod.metadata, &forge_pod::failed_status(reason, why))
+            .await
     }
 
     /// Its service account token, where the pod mounts one.

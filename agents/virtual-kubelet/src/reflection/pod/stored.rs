@@ -258,6 +258,10 @@ pub struct RemotePod {
     pub id: Remote,
     pub(super) created: Option<Timestamp>,
     pub(super) status: RemoteStatus,
+    /// Since when, and why, the provider's scheduler cannot place it
+    /// (its `PodScheduled: False` condition, reason `Unschedulable`);
+    /// kept when the status is settled.
+    pub(super) unschedulable: Option<(Timestamp, String)>,
 }
 
 /// What a remote pod's store keeps of its status.
@@ -293,6 +297,21 @@ crate::forge::compact_resource!(RemotePodRead, Pod);
 
 impl RemotePod {
     pub(super) fn new(read: RemotePodRead, key: &Key) -> Self {
+        let unschedulable = read
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| {
+                cs.iter().find(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+            })
+            .and_then(|c| {
+                let since = c.last_transition_time.as_ref()?.0;
+                Some((since, c.message.clone().unwrap_or_default()))
+            });
         let status = read
             .status
             .and_then(|s| {
@@ -304,6 +323,7 @@ impl RemotePod {
             id: Remote::new(&read.metadata, key),
             created: read.metadata.creation_timestamp.as_ref().map(|t| t.0),
             status,
+            unschedulable,
         }
     }
 
