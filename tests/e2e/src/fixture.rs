@@ -148,6 +148,18 @@ impl Pair {
         Ok(())
     }
 
+    /// `liqoctl peer --remote-kubeconfig` on the consumer, as the
+    /// provider's policy grants, which must succeed.
+    pub fn peer_with_kubeconfigs(&self) {
+        self.on_consumer(&[
+            "peer",
+            "--remote-kubeconfig",
+            &self.remote(),
+            "--timeout=120",
+        ])
+        .success();
+    }
+
     /// `liqoctl` on the consumer's kubeconfig.
     pub fn on_consumer(&self, args: &[&str]) -> Run {
         liqoctl(Some(self.consumer().kubeconfig_path()), args)

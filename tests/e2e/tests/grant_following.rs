@@ -272,13 +272,7 @@ async fn an_absolute_offer_never_moves_while_a_share_beside_it_does() -> Result<
         "--pods=50%",
     ])
     .success();
-    pair.on_consumer(&[
-        "peer",
-        "--remote-kubeconfig",
-        &pair.remote(),
-        "--timeout=120",
-    ])
-    .success();
+    pair.peer_with_kubeconfigs();
     let before = capacity(&pair).await?;
     assert_eq!((before.0, before.1), (2000, 4 << 30), "{before:?}");
     past_the_interval(&pair).await?;

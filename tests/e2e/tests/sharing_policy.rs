@@ -319,9 +319,7 @@ async fn a_floor_and_a_ceiling_bound_the_offer_and_the_grant() -> Result<()> {
         table.stdout
     );
 
-    let remote = pair.remote();
-    pair.on_consumer(&["peer", "--remote-kubeconfig", &remote, "--timeout=120"])
-        .success();
+    pair.peer_with_kubeconfigs();
     let node = Api::<Node>::all(pair.consumer_client.clone())
         .get(&peering::virtual_node(&ClusterId::new("provider-1")?))
         .await?;

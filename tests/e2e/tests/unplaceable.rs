@@ -96,13 +96,7 @@ async fn peered_with(extra: (&str, &str, &str)) -> Result<Pair> {
         "--pods=100%",
     ])
     .success();
-    pair.on_consumer(&[
-        "peer",
-        "--remote-kubeconfig",
-        &pair.remote(),
-        "--timeout=120",
-    ])
-    .success();
+    pair.peer_with_kubeconfigs();
     pair.offload(NS).await?;
     Ok(pair)
 }
@@ -112,26 +106,7 @@ async fn a_pod_no_provider_node_can_hold_is_refused_and_one_that_fits_runs() -> 
     // Two nodes open to peers: the provider's kwok node of 4 CPUs and
     // one of 6 (its host-process node is tainted for the testbed's
     // agents, closed to peers).
-    let pair = Pair::with_nodes(1, 1, Stage::Installed).await?;
-    pair.provider()
-        .add_kwok_node("provider-big", "6", "16Gi", 110)
-        .await?;
-    pair.on_provider(&[
-        "sharing-policy",
-        "set",
-        "--cpu=100%",
-        "--memory=100%",
-        "--pods=100%",
-    ])
-    .success();
-    pair.on_consumer(&[
-        "peer",
-        "--remote-kubeconfig",
-        &pair.remote(),
-        "--timeout=120",
-    ])
-    .success();
-    pair.offload(NS).await?;
+    let pair = peered_with(("provider-big", "6", "16Gi")).await?;
     largest_cpu_is(&pair, 6000).await?;
 
     // Within the grant (18 CPUs, the host-process node's too), above the
