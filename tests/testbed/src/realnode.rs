@@ -227,7 +227,7 @@ impl RealNode {
              while [ ! -S '{socket}' ]; do sleep 0.1; done\n\
              '{kubelet}' --config='{kubelet_config}' --kubeconfig='{kubeconfig}' \
              --root-dir='{root}' --hostname-override='{name}' --node-ip='{address}' \
-             --v=1 >>'{kubelet_log}' 2>&1 &\n\
+             --v=2 >>'{kubelet_log}' 2>&1 &\n\
              wait\n",
             containerd = containerd_config.display(),
             containerd_log = dir.join("containerd.log").display(),

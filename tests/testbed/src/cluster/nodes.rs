@@ -11,8 +11,10 @@ use crate::Error;
 use crate::hostnode::{HostNode, HostNodeConfig};
 use crate::realnode::{RealNode, RealNodeConfig};
 
-/// How long a real node may take to be Ready.
-const REAL_NODE_PATIENCE: Duration = Duration::from_secs(240);
+/// How long a real node may take to be Ready, each time it is started.
+const REAL_NODE_PATIENCE: Duration = Duration::from_secs(150);
+/// How many times a real node is started before the cluster fails.
+const REAL_NODE_STARTS: u32 = 2;
 
 impl Cluster {
     pub(super) async fn wait_until_usable(&mut self, client: &kube::Client) -> Result<(), Error> {
@@ -43,17 +45,30 @@ impl Cluster {
         client: &kube::Client,
     ) -> Result<(), Error> {
         let name = config.node_name.clone();
-        self.real_node = Some(RealNode::start(config)?);
         // A real kubelet registers, gets its runtime's network ready and
-        // reports Ready in seconds on an idle machine, and in minutes when
-        // several start at once beside builds.
-        self.wait_for_node(
-            client,
-            name,
-            "the real node to be Ready",
-            REAL_NODE_PATIENCE,
-        )
-        .await
+        // reports Ready in seconds on an idle machine, and in a minute or
+        // two when several start at once beside builds. One now and then
+        // stalled in its start-up with nothing in its log: stopped (its
+        // PID namespace, mounts and cgroup go) and started again once.
+        for attempt in 1..=REAL_NODE_STARTS {
+            self.real_node = Some(RealNode::start(config.clone())?);
+            let ready = self
+                .wait_for_node(
+                    client,
+                    name.clone(),
+                    "the real node to be Ready",
+                    REAL_NODE_PATIENCE,
+                )
+                .await;
+            match ready {
+                Err(Error::Timeout { ref log, .. }) if attempt < REAL_NODE_STARTS => {
+                    tracing::warn!(cluster = %self.spec.name, %log, "the real node is not Ready; starting it again");
+                    self.real_node = None;
+                }
+                other => return other,
+            }
+        }
+        unreachable!("the last start returns")
     }
 
     pub(super) async fn start_host_node(
