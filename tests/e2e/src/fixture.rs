@@ -206,6 +206,31 @@ impl Pair {
 pub mod pod {
     use k8s_openapi::api::core::v1::Pod;
 
+    /// A pod of `namespace` on the virtual node by hand (its selector and
+    /// toleration), passing the `restricted` level, whose one container
+    /// asks `cpu` and `memory`.
+    pub fn on_virtual_node(
+        namespace: &str,
+        name: &str,
+        cpu: &str,
+        memory: &str,
+    ) -> anyhow::Result<Pod> {
+        Ok(serde_json::from_value(crate::restricted(
+            serde_json::json!({
+                "metadata": { "name": name, "namespace": namespace, "labels": { "app": name } },
+                "spec": {
+                    "nodeSelector": crate::virtual_node_selector(),
+                    "tolerations": crate::virtual_node_tolerations(),
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{
+                        "name": "app", "image": "nginx",
+                        "resources": { "requests": { "cpu": cpu, "memory": memory } },
+                    }],
+                },
+            }),
+        ))?)
+    }
+
     /// Its phase (`Pending`, `Running`, ...).
     pub fn phase(p: &Pod) -> Option<&str> {
         p.status.as_ref()?.phase.as_deref()

@@ -20,7 +20,7 @@ use liqo_api::authentication::Tenant;
 use liqo_api::following;
 use liqo_api::names::peering;
 use liqo_api::sharing::{parse_bytes, parse_cpu_millis};
-use liqo_e2e::fixture::pod::{running, scheduled_reason};
+use liqo_e2e::fixture::pod::{on_virtual_node, running, scheduled_reason};
 use liqo_e2e::fixture::{CONSUMER_ID, PROVIDER_ID, Pair, Stage, WAIT};
 use liqo_e2e::{Agent, wait_for};
 use serde_json::json;
@@ -166,20 +166,9 @@ async fn the_virtual_node_grows_when_the_provider_gains_nodes() -> Result<()> {
     Ok(())
 }
 
-/// A pod requesting `cpu`, on the virtual node by hand.
+/// A pod of `shop` requesting `cpu`, on the virtual node by hand.
 fn offloaded_pod(name: &str, cpu: &str) -> Result<Pod> {
-    Ok(serde_json::from_value(liqo_e2e::restricted(json!({
-        "metadata": { "name": name, "namespace": "shop", "labels": { "app": name } },
-        "spec": {
-            "nodeSelector": liqo_e2e::virtual_node_selector(),
-            "tolerations": liqo_e2e::virtual_node_tolerations(),
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "app", "image": "nginx",
-                "resources": { "requests": { "cpu": cpu, "memory": "64Mi" } },
-            }],
-        },
-    })))?)
+    on_virtual_node("shop", name, cpu, "64Mi")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,10 +14,9 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use liqo_api::core::ForeignCluster;
 use liqo_api::sharing::Amounts;
-use liqo_e2e::fixture::pod::{phase, running, scheduled_reason};
+use liqo_e2e::fixture::pod::{on_virtual_node, phase, running, scheduled_reason};
 use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
 use liqo_e2e::{Agent, wait_for};
-use serde_json::json;
 
 const NS: &str = "shop";
 
@@ -26,20 +25,8 @@ fn pod(name: &str, cpu: &str) -> Result<Pod> {
     pod_asking(name, cpu, "64Mi")
 }
 
-/// A pod on the virtual node by hand, asking `cpu` and `memory`.
 fn pod_asking(name: &str, cpu: &str, memory: &str) -> Result<Pod> {
-    Ok(serde_json::from_value(liqo_e2e::restricted(json!({
-        "metadata": { "name": name, "namespace": NS },
-        "spec": {
-            "nodeSelector": liqo_e2e::virtual_node_selector(),
-            "tolerations": liqo_e2e::virtual_node_tolerations(),
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "app", "image": "nginx",
-                "resources": { "requests": { "cpu": cpu, "memory": memory } },
-            }],
-        },
-    })))?)
+    on_virtual_node(NS, name, cpu, memory)
 }
 
 /// Waits until the consumer's virtual kubelet knows that the provider's
