@@ -103,6 +103,7 @@ impl RealNode {
     /// own: the caller waits for it to be Ready).
     pub(crate) fn start(config: RealNodeConfig) -> Result<Self, Error> {
         reap_stale();
+        raise_inotify_limits();
         let dir = std::path::absolute(&config.dir).map_err(crate::io_error(&config.dir))?;
         for sub in ["cni/bin", "cni/net.d", "cni/ipam", "pod-logs", "kubelet"] {
             let path = dir.join(sub);
@@ -136,6 +137,18 @@ impl RealNode {
             Ok(path)
         };
         let relay_socket = dir.join("cni.sock");
+        // A node started again in the same folder: the sockets of the
+        // last start are stale (the kubelet would dial containerd's
+        // before the new one listens, and fail).
+        let containerd_socket = crate::containerd::socket_in(&dir);
+        for stale in [
+            relay_socket.clone(),
+            config.egress_socket.clone(),
+            containerd_socket.with_extension("sock.ttrpc"),
+            containerd_socket,
+        ] {
+            let _ = std::fs::remove_file(stale);
+        }
         let containerd_config = write("containerd.toml", config::containerd(&dir, config.address))?;
         write(
             "cni/template.json",
@@ -177,9 +190,7 @@ impl RealNode {
                 runtime.block_on(async move {
                     // The node namespace's own relay, for host-network pods
                     // and the daemons.
-                    let relay = match File::open(&node_netns)
-                        .and_then(|ns| Relay::start_with(ns, "node", Some(service)))
-                    {
+                    let relay = match start_relay(&node_netns, service).await {
                         Ok(relay) => relay,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e.to_string()));
@@ -226,7 +237,7 @@ impl RealNode {
             "{hide_tun}containerd --config '{containerd}' >>'{containerd_log}' 2>&1 &\n\
              while [ ! -S '{socket}' ]; do sleep 0.1; done\n\
              '{kubelet}' --config='{kubelet_config}' --kubeconfig='{kubeconfig}' \
-             --root-dir='{root}' --hostname-override='{name}' --node-ip='{address}' \
+             --root-dir='{root}' --cert-dir='{root}/pki' --hostname-override='{name}' --node-ip='{address}' \
              --v=2 >>'{kubelet_log}' 2>&1 &\n\
              wait\n",
             containerd = containerd_config.display(),
@@ -361,6 +372,44 @@ fn make_cgroup(name: &str) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Each kubelet and containerd takes inotify instances (their file
+/// watchers, cadvisor's); with several clusters on the machine the
+/// default 128 per user ran out, and a kubelet then stalled or failed
+/// ("error creating fsnotify watcher: too many open files"). Raised, as
+/// the kubelet raises the machine's other tunables; never lowered.
+fn raise_inotify_limits() {
+    for (file, want) in [
+        ("/proc/sys/fs/inotify/max_user_instances", 8192u64),
+        ("/proc/sys/fs/inotify/max_user_watches", 524_288),
+    ] {
+        let now: u64 = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if now < want
+            && let Err(e) = std::fs::write(file, want.to_string())
+        {
+            tracing::warn!(%file, error = %e, "cannot raise an inotify limit");
+        }
+    }
+}
+
+/// The node namespace's relay; a node started again in the same
+/// namespace may find the last one's port not yet released: tried again
+/// for a few seconds.
+async fn start_relay(netns: &Path, service: ApiService) -> std::io::Result<Relay> {
+    let mut tries = 0;
+    loop {
+        match File::open(netns).and_then(|ns| Relay::start_with(ns, "node", Some(service))) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 20 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Removes the cgroup `name` and those under it, in every hierarchy,
