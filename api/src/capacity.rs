@@ -72,15 +72,22 @@ pub fn open_to(node: &Node, terms: &crate::admission::Admission) -> bool {
 /// when no node has both). The caller gives the nodes a peer's pods may
 /// land on ([`open_to`]).
 pub fn largest_free<'a>(nodes: impl IntoIterator<Item = &'a Node>, pods: &[&Pod]) -> Amounts {
+    // What the pods of each node request, in one pass over the pods.
+    let mut bound: std::collections::HashMap<&str, Vec<&Pod>> = std::collections::HashMap::new();
+    for pod in pods {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            bound.entry(node).or_default().push(pod);
+        }
+    }
     let mut largest = Amounts::default();
     for node in nodes.into_iter().filter(|n| ready(n)) {
-        let name = node.metadata.name.as_deref();
-        let free = free_of(
-            std::slice::from_ref(node),
-            pods.iter()
-                .copied()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == name),
-        );
+        let on_it = node
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|n| bound.get(n))
+            .map_or(&[][..], Vec::as_slice);
+        let free = free_of(std::slice::from_ref(node), on_it.iter().copied());
         largest.cpu_millis = largest.cpu_millis.max(free.cpu_millis);
         largest.memory_bytes = largest.memory_bytes.max(free.memory_bytes);
         largest.pods = largest.pods.max(free.pods);
