@@ -121,25 +121,29 @@ impl Tunnels {
             .collect();
         // Stop what is no longer wanted as it runs (removed, changed,
         // exited), then start what is missing.
-        let mut ended = Vec::new();
+        let mut exited = Vec::new();
         let stale: Vec<_> = self
             .children
             .iter_mut()
             .filter_map(|(key, child)| {
-                let exited = child.process.try_wait().ok().flatten();
-                if let Some(status) = exited {
-                    let why = child
-                        .failure
-                        .borrow()
-                        .clone()
-                        .unwrap_or_else(|| format!("it exited ({status})"));
-                    tracing::warn!(connection = %key, %status, error = %why, "a tunnel process ended");
-                    ended.push((key.clone(), why));
+                let status = child.process.try_wait().ok().flatten();
+                if let Some(status) = status {
+                    exited.push((key.clone(), status));
                 }
-                (wanted.get(key) != Some(&child.plan) || exited.is_some()).then_some((key, child))
+                (wanted.get(key) != Some(&child.plan) || status.is_some()).then(|| key.clone())
             })
-            .map(|(key, _)| key.clone())
             .collect();
+        let mut ended = Vec::new();
+        for (key, status) in exited {
+            let Some(child) = self.children.get_mut(&key) else {
+                continue;
+            };
+            let why = last_word(&mut child.failure)
+                .await
+                .unwrap_or_else(|| format!("it exited ({status})"));
+            tracing::warn!(connection = %key, %status, error = %why, "a tunnel process ended");
+            ended.push((key, why));
+        }
         self.ended.extend(ended);
         for key in stale {
             if let Some(child) = self.children.remove(&key) {
@@ -297,6 +301,15 @@ impl Tunnels {
             failure,
         })
     }
+}
+
+/// The error an exited process wrote last. Its error output is read by
+/// a task of its own, which may not have reached the end of the pipe when
+/// the exit is seen: it is given a moment to.
+async fn last_word(failure: &mut watch::Receiver<Option<String>>) -> Option<String> {
+    let drained = async { while failure.changed().await.is_ok() {} };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drained).await;
+    failure.borrow().clone()
 }
 
 /// The child gets SIGTERM when the agent ends, however it ends: a tunnel
