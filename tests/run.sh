@@ -6,8 +6,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Packages first (a C compiler for jemalloc, among others); then the test
 # clusters' binaries build from their Go modules (about 11 minutes on a new
-# machine, nothing once cached) while cargo checks and builds ours: each
-# build alone leaves part of the machine idle (downloads, links).
+# machine, nothing once cached) while cargo builds ours: each build alone
+# leaves part of the machine idle (downloads, links). The lints run beside
+# the end-to-end tests, which mostly wait on API servers and timers, at the
+# lowest priority and in a target folder of their own (cargo locks its
+# folder while it builds).
 bash tests/setup.sh --without-toolchain
 log=$(mktemp)
 toolchain_out=$(mktemp)
@@ -22,12 +25,20 @@ stop_toolchain_build() {
     kill "$toolchain_build" 2>/dev/null || true
   fi
 }
-trap 'stop_toolchain_build; rm -f "$log" "$toolchain_out" "$toolchain_err"' EXIT
+lints_log=$(mktemp)
+lints=""
+stop_lints() {
+  if [ -n "$lints" ]; then
+    pkill -P "$lints" 2>/dev/null || true
+    kill "$lints" 2>/dev/null || true
+  fi
+}
+trap 'stop_toolchain_build; stop_lints; rm -f "$log" "$toolchain_out" "$toolchain_err" "$lints_log"' EXIT
 
 cargo fmt --all --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
 # The end-to-end tests run the binaries as users do.
 cargo build --workspace --bins --locked
+cargo test --workspace --locked --no-run
 if ! wait "$toolchain_build"; then
   cat "$toolchain_err" >&2
   echo "error: building the test clusters' binaries failed (tests/toolchain/build.sh)" >&2
@@ -41,10 +52,21 @@ LIQO_TOOLCHAIN_DIR=$(tail -n 1 "$toolchain_out")
 # four at a time keep two cores busy (about 15 minutes here, against 33
 # one binary after another).
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
+CARGO_TARGET_DIR=target/lints nice -n 19 \
+  cargo clippy --workspace --all-targets --locked -- -D warnings >"$lints_log" 2>&1 &
+lints=$!
 set +e
 cargo test --workspace --locked "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+wait "$lints"
+lints_status=$?
+lints=""
 set -e
+if [ "$lints_status" -ne 0 ]; then
+  cat "$lints_log" >&2
+  echo "error: cargo clippy found problems (above)" >&2
+  [ "$status" -ne 0 ] || status=$lints_status
+fi
 # One closing line for the whole run: cargo prints one per test binary,
 # the last of which is often a crate's empty doc-test run.
 awk '/^test result:/ { passed += $4; failed += $6; ignored += $8 }
