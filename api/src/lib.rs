@@ -33,6 +33,7 @@ pub mod offloading;
 pub mod pod_security;
 pub mod shares;
 pub mod sharing;
+pub mod tether;
 pub mod token;
 pub mod validation;
 

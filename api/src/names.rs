@@ -37,6 +37,9 @@ pub mod labels {
     /// On a consumer: the offloaded namespace's pod offloading strategy,
     /// which the placement policy reads.
     pub const POD_OFFLOADING_STRATEGY: &str = "liqo.io/pod-offloading-strategy";
+    /// On what `liqoctl tether` makes or changes: which end of a tether
+    /// the cluster is ([`crate::tether::Role`]).
+    pub const TETHER: &str = "liqo.io/tether";
 }
 
 /// On a consumer's ConfigMap or Secret of an offloaded namespace: `true`
@@ -86,6 +89,11 @@ pub const HEALTH_PORT: u16 = 8081;
 /// The taint of virtual nodes: only pods that tolerate it (those of
 /// offloaded namespaces) are scheduled there.
 pub const VIRTUAL_NODE_TAINT: &str = "virtual-node.liqo.io/not-allowed";
+
+/// The taint `liqoctl tether` puts on a tethered cluster's own nodes
+/// (`NoSchedule`): its scheduler places nothing there; the pods its anchor
+/// sends it tolerate it (docs/tethering.md).
+pub const TETHERED_TAINT: &str = "liqo.io/tethered";
 
 /// The annotation of a virtual node that carries the cost of its resources
 /// (JSON of [`crate::sharing::Cost`]).

@@ -50,6 +50,8 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
             None => commands::peer::run(args, &cli.global, printer).await,
         },
         Command::Unpeer(args) => commands::unpeer::run(args, &cli.global, printer).await,
+        Command::Tether(args) => commands::tether::tether(args, &cli.global, printer).await,
+        Command::Untether(args) => commands::tether::untether(args, &cli.global, printer).await,
         Command::Network(NetworkCommand::Connect(args)) => {
             commands::network::connect(args, &cli.global, printer).await
         }

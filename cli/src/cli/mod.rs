@@ -14,7 +14,7 @@ pub use offloading::{
 pub use peering::{
     GenerateCommand, GeneratePeeringTokenArgs, NetworkArgs, NetworkCommand, PeerAcceptArgs,
     PeerArgs, PeerCompleteArgs, PeerExchange, PeerRequestArgs, RequestArgs, RevokeCommand,
-    RevokePeeringTokenArgs, UnpeerArgs,
+    RevokePeeringTokenArgs, TetherArgs, UnpeerArgs, UntetherArgs,
 };
 
 #[derive(Parser, Debug)]
@@ -118,6 +118,27 @@ pub enum Command {
     /// Stop offloading namespaces: their twin namespaces and remote pods are removed.
     #[command(subcommand)]
     Unoffload(UnoffloadCommand),
+    /// Hand this cluster's scheduling to one foreign cluster, its anchor.
+    #[command(
+        long_about = "Hand this cluster's scheduling to one foreign cluster, its anchor \
+        (docs/tethering.md).\n\n\
+        Peers the two clusters both ways, the anchor getting all this cluster's free capacity; \
+        offloads every namespace of this cluster's workloads to the anchor alone (pods: \
+        Remote); taints this cluster's own nodes so that its scheduler places nothing there \
+        but what the anchor sends; and restarts the workloads' pods that run here, so that \
+        they go through the anchor. Refused while this cluster provides for any other peer. A \
+        failed run removes what it made; the same command resumes one that was stopped."
+    )]
+    Tether(TetherArgs),
+    /// Take this cluster's scheduling back from its anchor.
+    #[command(long_about = "Take this cluster's scheduling back from its anchor \
+        (docs/tethering.md).\n\n\
+        Removes the taint from this cluster's nodes, ends the offloading of the namespaces the \
+        tether offloaded (their pods on the anchor are deleted, and their controllers make them \
+        again here), ends both peerings (the anchor's pods that ran here go back to the \
+        anchor's own nodes), and puts back the sharing policy there was before. Namespaces and \
+        workloads are kept; bare pods that ran through the anchor are not made again.")]
+    Untether(UntetherArgs),
     /// Set, show or delete the sharing policy: what this cluster offers its consumers.
     #[command(
         subcommand,

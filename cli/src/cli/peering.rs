@@ -259,3 +259,37 @@ pub struct NetworkArgs {
     #[command(flatten)]
     pub output: OutputArgs,
 }
+
+#[derive(Args, Debug)]
+pub struct TetherArgs {
+    /// Kubeconfig of the anchor: the cluster that schedules this one's
+    /// workloads while the tether lasts.
+    #[arg(long, value_name = "FILE")]
+    pub remote_kubeconfig: PathBuf,
+    /// The anchor's kubeconfig context.
+    #[arg(long, value_name = "NAME")]
+    pub remote_context: Option<String>,
+    /// Tether without linking the pod networks.
+    #[arg(long)]
+    pub no_network: bool,
+    /// How long to wait for each step (both peerings' virtual nodes, the
+    /// twin namespaces), in seconds.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct UntetherArgs {
+    /// Kubeconfig of the anchor this cluster is tethered to.
+    #[arg(long, value_name = "FILE")]
+    pub remote_kubeconfig: PathBuf,
+    /// The anchor's kubeconfig context.
+    #[arg(long, value_name = "NAME")]
+    pub remote_context: Option<String>,
+    /// How long to wait for each step (twin namespaces and peerings to be
+    /// gone), in seconds.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub timeout: u64,
+}

@@ -24,6 +24,7 @@ use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::agents::deployment_ready;
 use crate::kube::cluster::read_identity;
+use crate::peering::tether::State;
 use crate::peering::tokens::{TokenView, tokens_of};
 use crate::printer::Printer;
 use crate::show::{show_cost, show_resources};
@@ -32,6 +33,9 @@ use crate::show::{show_cost, show_resources};
 #[serde(rename_all = "camelCase")]
 struct Info {
     identity: ClusterIdentity,
+    /// The working mode: `autonomous`, `tethered to ID`, `anchor of IDs`
+    /// (docs/tethering.md).
+    mode: String,
     agents: Vec<Agent>,
     peerings: Vec<PeeringView>,
     offloaded_namespaces: Vec<Offloaded>,
@@ -219,6 +223,7 @@ pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyh
     }
     let info = Info {
         identity,
+        mode: State::read(&cluster).await?.mode(),
         agents: agents(&cluster).await?,
         peerings: peerings(&cluster).await?,
         offloaded_namespaces: offloaded(&cluster).await?,
@@ -506,6 +511,7 @@ fn render(info: &Info) -> String {
     identity.add_row(vec!["Pod CIDR".to_owned(), id.pod_cidr.to_string()]);
     identity.add_row(vec!["Service CIDR".to_owned(), id.service_cidr.to_string()]);
     identity.add_row(vec!["Version", &id.version]);
+    identity.add_row(vec!["Mode", &info.mode]);
 
     let mut agents = table(&["Agent", "Ready", "Image"]);
     for a in &info.agents {

@@ -11,6 +11,7 @@ pub mod offload;
 pub mod peer;
 pub mod sharing_policy;
 pub mod test_network;
+pub mod tether;
 pub mod token;
 pub mod uninstall;
 pub mod unpeer;

@@ -7,15 +7,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::wait::conditions;
+use kube::api::{Api, ListParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels};
 use liqo_api::offloading::{
-    self, LabelSelector, NamespaceMappingStrategy, NamespaceOffloading, NamespaceOffloadingSpec,
+    LabelSelector, NamespaceMappingStrategy, NamespaceOffloading, NamespaceOffloadingSpec,
     PodOffloadingStrategy,
 };
 use liqo_api::validation;
@@ -28,11 +27,9 @@ use crate::cli::{
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::cluster::{read_identity, serves_mutating_admission_policy};
-use crate::kube::ownership::FIELD_MANAGER;
 use crate::kube::wait::{self, Waited};
 use crate::manifests;
-use crate::peering::consumer::bind_virtual_kubelets;
-use crate::peering::virtual_kubelet;
+use crate::peering::offloading::{self, Removed};
 use crate::printer::Printer;
 
 pub async fn offload(
@@ -87,7 +84,7 @@ pub async fn offload(
             .into());
         }
     }
-    let agents = virtual_kubelets(&cluster).await?;
+    let agents = offloading::virtual_kubelets(&cluster).await?;
     if spec.pod_offloading_strategy != PodOffloadingStrategy::Local
         && !serves_mutating_admission_policy(&cluster).await
     {
@@ -109,43 +106,8 @@ pub async fn offload(
     }
 
     let step = printer.step(format!("Offloading {}", args.names.join(", ")));
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     for object in &objects {
-        let ns = object.metadata.namespace.as_deref().unwrap_or_default();
-        let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
-        // The agents' rights in the namespace first, so that none of
-        // them finds it offloaded and unreadable; owned by the offloading
-        // (once it exists, below) so that they go with it.
-        let existing = api
-            .get_opt(names::NAMESPACE_OFFLOADING)
-            .await
-            .map_err(|e| cluster.explain(e, &format!("reading the offloading of {ns}")))?
-            .and_then(|o| o.metadata.uid);
-        bind_virtual_kubelets(&cluster, ns, existing.as_deref(), &agents, "offload again").await?;
-        let applied = api
-            .patch(names::NAMESPACE_OFFLOADING, &params, &Patch::Apply(object))
-            .await
-            .map_err(|e| cluster.explain(e, &format!("offloading namespace {ns}")))?;
-        if applied.metadata.uid != existing {
-            bind_virtual_kubelets(
-                &cluster,
-                ns,
-                applied.metadata.uid.as_deref(),
-                &agents,
-                "offload again",
-            )
-            .await?;
-        }
-        // After the offloading exists, so that no pod is placed on a
-        // virtual node before a peer is told to take it.
-        let placement = json!({ "metadata": { "labels": {
-            labels::OFFLOADING: "true",
-            labels::POD_OFFLOADING_STRATEGY: spec.pod_offloading_strategy.as_str(),
-        } } });
-        namespaces
-            .patch(ns, &PatchParams::default(), &Patch::Merge(&placement))
-            .await
-            .map_err(|e| cluster.explain(e, &format!("labelling namespace {ns}")))?;
+        offloading::apply(&cluster, object, &agents).await?;
     }
     step.done("");
 
@@ -261,40 +223,13 @@ async fn run_unoffload(
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(args.timeout);
     for ns in &args.names {
         let step = printer.step(format!("Unoffloading {ns}"));
-        // Labels first: pods created from now on stay local.
-        let placement = json!({ "metadata": { "labels": {
-            labels::OFFLOADING: null,
-            labels::POD_OFFLOADING_STRATEGY: null,
-        } } });
-        namespaces
-            .patch(ns, &PatchParams::default(), &Patch::Merge(&placement))
-            .await
-            .map_err(|e| cluster.explain(e, &format!("unlabelling namespace {ns}")))?;
-        let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
-        let uid = match api
-            .delete(names::NAMESPACE_OFFLOADING, &DeleteParams::default())
-            .await
-        {
-            Ok(either) => either.left().and_then(|o| o.metadata.uid),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
+        match offloading::remove(cluster, ns, deadline).await {
+            Ok(Removed::Gone) => step.done(""),
+            Ok(Removed::WasNot) => {
                 step.done("was not offloaded");
                 continue;
             }
-            Err(e) => return Err(cluster.explain(e, &format!("unoffloading {ns}"))),
-        };
-        // The virtual kubelets hold the offloading (a finalizer) until the
-        // twin namespaces are gone.
-        if let Some(uid) = uid {
-            let waited = wait::until(
-                cluster,
-                api,
-                names::NAMESPACE_OFFLOADING,
-                conditions::is_deleted(&uid),
-                wait::left(deadline),
-                "waiting for the twin namespaces to be deleted",
-            )
-            .await?;
-            if let Waited::TimedOut = waited {
+            Ok(Removed::TimedOut) => {
                 step.fail("timed out");
                 return Err(UserError::Timeout(format!(
                     "the twin namespaces of {ns} are not deleted after {}s: a provider may be \
@@ -303,8 +238,11 @@ async fn run_unoffload(
                 ))
                 .into());
             }
+            Err(e) => {
+                step.fail("");
+                return Err(e);
+            }
         }
-        step.done("");
         printer.result(format!("namespace {ns} is no longer offloaded"));
     }
     Ok(())
@@ -411,12 +349,10 @@ fn spec_of(args: &OffloadNamespaceArgs) -> anyhow::Result<NamespaceOffloadingSpe
         },
         namespace_mapping_strategy: mapping,
         remote_namespace_name: args.remote_namespace_name.clone(),
-        cluster_selector: offloading::cluster_selector(&selectors),
+        cluster_selector: liqo_api::offloading::cluster_selector(&selectors),
     })
 }
 
-/// The providers of this cluster's outgoing peerings, from their virtual
-/// kubelets' ServiceAccounts.
 /// Whether the placement webhook has a virtual kubelet behind it (a ready
 /// endpoint of its Service), waiting up to `timeout` seconds while there
 /// is a peering whose agent may come; `Err(why)` when it has none.
@@ -467,22 +403,6 @@ async fn placement_served(
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-}
-
-pub(crate) async fn virtual_kubelets(cluster: &ClusterClient) -> anyhow::Result<Vec<ClusterId>> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
-    let list = accounts
-        .list(&ListParams::default().labels(&virtual_kubelet::agents_selector()))
-        .await
-        .map_err(|e| cluster.explain(e, "listing the virtual kubelets"))?;
-    Ok(list
-        .items
-        .iter()
-        .filter_map(|a| {
-            let id = a.labels().get(labels::PEER_CLUSTER_ID)?;
-            ClusterId::new(id).ok()
-        })
-        .collect())
 }
 
 /// The cluster IDs of the providers whose virtual node the spec selects.

@@ -22,6 +22,7 @@ use liqo_api::agents::gateway::{DEFAULT_TUNNEL_PORTS, GatewayFlags, NODE_ADDRESS
 use liqo_api::images;
 use liqo_api::names;
 use liqo_api::networking::GatewayServiceType;
+use liqo_api::tether;
 
 use super::{Manifest, Options, cluster_meta, common_labels, meta, rbac, selector_labels, strings};
 
@@ -151,7 +152,7 @@ pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
     let pod_spec = PodSpec {
         service_account_name: Some(name.to_owned()),
         node_selector: Some(options.node_selector.clone()),
-        tolerations: Some(options.tolerations.clone()),
+        tolerations: Some(tether::agent_tolerations(&options.tolerations)),
         termination_grace_period_seconds: Some(10),
         host_network: Some(true),
         dns_policy: Some("ClusterFirstWithHostNet".to_owned()),

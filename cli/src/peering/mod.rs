@@ -8,16 +8,19 @@
 //! for the [`consumer`]'s virtual node; the [`report`] says what was made.
 
 pub mod agreement;
+pub mod by_kubeconfigs;
 pub mod capacity;
 pub mod consumer;
 pub mod identity;
 pub mod journal;
 pub mod network;
+pub mod offloading;
 pub mod outgoing;
 pub mod phases;
 pub mod report;
 pub mod tenant;
 pub mod terms;
+pub mod tether;
 pub mod token;
 pub mod tokens;
 pub mod virtual_kubelet;

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use liqo_api::ClusterId;
 use liqo_api::images::ImageSource;
 use liqo_api::names::{self, labels};
+use liqo_api::tether;
 
 use crate::manifests::agents::{agent_container, field_env, pod_security_context, recreate};
 use crate::manifests::{Manifest, common_labels, rbac, selector_labels};
@@ -259,7 +260,7 @@ pub fn manifests(
                     spec: Some(PodSpec {
                         service_account_name: Some(name.clone()),
                         node_selector: Some(node_selector.clone()),
-                        tolerations: Some(tolerations.to_vec()),
+                        tolerations: Some(tether::agent_tolerations(tolerations)),
                         termination_grace_period_seconds: Some(10),
                         security_context: Some(pod_security),
                         containers: vec![agent_container(Container {

@@ -37,6 +37,7 @@ mod test_network;
 mod testbed_cli;
 mod testbed_pod_network;
 mod testbed_smoke;
+mod tethering;
 mod tokens;
 mod tunnel;
 mod tunnel_cannot_run;

@@ -38,6 +38,7 @@ fn offloaded_namespaces_show_one_row_per_peer() {
             service_cidr: "10.1.0.0/16".parse().expect("cidr"),
             version: liqo_api::VERSION.into(),
         },
+        mode: "autonomous".into(),
         agents: Vec::new(),
         peerings: Vec::new(),
         peering_tokens: Vec::new(),

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use liqo_api::admission::Admission;
-use liqo_api::names;
+use liqo_api::{names, tether};
 
 /// Why a pod cannot be offloaded, as said in the Event on the local pod.
 pub fn refusal(spec: &PodSpec) -> Option<String> {
@@ -137,10 +137,20 @@ pub fn within_terms(mut spec: PodSpec, terms: &Admission) -> PodSpec {
             .get_or_insert_default()
             .extend(terms.node_selector.clone());
     }
-    spec.tolerations = spec.tolerations.take().and_then(|t| {
-        let kept: Vec<_> = t.into_iter().filter(|t| terms.tolerates(t)).collect();
-        (!kept.is_empty()).then_some(kept)
-    });
+    let mut kept: Vec<_> = spec
+        .tolerations
+        .take()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| terms.tolerates(t))
+        .collect();
+    // A provider tethered to this cluster lets it tolerate the taint on
+    // its own nodes: every pod sent there does.
+    let tethered = tether::toleration();
+    if terms.tolerates(&tethered) && !kept.contains(&tethered) {
+        kept.push(tethered);
+    }
+    spec.tolerations = (!kept.is_empty()).then_some(kept);
     spec
 }
 
@@ -433,6 +443,20 @@ mod tests {
         // The consumer's own taints (gpu) and one the terms do not name
         // are dropped; a not-ready toleration without NoExecute too.
         assert_eq!(kept, ["dedicated"]);
+    }
+
+    #[test]
+    fn pods_sent_to_a_tethered_provider_tolerate_its_taint() {
+        let terms = Admission {
+            tolerations: vec![names::TETHERED_TAINT.to_owned()],
+            ..Admission::default()
+        };
+        let remote = within_terms(remote_pod_spec(&local_spec()), &terms);
+        assert_eq!(remote.tolerations, Some(vec![tether::toleration()]));
+        let again = within_terms(remote.clone(), &terms);
+        assert_eq!(again.tolerations, remote.tolerations, "added once");
+        let untethered = within_terms(remote_pod_spec(&local_spec()), &Admission::default());
+        assert_eq!(untethered.tolerations, None);
     }
 
     #[test]

@@ -1,0 +1,363 @@
+//! The tethered mode (docs/tethering.md) on real clusters: the consumer
+//! of the pair plays the laptop, the provider the company's cluster, its
+//! anchor. Tethered, a Deployment of the laptop runs where the anchor's
+//! scheduler puts it, one created afterwards too, a bare pod stays where it
+//! ran, and the anchor's own pods land on the laptop's nodes, which the
+//! laptop's scheduler no longer uses; untethered, the laptop's Deployment
+//! runs at home again and nothing of the tether is left. A laptop that
+//! provides for another peer is refused, and so are a second tether and
+//! an untether of a cluster that is not tethered.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use liqo_api::ClusterId;
+use liqo_api::names::{self, peering};
+use liqo_e2e::fixture::pod::running;
+use liqo_e2e::fixture::{CONSUMER_ID, PROVIDER_ID, Pair, Stage, WAIT};
+use liqo_e2e::{liqoctl, wait_for};
+use serde_json::json;
+
+/// A Deployment of `replicas` pods that ask nothing of placement: where
+/// they run is the schedulers' choice.
+fn deployment(namespace: &str, name: &str, replicas: i32) -> Result<Deployment> {
+    Ok(serde_json::from_value(liqo_e2e::restricted(json!({
+        "metadata": { "name": name, "namespace": namespace },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{
+                        "name": "app", "image": "nginx",
+                        "resources": { "requests": { "cpu": "10m", "memory": "16Mi" } },
+                    }],
+                },
+            },
+        },
+    })))?)
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) -> Result<()> {
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": name } }))?,
+        )
+        .await?;
+    Ok(())
+}
+
+/// The names of a cluster's kwok nodes: its own nodes that run pods.
+async fn kwok_nodes(client: &kube::Client) -> Result<BTreeSet<String>> {
+    Ok(Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("type=kwok"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect())
+}
+
+/// The running pods of `app` in `namespace`, by the node they are on.
+async fn nodes_of(client: &kube::Client, namespace: &str, app: &str) -> Result<Vec<String>> {
+    Ok(Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?
+        .items
+        .iter()
+        .filter(|p| running(p) && p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect())
+}
+
+/// Waits until `want` pods of `app` run, every one on a node of `on`.
+async fn all_on(
+    client: &kube::Client,
+    namespace: &str,
+    app: &str,
+    want: usize,
+    on: &BTreeSet<String>,
+    what: &str,
+) -> Result<()> {
+    wait_for(what, WAIT, || async {
+        let nodes = nodes_of(client, namespace, app).await?;
+        Ok(nodes.len() == want && nodes.iter().all(|n| on.contains(n)))
+    })
+    .await
+}
+
+/// The mode `liqoctl info -o json` shows.
+fn mode(pair: &Pair, on_consumer: bool) -> Result<String> {
+    let args = ["info", "-o", "json"];
+    let out = if on_consumer {
+        pair.on_consumer(&args)
+    } else {
+        pair.on_provider(&args)
+    }
+    .success();
+    let info: serde_json::Value = serde_json::from_str(&out.stdout)?;
+    info["mode"]
+        .as_str()
+        .map(str::to_owned)
+        .with_context(|| format!("no mode in {info}"))
+}
+
+/// Each node's taints, by key.
+async fn taints(client: &kube::Client) -> Result<BTreeMap<String, BTreeSet<String>>> {
+    Ok(Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|n| {
+            let keys = n
+                .spec
+                .and_then(|s| s.taints)
+                .into_iter()
+                .flatten()
+                .map(|t| t.key)
+                .collect();
+            (n.metadata.name.unwrap_or_default(), keys)
+        })
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tethered_cluster_is_scheduled_by_its_anchor_until_untethered() -> Result<()> {
+    let pair = Pair::at(Stage::Installed).await?;
+    let (laptop, company) = (&pair.consumer_client, &pair.provider_client);
+    let laptop_nodes = kwok_nodes(laptop).await?;
+    let company_nodes = kwok_nodes(company).await?;
+    let on_company = BTreeSet::from([peering::virtual_node(&ClusterId::new(PROVIDER_ID)?)]);
+    let pp = PostParams::default();
+
+    // The laptop's work before the tether: a Deployment and a bare pod.
+    create_namespace(laptop, "shop").await?;
+    let deployments: Api<Deployment> = Api::namespaced(laptop.clone(), "shop");
+    deployments
+        .create(&pp, &deployment("shop", "web", 3)?)
+        .await?;
+    let bare: Pod = serde_json::from_value(liqo_e2e::restricted(json!({
+        "metadata": { "name": "bare", "namespace": "shop", "labels": { "app": "bare" } },
+        "spec": { "containers": [{ "name": "app", "image": "nginx" }] },
+    })))?;
+    Api::<Pod>::namespaced(laptop.clone(), "shop")
+        .create(&pp, &bare)
+        .await?;
+    all_on(laptop, "shop", "web", 3, &laptop_nodes, "web at home").await?;
+    all_on(laptop, "shop", "bare", 1, &laptop_nodes, "bare at home").await?;
+    create_namespace(company, "hq").await?;
+    let before = pair.holdings().await?;
+    let taints_before = taints(laptop).await?;
+    assert_eq!(mode(&pair, true)?, "autonomous");
+
+    // Tether.
+    let started = Instant::now();
+    let out = pair
+        .on_consumer(&["tether", "--remote-kubeconfig", &pair.remote(), "--yes"])
+        .success();
+    eprintln!("tether took {:?}: {}", started.elapsed(), out.stdout);
+    assert!(out.stdout.contains("is tethered to"), "{}", out.stdout);
+    assert_eq!(mode(&pair, true)?, format!("tethered to {PROVIDER_ID}"));
+    assert_eq!(mode(&pair, false)?, format!("anchor of {CONSUMER_ID}"));
+    // Each of its own nodes has the taint, and keeps its others.
+    let tethered = taints(laptop).await?;
+    for (node, before) in &taints_before {
+        let mut want = before.clone();
+        want.insert(names::TETHERED_TAINT.to_owned());
+        assert_eq!(tethered.get(node), Some(&want), "the taints of {node}");
+    }
+
+    // The Deployment restarted through the anchor, whose scheduler put
+    // its pods on the anchor's nodes; a new one goes the same way; the
+    // bare pod was left where it ran.
+    all_on(
+        laptop,
+        "shop",
+        "web",
+        3,
+        &on_company,
+        "web through the anchor",
+    )
+    .await?;
+    all_on(
+        company,
+        "shop-consumer",
+        "web",
+        3,
+        &company_nodes,
+        "web on the anchor's nodes",
+    )
+    .await?;
+    deployments
+        .create(&pp, &deployment("shop", "late", 2)?)
+        .await?;
+    all_on(
+        laptop,
+        "shop",
+        "late",
+        2,
+        &on_company,
+        "late through the anchor",
+    )
+    .await?;
+    all_on(
+        laptop,
+        "shop",
+        "bare",
+        1,
+        &laptop_nodes,
+        "bare still at home",
+    )
+    .await?;
+
+    // The anchor's own pods land on the laptop's nodes.
+    pair.on_provider(&[
+        "offload",
+        "namespace",
+        "hq",
+        "--pod-offloading-strategy",
+        "Remote",
+        "--wait",
+    ])
+    .success();
+    Api::<Deployment>::namespaced(company.clone(), "hq")
+        .create(&pp, &deployment("hq", "desk", 2)?)
+        .await?;
+    all_on(
+        laptop,
+        "hq-provider",
+        "desk",
+        2,
+        &laptop_nodes,
+        "desk on the laptop",
+    )
+    .await?;
+
+    // Tethered twice: refused, nothing changed.
+    let again = pair
+        .on_consumer(&["tether", "--remote-kubeconfig", &pair.remote(), "--yes"])
+        .user_error(6);
+    assert!(
+        again
+            .error_line()
+            .contains("already tethered to provider-1"),
+        "{}",
+        again.error_line()
+    );
+
+    // Untether: the laptop's workloads come home.
+    let started = Instant::now();
+    pair.on_consumer(&["untether", "--remote-kubeconfig", &pair.remote(), "--yes"])
+        .success();
+    eprintln!("untether took {:?}", started.elapsed());
+    assert_eq!(mode(&pair, true)?, "autonomous");
+    assert_eq!(mode(&pair, false)?, "autonomous");
+    all_on(laptop, "shop", "web", 3, &laptop_nodes, "web at home again").await?;
+    all_on(laptop, "shop", "late", 2, &laptop_nodes, "late at home").await?;
+    all_on(laptop, "shop", "bare", 1, &laptop_nodes, "bare never moved").await?;
+    let mut taints_after = taints(laptop).await?;
+    taints_after.retain(|node, _| taints_before.contains_key(node));
+    assert_eq!(taints_after, taints_before, "the laptop's nodes' taints");
+    let not_tethered = pair
+        .on_consumer(&["untether", "--remote-kubeconfig", &pair.remote(), "--yes"])
+        .user_error(6);
+    assert!(
+        not_tethered.error_line().contains("is not tethered"),
+        "{}",
+        not_tethered.error_line()
+    );
+
+    // Nothing of the tether is left: what differs is what the test made
+    // meanwhile (the late Deployment, the anchor's offloading of hq and
+    // its Deployment).
+    pair.on_provider(&["unoffload", "namespace", "hq"])
+        .success();
+    pair.assert_as_before(&before, "untether", &["deployments/", "rolebindings/hq/"])
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_provides_for_another_peer_is_not_tethered() -> Result<()> {
+    let mut laptop = liqo_testbed::ClusterSpec::new("laptop", 1);
+    let mut company = liqo_testbed::ClusterSpec::new("company", 2);
+    let mut other = liqo_testbed::ClusterSpec::new("other", 3);
+    for spec in [&mut laptop, &mut company, &mut other] {
+        spec.nodes = 1;
+        spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    }
+    let testbed = liqo_testbed::Testbed::start(vec![laptop, company, other]).await?;
+    let [laptop, company, other] = [0, 1, 2].map(|i| &testbed.clusters()[i]);
+    for (cluster, id, cidr) in [
+        (laptop, "laptop-1", "10.201.0.0/16"),
+        (company, "company-1", "10.202.0.0/16"),
+        (other, "other-1", "10.203.0.0/16"),
+    ] {
+        liqo_e2e::install(cluster, id, cidr, &[]).success();
+    }
+    let path = |c: &liqo_testbed::Cluster| c.kubeconfig_path().display().to_string();
+    // Another cluster consumes the laptop's resources.
+    liqoctl(
+        Some(other.kubeconfig_path()),
+        &["peer", "--remote-kubeconfig", &path(laptop), "--no-network"],
+    )
+    .success();
+    let laptop_client = laptop.client().await?;
+    let company_client = company.client().await?;
+    let before = (
+        liqo_e2e::snapshot(&laptop_client).await?,
+        liqo_e2e::snapshot(&company_client).await?,
+    );
+
+    let refused = liqoctl(
+        Some(laptop.kubeconfig_path()),
+        &["tether", "--remote-kubeconfig", &path(company), "--yes"],
+    )
+    .user_error(6);
+    let line = refused.error_line();
+    assert!(line.contains("provides for other-1"), "{line}");
+    assert!(line.contains("unpeer"), "{line}");
+    // The same kubeconfig twice is a usage error.
+    let same = liqoctl(
+        Some(laptop.kubeconfig_path()),
+        &["tether", "--remote-kubeconfig", &path(laptop), "--yes"],
+    )
+    .user_error(2);
+    assert!(
+        same.error_line().contains("itself"),
+        "{}",
+        same.error_line()
+    );
+    let after = (
+        liqo_e2e::snapshot(&laptop_client).await?,
+        liqo_e2e::snapshot(&company_client).await?,
+    );
+    assert_eq!(before, after, "a refused tether changed something");
+
+    // Once the other peering ends, the same command goes through.
+    liqoctl(
+        Some(other.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", &path(laptop)],
+    )
+    .success();
+    liqoctl(
+        Some(laptop.kubeconfig_path()),
+        &[
+            "tether",
+            "--remote-kubeconfig",
+            &path(company),
+            "--yes",
+            "--no-network",
+        ],
+    )
+    .success();
+    Ok(())
+}
