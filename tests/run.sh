@@ -49,7 +49,7 @@ cat "$toolchain_err" >&2
 export LIQO_TOOLCHAIN_DIR
 LIQO_TOOLCHAIN_DIR=$(tail -n 1 "$toolchain_out")
 # The end-to-end tests mostly wait on API servers, kubelets and timers:
-# four at a time keep two cores busy (about 15 minutes here, against 33
+# four at a time keep two cores busy (about 18 minutes here, against 33
 # one binary after another).
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 CARGO_TARGET_DIR=target/lints nice -n 19 \
