@@ -328,6 +328,25 @@ impl LabelSelector {
 
 /// The node selector of `--selector` flags: one term per selector, ORed.
 /// None for no selector (every peer).
+/// Why the pods of namespace `name` (with `namespace_labels`) must stay
+/// on this cluster, or `None` when it may be offloaded: liqo-rs's own
+/// (its agents would offload themselves), the cluster's system
+/// namespaces, and those of the consumers' pods run here (tenant and twin
+/// namespaces).
+pub fn stays_home(name: &str, namespace_labels: &BTreeMap<String, String>) -> Option<&'static str> {
+    if name == crate::names::NAMESPACE {
+        Some("runs liqo-rs's own agents")
+    } else if name.starts_with("kube-") {
+        Some("is one of the cluster's system namespaces")
+    } else if name.starts_with(crate::names::peering::TENANT_NAMESPACE_PREFIX)
+        || namespace_labels.contains_key(crate::names::labels::TENANT)
+    {
+        Some("holds a consumer's pods")
+    } else {
+        None
+    }
+}
+
 pub fn cluster_selector(selectors: &[LabelSelector]) -> Option<NodeSelector> {
     (!selectors.is_empty()).then(|| NodeSelector {
         node_selector_terms: selectors.iter().map(LabelSelector::to_term).collect(),

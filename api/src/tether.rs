@@ -46,25 +46,16 @@ impl Role {
 }
 
 /// Why a namespace of the tethered cluster is not handed to the anchor, or
-/// `None` when it is: the cluster's system namespaces and liqo-rs's own
-/// stay, and so do the twin namespaces the anchor's pods run in (and
-/// anything else liqoctl made).
+/// `None` when it is: what stays home anyway
+/// ([`crate::offloading::stays_home`]: the system namespaces, liqo-rs's
+/// own, the twins the anchor's pods run in), and anything else liqoctl
+/// made.
 pub fn kept_home(name: &str, namespace_labels: &BTreeMap<String, String>) -> Option<&'static str> {
-    if name == names::NAMESPACE {
-        Some("runs liqo-rs's own agents")
-    } else if name.starts_with("kube-") {
-        Some("is one of the cluster's system namespaces")
-    } else if name.starts_with(names::peering::TENANT_NAMESPACE_PREFIX)
-        || namespace_labels.contains_key(labels::TENANT)
-    {
-        Some("holds a peer's pods")
-    } else if namespace_labels.get(labels::MANAGED_BY).map(String::as_str)
-        == Some(labels::MANAGED_BY_VALUE)
-    {
-        Some("was made by liqoctl")
-    } else {
-        None
-    }
+    crate::offloading::stays_home(name, namespace_labels).or_else(|| {
+        (namespace_labels.get(labels::MANAGED_BY).map(String::as_str)
+            == Some(labels::MANAGED_BY_VALUE))
+        .then_some("was made by liqoctl")
+    })
 }
 
 /// Whether `tether` restarts a running pod so that it goes through the

@@ -272,21 +272,11 @@ fn check_names(names: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Refuses the namespaces whose pods must stay on this cluster: liqo-rs's
-/// own (its agents would offload themselves), the cluster's system
-/// namespaces, and the tenant namespaces of its own consumers.
+/// Refuses, by name, the namespaces whose pods must stay on this cluster
+/// ([`liqo_api::offloading::stays_home`]).
 fn check_offloadable(names: &[String]) -> anyhow::Result<()> {
     for ns in names {
-        let why = if ns == names::NAMESPACE {
-            Some("runs liqo-rs's own agents")
-        } else if ns.starts_with("kube-") {
-            Some("is one of the cluster's system namespaces")
-        } else if ns.starts_with(names::peering::TENANT_NAMESPACE_PREFIX) {
-            Some("is a consumer's tenant namespace")
-        } else {
-            None
-        };
-        if let Some(why) = why {
+        if let Some(why) = liqo_api::offloading::stays_home(ns, &BTreeMap::new()) {
             return Err(UserError::Usage(format!(
                 "namespace {ns} {why} and cannot be offloaded; offload the namespaces of your workloads"
             ))

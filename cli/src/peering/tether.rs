@@ -179,9 +179,7 @@ pub(crate) async fn take_back_everything(
             apply::apply(cluster, &Manifest::SharingPolicy(Box::new(policy))).await?;
         }
         None => {
-            let mut policy = SharingPolicy::new(anchor.as_str(), existing.spec.clone());
-            policy.metadata = existing.metadata.clone();
-            apply::delete(cluster, &Manifest::SharingPolicy(Box::new(policy))).await?;
+            apply::delete(cluster, &Manifest::SharingPolicy(Box::new(existing))).await?;
         }
     }
     Ok(())
@@ -383,8 +381,6 @@ pub(crate) async fn take_back(
     timeout: u64,
 ) -> anyhow::Result<(Vec<String>, usize)> {
     let namespaces = handed_over(cluster).await?;
-    let node = names::peering::virtual_node(anchor);
-    let mut deleted = 0;
     for ns in &namespaces {
         if offloading::remove(cluster, ns, deadline).await? == Removed::TimedOut {
             return Err(UserError::Timeout(format!(
@@ -393,48 +389,38 @@ pub(crate) async fn take_back(
             ))
             .into());
         }
-        deleted += delete_pods_on(cluster, Some(ns), &node, false).await?;
     }
+    let node = names::peering::virtual_node(anchor);
+    let deleted = delete_pods_on(cluster, Some(&namespaces), &node, false).await?;
     Ok((namespaces, deleted))
 }
 
-/// Deletes the pods bound to `node` (in `ns`, or in every namespace);
-/// with `force`, at once (a node whose agent is gone confirms nothing).
-/// Returns how many.
+/// Deletes the pods bound to `node`, in `namespaces` or in every
+/// namespace; with `force`, at once (a node whose agent is gone confirms
+/// nothing). Returns how many.
 pub(crate) async fn delete_pods_on(
     cluster: &ClusterClient,
-    ns: Option<&str>,
+    namespaces: Option<&[String]>,
     node: &str,
     force: bool,
 ) -> anyhow::Result<usize> {
-    let params = DeleteParams {
-        grace_period_seconds: force.then_some(0),
-        ..DeleteParams::default()
-    };
-    let pods: Api<Pod> = match ns {
-        Some(ns) => Api::namespaced(cluster.client.clone(), ns),
-        None => Api::all(cluster.client.clone()),
-    };
+    let pods: Api<Pod> = Api::all(cluster.client.clone());
     let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
     let list = pods
         .list(&on_node)
         .await
         .map_err(|e| cluster.explain(e, &format!("listing the pods on {node}")))?;
-    let mut count = 0;
-    for pod in list
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
-        let api: Api<Pod> =
-            Api::namespaced(cluster.client.clone(), &pod.namespace().unwrap_or_default());
-        match api.delete(&pod.name_any(), &params).await {
-            Ok(_) => count += 1,
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(cluster.explain(e, &format!("deleting pod {}", pod.name_any()))),
-        }
-    }
-    Ok(count)
+    let params = DeleteParams {
+        grace_period_seconds: force.then_some(0),
+        ..DeleteParams::default()
+    };
+    let chosen = list.items.iter().filter(|p| {
+        namespaces.is_none_or(|all| {
+            all.iter()
+                .any(|ns| Some(ns) == p.metadata.namespace.as_ref())
+        })
+    });
+    delete_pods(cluster, chosen, &params).await
 }
 
 /// The restart that finishes a tether: the pods of `namespaces` that run on
@@ -457,16 +443,30 @@ pub(crate) async fn restart(
             .list(&ListParams::default())
             .await
             .map_err(|e| cluster.explain(e, &format!("listing the pods of {ns}")))?;
-        for pod in list.items.iter().filter(|p| tether::restarted(p, &own)) {
-            match pods.delete(&pod.name_any(), &DeleteParams::default()).await {
-                Ok(_) => count += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(
-                        cluster.explain(e, &format!("restarting pod {ns}/{}", pod.name_any()))
-                    );
-                }
-            }
+        let chosen = list.items.iter().filter(|p| tether::restarted(p, &own));
+        count += delete_pods(cluster, chosen, &DeleteParams::default()).await?;
+    }
+    Ok(count)
+}
+
+/// Deletes `pods`, but those being deleted already (or gone meanwhile);
+/// returns how many it deleted.
+async fn delete_pods<'a>(
+    cluster: &ClusterClient,
+    pods: impl IntoIterator<Item = &'a Pod>,
+    params: &DeleteParams,
+) -> anyhow::Result<usize> {
+    let mut count = 0;
+    for pod in pods
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let api: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);
+        match api.delete(&name, params).await {
+            Ok(_) => count += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(cluster.explain(e, &format!("deleting pod {ns}/{name}"))),
         }
     }
     Ok(count)
