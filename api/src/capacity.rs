@@ -4,8 +4,9 @@
 //! reads it once and the provider's gateway follows it
 //! ([`crate::following`]). Pure: the caller lists the nodes and pods.
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod};
 
+use crate::names::labels;
 use crate::sharing::{Amounts, parse_bytes, parse_cpu_millis};
 
 /// Whether a node counts: Ready and schedulable.
@@ -120,6 +121,55 @@ pub fn unplaceable(pod: &Pod, largest: Amounts, provider: &str) -> Option<String
     ))
 }
 
+/// The labels by which a virtual node says how much one pod may ask of
+/// its provider: its largest free node's CPU and memory, or while the
+/// provider has not said it, the grant's (no pod can ask more of the
+/// node anyway). With neither, none: the requirements of [`room`] then
+/// keep every pod off the node until they are known.
+pub fn room_labels(largest: Option<Amounts>, grant: Option<Amounts>) -> Vec<(String, String)> {
+    let Some(bound) = largest.or(grant) else {
+        return Vec::new();
+    };
+    vec![
+        (
+            labels::LARGEST_FREE_CPU.to_owned(),
+            bound.cpu_millis.to_string(),
+        ),
+        (
+            labels::LARGEST_FREE_MEMORY.to_owned(),
+            bound.memory_bytes.to_string(),
+        ),
+    ]
+}
+
+/// The node affinity requirements that keep `pod` off every virtual node
+/// whose provider has no node with room for it (by the labels of
+/// [`room_labels`]): at least its CPU and its memory free on one node.
+/// Nodes without those labels (the cluster's own) never satisfy them.
+pub fn room(pod: &Pod) -> Vec<NodeSelectorRequirement> {
+    let asked = requests_of(pod);
+    [
+        (labels::LARGEST_FREE_CPU, asked.cpu_millis),
+        (labels::LARGEST_FREE_MEMORY, asked.memory_bytes),
+    ]
+    .into_iter()
+    .map(|(key, asked)| match asked {
+        // Any value (label values cannot be negative).
+        0 => NodeSelectorRequirement {
+            key: key.to_owned(),
+            operator: "Exists".to_owned(),
+            values: None,
+        },
+        // At least `asked`: more than one less.
+        _ => NodeSelectorRequirement {
+            key: key.to_owned(),
+            operator: "Gt".to_owned(),
+            values: Some(vec![(asked - 1).to_string()]),
+        },
+    })
+    .collect()
+}
+
 /// The free capacity as one tenant sees it, its own pods (`mine`)
 /// counted free so that they do not shrink its share, and what those pods
 /// request.
@@ -181,7 +231,7 @@ pub fn requests_of(pod: &Pod) -> Amounts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod};
     use serde_json::json;
 
     #[test]
@@ -304,5 +354,60 @@ mod tests {
         assert_eq!(unplaceable(&pod(None, "2"), largest, "p"), None);
         let why = unplaceable(&pod(None, "2500m"), largest, "p").expect("refused");
         assert!(why.contains("cpu 2500m") && why.contains("cpu 2 "), "{why}");
+    }
+
+    #[test]
+    fn a_virtual_node_is_labelled_with_the_room_a_pod_needs() {
+        let pod = |cpu: Option<&str>| -> Pod {
+            let requests = cpu.map_or(json!({}), |c| json!({ "cpu": c, "memory": "1Gi" }));
+            serde_json::from_value(json!({
+                "spec": { "containers": [{ "name": "c", "resources": { "requests": requests } }] },
+            }))
+            .expect("pod")
+        };
+        let gt = |key: &str, value: &str| NodeSelectorRequirement {
+            key: key.to_owned(),
+            operator: "Gt".to_owned(),
+            values: Some(vec![value.to_owned()]),
+        };
+        assert_eq!(
+            room(&pod(Some("2500m"))),
+            [
+                gt(labels::LARGEST_FREE_CPU, "2499"),
+                gt(labels::LARGEST_FREE_MEMORY, "1073741823"),
+            ]
+        );
+        // Asking nothing fits a full node, as the scheduler has it.
+        let exists = |key: &str| NodeSelectorRequirement {
+            key: key.to_owned(),
+            operator: "Exists".to_owned(),
+            values: None,
+        };
+        assert_eq!(
+            room(&pod(None)),
+            [
+                exists(labels::LARGEST_FREE_CPU),
+                exists(labels::LARGEST_FREE_MEMORY),
+            ]
+        );
+        let amounts = |cpu_millis, memory_bytes| Amounts {
+            cpu_millis,
+            memory_bytes,
+            pods: 0,
+        };
+        let labelled = |largest, grant| room_labels(largest, grant);
+        assert_eq!(
+            labelled(Some(amounts(2000, 8)), Some(amounts(9000, 9))),
+            [
+                (labels::LARGEST_FREE_CPU.to_owned(), "2000".to_owned()),
+                (labels::LARGEST_FREE_MEMORY.to_owned(), "8".to_owned()),
+            ]
+        );
+        assert_eq!(
+            labelled(None, Some(amounts(9000, 9)))[0].1,
+            "9000",
+            "the grant while the largest free node is not known"
+        );
+        assert!(labelled(None, None).is_empty());
     }
 }

@@ -40,6 +40,12 @@ pub mod labels {
     /// On what `liqoctl tether` makes or changes: which end of a tether
     /// the cluster is ([`crate::tether::Role`]).
     pub const TETHER: &str = "liqo.io/tether";
+    /// On a virtual node: the most CPU, in millicores, free on one node of
+    /// its provider that its pods may land on. The placement policy makes
+    /// a pod that asks more skip the node ([`crate::capacity::room`]).
+    pub const LARGEST_FREE_CPU: &str = "liqo.io/largest-free-cpu-millis";
+    /// On a virtual node: the same for memory, in bytes.
+    pub const LARGEST_FREE_MEMORY: &str = "liqo.io/largest-free-memory-bytes";
 }
 
 /// On a consumer's ConfigMap or Secret of an offloaded namespace: `true`

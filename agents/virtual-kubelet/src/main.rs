@@ -437,6 +437,7 @@ async fn reflect(wiring: Wiring) {
         }
     };
     let keep_demands = reflection::demand::keep(peering.clone(), pods.clone(), twins_rx.clone());
+    let say_no_room = reflection::no_room::keep(peering.clone(), twins_rx.clone());
     let twins_changed = {
         let wakes = [
             pod_wake.clone(),
@@ -462,6 +463,7 @@ async fn reflect(wiring: Wiring) {
         keep_seen_there,
         keep_record,
         keep_demands,
+        say_no_room,
         follow_offloadings,
         follow_pods,
         reflection::wake_on(offloadings, ns_wake.clone()),

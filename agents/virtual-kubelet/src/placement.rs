@@ -98,19 +98,23 @@ pub fn patch(pod: &Pod, strategy: Strategy, selector: Option<&NodeSelector>) -> 
     let terms = selector
         .map(|s| s.node_selector_terms.as_slice())
         .unwrap_or_default();
-    if terms.is_empty() {
-        return ops;
-    }
     // Ours: the offloading's terms (their expressions: a selector of
-    // providers says nothing of fields), and with LocalAndRemote a term
-    // for local nodes.
-    let mut ours: Vec<NodeSelectorTerm> = terms
-        .iter()
-        .map(|t| NodeSelectorTerm {
-            match_expressions: t.match_expressions.clone(),
-            match_fields: None,
-        })
-        .collect();
+    // providers says nothing of fields), or one term with none, each
+    // asking for a provider with room for the pod; and with
+    // LocalAndRemote a term for local nodes.
+    let room = liqo_api::capacity::room(pod);
+    let with_room = |expressions: &Option<Vec<NodeSelectorRequirement>>| NodeSelectorTerm {
+        match_expressions: join(expressions, &Some(room.clone())),
+        match_fields: None,
+    };
+    let mut ours: Vec<NodeSelectorTerm> = if terms.is_empty() {
+        vec![with_room(&None)]
+    } else {
+        terms
+            .iter()
+            .map(|t| with_room(&t.match_expressions))
+            .collect()
+    };
     if strategy == Strategy::LocalAndRemote {
         ours.push(NodeSelectorTerm {
             match_expressions: Some(vec![NodeSelectorRequirement {
@@ -128,6 +132,14 @@ pub fn patch(pod: &Pod, strategy: Strategy, selector: Option<&NodeSelector>) -> 
         .as_ref()
         .map(|r| r.node_selector_terms.clone())
         .unwrap_or_default();
+    // Placed already (a review made again): a term asks for room.
+    let placed = own.iter().any(|t| {
+        let expressions = t.match_expressions.as_deref().unwrap_or_default();
+        room.iter().all(|r| expressions.contains(r))
+    });
+    if placed {
+        return ops;
+    }
     // Terms are ORed: the pod must satisfy one of its own and one of ours,
     // that is one of each pair joined.
     let combined = if own.is_empty() {
@@ -413,6 +425,14 @@ mod tests {
         assert!(spec["nodeSelector"].is_null());
         let spec = applied(&plain, &patch(&plain, Strategy::Remote, None));
         assert_eq!(spec["nodeSelector"][labels::VIRTUAL_NODE], "true");
+        // Without a selector, one term: room on one of the provider's nodes.
+        let terms = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"];
+        assert_eq!(terms.as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            terms[0]["matchExpressions"],
+            serde_json::to_value(liqo_api::capacity::room(&plain)).expect("json")
+        );
         // Its own tolerations and selector are kept; nothing twice.
         let own = pod(json!({
             "containers": [{ "name": "c" }],
@@ -443,6 +463,19 @@ mod tests {
             ["nodeSelectorTerms"];
         assert_eq!(terms.as_array().map(Vec::len), Some(3));
         assert_eq!(terms[2]["matchExpressions"][0]["operator"], "DoesNotExist");
+        // The provider's terms ask for room; the local nodes' does not.
+        assert_eq!(
+            terms[0]["matchExpressions"][1]["key"],
+            labels::LARGEST_FREE_CPU
+        );
+        assert_eq!(
+            terms[1]["matchExpressions"][2]["key"],
+            labels::LARGEST_FREE_MEMORY
+        );
+        assert_eq!(
+            terms[2]["matchExpressions"].as_array().map(Vec::len),
+            Some(1)
+        );
         // Five terms of its own (more than the policies unroll), a field,
         // and a pod affinity: each of its terms joined with each of ours,
         // fields kept, the pod affinity untouched.
@@ -501,7 +534,11 @@ mod tests {
             .decode(answer["response"]["patch"].as_str().expect("a patch"))
             .expect("base64");
         let ops: Vec<Value> = serde_json::from_slice(&patch).expect("json");
-        assert_eq!(ops.len(), 2);
+        assert_eq!(
+            ops.len(),
+            3,
+            "tolerations, node selector, affinity: {ops:?}"
+        );
         let answer = review(&request, Strategy::Remote, |_| None);
         assert_eq!(answer["response"]["allowed"], false);
         assert!(

@@ -123,12 +123,53 @@ pub fn placement_policies() -> Vec<Manifest> {
     };
     let own_path =
         "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+    // Every term that selects virtual nodes also asks for room: a
+    // provider's largest free node, which its virtual node's labels say,
+    // must hold the pod (liqo_api::capacity::room). Without a selector,
+    // that is the one term for virtual nodes.
     let ours = format!(
-        "variables.terms.map(t, {{'e': has(t.matchExpressions) ? t.matchExpressions.map(r, {}) : [], 'f': []}}) + \
+        "(size(variables.terms) == 0 ? [{{'e': variables.room, 'f': []}}] : \
+           variables.terms.map(t, {{'e': (has(t.matchExpressions) ? t.matchExpressions.map(r, {}) : []) + variables.room, 'f': []}})) + \
          (namespaceObject.metadata.labels['{strategy}'] == 'LocalAndRemote' \
          ? [{{'e': [{{'key': dyn('{}'), 'operator': dyn('DoesNotExist'), 'values': dyn([])}}], 'f': []}}] : [])",
         requirement_map("r"),
         labels::VIRTUAL_NODE
+    );
+    // What the pod asks, as the scheduler counts it: its containers'
+    // requests, or its largest init container's where that is more
+    // (liqo_api::capacity::requests_of); CPU in millicores (rounded up),
+    // memory in bytes.
+    let each = |list: &str, resource: &str| {
+        format!(
+            "{list}.map(c, has(c.resources) && has(c.resources.requests) && '{resource}' in c.resources.requests \
+             ? quantity(string(c.resources.requests['{resource}'])).asApproximateFloat() : 0.0)"
+        )
+    };
+    let asked = |resource: &str| {
+        format!(
+            "[{}.sum(), has(object.spec.initContainers) && size(object.spec.initContainers) > 0 ? {}.max() : 0.0].max()",
+            each("object.spec.containers", resource),
+            each("object.spec.initContainers", resource),
+        )
+    };
+    // At least `amount`: more than one less; asking nothing, any value
+    // (label values cannot be negative).
+    let at_least = |key: &str, amount: String| {
+        format!(
+            "{amount} <= 0 ? {{'key': dyn('{key}'), 'operator': dyn('Exists'), 'values': dyn([])}} \
+             : {{'key': dyn('{key}'), 'operator': dyn('Gt'), 'values': dyn([string({amount} - 1)])}}"
+        )
+    };
+    let room = format!(
+        "[{}, {}]",
+        at_least(
+            labels::LARGEST_FREE_CPU,
+            format!("int({} * 1000.0 + 0.999)", asked("cpu"))
+        ),
+        at_least(
+            labels::LARGEST_FREE_MEMORY,
+            format!("int({} + 0.999)", asked("memory"))
+        ),
     );
     let own = format!(
         "has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && \
@@ -161,8 +202,7 @@ pub fn placement_policies() -> Vec<Manifest> {
         "Object.spec.affinity.nodeAffinity{{requiredDuringSchedulingIgnoredDuringExecution: {required}}}"
     );
     let selector = json_patch(format!(
-        "size(variables.terms) == 0 ? [] : \
-             !has(object.spec.affinity) \
+        "!has(object.spec.affinity) \
              ? [JSONPatch{{op: 'add', path: '/spec/affinity', value: Object.spec.affinity{{nodeAffinity: {node_affinity}}}}}] \
              : !has(object.spec.affinity.nodeAffinity) \
              ? [JSONPatch{{op: 'add', path: '/spec/affinity/nodeAffinity', value: {node_affinity}}}] \
@@ -180,6 +220,7 @@ pub fn placement_policies() -> Vec<Manifest> {
                 ? params.spec.clusterSelector.nodeSelectorTerms : []"
                 .to_owned(),
         ),
+        variable("room", room),
         variable("ours", ours),
         variable("own", own),
         variable("combined", combined),

@@ -1,18 +1,23 @@
 //! A virtual node that says no to what the provider cannot place
 //! (docs/offloading.md, "A pod no node can hold"), on kwok nodes of two
-//! sizes (4 and 6 CPUs): a pod within the grant but larger than the provider's largest
-//! free node is refused by the virtual kubelet before anything is sent,
-//! with the reason on the pod; one that fits runs; and as the provider's
-//! nodes fill, the bound follows. A pod within the bound that no node can
+//! sizes (4 and 6 CPUs): a pod within the grant but larger than the
+//! provider's largest free node is never bound to the virtual node, with
+//! the reason on the pod; one bound to it by hand is refused by the
+//! virtual kubelet before anything is sent; one that fits runs; and as
+//! the provider's nodes fill, the bound follows. A pod within the bound that no node can
 //! hold all the same (one node has the CPU, another the memory) waits on
 //! the provider, its `Unschedulable` reason comes back, and after the
 //! virtual kubelet's `--unschedulable-timeout` it is failed here with that
 //! reason and removed there.
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
+use liqo_api::ClusterId;
 use liqo_api::core::ForeignCluster;
+use liqo_api::names::labels;
+use liqo_api::names::peering::virtual_node;
 use liqo_api::sharing::Amounts;
 use liqo_e2e::fixture::pod::{on_virtual_node, phase, running, scheduled_reason};
 use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
@@ -88,36 +93,84 @@ async fn peered_with(extra: (&str, &str, &str)) -> Result<Pair> {
     Ok(pair)
 }
 
+/// Waits until the virtual node's label says the provider's largest
+/// free node has `cpu` millicores.
+async fn labelled_cpu_is(pair: &Pair, cpu: u64) -> Result<()> {
+    let nodes: Api<Node> = Api::all(pair.consumer_client.clone());
+    let name = virtual_node(&ClusterId::new(PROVIDER_ID)?);
+    let want = cpu.to_string();
+    wait_for(
+        &format!("the virtual node labelled with {cpu}m"),
+        WAIT,
+        || async {
+            let node = nodes.get(&name).await?;
+            Ok(node.labels().get(labels::LARGEST_FREE_CPU) == Some(&want))
+        },
+    )
+    .await
+}
+
+/// Waits until `name` waits unbound, the scheduler's reason naming node
+/// affinity and the virtual kubelet's Event naming the sizes; returns
+/// that Event's message.
+async fn waits_for_room(pods: &Api<Pod>, events: &Api<Event>, name: &str) -> Result<String> {
+    wait_for(&format!("{name} unschedulable"), WAIT, || async {
+        Ok(
+            scheduled_reason(&pods.get(name).await?).is_some_and(|(reason, message)| {
+                reason == "Unschedulable" && message.contains("affinity")
+            }),
+        )
+    })
+    .await?;
+    let said = || async {
+        let listed = events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await?
+            .items;
+        Ok::<_, anyhow::Error>(
+            listed
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("NoRoomOnProvider"))
+                .and_then(|e| e.message),
+        )
+    };
+    wait_for(
+        &format!("{name}'s NoRoomOnProvider Event"),
+        WAIT,
+        || async { Ok(said().await?.is_some()) },
+    )
+    .await?;
+    let pod = pods.get(name).await?;
+    assert_eq!(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        None,
+        "{name} was bound"
+    );
+    Ok(said().await?.unwrap_or_default())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_no_provider_node_can_hold_is_refused_and_one_that_fits_runs() -> Result<()> {
+async fn a_pod_no_provider_node_can_hold_is_not_bound_and_one_that_fits_runs() -> Result<()> {
     // Two nodes open to peers: the provider's kwok node of 4 CPUs and
     // one of 6 (its host-process node is tainted for the testbed's
     // agents, closed to peers).
     let pair = peered_with(("provider-big", "6", "16Gi")).await?;
     largest_cpu_is(&pair, 6000).await?;
+    labelled_cpu_is(&pair, 6000).await?;
 
     // Within the grant (18 CPUs, the host-process node's too), above the
-    // 6 of the largest node: refused before anything is sent.
+    // 6 of the largest node: never bound, with the reason on the pod.
     let pods: Api<Pod> = Api::namespaced(pair.consumer_client.clone(), NS);
+    let events: Api<Event> = Api::namespaced(pair.consumer_client.clone(), NS);
     let pp = PostParams::default();
     pods.create(&pp, &pod("fits", "5")?).await?;
     pods.create(&pp, &pod("too-big", "7")?).await?;
-    let why = refused(&pods, "too-big").await?;
+    let why = waits_for_room(&pods, &events, "too-big").await?;
     assert!(
         why.contains("no node of cluster provider-1 has room for it")
             && why.contains("cpu 7 ")
             && why.contains("cpu 6 "),
         "{why}"
-    );
-    let events = Api::<Event>::namespaced(pair.consumer_client.clone(), NS)
-        .list(&ListParams::default().fields("involvedObject.name=too-big"))
-        .await?
-        .items;
-    assert!(
-        events
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("OffloadingRefused")),
-        "{events:?}"
     );
     wait_for("fits Running", WAIT, || async {
         Ok(running(&pods.get("fits").await?))
@@ -127,16 +180,45 @@ async fn a_pod_no_provider_node_can_hold_is_refused_and_one_that_fits_runs() -> 
     let remote_pods = remote.list(&ListParams::default()).await?.items;
     assert_eq!(remote_pods.len(), 1, "only fits is sent: {remote_pods:?}");
 
-    // The big node now has 1 CPU free, the other 4: the bound follows.
+    // Bound by hand, past the scheduler: the virtual kubelet refuses it
+    // before anything is sent.
+    let mut by_hand = pod("by-hand", "7")?;
+    if let Some(spec) = by_hand.spec.as_mut() {
+        spec.node_name = Some(virtual_node(&ClusterId::new(PROVIDER_ID)?));
+    }
+    pods.create(&pp, &by_hand).await?;
+    let why = refused(&pods, "by-hand").await?;
+    assert!(why.contains("cpu 7 ") && why.contains("cpu 6 "), "{why}");
+    let listed = events
+        .list(&ListParams::default().fields("involvedObject.name=by-hand"))
+        .await?
+        .items;
+    assert!(
+        listed
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("OffloadingRefused")),
+        "{listed:?}"
+    );
+
+    // The big node now has 1 CPU free, the other 4: the bound and the
+    // label follow.
     largest_cpu_is(&pair, 4000).await?;
+    labelled_cpu_is(&pair, 4000).await?;
     pods.create(&pp, &pod("now-too-big", "5")?).await?;
     pods.create(&pp, &pod("still-fits", "4")?).await?;
-    let why = refused(&pods, "now-too-big").await?;
-    assert!(why.contains("cpu 4 "), "{why}");
+    let why = waits_for_room(&pods, &events, "now-too-big").await?;
+    assert!(why.contains("cpu 5 ") && why.contains("cpu 4 "), "{why}");
     wait_for("still-fits Running", WAIT, || async {
         Ok(running(&pods.get("still-fits").await?))
     })
     .await?;
+    // Still waiting (the bound only shrank), never sent.
+    assert_eq!(
+        pods.get("too-big").await?.spec.and_then(|s| s.node_name),
+        None
+    );
+    let sent = remote.list(&ListParams::default()).await?.items.len();
+    assert_eq!(sent, 2, "fits and still-fits only");
     Ok(())
 }
 

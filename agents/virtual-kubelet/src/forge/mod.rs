@@ -183,6 +183,17 @@ pub fn node_labels(node_name: &str, fc: &ForeignCluster) -> BTreeMap<String, Str
             labels::MANAGED_BY_VALUE.to_owned(),
         ),
     ]);
+    // The provider's largest free node, as its record says it (through
+    // the ForeignCluster's status): the placement policy keeps pods that
+    // ask more off this node.
+    let status = fc.status.as_ref();
+    let amounts = |r: Option<&liqo_api::sharing::Resources>| {
+        r.and_then(|r| liqo_api::sharing::Amounts::from_resources(r).ok())
+    };
+    out.extend(liqo_api::capacity::room_labels(
+        amounts(status.and_then(|s| s.largest_free_node.as_ref())),
+        amounts(status.and_then(|s| s.grant.as_ref())),
+    ));
     out
 }
 
@@ -457,11 +468,25 @@ mod tests {
             ("kubernetes.io/hostname", "liqo-prov-1"),
             ("app.kubernetes.io/managed-by", "liqoctl"),
             ("region", "eu"),
+            // The grant's, while the largest free node is not known.
+            ("liqo.io/largest-free-cpu-millis", "2000"),
+            ("liqo.io/largest-free-memory-bytes", "4294967296"),
         ];
         for (k, v) in want {
             assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}");
         }
         assert_eq!(labels.len(), want.len());
+        let mut known = fc();
+        if let Some(status) = known.status.as_mut() {
+            status.largest_free_node = Some(Resources {
+                cpu: Some(Quantity("500m".to_owned())),
+                memory: Some(Quantity("1Mi".to_owned())),
+                pods: None,
+            });
+        }
+        let labels = node_labels("liqo-prov-1", &known);
+        assert_eq!(labels["liqo.io/largest-free-cpu-millis"], "500");
+        assert_eq!(labels["liqo.io/largest-free-memory-bytes"], "1048576");
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub mod event;
 mod footprint;
 pub mod mirror;
 pub mod namespace;
+pub mod no_room;
 pub mod pod;
 pub mod references;
 pub mod stores;
