@@ -3,7 +3,9 @@
 # reach the consumer's virtual node (docs/peering.md, "A grant that
 # follows the load"): a kwok node of 8 CPUs added to the provider, then
 # deleted; timed from the kubectl command to the virtual node's new CPU
-# capacity, beside a reference in the same run: the provider's own new
+# capacity and to its new largest-free-node label (what the placement
+# policy reads: docs/offloading.md, "A pod no node can hold"), beside a
+# reference in the same run: the provider's own new
 # node Ready (kwok's answer to the same command), and its going.
 # The consumer peers with the built-in policy (half of each free
 # resource); each run waits out the policy's least interval (10 s).
@@ -42,16 +44,21 @@ vcpu() {
   "$kubectl" --kubeconfig "$consumer" get node liqo-provider \
     -o jsonpath='{.status.capacity.cpu}'
 }
+vlabel() {
+  "$kubectl" --kubeconfig "$consumer" get node liqo-provider \
+    -o jsonpath='{.metadata.labels.liqo\.io/largest-free-cpu-millis}'
+}
 ready() {
   "$kubectl" --kubeconfig "$provider" get node bench-extra \
     -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true
 }
 
-# Polls both every 0.1 s, for at most 60 s, until the provider's node is
-# Ready (or gone, $1 = gone) and the virtual node's CPU differs from $2;
-# prints the seconds since $3 of each: "<reference> <virtual node>".
-watch_both() {
-  local want=$1 from=$2 start=$3 ref="" vnode=""
+# Polls every 0.1 s, for at most 60 s, until the provider's node is
+# Ready (or gone, $1 = gone), the virtual node's CPU differs from $2 and
+# its label from $3; prints the seconds since $4 of each:
+# "<reference> <virtual node> <label>".
+watch_all() {
+  local want=$1 from=$2 label_from=$3 start=$4 ref="" vnode="" label=""
   for _ in $(seq 600); do
     if [ -z "$ref" ]; then
       case "$want:$(ready)" in
@@ -59,27 +66,31 @@ watch_both() {
       esac
     fi
     [ -z "$vnode" ] && [ "$(vcpu)" != "$from" ] && vnode=$(since "$start")
-    [ -n "$ref" ] && [ -n "$vnode" ] && { echo "$ref $vnode"; return 0; }
+    [ -z "$label" ] && [ "$(vlabel)" != "$label_from" ] && label=$(since "$start")
+    [ -n "$ref" ] && [ -n "$vnode" ] && [ -n "$label" ] && { echo "$ref $vnode $label"; return 0; }
     sleep 0.1
   done
-  echo "no change within 60 s (provider node: ${ref:-no}, virtual node: ${vnode:-no})" >&2
+  echo "no change within 60 s (provider node: ${ref:-no}, virtual node: ${vnode:-no}, label: ${label:-no})" >&2
   return 1
 }
 
-printf '%-4s | %-14s %-22s | %-14s %-22s\n' run "vnode grows" "ref: provider node Ready" \
-  "vnode shrinks" "ref: provider node gone"
+printf '%-4s | %-12s %-12s %-24s | %-14s %-14s %-22s\n' run "vnode grows" "label grows" \
+  "ref: provider node Ready" "vnode shrinks" "label shrinks" "ref: provider node gone"
 for i in $(seq "$runs"); do
   sleep 11
   before=$(vcpu)
+  label_before=$(vlabel)
   start=$(now)
   node_yaml | "$kubectl" --kubeconfig "$provider" create -f - >/dev/null
-  read -r ref_ready grow < <(watch_both ready "$before" "$start")
+  read -r ref_ready grow label_grow < <(watch_all ready "$before" "$label_before" "$start")
   [ -n "${grow:-}" ] || exit 1
   sleep 11
   before=$(vcpu)
+  label_before=$(vlabel)
   start=$(now)
   "$kubectl" --kubeconfig "$provider" delete node bench-extra --wait=false >/dev/null
-  read -r ref_gone shrink < <(watch_both gone "$before" "$start")
+  read -r ref_gone shrink label_shrink < <(watch_all gone "$before" "$label_before" "$start")
   [ -n "${shrink:-}" ] || exit 1
-  printf '%-4s | %-14s %-22s | %-14s %-22s\n' "$i" "${grow}s" "${ref_ready}s" "${shrink}s" "${ref_gone}s"
+  printf '%-4s | %-12s %-12s %-24s | %-14s %-14s %-22s\n' "$i" "${grow}s" "${label_grow}s" \
+    "${ref_ready}s" "${shrink}s" "${label_shrink}s" "${ref_gone}s"
 done

@@ -4,8 +4,10 @@
 //! the three policies `liqoctl install` writes elsewhere do. A pod created
 //! in a namespace labelled for offloading with LocalAndRemote or Remote
 //! tolerates the virtual nodes' taint; with Remote it also selects
-//! virtual nodes; and the namespace's NamespaceOffloading's selector
-//! becomes its required node affinity, combined with the pod's own.
+//! virtual nodes; and the namespace's NamespaceOffloading's selector,
+//! with the room the pod needs on one of a provider's nodes
+//! ([`liqo_api::capacity::room`]), becomes its required node affinity,
+//! combined with the pod's own.
 //!
 //! Every virtual kubelet of the cluster serves it (the Service
 //! `liqo-placement` selects them all), from its store of the

@@ -127,7 +127,11 @@ pub enum Command {
         Remote); taints this cluster's own nodes so that its scheduler places nothing there \
         but what the anchor sends; and restarts the workloads' pods that run here, so that \
         they go through the anchor. Refused while this cluster provides for any other peer. A \
-        failed run removes what it made; the same command resumes one that was stopped."
+        failed run removes what it made; the same command resumes one that was stopped.\n\n\
+        With a peering token of the anchor's (--token-file) instead of its kubeconfig, only \
+        this cluster's side is made: it peers with the anchor through the token, and the \
+        anchor's administrator peers back with a token of this cluster's to let the anchor's \
+        pods run here (the command says how)."
     )]
     Tether(TetherArgs),
     /// Take this cluster's scheduling back from its anchor.
@@ -137,7 +141,11 @@ pub enum Command {
         tether offloaded (their pods on the anchor are deleted, and their controllers make them \
         again here), ends both peerings (the anchor's pods that ran here go back to the \
         anchor's own nodes), and puts back the sharing policy there was before. Namespaces and \
-        workloads are kept; bare pods that ran through the anchor are not made again.")]
+        workloads are kept; bare pods that ran through the anchor are not made again.\n\n\
+        A tether made with a token is untethered without the anchor's kubeconfig: this \
+        cluster's peering with the anchor ends with its own credential; a peering the anchor \
+        made back with a token of this cluster's is left to the anchor's administrator (or \
+        `liqoctl unpeer --tenant` here).")]
     Untether(UntetherArgs),
     /// Set, show or delete the sharing policy: what this cluster offers its consumers.
     #[command(

@@ -261,14 +261,26 @@ pub struct NetworkArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("anchor").required(true).args(["remote_kubeconfig", "token", "token_file"]))]
 pub struct TetherArgs {
     /// Kubeconfig of the anchor: the cluster that schedules this one's
     /// workloads while the tether lasts.
     #[arg(long, value_name = "FILE")]
-    pub remote_kubeconfig: PathBuf,
+    pub remote_kubeconfig: Option<PathBuf>,
     /// The anchor's kubeconfig context.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "remote_kubeconfig")]
     pub remote_context: Option<String>,
+    /// A peering token from the anchor's administrator (`liqoctl generate
+    /// peering-token` there), instead of its kubeconfig: this cluster's
+    /// side of the tether only (docs/tethering.md, "With a token").
+    /// Prefer --token-file: a command line is seen by every user of the
+    /// machine.
+    #[arg(long, value_name = "TOKEN", conflicts_with_all = ["remote_kubeconfig", "token_file"])]
+    pub token: Option<String>,
+    /// A file holding the anchor's peering token (`-` reads standard
+    /// input).
+    #[arg(long, value_name = "FILE", conflicts_with = "remote_kubeconfig")]
+    pub token_file: Option<PathBuf>,
     /// Tether without linking the pod networks.
     #[arg(long)]
     pub no_network: bool,
@@ -282,11 +294,12 @@ pub struct TetherArgs {
 
 #[derive(Args, Debug)]
 pub struct UntetherArgs {
-    /// Kubeconfig of the anchor this cluster is tethered to.
+    /// Kubeconfig of the anchor this cluster is tethered to; not needed
+    /// for a tether made with a token.
     #[arg(long, value_name = "FILE")]
-    pub remote_kubeconfig: PathBuf,
+    pub remote_kubeconfig: Option<PathBuf>,
     /// The anchor's kubeconfig context.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "remote_kubeconfig")]
     pub remote_context: Option<String>,
     /// How long to wait for each step (twin namespaces and peerings to be
     /// gone), in seconds.

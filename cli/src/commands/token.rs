@@ -29,11 +29,10 @@ use crate::kube::cluster::installed;
 use crate::manifests::Manifest;
 use crate::peering::agreement::grant_for;
 use crate::peering::journal::Journal;
-use crate::peering::phases::{self, BY_TOKEN, Credentials, Granted, Peering};
 use crate::peering::report::print_reports;
 use crate::peering::token::new_id;
 use crate::peering::tokens::{Held, claimed, held, mint, token_secrets};
-use crate::peering::{PEER_AGAIN, identity, refuse_foreign, tenant, token};
+use crate::peering::{PEER_AGAIN, by_token, identity, refuse_foreign, tenant, token};
 use crate::printer::Printer;
 use crate::show::show_resources;
 
@@ -395,82 +394,24 @@ pub async fn revoke(
 /// mints that tenant's credential, and starts its virtual kubelet, with
 /// its own kubeconfig only.
 pub async fn peer(args: &PeerArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
-    let text = read_token(args)?;
-    let token = PeeringToken::decode(&text)
-        .map_err(|e| UserError::Usage(format!("the peering token cannot be read: {e}")))?;
-    let now = Timestamp::now();
-    if token.expires <= now.as_second() {
-        return Err(UserError::Refused(format!(
-            "the peering token {} expired at {}; ask the administrator of cluster {} for a new one",
-            token.id,
-            Timestamp::from_second(token.expires).unwrap_or(now),
-            token.provider_cluster_name
-        ))
-        .into());
-    }
-    let ca_der = token
-        .ca_der()
-        .map_err(|e| UserError::Usage(format!("the peering token cannot be read: {e}")))?;
-    let fingerprint = identity::check_ca(&ca_der).map_err(|e| {
-        UserError::Refused(format!("the CA the peering token pins cannot be used: {e}"))
-    })?;
-    let ca_pem = identity::pem(&ca_der);
+    let text = by_token::read(args.token.as_deref(), args.token_file.as_deref())?;
+    let checked = by_token::Checked::new(&text)?;
     let consumer = ClusterClient::local(global).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
     let consumer_id = installed(&consumer).await?;
-    if token.provider_cluster_id == consumer_id.cluster_id {
-        return Err(UserError::Refused(format!(
-            "the peering token is cluster {}'s own; a cluster cannot peer with itself",
-            consumer.name
-        ))
-        .into());
-    }
-    if let Some(bound) = &token.consumer
-        && bound != &consumer_id.cluster_id
-    {
-        return Err(UserError::Refused(format!(
-            "the peering token {} is for cluster {bound}, and cluster {} is {}",
-            token.id, consumer.name, consumer_id.cluster_id
-        ))
-        .into());
-    }
-
-    let mut run = Peering::new(
-        Some(&consumer),
+    checked.usable_by(&consumer, &consumer_id)?;
+    let report = by_token::peer(
+        &consumer,
         consumer_id,
-        Credentials::Token {
-            token: &token,
-            ca_pem: &ca_pem,
-            fingerprint: &fingerprint,
+        &checked,
+        &by_token::Asked {
             credential_lifetime: args.certificate_lifetime,
-        },
-        Granted {
-            request: None,
-            grant: token.grant.clone(),
-            cost: token.cost.clone(),
+            network: !args.no_network,
+            timeout: args.timeout,
         },
         &printer,
-    );
-    // The claim is not undone by a failure of a later phase: the identity
-    // stays, and the same command resumes from it.
-    run.run(&phases::with_network(BY_TOKEN, !args.no_network))
-        .await?;
-    let report = run.finish(deadline, args.timeout).await?;
+        deadline,
+    )
+    .await?;
     print_reports(&[report], args.output.output, &printer)
-}
-
-/// The token's text, from `--token` or `--token-file` (`-`: standard input).
-fn read_token(args: &PeerArgs) -> anyhow::Result<String> {
-    if let Some(text) = &args.token {
-        return Ok(text.clone());
-    }
-    let Some(path) = &args.token_file else {
-        return Err(UserError::Usage("pass --token or --token-file".to_owned()).into());
-    };
-    Ok(super::read_input(path).map_err(|e| {
-        UserError::Usage(format!(
-            "--token-file {}: cannot read it: {e}",
-            path.display()
-        ))
-    })?)
 }

@@ -106,7 +106,8 @@ pub fn placement_policies() -> Vec<Manifest> {
     ));
     // The selector: the terms of the namespace's NamespaceOffloading
     // (the policy's parameter, found in the pod's own namespace) become
-    // the pod's required node affinity, ORed as they select providers.
+    // the pod's required node affinity, ORed as they select providers,
+    // each asking for room on one of the provider's nodes.
     // LocalAndRemote adds a term for local nodes. A pod with a required
     // node affinity of its own must satisfy both: its terms become the
     // cross product of its terms and ours, each the union of the two

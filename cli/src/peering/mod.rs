@@ -9,6 +9,7 @@
 
 pub mod agreement;
 pub mod by_kubeconfigs;
+pub mod by_token;
 pub mod capacity;
 pub mod consumer;
 pub mod identity;

@@ -232,14 +232,30 @@ async fn the_providers_own_pods_shrink_the_virtual_node_and_evict_nothing() -> R
         uids(remote_pods.list(&ListParams::default()).await?.items),
         remote_before
     );
-    // A new one that the old grant had room for waits, with the reason.
+    // A new one that the old grant had room for waits, with the reason:
+    // the virtual node's CPU (the grant), or no provider node with room
+    // for it (the largest free node), which the virtual kubelet says.
     let asked = format!("{}m", before.0 - 1000);
     pods.create(&pp, &offloaded_pod("waits", &asked)?).await?;
+    let events: Api<Event> = Api::namespaced(pair.consumer_client.clone(), "shop");
     wait_for("the new pod Pending for lack of CPU", WAIT, || async {
         let pod = pods.get("waits").await?;
-        Ok(scheduled_reason(&pod).is_some_and(|(reason, message)| {
-            reason == "Unschedulable" && message.contains("Insufficient cpu")
-        }))
+        let Some((reason, message)) = scheduled_reason(&pod) else {
+            return Ok(false);
+        };
+        let no_room = || async {
+            let said = events
+                .list(&ListParams::default().fields("involvedObject.name=waits"))
+                .await?
+                .items;
+            Ok::<_, anyhow::Error>(said.iter().any(|e| {
+                e.reason.as_deref() == Some("NoRoomOnProvider")
+                    && e.message.as_deref().is_some_and(|m| m.contains("cpu"))
+            }))
+        };
+        Ok(reason == "Unschedulable"
+            && (message.contains("Insufficient cpu")
+                || (message.contains("affinity") && no_room().await?)))
     })
     .await?;
     assert_eq!(

@@ -6,7 +6,9 @@
 //! laptop's scheduler no longer uses; untethered, the laptop's Deployment
 //! runs at home again and nothing of the tether is left. A laptop that
 //! provides for another peer is refused, and so are a second tether and
-//! an untether of a cluster that is not tethered.
+//! an untether of a cluster that is not tethered. With a token of the
+//! anchor's, the laptop makes its side alone and the anchor peers back
+//! with a token of the laptop's; `untether` then needs no kubeconfig.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -253,6 +255,14 @@ async fn a_tethered_cluster_is_scheduled_by_its_anchor_until_untethered() -> Res
         again.error_line()
     );
 
+    // Made with the anchor's kubeconfig, it is untethered with it.
+    let without = pair.on_consumer(&["untether", "--yes"]).user_error(2);
+    assert!(
+        without.error_line().contains("--remote-kubeconfig"),
+        "{}",
+        without.error_line()
+    );
+
     // Untether: the laptop's workloads come home.
     let started = Instant::now();
     pair.on_consumer(&["untether", "--remote-kubeconfig", &pair.remote(), "--yes"])
@@ -359,5 +369,180 @@ async fn a_cluster_that_provides_for_another_peer_is_not_tethered() -> Result<()
         ],
     )
     .success();
+    Ok(())
+}
+
+/// The running pods of `app` in every namespace, by the node they are on.
+async fn nodes_of_app(client: &kube::Client, app: &str) -> Result<Vec<String>> {
+    Ok(Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?
+        .items
+        .iter()
+        .filter(|p| running(p) && p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect())
+}
+
+/// `liqoctl generate peering-token --for FOR` on `cluster`, saved in `dir`.
+fn token_for(
+    cluster: &liqo_testbed::Cluster,
+    for_id: &str,
+    dir: &tempfile::TempDir,
+) -> Result<String> {
+    let out = liqoctl(
+        Some(cluster.kubeconfig_path()),
+        &["generate", "peering-token", "--for", for_id],
+    )
+    .success();
+    let path = dir.path().join(format!("{for_id}.token"));
+    std::fs::write(&path, out.stdout.trim())?;
+    Ok(path.to_str().context("path")?.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_tethers_with_a_token_and_its_anchor_peers_back_with_one() -> Result<()> {
+    let pair = Pair::at(Stage::Installed).await?;
+    let (laptop, company) = (&pair.consumer_client, &pair.provider_client);
+    let laptop_nodes = kwok_nodes(laptop).await?;
+    let company_nodes = kwok_nodes(company).await?;
+    let on_company = BTreeSet::from([peering::virtual_node(&ClusterId::new(PROVIDER_ID)?)]);
+    let pp = PostParams::default();
+    let dir = tempfile::tempdir()?;
+    create_namespace(laptop, "shop").await?;
+    Api::<Deployment>::namespaced(laptop.clone(), "shop")
+        .create(&pp, &deployment("shop", "web", 2)?)
+        .await?;
+    all_on(laptop, "shop", "web", 2, &laptop_nodes, "web at home").await?;
+    create_namespace(company, "hq").await?;
+    let before = pair.holdings().await?;
+
+    // With the company's token: the laptop's side of the tether.
+    let company_token = token_for(pair.provider(), CONSUMER_ID, &dir)?;
+    let out = pair
+        .on_consumer(&["tether", "--token-file", &company_token, "--yes"])
+        .success();
+    assert!(out.stdout.contains("is tethered to"), "{}", out.stdout);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains(&format!(
+            "liqoctl generate peering-token --for {PROVIDER_ID}"
+        )),
+        "how the anchor peers back is not said: {said}"
+    );
+    assert!(!said.contains("bootstrap"), "{said}");
+    assert_eq!(mode(&pair, true)?, format!("tethered to {PROVIDER_ID}"));
+    all_on(
+        laptop,
+        "shop",
+        "web",
+        2,
+        &on_company,
+        "web through the anchor",
+    )
+    .await?;
+    wait_for("web on the anchor's nodes", WAIT, || async {
+        let nodes = nodes_of_app(company, "web").await?;
+        Ok(nodes.len() == 2 && nodes.iter().all(|n| company_nodes.contains(n)))
+    })
+    .await?;
+    // Tethered twice, even with the kubeconfig: refused.
+    let again = pair
+        .on_consumer(&["tether", "--token-file", &company_token, "--yes"])
+        .user_error(6);
+    assert!(
+        again
+            .error_line()
+            .contains("already tethered to provider-1"),
+        "{}",
+        again.error_line()
+    );
+
+    // The company peers back with the laptop's token: its pods land on
+    // the laptop's nodes.
+    let laptop_token = token_for(pair.consumer(), PROVIDER_ID, &dir)?;
+    pair.on_provider(&["peer", "--token-file", &laptop_token, "--yes"])
+        .success();
+    pair.on_provider(&[
+        "offload",
+        "namespace",
+        "hq",
+        "--pod-offloading-strategy",
+        "Remote",
+        "--wait",
+    ])
+    .success();
+    Api::<Deployment>::namespaced(company.clone(), "hq")
+        .create(&pp, &deployment("hq", "desk", 2)?)
+        .await?;
+    wait_for("desk on the laptop's nodes", WAIT, || async {
+        let nodes = nodes_of_app(laptop, "desk").await?;
+        Ok(nodes.len() == 2 && nodes.iter().all(|n| laptop_nodes.contains(n)))
+    })
+    .await?;
+
+    // Untethered without the company's kubeconfig: the laptop's work
+    // comes home; the company's peering with the laptop is said, and
+    // kept.
+    let out = pair.on_consumer(&["untether", "--yes"]).success();
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(said.contains("still peers with this cluster"), "{said}");
+    assert_eq!(mode(&pair, true)?, "autonomous");
+    all_on(laptop, "shop", "web", 2, &laptop_nodes, "web at home again").await?;
+    let not_tethered = pair.on_consumer(&["untether", "--yes"]).user_error(6);
+    assert!(
+        not_tethered.error_line().contains("is not tethered"),
+        "{}",
+        not_tethered.error_line()
+    );
+
+    // The company ends its own peering; with the unused tokens revoked,
+    // nothing of either is left.
+    pair.on_provider(&["unoffload", "namespace", "hq"])
+        .success();
+    pair.on_provider(&["unpeer", "--cluster-id", CONSUMER_ID, "--yes"])
+        .success();
+    // The laptop's garbage collector removes what the company's tenant
+    // record owned there.
+    let tenancy = peering::tenant_namespace(&ClusterId::new(PROVIDER_ID)?);
+    wait_for(
+        "the company's tenancy gone from the laptop",
+        WAIT,
+        || async {
+            let left = Api::<Namespace>::all(laptop.clone())
+                .get_opt(&tenancy)
+                .await?;
+            let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(laptop.clone())
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("{}={PROVIDER_ID}", names::labels::PEER_CLUSTER_ID)),
+                )
+                .await?
+                .items;
+            let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
+                laptop.clone(),
+                names::NAMESPACE,
+            )
+            .list(
+                &ListParams::default()
+                    .labels(&format!("{}={PROVIDER_ID}", names::labels::PEER_CLUSTER_ID)),
+            )
+            .await?
+            .items;
+            Ok(left.is_none() && roles.is_empty() && accounts.is_empty())
+        },
+    )
+    .await?;
+    for on_consumer in [true, false] {
+        let args = ["revoke", "peering-token", "--all", "--yes"];
+        if on_consumer {
+            pair.on_consumer(&args)
+        } else {
+            pair.on_provider(&args)
+        }
+        .success();
+    }
+    pair.assert_as_before(&before, "untether", &["deployments/", "rolebindings/hq/"])
+        .await?;
     Ok(())
 }

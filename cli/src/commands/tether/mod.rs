@@ -25,6 +25,8 @@ use crate::peering::phases::{BY_KUBECONFIGS, Ends};
 use crate::peering::tether::{self, HandedOver, State};
 use crate::printer::Printer;
 
+mod by_token;
+
 /// What `tether -o json|yaml` reports.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -112,9 +114,12 @@ pub async fn tether(
     global: &GlobalArgs,
     printer: Printer,
 ) -> anyhow::Result<()> {
+    let Some(kubeconfig) = args.remote_kubeconfig.as_deref() else {
+        return by_token::tether(args, global, printer).await;
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
     let step = printer.step("Checking the clusters");
-    let (ends, made) = match check_tether(args, global).await {
+    let (ends, made) = match check_tether(kubeconfig, args, global).await {
         Ok(checked) => checked,
         Err(e) => {
             step.fail("");
@@ -164,23 +169,31 @@ pub async fn tether(
         nodes_tainted: run.made.tainted,
         pods_restarted: restarted,
     };
-    if let Some(format) = args.output.output {
-        return printer.structured(&report, format);
-    }
-    for ns in &report.kept_offloaded {
-        printer.info(format!(
-            "note: namespace {ns} was offloaded already and is left as it was"
+    report.print(args, &printer)
+}
+
+impl Tethered {
+    /// Says what the tether made, as `-o` asks.
+    fn print(&self, args: &TetherArgs, printer: &Printer) -> anyhow::Result<()> {
+        if let Some(format) = args.output.output {
+            return printer.structured(self, format);
+        }
+        let report = self;
+        for ns in &report.kept_offloaded {
+            printer.info(format!(
+                "note: namespace {ns} was offloaded already and is left as it was"
+            ));
+        }
+        printer.result(format!(
+            "cluster {} is tethered to {}: {} namespaces go through it, {} pods restarted; \
+             `liqoctl untether` takes it back",
+            report.cluster,
+            report.anchor,
+            report.namespaces.len(),
+            report.pods_restarted
         ));
+        Ok(())
     }
-    printer.result(format!(
-        "cluster {} is tethered to {}: {} namespaces go through it, {} pods restarted; \
-         `liqoctl untether` takes it back",
-        report.cluster,
-        report.anchor,
-        report.namespaces.len(),
-        report.pods_restarted
-    ));
-    Ok(())
 }
 
 /// What was there before this run, so that a rollback removes only what
@@ -196,15 +209,40 @@ struct Made {
 
 /// Checks both clusters and what they hold; refuses a tether that cannot
 /// be made, before anything is written.
-async fn check_tether(args: &TetherArgs, global: &GlobalArgs) -> anyhow::Result<(Pair, Made)> {
-    let ends = Pair::connect(
-        global,
-        &args.remote_kubeconfig,
-        args.remote_context.as_deref(),
-    )
-    .await?;
+async fn check_tether(
+    kubeconfig: &std::path::Path,
+    args: &TetherArgs,
+    global: &GlobalArgs,
+) -> anyhow::Result<(Pair, Made)> {
+    let ends = Pair::connect(global, kubeconfig, args.remote_context.as_deref()).await?;
     let (tethered, anchor) = (&ends.tethered, &ends.anchor);
     let anchor_cluster = &ends.anchor_id.cluster_id;
+    let here = check_tethered_side(tethered, anchor_cluster).await?;
+    let there = State::read(anchor).await?;
+    if let Some(to) = there.tethered_to.as_ref().or(there.begun_with.as_ref()) {
+        return Err(UserError::Refused(format!(
+            "cluster {} is itself tethered to {to}; a tethered cluster cannot be an anchor",
+            anchor.name
+        ))
+        .into());
+    }
+    let made = Made {
+        policy: here.begun_with.is_none(),
+        anchor_peering: !peered(anchor, &ends.tethered_id.cluster_id).await?,
+        tethered_peering: !peered(tethered, anchor_cluster).await?,
+        tainted: 0,
+        handed_over: false,
+    };
+    Ok((ends, made))
+}
+
+/// Refuses a tether of `tethered` to `anchor_cluster` that its own state
+/// forbids: tethered already, a tether to another cluster not finished,
+/// an anchor itself, or a provider for another peer. Returns its state.
+async fn check_tethered_side(
+    tethered: &ClusterClient,
+    anchor_cluster: &ClusterId,
+) -> anyhow::Result<State> {
     let here = State::read(tethered).await?;
     if let Some(to) = &here.tethered_to {
         return Err(UserError::Refused(format!(
@@ -215,8 +253,7 @@ async fn check_tether(args: &TetherArgs, global: &GlobalArgs) -> anyhow::Result<
     }
     if let Some(to) = here.begun_with.as_ref().filter(|to| *to != anchor_cluster) {
         return Err(UserError::Refused(format!(
-            "a tether of cluster {} to {to} was not finished; run `liqoctl untether` with the \
-             kubeconfig of {to} first",
+            "a tether of cluster {} to {to} was not finished; run `liqoctl untether` first",
             tethered.name
         ))
         .into());
@@ -226,14 +263,6 @@ async fn check_tether(args: &TetherArgs, global: &GlobalArgs) -> anyhow::Result<
             "cluster {} is the anchor of {}; an anchor cannot be tethered",
             tethered.name,
             ids(&here.anchor_of)
-        ))
-        .into());
-    }
-    let there = State::read(anchor).await?;
-    if let Some(to) = there.tethered_to.as_ref().or(there.begun_with.as_ref()) {
-        return Err(UserError::Refused(format!(
-            "cluster {} is itself tethered to {to}; a tethered cluster cannot be an anchor",
-            anchor.name
         ))
         .into());
     }
@@ -258,14 +287,7 @@ async fn check_tether(args: &TetherArgs, global: &GlobalArgs) -> anyhow::Result<
         ))
         .into());
     }
-    let made = Made {
-        policy: here.begun_with.is_none(),
-        anchor_peering: !peered(anchor, &ends.tethered_id.cluster_id).await?,
-        tethered_peering: !peered(tethered, anchor_cluster).await?,
-        tainted: 0,
-        handed_over: false,
-    };
-    Ok((ends, made))
+    Ok(here)
 }
 
 fn ids(ids: &[ClusterId]) -> String {
@@ -391,9 +413,12 @@ pub async fn untether(
     global: &GlobalArgs,
     printer: Printer,
 ) -> anyhow::Result<()> {
+    let Some(kubeconfig) = args.remote_kubeconfig.as_deref() else {
+        return by_token::untether(args, global, printer).await;
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
     let step = printer.step("Checking the clusters");
-    let ends = match check_untether(args, global).await {
+    let ends = match check_untether(kubeconfig, args, global).await {
         Ok(ends) => ends,
         Err(e) => {
             step.fail("");
@@ -468,13 +493,12 @@ pub async fn untether(
 
 /// Checks that the local cluster is tethered (or was being tethered) to
 /// the cluster of the kubeconfig.
-async fn check_untether(args: &UntetherArgs, global: &GlobalArgs) -> anyhow::Result<Pair> {
-    let ends = Pair::connect(
-        global,
-        &args.remote_kubeconfig,
-        args.remote_context.as_deref(),
-    )
-    .await?;
+async fn check_untether(
+    kubeconfig: &std::path::Path,
+    args: &UntetherArgs,
+    global: &GlobalArgs,
+) -> anyhow::Result<Pair> {
+    let ends = Pair::connect(global, kubeconfig, args.remote_context.as_deref()).await?;
     let state = State::read(&ends.tethered).await?;
     let Some(to) = state.begun_with.or(state.tethered_to) else {
         return Err(UserError::Refused(format!(
