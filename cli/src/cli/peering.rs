@@ -268,7 +268,7 @@ pub struct TetherArgs {
     #[arg(long, value_name = "FILE")]
     pub remote_kubeconfig: Option<PathBuf>,
     /// The anchor's kubeconfig context.
-    #[arg(long, value_name = "NAME", requires = "remote_kubeconfig")]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["token", "token_file"])]
     pub remote_context: Option<String>,
     /// A peering token from the anchor's administrator (`liqoctl generate
     /// peering-token` there), instead of its kubeconfig: this cluster's
