@@ -142,6 +142,18 @@ pub fn room_labels(largest: Option<Amounts>, grant: Option<Amounts>) -> Vec<(Str
     ]
 }
 
+/// The requirement of a virtual node that does not say its largest free
+/// node (an agent of a version before the labels): the placement policy
+/// lets pods onto it as before, beside the nodes that have room
+/// ([`room`]).
+pub fn room_unsaid() -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: labels::LARGEST_FREE_CPU.to_owned(),
+        operator: "DoesNotExist".to_owned(),
+        values: None,
+    }
+}
+
 /// The node affinity requirements that keep `pod` off every virtual node
 /// whose provider has no node with room for it (by the labels of
 /// [`room_labels`]): at least its CPU and its memory free on one node.

@@ -102,21 +102,25 @@ pub fn patch(pod: &Pod, strategy: Strategy, selector: Option<&NodeSelector>) -> 
         .unwrap_or_default();
     // Ours: the offloading's terms (their expressions: a selector of
     // providers says nothing of fields), or one term with none, each
-    // asking for a provider with room for the pod; and with
+    // twice: asking for a provider with room for the pod, and for a
+    // virtual node that does not say its room (an older agent); and with
     // LocalAndRemote a term for local nodes.
     let room = liqo_api::capacity::room(pod);
-    let with_room = |expressions: &Option<Vec<NodeSelectorRequirement>>| NodeSelectorTerm {
-        match_expressions: join(expressions, &Some(room.clone())),
-        match_fields: None,
-    };
-    let mut ours: Vec<NodeSelectorTerm> = if terms.is_empty() {
-        vec![with_room(&None)]
+    let unsaid = vec![liqo_api::capacity::room_unsaid()];
+    let expressions: Vec<Option<Vec<NodeSelectorRequirement>>> = if terms.is_empty() {
+        vec![None]
     } else {
-        terms
-            .iter()
-            .map(|t| with_room(&t.match_expressions))
-            .collect()
+        terms.iter().map(|t| t.match_expressions.clone()).collect()
     };
+    let mut ours: Vec<NodeSelectorTerm> = [&room, &unsaid]
+        .into_iter()
+        .flat_map(|extra| {
+            expressions.iter().map(move |e| NodeSelectorTerm {
+                match_expressions: join(e, &Some(extra.clone())),
+                match_fields: None,
+            })
+        })
+        .collect();
     if strategy == Strategy::LocalAndRemote {
         ours.push(NodeSelectorTerm {
             match_expressions: Some(vec![NodeSelectorRequirement {
@@ -427,13 +431,18 @@ mod tests {
         assert!(spec["nodeSelector"].is_null());
         let spec = applied(&plain, &patch(&plain, Strategy::Remote, None));
         assert_eq!(spec["nodeSelector"][labels::VIRTUAL_NODE], "true");
-        // Without a selector, one term: room on one of the provider's nodes.
+        // Without a selector, two terms: room on one of the provider's
+        // nodes, or a virtual node that does not say.
         let terms = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"];
-        assert_eq!(terms.as_array().map(Vec::len), Some(1));
+        assert_eq!(terms.as_array().map(Vec::len), Some(2));
         assert_eq!(
             terms[0]["matchExpressions"],
             serde_json::to_value(liqo_api::capacity::room(&plain)).expect("json")
+        );
+        assert_eq!(
+            terms[1]["matchExpressions"][0]["operator"], "DoesNotExist",
+            "{terms}"
         );
         // Its own tolerations and selector are kept; nothing twice.
         let own = pod(json!({
@@ -463,19 +472,25 @@ mod tests {
         );
         let terms = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"];
-        assert_eq!(terms.as_array().map(Vec::len), Some(3));
-        assert_eq!(terms[2]["matchExpressions"][0]["operator"], "DoesNotExist");
-        // The provider's terms ask for room; the local nodes' does not.
+        assert_eq!(terms.as_array().map(Vec::len), Some(5));
+        assert_eq!(terms[4]["matchExpressions"][0]["operator"], "DoesNotExist");
+        assert_eq!(terms[4]["matchExpressions"][0]["key"], labels::VIRTUAL_NODE);
+        // Each provider's term asks for room, or for a node that does not
+        // say it; the local nodes' asks nothing more.
+        let second = |i: usize| &terms[i]["matchExpressions"][1];
+        assert_eq!(second(0)["key"], labels::LARGEST_FREE_CPU);
+        // (Asking nothing: any value.)
+        assert_eq!(second(0)["operator"], "Exists");
         assert_eq!(
-            terms[0]["matchExpressions"][1]["key"],
-            labels::LARGEST_FREE_CPU
-        );
-        assert_eq!(
-            terms[1]["matchExpressions"][2]["key"],
+            terms[0]["matchExpressions"][2]["key"],
             labels::LARGEST_FREE_MEMORY
         );
+        assert_eq!(second(1)["operator"], "Exists");
+        assert_eq!(second(2)["key"], labels::LARGEST_FREE_CPU);
+        assert_eq!(second(2)["operator"], "DoesNotExist");
+        assert_eq!(second(3)["operator"], "DoesNotExist");
         assert_eq!(
-            terms[2]["matchExpressions"].as_array().map(Vec::len),
+            terms[4]["matchExpressions"].as_array().map(Vec::len),
             Some(1)
         );
         // Five terms of its own (more than the policies unroll), a field,
@@ -504,10 +519,10 @@ mod tests {
             .as_array()
             .cloned()
             .unwrap_or_default();
-        assert_eq!(terms.len(), 10);
-        assert_eq!(terms[9]["matchExpressions"][0]["values"][0], "d4");
-        assert_eq!(terms[9]["matchExpressions"][1]["key"], "tier");
-        assert_eq!(terms[9]["matchFields"][0]["key"], "metadata.name");
+        assert_eq!(terms.len(), 20);
+        assert_eq!(terms[19]["matchExpressions"][0]["values"][0], "d4");
+        assert_eq!(terms[19]["matchExpressions"][1]["key"], "tier");
+        assert_eq!(terms[19]["matchFields"][0]["key"], "metadata.name");
         assert!(spec["affinity"]["podAffinity"].is_object());
     }
 

@@ -126,15 +126,26 @@ pub fn placement_policies() -> Vec<Manifest> {
         "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
     // Every term that selects virtual nodes also asks for room: a
     // provider's largest free node, which its virtual node's labels say,
-    // must hold the pod (liqo_api::capacity::room). Without a selector,
-    // that is the one term for virtual nodes.
+    // must hold the pod (liqo_api::capacity::room); or it comes twice,
+    // once for a virtual node that does not say (an older agent). Without
+    // a selector, those are the terms for virtual nodes.
+    let unsaid = format!(
+        "[{{'key': dyn('{}'), 'operator': dyn('DoesNotExist'), 'values': dyn([])}}]",
+        labels::LARGEST_FREE_CPU
+    );
     let ours = format!(
-        "(size(variables.terms) == 0 ? [{{'e': variables.room, 'f': []}}] : \
-           variables.terms.map(t, {{'e': (has(t.matchExpressions) ? t.matchExpressions.map(r, {}) : []) + variables.room, 'f': []}})) + \
+        "variables.selected.map(e, {{'e': e + variables.room, 'f': []}}) + \
+         variables.selected.map(e, {{'e': e + {unsaid}, 'f': []}}) + \
          (namespaceObject.metadata.labels['{strategy}'] == 'LocalAndRemote' \
          ? [{{'e': [{{'key': dyn('{}'), 'operator': dyn('DoesNotExist'), 'values': dyn([])}}], 'f': []}}] : [])",
-        requirement_map("r"),
         labels::VIRTUAL_NODE
+    );
+    // The expressions of each of the offloading's terms, or one empty
+    // list where it has none.
+    let selected = format!(
+        "size(variables.terms) == 0 ? [dyn([])] : \
+         variables.terms.map(t, dyn(has(t.matchExpressions) ? t.matchExpressions.map(r, {}) : []))",
+        requirement_map("r"),
     );
     // What the pod asks, as the scheduler counts it: its containers'
     // requests, or its largest init container's where that is more
@@ -222,6 +233,7 @@ pub fn placement_policies() -> Vec<Manifest> {
                 .to_owned(),
         ),
         variable("room", room),
+        variable("selected", selected),
         variable("ours", ours),
         variable("own", own),
         variable("combined", combined),

@@ -318,6 +318,39 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
         affinity.contains(labels::PEER_CLUSTER_NAME) && affinity.contains("provider-1"),
         "{affinity}"
     );
+    // Each of the provider's terms asks for room on one of its nodes, or
+    // for a virtual node that does not say it (an older agent).
+    let terms: Vec<String> = own
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref()?.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|r| {
+            r.node_selector_terms
+                .iter()
+                .map(|t| serde_json::to_string(t).unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default();
+    let room = format!(
+        r#""key":"{}","operator":"Exists""#,
+        labels::LARGEST_FREE_CPU
+    );
+    let unsaid = format!(
+        r#""key":"{}","operator":"DoesNotExist""#,
+        labels::LARGEST_FREE_CPU
+    );
+    assert_eq!(
+        (
+            terms.iter().filter(|t| t.contains(&room)).count(),
+            terms.iter().filter(|t| t.contains(&unsaid)).count()
+        ),
+        (1, 1),
+        "{terms:?}"
+    );
     assert_eq!(bound_to(&remote_pods, "own").await?, virtual_node);
     let contrary = pod_requiring(
         "contrary",
