@@ -99,7 +99,11 @@ pub fn largest_free<'a>(nodes: impl IntoIterator<Item = &'a Node>, pods: &[&Pod]
 /// Why `pod` fits no node of a provider whose largest free node is
 /// `largest` (`provider` names it), if it does not.
 pub fn unplaceable(pod: &Pod, largest: Amounts, provider: &str) -> Option<String> {
-    let asked = requests_of(pod);
+    unplaceable_asking(requests_of(pod), largest, provider)
+}
+
+/// [`unplaceable`], for a pod that requests `asked`.
+pub fn unplaceable_asking(asked: Amounts, largest: Amounts, provider: &str) -> Option<String> {
     let over = |asked: u64, free: u64| asked > free;
     if !over(asked.cpu_millis, largest.cpu_millis)
         && !over(asked.memory_bytes, largest.memory_bytes)

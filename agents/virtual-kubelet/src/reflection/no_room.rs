@@ -15,16 +15,18 @@
 //! gets 409); what was written is remembered only to spare the API.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
-use liqo_agent_runtime::follow::follow;
+use liqo_agent_runtime::follow::{Key, Options, follow_with};
+use liqo_api::capacity::unplaceable_asking;
 use liqo_api::names;
+use liqo_api::sharing::Amounts;
 use tokio::sync::watch;
 
 use super::namespace::{PeeringContext, Twins};
@@ -35,51 +37,82 @@ pub const REASON: &str = "NoRoomOnProvider";
 /// How often the pods are looked at, changed or not.
 const TICK: Duration = Duration::from_secs(5);
 
-/// Whether `pod` is one the scheduler left unbound (`PodScheduled` False,
-/// `Unschedulable`) that the placement policy let onto virtual nodes (it
-/// tolerates their taint), in a namespace offloaded here.
-pub fn waiting_here(pod: &Pod, twins: &Twins) -> bool {
-    let spec = pod.spec.as_ref();
-    let bound = spec.and_then(|s| s.node_name.as_deref()).is_some();
-    let tolerates = spec.and_then(|s| s.tolerations.as_ref()).is_some_and(|ts| {
-        ts.iter()
-            .any(|t| t.key.as_deref() == Some(names::VIRTUAL_NODE_TAINT))
-    });
-    let unschedulable = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        });
-    let offloaded_here = pod
-        .metadata
-        .namespace
-        .as_ref()
-        .is_some_and(|ns| twins.contains_key(ns));
-    !bound && tolerates && unschedulable && offloaded_here
+/// What the store keeps of an unbound pod: its name, what it asks, and
+/// whether it waits for a virtual node (a few dozen bytes, where the
+/// whole pod would be kilobytes: a burst of new pods passes through this
+/// store before the scheduler binds them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unbound {
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub uid: String,
+    /// The scheduler left it unbound (`PodScheduled` False,
+    /// `Unschedulable`), and the placement policy let it onto virtual
+    /// nodes (it tolerates their taint).
+    pub waits: bool,
+    pub asks: Amounts,
 }
 
-/// The Event's name: one per pod and provider.
-pub fn event_name(pod: &Pod, provider: &str) -> String {
-    format!(
-        "{}.{}.noroom-{provider}",
-        pod.name_any(),
-        pod.uid().unwrap_or_default()
-    )
+impl Unbound {
+    pub fn new(pod: Pod, key: &Key) -> Self {
+        let spec = pod.spec.as_ref();
+        let bound = spec.and_then(|s| s.node_name.as_deref()).is_some();
+        let tolerates = spec.and_then(|s| s.tolerations.as_ref()).is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t.key.as_deref() == Some(names::VIRTUAL_NODE_TAINT))
+        });
+        let unschedulable = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+            });
+        Self {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            waits: !bound && tolerates && unschedulable,
+            asks: liqo_api::capacity::requests_of(&pod),
+        }
+    }
+
+    /// Whether it waits for a virtual node in a namespace offloaded here.
+    pub fn waiting_here(&self, twins: &Twins) -> bool {
+        self.waits && twins.contains_key(self.namespace.as_ref())
+    }
+
+    /// The Event's name: one per pod and provider.
+    pub fn event_name(&self, provider: &str) -> String {
+        format!("{}.{}.noroom-{provider}", self.name, self.uid)
+    }
+
+    /// The pod, as far as an Event about it needs.
+    fn as_pod(&self) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(self.name.to_string()),
+                namespace: Some(self.namespace.to_string()),
+                uid: Some(self.uid.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
 }
 
 /// Says why on every unbound pod of a namespace offloaded here that the
 /// provider has no node for.
 pub async fn keep(peering: PeeringContext, mut twins: watch::Receiver<Twins>) {
-    let (pending, follow_pending) = follow(
+    let (pending, follow_pending) = follow_with(
         Api::<Pod>::all(peering.local.clone()),
         watcher::Config::default().fields("spec.nodeName=,status.phase=Pending"),
         "unbound pods",
+        Options::converted(Unbound::new),
     );
     let mut largest = peering.largest_free_node.clone();
     let mut changed = pending.clone();
@@ -91,22 +124,24 @@ pub async fn keep(peering: PeeringContext, mut twins: watch::Receiver<Twins>) {
         loop {
             let pods = pending.store.state();
             let here = twins.borrow().clone();
-            let present: HashSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
-            said.retain(|uid| present.contains(uid));
-            for pod in pods.iter().filter(|p| waiting_here(p, &here)) {
-                let uid = pod.uid().unwrap_or_default();
-                if said.contains(&uid) {
+            let present: HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+            said.retain(|uid| present.contains(uid.as_str()));
+            let bound = *peering.largest_free_node.borrow();
+            for pod in pods.iter().filter(|p| p.waiting_here(&here)) {
+                if said.contains(&pod.uid) {
                     continue;
                 }
-                let Some(why) = peering.unplaceable(pod) else {
+                let provider = peering.provider_id.as_str();
+                let Some(why) = bound.and_then(|l| unplaceable_asking(pod.asks, l, provider))
+                else {
                     continue;
                 };
                 match say(&peering, pod, &why).await {
                     Ok(()) => {
-                        said.insert(uid);
+                        said.insert(pod.uid.clone());
                     }
                     Err(error) => {
-                        tracing::warn!(pod = %pod.name_any(), %error, "cannot say why the pod waits");
+                        tracing::warn!(pod = %pod.name, %error, "cannot say why the pod waits");
                     }
                 }
             }
@@ -121,22 +156,21 @@ pub async fn keep(peering: PeeringContext, mut twins: watch::Receiver<Twins>) {
     tokio::join!(follow_pending, said);
 }
 
-async fn say(peering: &PeeringContext, pod: &Pod, why: &str) -> Result<(), kube::Error> {
+async fn say(peering: &PeeringContext, pod: &Unbound, why: &str) -> Result<(), kube::Error> {
     let provider = peering.provider_id.as_str();
     let event = crate::forge::event::warning(
-        pod,
-        Some(event_name(pod, provider)),
+        &pod.as_pod(),
+        Some(pod.event_name(provider)),
         REASON,
         why,
         FIELD_MANAGER,
         &peering.node_name,
         Time(Timestamp::now()),
     );
-    let events: Api<Event> =
-        Api::namespaced(peering.local.clone(), &pod.namespace().unwrap_or_default());
+    let events: Api<Event> = Api::namespaced(peering.local.clone(), &pod.namespace);
     match events.create(&PostParams::default(), &event).await {
         Ok(_) => {
-            tracing::info!(pod = %pod.name_any(), %why, "no room on the provider");
+            tracing::info!(pod = %pod.name, %why, "no room on the provider");
             Ok(())
         }
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -151,26 +185,32 @@ mod tests {
 
     #[test]
     fn only_unbound_pods_placed_for_virtual_nodes_of_namespaces_offloaded_here() {
-        let pod = |ns: &str, node: Option<&str>, tolerates: bool, reason: &str| -> Pod {
+        let pod = |ns: &str, node: Option<&str>, tolerates: bool, reason: &str| -> Unbound {
             let tolerations = if tolerates {
                 json!([{ "key": names::VIRTUAL_NODE_TAINT, "operator": "Exists" }])
             } else {
                 json!([])
             };
-            serde_json::from_value(json!({
+            let pod: Pod = serde_json::from_value(json!({
                 "metadata": { "name": "p", "namespace": ns, "uid": "u-1" },
-                "spec": { "nodeName": node, "tolerations": tolerations, "containers": [] },
+                "spec": { "nodeName": node, "tolerations": tolerations, "containers": [
+                    { "name": "c", "resources": { "requests": { "cpu": "7" } } },
+                ] },
                 "status": { "conditions": [
                     { "type": "PodScheduled", "status": "False", "reason": reason },
                 ] },
             }))
-            .expect("pod")
+            .expect("pod");
+            let key = Key {
+                namespace: ns.into(),
+                name: "p".into(),
+            };
+            Unbound::new(pod, &key)
         };
         let twins = Twins::from([("shop".to_owned(), "shop-consumer".to_owned())]);
-        assert!(waiting_here(
-            &pod("shop", None, true, "Unschedulable"),
-            &twins
-        ));
+        let waiting = pod("shop", None, true, "Unschedulable");
+        assert!(waiting.waiting_here(&twins));
+        assert_eq!(waiting.asks.cpu_millis, 7000);
         for (ns, node, tolerates, reason) in [
             ("other", None, true, "Unschedulable"),
             ("shop", Some("n"), true, "Unschedulable"),
@@ -178,13 +218,18 @@ mod tests {
             ("shop", None, true, "SchedulingGated"),
         ] {
             assert!(
-                !waiting_here(&pod(ns, node, tolerates, reason), &twins),
+                !pod(ns, node, tolerates, reason).waiting_here(&twins),
                 "{ns} {node:?} {tolerates} {reason}"
             );
         }
+        assert_eq!(waiting.event_name("provider-1"), "p.u-1.noroom-provider-1");
+        let about = waiting.as_pod();
         assert_eq!(
-            event_name(&pod("shop", None, true, ""), "provider-1"),
-            "p.u-1.noroom-provider-1"
+            (
+                about.metadata.name.as_deref(),
+                about.metadata.uid.as_deref()
+            ),
+            (Some("p"), Some("u-1"))
         );
     }
 }
