@@ -9,7 +9,7 @@ use std::time::Duration;
 use liqo_api::tether::Role;
 use liqo_api::{ClusterId, ClusterIdentity};
 
-use super::{Made, Tethered, check_tethered_side, peered};
+use super::{Made, RolledBack, Tethered, check_tethered_side, peered};
 use crate::cli::{GlobalArgs, TetherArgs, UntetherArgs};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
@@ -180,42 +180,23 @@ impl Run<'_> {
 
     /// Removes what this run made, newest first.
     async fn roll_back(&self) {
-        let step = self.printer.step("Rolling back what this run made");
-        let OurSide {
-            tethered,
-            anchor_cluster,
-            ..
-        } = self.ends;
-        let mut left = Vec::new();
-        if self.made.handed_over
-            && let Err(e) =
-                tether::take_back(tethered, anchor_cluster, self.deadline, self.timeout).await
-        {
-            left.push(format!("the offloadings ({e:#})"));
-        }
-        if self.made.tainted > 0
-            && let Err(e) = tether::untaint_nodes(tethered).await
-        {
-            left.push(format!("the taints ({e:#})"));
-        }
-        if self.made.tethered_peering
-            && let Err(e) = end_peering(self.ends, self.deadline, self.timeout).await
-        {
-            left.push(format!("the peering ({e:#})"));
-        }
-        if self.made.policy
-            && let Err(e) = tether::take_back_everything(tethered, anchor_cluster).await
-        {
-            left.push(format!("the sharing policy ({e:#})"));
-        }
-        if left.is_empty() {
-            step.done("");
-        } else {
-            step.fail(format!(
-                "could not remove {}; run `liqoctl untether`",
-                left.join(", ")
-            ));
-        }
+        let peering = async {
+            if !self.made.tethered_peering {
+                return Vec::new();
+            }
+            match end_peering(self.ends, self.deadline, self.timeout).await {
+                Ok(_) => Vec::new(),
+                Err(e) => vec![format!("the peering ({e:#})")],
+            }
+        };
+        let run = RolledBack {
+            tethered: &self.ends.tethered,
+            anchor_cluster: &self.ends.anchor_cluster,
+            made: &self.made,
+            deadline: self.deadline,
+            timeout: self.timeout,
+        };
+        run.roll_back(self.printer, peering).await;
     }
 }
 

@@ -363,9 +363,55 @@ impl Run<'_> {
 
     /// Removes what this run made, newest first.
     async fn roll_back(&self) {
-        let step = self.printer.step("Rolling back what this run made");
-        let Pair { tethered, .. } = self.ends;
-        let anchor_cluster = &self.ends.anchor_id.cluster_id;
+        let ends = self.ends;
+        let peerings = async {
+            let mut left = Vec::new();
+            for (made, role) in [
+                (self.made.tethered_peering, Role::Tethered),
+                (self.made.anchor_peering, Role::Anchor),
+            ] {
+                if made
+                    && let Err(e) = ends
+                        .peering(role, self.deadline, self.timeout)
+                        .remove(BY_KUBECONFIGS)
+                        .await
+                {
+                    left.push(format!("a peering ({e:#})"));
+                }
+            }
+            left
+        };
+        let run = RolledBack {
+            tethered: &ends.tethered,
+            anchor_cluster: &ends.anchor_id.cluster_id,
+            made: &self.made,
+            deadline: self.deadline,
+            timeout: self.timeout,
+        };
+        run.roll_back(self.printer, peerings).await;
+    }
+}
+
+/// What a failed run of `tether` removes on the tethered cluster.
+struct RolledBack<'a> {
+    tethered: &'a ClusterClient,
+    anchor_cluster: &'a ClusterId,
+    made: &'a Made,
+    deadline: tokio::time::Instant,
+    timeout: u64,
+}
+
+impl RolledBack<'_> {
+    /// Removes what the run made, newest first: the offloadings, the
+    /// taints, then its peerings (`peerings` removes them and says what it
+    /// could not), then the policy; says what is left.
+    async fn roll_back(
+        &self,
+        printer: &Printer,
+        peerings: impl std::future::Future<Output = Vec<String>>,
+    ) {
+        let step = printer.step("Rolling back what this run made");
+        let (tethered, anchor_cluster) = (self.tethered, self.anchor_cluster);
         let mut left = Vec::new();
         if self.made.handed_over
             && let Err(e) =
@@ -378,20 +424,7 @@ impl Run<'_> {
         {
             left.push(format!("the taints ({e:#})"));
         }
-        for (made, role) in [
-            (self.made.tethered_peering, Role::Tethered),
-            (self.made.anchor_peering, Role::Anchor),
-        ] {
-            if made
-                && let Err(e) = self
-                    .ends
-                    .peering(role, self.deadline, self.timeout)
-                    .remove(BY_KUBECONFIGS)
-                    .await
-            {
-                left.push(format!("a peering ({e:#})"));
-            }
-        }
+        left.extend(peerings.await);
         if self.made.policy
             && let Err(e) = tether::take_back_everything(tethered, anchor_cluster).await
         {
