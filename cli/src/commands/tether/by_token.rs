@@ -9,7 +9,7 @@ use std::time::Duration;
 use liqo_api::tether::Role;
 use liqo_api::{ClusterId, ClusterIdentity};
 
-use super::{Made, RolledBack, Tethered, check_tethered_side, peered};
+use super::{Made, RolledBack, check_tethered_side, confirm, finish, peered};
 use crate::cli::{GlobalArgs, TetherArgs, UntetherArgs};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
@@ -48,15 +48,13 @@ pub(super) async fn tether(
         "{} tethers to {} ({})",
         ends.tethered.name, ends.anchor_name, ends.anchor_cluster
     ));
-    if !printer.confirm(
-        &format!(
-            "Hand the scheduling of cluster {} to {}? Its workloads' pods restart through {}.",
-            ends.tethered.name, ends.anchor_name, ends.anchor_name
-        ),
-        global.yes,
-    )? {
-        return Err(UserError::Refused("cancelled; nothing was changed".to_owned()).into());
-    }
+    confirm(
+        &printer,
+        Role::Tethered,
+        &ends.tethered.name,
+        &ends.anchor_name,
+        global,
+    )?;
     let mut run = Run {
         ends: &ends,
         made,
@@ -71,19 +69,15 @@ pub(super) async fn tether(
             return Err(e);
         }
     };
-    let step = printer.step("Restarting the workloads' pods through the anchor");
-    let restarted = tether::restart(&ends.tethered, &outcome.namespaces).await?;
-    step.done(format!("{restarted} pods"));
-    let report = Tethered {
-        cluster: ends.tethered.name.clone(),
-        anchor: ends.anchor_name.clone(),
-        anchor_cluster_id: ends.anchor_cluster.to_string(),
-        namespaces: outcome.namespaces,
-        kept_offloaded: outcome.kept,
-        nodes_tainted: run.made.tainted,
-        pods_restarted: restarted,
-    };
-    report.print(args, &printer)?;
+    finish(
+        &ends.tethered,
+        (&ends.anchor_name, &ends.anchor_cluster),
+        outcome,
+        run.made.tainted,
+        args,
+        &printer,
+    )
+    .await?;
     if args.output.output.is_none() {
         printer.info(format!(
             "so that {anchor}'s own pods can run here too, its administrator peers with this \
@@ -250,15 +244,8 @@ pub(super) async fn untether(
         "{} is tethered to {}",
         ends.tethered.name, ends.anchor_cluster
     ));
-    if !printer.confirm(
-        &format!(
-            "Take the scheduling of cluster {} back from {}? Its workloads' pods restart here.",
-            ends.tethered.name, ends.anchor_cluster
-        ),
-        global.yes,
-    )? {
-        return Err(UserError::Refused("cancelled; nothing was changed".to_owned()).into());
-    }
+    let anchor = ends.anchor_cluster.to_string();
+    confirm(&printer, Role::Anchor, &ends.tethered.name, &anchor, global)?;
     let tethered = &ends.tethered;
     let step = printer.step(format!("Untainting the nodes of {}", tethered.name));
     let untainted = tether::untaint_nodes(tethered).await?;

@@ -130,15 +130,13 @@ pub async fn tether(
         "{} tethers to {}",
         ends.tethered.name, ends.anchor.name
     ));
-    if !printer.confirm(
-        &format!(
-            "Hand the scheduling of cluster {} to {}? Its workloads' pods restart through {}.",
-            ends.tethered.name, ends.anchor.name, ends.anchor.name
-        ),
-        global.yes,
-    )? {
-        return Err(UserError::Refused("cancelled; nothing was changed".to_owned()).into());
-    }
+    confirm(
+        &printer,
+        Role::Tethered,
+        &ends.tethered.name,
+        &ends.anchor.name,
+        global,
+    )?;
 
     let mut run = Run {
         ends: &ends,
@@ -157,19 +155,66 @@ pub async fn tether(
 
     // Finished: the tether is marked on both sides, then the workloads
     // that run here restart through the anchor.
+    finish(
+        &ends.tethered,
+        (&ends.anchor.name, &ends.anchor_id.cluster_id),
+        outcome,
+        run.made.tainted,
+        args,
+        &printer,
+    )
+    .await
+}
+
+/// Asks before a tether (`to` is [`Role::Tethered`]) or an untether
+/// ([`Role::Anchor`]: the scheduling goes back from the anchor).
+fn confirm(
+    printer: &Printer,
+    to: Role,
+    tethered: &str,
+    anchor: &str,
+    global: &GlobalArgs,
+) -> anyhow::Result<()> {
+    let question = match to {
+        Role::Tethered => format!(
+            "Hand the scheduling of cluster {tethered} to {anchor}? Its workloads' pods restart \
+             through {anchor}."
+        ),
+        Role::Anchor => format!(
+            "Take the scheduling of cluster {tethered} back from {anchor}? Its workloads' pods \
+             restart here."
+        ),
+    };
+    if !printer.confirm(&question, global.yes)? {
+        return Err(UserError::Refused("cancelled; nothing was changed".to_owned()).into());
+    }
+    Ok(())
+}
+
+/// The last step of a tether once it is in place: the workloads' pods
+/// that run on the tethered cluster restart through the anchor (`anchor`:
+/// its name and ID); then what the tether made is said.
+async fn finish(
+    tethered: &ClusterClient,
+    anchor: (&str, &ClusterId),
+    outcome: HandedOver,
+    tainted: usize,
+    args: &TetherArgs,
+    printer: &Printer,
+) -> anyhow::Result<()> {
     let step = printer.step("Restarting the workloads' pods through the anchor");
-    let restarted = tether::restart(&ends.tethered, &outcome.namespaces).await?;
+    let restarted = tether::restart(tethered, &outcome.namespaces).await?;
     step.done(format!("{restarted} pods"));
     let report = Tethered {
-        cluster: ends.tethered.name.clone(),
-        anchor: ends.anchor.name.clone(),
-        anchor_cluster_id: ends.anchor_id.cluster_id.to_string(),
+        cluster: tethered.name.clone(),
+        anchor: anchor.0.to_owned(),
+        anchor_cluster_id: anchor.1.to_string(),
         namespaces: outcome.namespaces,
         kept_offloaded: outcome.kept,
-        nodes_tainted: run.made.tainted,
+        nodes_tainted: tainted,
         pods_restarted: restarted,
     };
-    report.print(args, &printer)
+    report.print(args, printer)
 }
 
 impl Tethered {
@@ -459,15 +504,13 @@ pub async fn untether(
         }
     };
     step.done("");
-    if !printer.confirm(
-        &format!(
-            "Take the scheduling of cluster {} back from {}? Its workloads' pods restart here.",
-            ends.tethered.name, ends.anchor.name
-        ),
-        global.yes,
-    )? {
-        return Err(UserError::Refused("cancelled; nothing was changed".to_owned()).into());
-    }
+    confirm(
+        &printer,
+        Role::Anchor,
+        &ends.tethered.name,
+        &ends.anchor.name,
+        global,
+    )?;
     let Pair {
         tethered, anchor, ..
     } = &ends;
