@@ -10,12 +10,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PodSpec, Toleration};
+use k8s_openapi::api::core::v1::{PodSpec, Toleration, Volume};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::pod_security::{self, Level};
+use crate::sharing::{Resources, parse_bytes, parse_cpu_millis};
 
 /// The labels Pod Security admission reads on a namespace.
 pub mod labels {
@@ -43,11 +45,11 @@ pub const ALWAYS_TOLERATED: [&str; 2] = [
 
 /// What a provider admits from one peer. Everything not named here is
 /// refused: the defaults are the narrowest that run ordinary workloads.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Admission {
     /// The Pod Security Standards level of every namespace the peer runs
-    /// pods in: `restricted` (the default), `baseline`, or `privileged`
+    /// pods in: `baseline` (the default), `restricted`, or `privileged`
     /// (only when the provider's administrator grants it to that peer).
     #[serde(default)]
     pub pod_security: Level,
@@ -76,7 +78,104 @@ pub struct Admission {
     /// namespaces; 0, the default, refuses them.
     #[serde(default)]
     pub load_balancers: u32,
+    /// The local disk (`ephemeral-storage`) each container of the peer may
+    /// use, at most: every container states it as its limit (the
+    /// consumer's virtual kubelet states it where a pod does not), and the
+    /// provider's kubelet evicts a pod that writes more.
+    #[serde(default = "default_ephemeral_storage")]
+    pub ephemeral_storage: String,
+    /// How many objects of each kind (Services, ConfigMaps, Secrets,
+    /// ReplicaSets, Jobs, EndpointSlices) the peer may hold in each of its
+    /// namespaces.
+    #[serde(default = "default_objects")]
+    pub objects: u32,
+    /// Names a peer's namespaces may not take, beyond those no peer ever
+    /// may (`liqo`, `liqo-*`, `kube-*`, `default`, `*-system`): the
+    /// namespaces the provider's own installers will make, so that no
+    /// peer makes them first. A trailing `*` matches any suffix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_namespaces: Vec<String>,
 }
+
+const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+
+/// The default of [`Admission::ephemeral_storage`].
+pub const DEFAULT_EPHEMERAL_STORAGE: &str = "4Gi";
+/// The default of [`Admission::objects`].
+pub const DEFAULT_OBJECTS: u32 = 1000;
+
+fn default_ephemeral_storage() -> String {
+    DEFAULT_EPHEMERAL_STORAGE.to_owned()
+}
+
+fn default_objects() -> u32 {
+    DEFAULT_OBJECTS
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Self {
+            pod_security: Level::default(),
+            priority_classes: Vec::new(),
+            tolerations: Vec::new(),
+            node_selector: BTreeMap::new(),
+            runtime_class_name: None,
+            node_ports: 0,
+            load_balancers: 0,
+            ephemeral_storage: default_ephemeral_storage(),
+            objects: DEFAULT_OBJECTS,
+            reserved_namespaces: Vec::new(),
+        }
+    }
+}
+
+/// The namespace names no peer may take, whatever its terms: this
+/// project's, the cluster's own, and the usual home of installed systems.
+/// A trailing `*` matches any suffix, a leading one any prefix.
+pub const ALWAYS_RESERVED_NAMESPACES: [&str; 5] =
+    ["liqo", "liqo-*", "kube-*", "default", "*-system"];
+
+/// Whether `name` matches `pattern` (`x`, `x*` or `*x`).
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    if let Some(prefix) = pattern.strip_suffix('*') {
+        name.starts_with(prefix)
+    } else if let Some(suffix) = pattern.strip_prefix('*') {
+        name.ends_with(suffix)
+    } else {
+        name == pattern
+    }
+}
+
+/// The only labels a peer's namespace may carry: what says whose it is
+/// and where it comes from, and its Pod Security labels (any label more
+/// could pass it for another namespace in a provider's selectors, as
+/// `name=kube-system` would).
+pub const NAMESPACE_LABELS: [&str; 4] = [
+    crate::names::labels::TENANT,
+    crate::names::labels::ORIGIN_NAMESPACE,
+    crate::names::labels::MANAGED_BY,
+    "kubernetes.io/metadata.name",
+];
+
+/// The resources a peer's containers may request or be limited to: what
+/// the grant counts, and the local disk the terms bound. Extended
+/// resources (GPUs and the like) and huge pages are not in any grant.
+pub const CONTAINER_RESOURCES: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
+
+/// The volume types a peer's pods may mount below the `privileged` level:
+/// those that hold only what the peer itself put in its namespace. No
+/// claim (storage is not granted, and a claim may name a provider's
+/// volume), no generic ephemeral volume (its claim is made by the
+/// provider's controller, outside any quota), no inline CSI volume (a
+/// driver may hand out the node's or the cloud's secrets), no host path
+/// nor network filesystem.
+pub const VOLUME_TYPES: [&str; 5] = [
+    "configMap",
+    "secret",
+    "emptyDir",
+    "downwardAPI",
+    "projected",
+];
 
 impl Admission {
     /// Whether a pod of the peer may carry `toleration`.
@@ -96,15 +195,22 @@ impl Admission {
     }
 
     /// Why the provider would refuse a pod of the peer with `metadata` and
-    /// `spec` if it were made now, one reason per rule broken (its Pod
-    /// Security level's checks as one); empty when it would admit it. The
-    /// node name is not judged: a running pod has one.
-    pub fn refusals(&self, metadata: &ObjectMeta, spec: &PodSpec) -> Vec<String> {
+    /// `spec` if it were made now under a grant of `grant`, one reason per
+    /// rule broken (its Pod Security level's checks as one); empty when it
+    /// would admit it. The node name is not judged: a running pod has one.
+    pub fn refusals(
+        &self,
+        grant: &Resources,
+        metadata: &ObjectMeta,
+        spec: &PodSpec,
+    ) -> Vec<String> {
         let mut out = Vec::new();
         let violations = pod_security::check(self.pod_security, metadata, spec);
         if !violations.is_empty() {
             out.push(pod_security::describe(self.pod_security, &violations));
         }
+        out.extend(self.volume_refusals(spec));
+        out.extend(self.resource_refusals(grant, spec));
         if let Some(class) = spec.priority_class_name.as_deref()
             && !self.allows_priority_class(class)
         {
@@ -141,6 +247,210 @@ impl Admission {
             out.push(format!("runtimeClassName must be {class}"));
         }
         out
+    }
+
+    /// What the volume rules refuse of `spec`: a service account token of
+    /// the provider's (mounted by default, or asked for in a projected
+    /// volume), a claim or a generic ephemeral volume, and below the
+    /// `privileged` level any type but [`VOLUME_TYPES`].
+    fn volume_refusals(&self, spec: &PodSpec) -> Vec<String> {
+        let mut out = Vec::new();
+        let volumes = spec.volumes.iter().flatten();
+        let tokens: Vec<&str> = volumes
+            .clone()
+            .filter(|v| {
+                v.projected.as_ref().is_some_and(|p| {
+                    p.sources
+                        .iter()
+                        .flatten()
+                        .any(|s| s.service_account_token.is_some())
+                })
+            })
+            .map(|v| v.name.as_str())
+            .collect();
+        if !tokens.is_empty() {
+            out.push(format!(
+                "volume {} holds a service account token of the provider's: set \
+                 automountServiceAccountToken: false and mount no serviceAccountToken",
+                tokens.join(", ")
+            ));
+        }
+        let claims: Vec<&str> = volumes
+            .clone()
+            .filter(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+            .map(|v| v.name.as_str())
+            .collect();
+        if !claims.is_empty() {
+            out.push(format!(
+                "volume {} is a claim or a generic ephemeral volume: the provider grants no storage",
+                claims.join(", ")
+            ));
+        }
+        if self.pod_security != Level::Privileged {
+            let other: Vec<&str> = volumes
+                .filter(|v| {
+                    v.persistent_volume_claim.is_none()
+                        && v.ephemeral.is_none()
+                        && volume_type(v).is_none_or(|t| !VOLUME_TYPES.contains(&t))
+                })
+                .map(|v| v.name.as_str())
+                .collect();
+            if !other.is_empty() {
+                out.push(format!(
+                    "volume {} is of a type the provider does not allow (only {})",
+                    other.join(", "),
+                    VOLUME_TYPES.join(", ")
+                ));
+            }
+        }
+        out
+    }
+
+    /// What the resource rules refuse of `spec`: resources that are not
+    /// in a grant, a local disk limit missing or over the terms, and a CPU
+    /// or memory limit above the whole grant.
+    fn resource_refusals(&self, grant: &Resources, spec: &PodSpec) -> Vec<String> {
+        let mut out = Vec::new();
+        let containers = || {
+            spec.containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+        };
+        let mut others: Vec<String> = containers()
+            .filter_map(|c| c.resources.as_ref())
+            .flat_map(|r| r.requests.iter().flatten().chain(r.limits.iter().flatten()))
+            .map(|(k, _)| k.clone())
+            .filter(|k| !CONTAINER_RESOURCES.contains(&k.as_str()))
+            .collect();
+        others.sort();
+        others.dedup();
+        if !others.is_empty() {
+            out.push(format!(
+                "{} is not in the grant (containers may ask only for {})",
+                others.join(", "),
+                CONTAINER_RESOURCES.join(", ")
+            ));
+        }
+        let limit = |c: &k8s_openapi::api::core::v1::Container, r: &str| {
+            c.resources
+                .as_ref()
+                .and_then(|x| x.limits.as_ref())
+                .and_then(|l| l.get(r))
+                .map(|q| q.0.clone())
+        };
+        let most = parse_bytes(&self.ephemeral_storage).unwrap_or(u64::MAX);
+        let over_disk: Vec<&str> = containers()
+            .filter(|c| {
+                limit(c, "ephemeral-storage")
+                    .and_then(|q| parse_bytes(&q))
+                    .is_none_or(|b| b > most)
+            })
+            .map(|c| c.name.as_str())
+            .collect();
+        if !over_disk.is_empty() {
+            out.push(format!(
+                "container {} must state an ephemeral-storage limit of at most {}",
+                over_disk.join(", "),
+                self.ephemeral_storage
+            ));
+        }
+        for (resource, granted, parse) in [
+            (
+                "cpu",
+                grant.cpu.as_ref(),
+                parse_cpu_millis as fn(&str) -> Option<u64>,
+            ),
+            ("memory", grant.memory.as_ref(), parse_bytes),
+        ] {
+            let Some(bound) = granted.and_then(|q| parse(&q.0)) else {
+                continue;
+            };
+            let over: Vec<&str> = containers()
+                .filter(|c| {
+                    limit(c, resource)
+                        .and_then(|q| parse(&q))
+                        .is_some_and(|v| v > bound)
+                })
+                .map(|c| c.name.as_str())
+                .collect();
+            if !over.is_empty() {
+                out.push(format!(
+                    "container {} has a {resource} limit above the whole grant ({})",
+                    over.join(", "),
+                    granted.map(|q| q.0.as_str()).unwrap_or_default()
+                ));
+            }
+        }
+        out
+    }
+
+    /// A pod's spec within these terms, as a consumer sends it: the
+    /// runtime class and node labels they require, only the tolerations
+    /// they allow (a toleration of the consumer's own taints means nothing
+    /// on the provider, and one the provider does not allow would be
+    /// refused), and the local disk each container may use where it does
+    /// not say (the most the terms allow, with no request, which the
+    /// scheduler would count against the provider's nodes' disk).
+    pub fn within_terms(&self, mut spec: PodSpec) -> PodSpec {
+        if let Some(class) = &self.runtime_class_name {
+            spec.runtime_class_name = Some(class.clone());
+        }
+        if !self.node_selector.is_empty() {
+            spec.node_selector
+                .get_or_insert_default()
+                .extend(self.node_selector.clone());
+        }
+        let mut kept: Vec<_> = spec
+            .tolerations
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| self.tolerates(t))
+            .collect();
+        // A provider tethered to the consumer lets it tolerate the taint
+        // on its own nodes: every pod sent there does.
+        let tethered = crate::tether::toleration();
+        if self.tolerates(&tethered) && !kept.contains(&tethered) {
+            kept.push(tethered);
+        }
+        spec.tolerations = (!kept.is_empty()).then_some(kept);
+        self.with_disk_limits(spec)
+    }
+
+    /// `spec` with the terms' local disk limit on each container that
+    /// states none (and no request for it): pods a controller makes from
+    /// a template of before these terms are admitted without it.
+    pub fn with_disk_limits(&self, mut spec: PodSpec) -> PodSpec {
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            let resources = c.resources.get_or_insert_default();
+            let limits = resources.limits.get_or_insert_default();
+            if !limits.contains_key(EPHEMERAL_STORAGE) {
+                limits.insert(
+                    EPHEMERAL_STORAGE.to_owned(),
+                    Quantity(self.ephemeral_storage.clone()),
+                );
+                resources
+                    .requests
+                    .get_or_insert_default()
+                    .entry(EPHEMERAL_STORAGE.to_owned())
+                    .or_insert_with(|| Quantity("0".to_owned()));
+            }
+        }
+        spec
+    }
+
+    /// Whether a peer may name a namespace `name`: not one of
+    /// [`ALWAYS_RESERVED_NAMESPACES`] nor of the terms' own.
+    pub fn allows_namespace_name(&self, name: &str) -> bool {
+        !ALWAYS_RESERVED_NAMESPACES
+            .iter()
+            .copied()
+            .chain(self.reserved_namespaces.iter().map(String::as_str))
+            .any(|p| name_matches(p, name))
     }
 
     /// The labels a namespace of the peer carries for Pod Security
@@ -193,7 +503,8 @@ impl Admission {
                 .join(",")
         };
         format!(
-            "pod security {}, priority classes {}, tolerations {}, nodes {}, runtime class {}, node ports {}, load balancers {}",
+            "pod security {}, priority classes {}, tolerations {}, nodes {}, runtime class {}, \
+             node ports {}, load balancers {}, local disk {} per container, {} objects of a kind per namespace",
             self.pod_security,
             list(&self.priority_classes),
             list(&self.tolerations),
@@ -201,8 +512,23 @@ impl Admission {
             self.runtime_class_name.as_deref().unwrap_or("any"),
             self.node_ports,
             self.load_balancers,
+            self.ephemeral_storage,
+            self.objects,
         )
     }
+}
+
+/// The type of `volume`: the name of the one source it sets, as the API
+/// spells it.
+fn volume_type(v: &Volume) -> Option<&'static str> {
+    let types: [(&'static str, bool); 5] = [
+        ("configMap", v.config_map.is_some()),
+        ("secret", v.secret.is_some()),
+        ("emptyDir", v.empty_dir.is_some()),
+        ("downwardAPI", v.downward_api.is_some()),
+        ("projected", v.projected.is_some()),
+    ];
+    types.into_iter().find(|(_, set)| *set).map(|(t, _)| t)
 }
 
 #[cfg(test)]
@@ -285,7 +611,11 @@ mod tests {
             a.namespace_label_changes(Some(&a.namespace_labels())),
             BTreeMap::new()
         );
-        let mut old = Admission::default().namespace_labels();
+        let mut old = Admission {
+            pod_security: Level::Restricted,
+            ..Admission::default()
+        }
+        .namespace_labels();
         old.insert(labels::ENFORCE_VERSION.to_owned(), "v1.20".to_owned());
         old.insert(labels::WARN_VERSION.to_owned(), "latest".to_owned());
         let changes = a.namespace_label_changes(Some(&old));
@@ -298,7 +628,8 @@ mod tests {
     #[test]
     fn refusals_name_each_rule_a_pod_breaks() {
         let spec: PodSpec = serde_json::from_value(serde_json::json!({
-            "containers": [{ "name": "app", "image": "app" }],
+            "containers": [{ "name": "app", "image": "app",
+                "resources": { "limits": { "ephemeral-storage": "1Gi" } } }],
             "priorityClassName": "system-cluster-critical",
             "tolerations": [{ "key": "dedicated", "operator": "Exists" }],
         }))
@@ -309,7 +640,8 @@ mod tests {
             runtime_class_name: Some("gvisor".to_owned()),
             ..Admission::default()
         };
-        let got = a.refusals(&ObjectMeta::default(), &spec);
+        let grant = Resources::default();
+        let got = a.refusals(&grant, &ObjectMeta::default(), &spec);
         assert_eq!(
             got,
             [
@@ -327,9 +659,13 @@ mod tests {
             runtime_class_name: a.runtime_class_name.clone(),
             ..spec
         };
-        assert!(a.refusals(&ObjectMeta::default(), &ok).is_empty());
-        // Restricted by default: the bare container fails its checks.
-        let got = Admission::default().refusals(&ObjectMeta::default(), &ok);
+        assert!(a.refusals(&grant, &ObjectMeta::default(), &ok).is_empty());
+        // Restricted: the bare container fails its checks.
+        let restricted = Admission {
+            pod_security: Level::Restricted,
+            ..Admission::default()
+        };
+        let got = restricted.refusals(&grant, &ObjectMeta::default(), &ok);
         assert_eq!(got.len(), 1, "{got:?}");
         assert!(
             got[0].starts_with("violates PodSecurity \"restricted:latest\""),
@@ -338,14 +674,154 @@ mod tests {
     }
 
     #[test]
-    fn the_default_is_the_narrowest() {
+    fn volumes_hold_only_what_the_peer_put_in_its_namespace() {
+        let spec = |volumes: serde_json::Value| -> PodSpec {
+            serde_json::from_value(serde_json::json!({
+                "containers": [{ "name": "app", "image": "app",
+                    "resources": { "limits": { "ephemeral-storage": "1Gi" } } }],
+                "volumes": volumes,
+            }))
+            .expect("spec")
+        };
+        let grant = Resources::default();
+        let meta = ObjectMeta::default();
+        let baseline = Admission::default();
+        let privileged = Admission {
+            pod_security: Level::Privileged,
+            ..Admission::default()
+        };
+        let allowed = spec(serde_json::json!([
+            { "name": "a", "configMap": { "name": "x" } },
+            { "name": "b", "secret": { "secretName": "x" } },
+            { "name": "c", "emptyDir": {} },
+            { "name": "d", "downwardAPI": { "items": [] } },
+            { "name": "e", "projected": { "sources": [{ "configMap": { "name": "x" } }] } },
+        ]));
+        assert_eq!(
+            baseline.refusals(&grant, &meta, &allowed),
+            Vec::<String>::new()
+        );
+        for (volume, level, says) in [
+            (
+                serde_json::json!({ "name": "t", "projected": { "sources": [
+                    { "serviceAccountToken": { "path": "t", "audience": "sts.amazonaws.com" } }] } }),
+                &privileged,
+                "service account token",
+            ),
+            (
+                serde_json::json!({ "name": "e", "ephemeral": { "volumeClaimTemplate": { "spec": {} } } }),
+                &privileged,
+                "generic ephemeral",
+            ),
+            (
+                serde_json::json!({ "name": "p", "persistentVolumeClaim": { "claimName": "x" } }),
+                &privileged,
+                "claim",
+            ),
+            (
+                serde_json::json!({ "name": "n", "nfs": { "server": "x", "path": "/" } }),
+                &baseline,
+                "type the provider does not allow",
+            ),
+            (
+                serde_json::json!({ "name": "c", "csi": { "driver": "x" } }),
+                &baseline,
+                "type the provider does not allow",
+            ),
+        ] {
+            let got = level.refusals(&grant, &meta, &spec(serde_json::json!([volume])));
+            assert!(got.iter().any(|r| r.contains(says)), "{volume}: {got:?}");
+        }
+        // Privileged admits network filesystems (its level), never claims.
+        let nfs = spec(serde_json::json!([{ "name": "n", "nfs": { "server": "x", "path": "/" } }]));
+        assert!(privileged.refusals(&grant, &meta, &nfs).is_empty());
+    }
+
+    #[test]
+    fn containers_ask_only_what_a_grant_holds_and_state_their_disk() {
+        let spec = |resources: serde_json::Value| -> PodSpec {
+            serde_json::from_value(serde_json::json!({
+                "containers": [{ "name": "app", "image": "app", "resources": resources }],
+            }))
+            .expect("spec")
+        };
+        let grant = Resources {
+            cpu: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                "4".into(),
+            )),
+            memory: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                "8Gi".into(),
+            )),
+            pods: None,
+        };
+        let a = Admission::default();
+        let meta = ObjectMeta::default();
+        let ok = spec(serde_json::json!({ "limits": {
+            "cpu": "4", "memory": "8Gi", "ephemeral-storage": "4Gi" } }));
+        assert_eq!(a.refusals(&grant, &meta, &ok), Vec::<String>::new());
+        for (resources, says) in [
+            (
+                serde_json::json!({ "limits": { "cpu": "1000", "ephemeral-storage": "1Gi" } }),
+                "cpu limit above",
+            ),
+            (
+                serde_json::json!({ "limits": { "memory": "1000Gi", "ephemeral-storage": "1Gi" } }),
+                "memory limit above",
+            ),
+            (serde_json::json!({}), "ephemeral-storage limit"),
+            (
+                serde_json::json!({ "limits": { "ephemeral-storage": "5Gi" } }),
+                "ephemeral-storage limit",
+            ),
+            (
+                serde_json::json!({ "limits": { "nvidia.com/gpu": "1", "ephemeral-storage": "1Gi" } }),
+                "nvidia.com/gpu is not in the grant",
+            ),
+            (
+                serde_json::json!({ "requests": { "hugepages-2Mi": "2Mi" }, "limits": { "ephemeral-storage": "1Gi" } }),
+                "hugepages-2Mi",
+            ),
+        ] {
+            let got = a.refusals(&grant, &meta, &spec(resources.clone()));
+            assert!(got.iter().any(|r| r.contains(says)), "{resources}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn reserved_names_are_refused_as_peer_namespaces() {
+        let a = Admission {
+            reserved_namespaces: vec!["cert-manager".to_owned(), "team-*".to_owned()],
+            ..Admission::default()
+        };
+        for name in [
+            "liqo",
+            "liqo-tenant-x",
+            "kube-system",
+            "kube-anything",
+            "default",
+            "istio-system",
+            "cert-manager",
+            "team-a",
+        ] {
+            assert!(!a.allows_namespace_name(name), "{name}");
+        }
+        for name in ["shop", "shop-home", "liqofoo", "systems", "cert-manager-x"] {
+            assert!(a.allows_namespace_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_defaults_admit_ordinary_workloads() {
         let a: Admission = serde_json::from_str("{}").expect("parses");
         assert_eq!(a, Admission::default());
-        assert_eq!(a.pod_security, Level::Restricted);
+        assert_eq!(a.pod_security, Level::Baseline);
+        assert_eq!(a.ephemeral_storage, "4Gi");
+        assert_eq!(a.objects, 1000);
         assert_eq!(
             a.describe(),
-            "pod security restricted, priority classes none, tolerations none, nodes any node, \
-             runtime class any, node ports 0, load balancers 0"
+            "pod security baseline, priority classes none, tolerations none, nodes any node, \
+             runtime class any, node ports 0, load balancers 0, local disk 4Gi per container, \
+             1000 objects of a kind per namespace"
         );
     }
 }

@@ -46,6 +46,22 @@ pub struct TenantSpec {
     /// (docs/offloading.md), which the consumer's virtual kubelet reads.
     #[serde(default)]
     pub admission: Admission,
+    /// The consumer's pod CIDR as it stated it at peering time: the one
+    /// network its end of the tunnel may name (docs/network.md), fixed by
+    /// the provider; only the provider's administrator changes it. Absent
+    /// in records of older versions, whose tunnels keep what they said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_cidr: Option<String>,
+}
+
+impl Tenant {
+    /// The pod CIDR the consumer is fixed to, if the provider fixed one.
+    pub fn pinned_pod_cidr(&self) -> Option<&str> {
+        self.spec
+            .pod_cidr
+            .as_deref()
+            .or_else(|| self.status.as_ref()?.pod_cidr.as_deref())
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -58,6 +74,11 @@ pub struct TenantStatus {
     /// the consumer's virtual kubelet refuses a pod that asks more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub largest_free_node: Option<Resources>,
+    /// The consumer's pod CIDR where the spec does not say it (a tenant
+    /// made for a peering token): the first its end of the tunnel named,
+    /// as the provider's gateway saw it; fixed from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_cidr: Option<String>,
 }
 
 /// The group of every peer identity; RBAC may name it, no human is in it.

@@ -25,6 +25,7 @@ pub mod capacity;
 pub mod core;
 pub mod discovery;
 pub mod following;
+pub mod home_level;
 pub mod images;
 pub mod names;
 pub mod netcheck;

@@ -27,9 +27,11 @@ pub enum Level {
     /// No restriction at all.
     Privileged,
     /// Prevents the known privilege escalations; a default pod passes.
+    /// What a provider gives its peers unless it says otherwise
+    /// (docs/offloading.md, "The default level").
+    #[default]
     Baseline,
     /// Baseline, and the current hardening practice on top.
-    #[default]
     Restricted,
 }
 
@@ -766,7 +768,7 @@ mod tests {
             .expect_err("names are lowercase");
         assert!(err.contains("privileged, baseline or restricted"), "{err}");
         assert!(Level::Privileged < Level::Baseline && Level::Baseline < Level::Restricted);
-        assert_eq!(Level::default(), Level::Restricted);
+        assert_eq!(Level::default(), Level::Baseline);
         assert_eq!(Level::Privileged.and_stricter(), Level::ALL);
         assert_eq!(
             Level::Baseline.and_stricter(),

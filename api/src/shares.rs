@@ -26,11 +26,26 @@ use crate::sharing::{Amounts, Resources, parse_bytes, parse_cpu_millis};
 /// The ResourceQuota holding a namespace's share of its tenant's grant.
 pub const SHARE_QUOTA: &str = "liqo-share";
 
-/// What a share bounds beside its part of the grant: the node ports and
-/// LoadBalancer Services the tenant's terms allow in each of its
-/// namespaces, the same in each (not divided).
+/// The kinds a peer writes in its namespaces, counted per namespace by
+/// its share ([`exposure_hard`]) up to its terms' `objects`.
+pub const COUNTED_OBJECTS: [&str; 6] = [
+    "services",
+    "configmaps",
+    "secrets",
+    "count/replicasets.apps",
+    "count/jobs.batch",
+    "count/endpointslices.discovery.k8s.io",
+];
+
+/// What a share bounds beside its part of the grant, the same in each of
+/// the tenant's namespaces (not divided): the node ports and LoadBalancer
+/// Services its terms allow, the objects of each kind it may hold
+/// ([`COUNTED_OBJECTS`]), and no storage at all (claims, whoever makes
+/// them: a generic ephemeral volume's claim is made by the provider's
+/// controller, and is counted too).
 pub fn exposure_hard(terms: &Admission) -> BTreeMap<String, Quantity> {
-    BTreeMap::from([
+    let objects = Quantity(terms.objects.to_string());
+    let mut hard = BTreeMap::from([
         (
             "services.nodeports".to_owned(),
             Quantity(terms.node_ports.to_string()),
@@ -39,7 +54,18 @@ pub fn exposure_hard(terms: &Admission) -> BTreeMap<String, Quantity> {
             "services.loadbalancers".to_owned(),
             Quantity(terms.load_balancers.to_string()),
         ),
-    ])
+        (
+            "persistentvolumeclaims".to_owned(),
+            Quantity("0".to_owned()),
+        ),
+        ("requests.storage".to_owned(), Quantity("0".to_owned())),
+    ]);
+    hard.extend(
+        COUNTED_OBJECTS
+            .iter()
+            .map(|k| ((*k).to_owned(), objects.clone())),
+    );
+    hard
 }
 
 /// Whether `quota`, a share already holding its part of the grant, must
@@ -50,9 +76,11 @@ pub fn exposure_to_write(quota: &ResourceQuota, terms: &Admission) -> bool {
     let Some(hard) = hard.filter(|h| h.contains_key(Counted::Pods.quota_key())) else {
         return false;
     };
+    // As numbers: the API server writes 1000 back as 1k.
+    let value = |q: &Quantity| parse_bytes(&q.0);
     exposure_hard(terms)
         .iter()
-        .any(|(k, v)| hard.get(k).map(|q| q.0.as_str()) != Some(v.0.as_str()))
+        .any(|(k, v)| hard.get(k).and_then(value) != value(v))
 }
 
 /// On a twin namespace: what the consumer's pods there request, as JSON
@@ -613,13 +641,32 @@ mod tests {
         };
         assert!(!exposure_to_write(&quota(&[]), &terms));
         assert!(exposure_to_write(&quota(&[("pods", "3")]), &terms));
-        let done = quota(&[
-            ("pods", "3"),
-            ("services.nodeports", "2"),
-            ("services.loadbalancers", "0"),
-        ]);
+        let mut written: Vec<(String, String)> = exposure_hard(&terms)
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        written.push(("pods".to_owned(), "3".to_owned()));
+        // As the API server writes them back.
+        for (_, v) in &mut written {
+            if v == "1000" {
+                *v = "1k".to_owned();
+            }
+        }
+        let pairs: Vec<(&str, &str)> = written
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let done = quota(&pairs);
         assert!(!exposure_to_write(&done, &terms));
         assert!(exposure_to_write(&done, &Admission::default()));
+        for key in [
+            "persistentvolumeclaims",
+            "requests.storage",
+            "configmaps",
+            "count/jobs.batch",
+        ] {
+            assert!(exposure_hard(&terms).contains_key(key), "{key}");
+        }
     }
 
     #[test]

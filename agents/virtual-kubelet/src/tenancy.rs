@@ -35,9 +35,10 @@ use crate::provider::{ProviderClient, RETRY_PERIOD};
 pub enum Terms {
     /// Not read yet: nothing is sent until it is.
     NotRead,
-    /// The provider's terms: twins carry its Pod Security labels, and pods
-    /// it would refuse are refused here, before they are sent.
-    Stated(Admission),
+    /// The provider's terms, and the grant its policies bound limits
+    /// with: twins carry its Pod Security labels, and pods it would refuse
+    /// are refused here, before they are sent.
+    Stated(Admission, Resources),
     /// The provider states none (a version without them, which refuses
     /// the read): pods are sent as they are, and it decides.
     Unstated,
@@ -90,7 +91,10 @@ pub async fn keep_record(
                 }
             };
             let terms = match &read {
-                Some(Ok(tenant)) => Some(Terms::Stated(tenant.spec.admission.clone())),
+                Some(Ok(tenant)) => Some(Terms::Stated(
+                    tenant.spec.admission.clone(),
+                    tenant.spec.grant.clone(),
+                )),
                 Some(Err(unstated)) => Some(unstated.clone()),
                 None => None,
             };

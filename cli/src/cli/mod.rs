@@ -462,6 +462,20 @@ pub struct SharingPolicySetArgs {
     /// namespaces (0, the default, refuses them).
     #[arg(long, value_name = "COUNT")]
     pub load_balancers: Option<u32>,
+    /// The local disk (ephemeral-storage) each container of the peer may
+    /// use at most (4Gi by default).
+    #[arg(long, value_name = "QUANTITY")]
+    pub ephemeral_storage: Option<String>,
+    /// How many objects of each kind (Services, ConfigMaps, Secrets,
+    /// ReplicaSets, Jobs, EndpointSlices) the peer may hold in each of its
+    /// namespaces (1000 by default).
+    #[arg(long, value_name = "COUNT")]
+    pub objects: Option<u32>,
+    /// Namespace names no peer may take beyond liqo, liqo-*, kube-*,
+    /// default and *-system: those this cluster's installers will make
+    /// (NAME, PREFIX* or *SUFFIX, comma-separated; "" for none).
+    #[arg(long, value_name = "NAME,...")]
+    pub reserved_namespaces: Option<String>,
 }
 
 #[derive(Args, Debug)]

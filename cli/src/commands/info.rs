@@ -5,12 +5,12 @@
 
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, NodeSelector};
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeSelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
 use kube::api::ListParams;
 use liqo_api::ClusterIdentity;
-use liqo_api::admission::Admission;
+use liqo_api::admission::{Admission, labels as pss};
 use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, labels, peering};
@@ -24,6 +24,7 @@ use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::agents::deployment_ready;
 use crate::kube::cluster::read_identity;
+use crate::peering::refused::{self, Refusing};
 use crate::peering::tether::State;
 use crate::peering::tokens::{TokenView, tokens_of};
 use crate::printer::Printer;
@@ -200,6 +201,13 @@ struct Offloaded {
     cluster_selector: Option<NodeSelector>,
     /// Per selected provider, as its virtual kubelet reports it.
     clusters: Vec<ClusterOffloadingStatus>,
+    /// The Pod Security level its pods are held to here (its providers'
+    /// strictest): `enforce` where every pod goes to a provider, `warn`
+    /// where they may stay home.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod_security: Option<String>,
+    /// Its pods being refused now; a namespace with any is not ready.
+    refusing: Refusing,
 }
 
 pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyhow::Result<()> {
@@ -483,17 +491,36 @@ async fn offloaded(cluster: &ClusterClient) -> anyhow::Result<Vec<Offloaded>> {
         .list(&ListParams::default())
         .await
         .map_err(|e| cluster.explain(e, "listing offloaded namespaces"))?;
-    Ok(list
-        .items
-        .into_iter()
-        .map(|o| Offloaded {
-            namespace: o.metadata.namespace.unwrap_or_default(),
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let mut out = Vec::new();
+    for o in list.items {
+        let namespace = o.metadata.namespace.unwrap_or_default();
+        let labels = namespaces
+            .get_opt(&namespace)
+            .await
+            .map_err(|e| cluster.explain(e, &format!("reading namespace {namespace}")))?
+            .and_then(|n| n.metadata.labels)
+            .unwrap_or_default();
+        let pod_security = [pss::ENFORCE, pss::WARN].iter().find_map(|mode| {
+            let level = labels.get(*mode)?;
+            let how = if *mode == pss::ENFORCE {
+                "enforced"
+            } else {
+                "warned"
+            };
+            Some(format!("{level} ({how})"))
+        });
+        out.push(Offloaded {
+            refusing: refused::refusing(cluster, &namespace).await?,
+            namespace,
             pod_offloading_strategy: o.spec.pod_offloading_strategy.as_str().to_owned(),
             namespace_mapping_strategy: o.spec.namespace_mapping_strategy.as_str().to_owned(),
             cluster_selector: o.spec.cluster_selector,
             clusters: o.status.map(|s| s.clusters).unwrap_or_default(),
-        })
-        .collect())
+            pod_security,
+        });
+    }
+    Ok(out)
 }
 
 fn render(info: &Info) -> String {
@@ -584,13 +611,29 @@ fn render(info: &Info) -> String {
             };
             let head = vec![
                 o.namespace.clone(),
-                o.pod_offloading_strategy.clone(),
+                match &o.pod_security {
+                    Some(level) => format!("{}\n{level}", o.pod_offloading_strategy),
+                    None => o.pod_offloading_strategy.clone(),
+                },
                 o.namespace_mapping_strategy.clone(),
                 selector,
             ];
+            // Pods being refused: the namespace is not ready, whatever its
+            // twins say.
+            let refusing = (o.refusing.pods > 0).then(|| {
+                format!(
+                    "Not ready: {} pod{} refused: {}",
+                    o.refusing.pods,
+                    if o.refusing.pods == 1 { "" } else { "s" },
+                    o.refusing.why.as_deref().unwrap_or("")
+                )
+            });
             if o.clusters.is_empty() {
                 let mut row = head.clone();
-                row.extend(["-".into(), "-".into(), "no peer has reported".into()]);
+                let status = refusing
+                    .clone()
+                    .unwrap_or_else(|| "no peer has reported".into());
+                row.extend(["-".into(), "-".into(), status]);
                 offloaded.add_row(row);
             }
             // One row per peer; the namespace's columns only on the first.
@@ -600,7 +643,9 @@ fn render(info: &Info) -> String {
                 } else {
                     vec![String::new(); 4]
                 };
-                let status = if c.ready {
+                let status = if let Some(refusing) = refusing.clone().filter(|_| i == 0) {
+                    refusing
+                } else if c.ready {
                     "Ready".to_owned()
                 } else {
                     let why = [c.reason.as_deref(), c.message.as_deref()];

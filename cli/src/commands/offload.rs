@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -30,6 +30,7 @@ use crate::kube::cluster::{read_identity, serves_mutating_admission_policy};
 use crate::kube::wait::{self, Waited};
 use crate::manifests;
 use crate::peering::offloading::{self, Removed};
+use crate::peering::refused;
 use crate::printer::Printer;
 
 pub async fn offload(
@@ -111,7 +112,7 @@ pub async fn offload(
     }
     step.done("");
 
-    let selected = selected_peers(&cluster, &spec).await?;
+    let selected = offloading::selected_peers(&cluster, &spec).await?;
     if selected.is_empty() {
         printer.info("note: no outgoing peering is selected yet; the namespaces are offloaded to peers as they come");
     }
@@ -174,6 +175,12 @@ pub async fn offload(
             step.done("");
         }
     }
+    let terms = offloading::providers_terms(&cluster, &BTreeMap::new()).await?;
+    let selected_terms: BTreeMap<String, offloading::Terms> = terms
+        .into_iter()
+        .filter(|(id, _)| selected.contains(id))
+        .collect();
+    let level = selected_terms.values().map(|(t, _)| t.pod_security).max();
     for ns in &args.names {
         printer.result(format!(
             "namespace {ns} offloaded (pods: {}, twin namespaces: {}) to {}",
@@ -185,6 +192,24 @@ pub async fn offload(
                 selected.join(", ")
             }
         ));
+        if let Some(level) = level {
+            let how = match spec.pod_offloading_strategy {
+                PodOffloadingStrategy::Remote => {
+                    "enforced here: a pod below it is refused at creation"
+                }
+                PodOffloadingStrategy::LocalAndRemote => {
+                    "warned here; a pod below it runs only at home"
+                }
+                PodOffloadingStrategy::Local => "not used: its pods stay here",
+            };
+            printer.result(format!("  pod security: {level} ({how})"));
+        }
+        for r in refused::workloads(&cluster, ns, &selected_terms).await? {
+            printer.info(format!(
+                "warning: {ns}: {}: cluster {} would refuse its pods: {}",
+                r.workload, r.provider, r.why
+            ));
+        }
     }
     Ok(())
 }
@@ -393,27 +418,6 @@ async fn placement_served(
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-}
-
-/// The cluster IDs of the providers whose virtual node the spec selects.
-async fn selected_peers(
-    cluster: &ClusterClient,
-    spec: &NamespaceOffloadingSpec,
-) -> anyhow::Result<Vec<String>> {
-    let nodes: Api<Node> = Api::all(cluster.client.clone());
-    let list = nodes
-        .list(&ListParams::default().labels(&format!("{}=true", labels::VIRTUAL_NODE)))
-        .await
-        .map_err(|e| cluster.explain(e, "listing virtual nodes"))?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter_map(|n| {
-            let node_labels: BTreeMap<String, String> = n.metadata.labels.unwrap_or_default();
-            let id = node_labels.get(labels::PEER_CLUSTER_ID).cloned()?;
-            liqo_api::offloading::selects(spec, &node_labels).then_some(id)
-        })
-        .collect())
 }
 
 #[cfg(test)]

@@ -349,6 +349,42 @@ fn merge_admission(a: &mut Admission, args: &SharingPolicySetArgs) -> Result<(),
     if let Some(n) = args.load_balancers {
         a.load_balancers = n;
     }
+    if let Some(v) = &args.ephemeral_storage {
+        let v = v.trim();
+        if liqo_api::sharing::parse_bytes(v).is_none() {
+            return Err(bad(
+                "--ephemeral-storage",
+                v,
+                "is not a quantity of bytes (e.g. 4Gi)".to_owned(),
+            ));
+        }
+        a.ephemeral_storage = v.to_owned();
+    }
+    if let Some(n) = args.objects {
+        a.objects = n;
+    }
+    if let Some(v) = &args.reserved_namespaces {
+        a.reserved_namespaces = list(v);
+        for p in &a.reserved_namespaces {
+            let name = p
+                .strip_suffix('*')
+                .or_else(|| p.strip_prefix('*'))
+                .unwrap_or(p);
+            let fits = !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            if !fits {
+                return Err(bad(
+                    "--reserved-namespaces",
+                    p,
+                    "is not a namespace name, NAME* or *NAME (lowercase letters, digits, -)"
+                        .to_owned(),
+                ));
+            }
+        }
+    }
     Ok(())
 }
 

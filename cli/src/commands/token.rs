@@ -251,6 +251,10 @@ impl Issue<'_> {
             };
             let mut record = objects.remove(pos);
             if let Manifest::Tenant(r) = &mut record {
+                // The consumer is not known yet: its pod CIDR is fixed
+                // by the provider's gateway when its end of the tunnel
+                // first comes (docs/network.md).
+                r.spec.pod_cidr = None;
                 r.metadata
                     .labels
                     .get_or_insert_default()

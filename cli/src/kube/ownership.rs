@@ -29,8 +29,19 @@ pub enum Ownership {
     Foreign,
 }
 
-/// Whether liqoctl made the object: our label, or our field manager.
+/// Whether liqoctl made the object: our label, or our field manager. A
+/// namespace labelled as a peer's (`liqo.io/tenant`) is the peer's, who
+/// may write any label and field manager it likes: those prove nothing
+/// there (a peer may only create namespaces so labelled, and none under a
+/// name liqoctl uses: docs/offloading.md).
 pub fn is_ours(meta: &ObjectMeta) -> bool {
+    let a_peers = meta
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(labels::TENANT));
+    if a_peers {
+        return false;
+    }
     let labelled = meta
         .labels
         .as_ref()

@@ -18,7 +18,10 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use liqo_api::ClusterId;
-use liqo_api::admission::{ALWAYS_TOLERATED, labels as pss};
+use liqo_api::admission::{
+    ALWAYS_RESERVED_NAMESPACES, ALWAYS_TOLERATED, CONTAINER_RESOURCES, NAMESPACE_LABELS,
+    VOLUME_TYPES, labels as pss,
+};
 use liqo_api::names::{labels, peering};
 
 use crate::manifests::validation::{
@@ -40,6 +43,10 @@ pub const ENDPOINT_SLICES: &str = "liqo-peer-endpointslices";
 pub const POD_SECURITY: &str = "liqo-peer-pod-security";
 /// Secrets a peer writes.
 pub const SECRETS: &str = "liqo-peer-secrets";
+/// The names and labels of the namespaces a peer creates.
+pub const NAMESPACE_NAMES: &str = "liqo-peer-namespace-names";
+/// A peer's end of the tunnel, in its tenant namespace.
+pub const CONNECTIONS: &str = "liqo-peer-connections";
 
 /// The prefix of every peer identity's user name (see
 /// [`liqo_api::authentication::peer_user`]).
@@ -53,6 +60,8 @@ pub fn policies() -> Vec<Manifest> {
         services_policy(),
         endpoint_slices_policy(),
         pod_security_policy(),
+        namespace_names_policy(),
+        connections_policy(),
         secrets_policy(),
         // No parameter: one binding for every peer.
         deny_binding(
@@ -65,7 +74,15 @@ pub fn policies() -> Vec<Manifest> {
 
 /// The names of the policies that take a peer's terms, with a binding per
 /// peer.
-pub const BOUND_PER_PEER: [&str; 5] = [PODS, WORKLOADS, SERVICES, ENDPOINT_SLICES, POD_SECURITY];
+pub const BOUND_PER_PEER: [&str; 7] = [
+    PODS,
+    WORKLOADS,
+    SERVICES,
+    ENDPOINT_SLICES,
+    POD_SECURITY,
+    NAMESPACE_NAMES,
+    CONNECTIONS,
+];
 
 /// The name of `consumer`'s binding of `policy`.
 pub fn binding_name(policy: &str, consumer: &ClusterId) -> String {
@@ -105,7 +122,7 @@ pub fn bindings(consumer: &ClusterId, tenant_labels: &BTreeMap<String, String>) 
             let spec = match *policy {
                 // The namespaces it creates are selected by their own
                 // label (a namespace has no namespace to select).
-                POD_SECURITY => ValidatingAdmissionPolicyBindingSpec {
+                POD_SECURITY | NAMESPACE_NAMES => ValidatingAdmissionPolicyBindingSpec {
                     param_ref: tenant(),
                     match_resources: Some(MatchResources {
                         object_selector: Some(own_label()),
@@ -128,6 +145,22 @@ pub fn bindings(consumer: &ClusterId, tenant_labels: &BTreeMap<String, String>) 
                         ..Default::default()
                     }),
                     match_resources: own_namespaces(),
+                    ..Default::default()
+                },
+                // Its end of the tunnel, in its tenant namespace (which
+                // is not labelled as its own: it may not change it).
+                CONNECTIONS => ValidatingAdmissionPolicyBindingSpec {
+                    param_ref: tenant(),
+                    match_resources: Some(MatchResources {
+                        namespace_selector: Some(LabelSelector {
+                            match_labels: Some(BTreeMap::from([(
+                                "kubernetes.io/metadata.name".to_owned(),
+                                peering::tenant_namespace(consumer),
+                            )])),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 },
                 _ => ValidatingAdmissionPolicyBindingSpec {
@@ -279,6 +312,11 @@ fn pod_policy(name: &str) -> Manifest {
             ),
         ),
     ];
+    let validations = validations
+        .into_iter()
+        .chain(volume_rules(spec, what, at_creation))
+        .chain(resource_rules(what, at_creation))
+        .collect();
     let (resources, conditions) = if pods {
         (vec![rule("", &["pods"])], None)
     } else {
@@ -287,14 +325,128 @@ fn pod_policy(name: &str) -> Manifest {
             Some(by_a_peer()),
         )
     };
+    let variables = terms()
+        .into_iter()
+        .chain([
+            variable("grant", "params.spec.grant"),
+            variable(
+                "containers",
+                format!(
+                    "{spec}.containers + (has({spec}.initContainers) ? {spec}.initContainers : [])"
+                ),
+            ),
+        ])
+        .collect();
     policy(
         name,
         tenant_kind(),
         resources,
         conditions,
-        terms(),
+        variables,
         validations,
     )
+}
+
+/// The volume rules of [`pod_policy`] (see `Admission::refusals`): no
+/// token of the provider's, no claim, and below `privileged` only the
+/// volume types that hold what the peer put in its namespace.
+fn volume_rules(spec: &str, what: &str, at_creation: &str) -> Vec<Validation> {
+    let volumes = |check: &str| {
+        format!("{at_creation}!has({spec}.volumes) || {spec}.volumes.all(v, {check})")
+    };
+    let types = VOLUME_TYPES
+        .iter()
+        .map(|t| format!("has(v.{t})"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    vec![
+        forbidden(
+            volumes(
+                "!has(v.projected) || !has(v.projected.sources) || \
+                 v.projected.sources.all(s, !has(s.serviceAccountToken))",
+            ),
+            format!(
+                "'a peer\\'s {what} may not mount a service account token of the provider\\'s: \
+                 set automountServiceAccountToken: false and mount no serviceAccountToken'"
+            ),
+        ),
+        forbidden(
+            volumes("!has(v.persistentVolumeClaim) && !has(v.ephemeral)"),
+            format!(
+                "'a peer\\'s {what} may not mount claims nor generic ephemeral volumes: \
+                 the provider grants no storage'"
+            ),
+        ),
+        forbidden(
+            format!(
+                "{at_creation}variables.terms.podSecurity == 'privileged' || !has({spec}.volumes) || \
+                 {spec}.volumes.all(v, {types})"
+            ),
+            format!(
+                "'a peer\\'s {what} may mount only volumes of types {}'",
+                VOLUME_TYPES.join(", ")
+            ),
+        ),
+    ]
+}
+
+/// The resource rules of [`pod_policy`] (see `Admission::refusals`):
+/// only what a grant holds, no CPU or memory limit above the whole grant,
+/// and the local disk stated and bounded by the terms in what the peer
+/// itself writes (pods its old templates make keep running).
+fn resource_rules(what: &str, at_creation: &str) -> Vec<Validation> {
+    let allowed = CONTAINER_RESOURCES
+        .iter()
+        .map(|r| format!("'{r}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let limit = |r: &str| {
+        format!("has(c.resources) && has(c.resources.limits) && '{r}' in c.resources.limits")
+    };
+    let within_grant = |r: &str| {
+        format!(
+            "{at_creation}!has(variables.grant.{r}) || variables.containers.all(c, !({}) || \
+             quantity(c.resources.limits['{r}']).compareTo(quantity(string(variables.grant.{r}))) <= 0)",
+            limit(r)
+        )
+    };
+    vec![
+        forbidden(
+            format!(
+                "{at_creation}variables.containers.all(c, !has(c.resources) || \
+                 ((!has(c.resources.requests) || c.resources.requests.all(k, k in [{allowed}])) && \
+                 (!has(c.resources.limits) || c.resources.limits.all(k, k in [{allowed}]))))"
+            ),
+            format!(
+                "'a peer\\'s {what} may ask only for {}: nothing else is in its grant'",
+                CONTAINER_RESOURCES.join(", ")
+            ),
+        ),
+        forbidden(
+            within_grant("cpu"),
+            format!(
+                "'a peer\\'s {what} may not have a cpu limit above its whole grant, ' + string(variables.grant.cpu)"
+            ),
+        ),
+        forbidden(
+            within_grant("memory"),
+            format!(
+                "'a peer\\'s {what} may not have a memory limit above its whole grant, ' + string(variables.grant.memory)"
+            ),
+        ),
+        forbidden(
+            format!(
+                "{at_creation}!request.userInfo.username.startsWith('{PEER_PREFIX}') || \
+                 !has(variables.terms.ephemeralStorage) || variables.containers.all(c, {} && \
+                 quantity(c.resources.limits['ephemeral-storage']).compareTo(quantity(variables.terms.ephemeralStorage)) <= 0)",
+                limit("ephemeral-storage")
+            ),
+            format!(
+                "'every container of a peer\\'s {what} must state an ephemeral-storage limit of at most ' + \
+                 (has(variables.terms.ephemeralStorage) ? variables.terms.ephemeralStorage : '')"
+            ),
+        ),
+    ]
 }
 
 fn services_policy() -> Manifest {
@@ -310,6 +462,11 @@ fn services_policy() -> Manifest {
                 "!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
                 "'a peer\\'s Services may not set externalIPs: they would take that address over \
                  for every pod of the provider (CVE-2020-8554)'",
+            ),
+            forbidden(
+                format!("!({})", type_is("ExternalName")),
+                "'a peer\\'s Services may not be ExternalName: an alias on the provider\\'s DNS \
+                 may name any host the provider reaches, its own Services included'",
             ),
             forbidden(
                 format!(
@@ -414,6 +571,89 @@ fn pod_security_policy() -> Manifest {
                     label("object")
                 ),
                 "'a peer may not change the Pod Security labels of its namespaces'",
+            ),
+        ],
+    )
+}
+
+/// The names a peer's namespaces may take and the labels they may carry
+/// (see `Admission::allows_namespace_name` and `NAMESPACE_LABELS`).
+fn namespace_names_policy() -> Manifest {
+    let reserved = ALWAYS_RESERVED_NAMESPACES
+        .iter()
+        .map(|p| format!("'{p}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let allowed = NAMESPACE_LABELS
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let psa = "pod-security.kubernetes.io/";
+    policy(
+        NAMESPACE_NAMES,
+        tenant_kind(),
+        vec![rule("", &["namespaces"])],
+        Some(by_a_peer()),
+        vec![
+            variable("name", "object.metadata.name"),
+            variable(
+                "reserved",
+                format!(
+                    "[{reserved}] + (has(params.spec.admission.reservedNamespaces) ? \
+                     params.spec.admission.reservedNamespaces : [])"
+                ),
+            ),
+        ],
+        vec![
+            forbidden(
+                "request.operation != 'CREATE' || !variables.reserved.exists(p, \
+                 p.endsWith('*') ? variables.name.startsWith(p.substring(0, size(p) - 1)) : \
+                 (p.startsWith('*') ? variables.name.endsWith(p.substring(1)) : variables.name == p))",
+                "'the name ' + variables.name + ' is reserved on this cluster: a peer\\'s namespaces may not take ' + \
+                 variables.reserved.join(', ')",
+            ),
+            forbidden(
+                format!(
+                    "!has(object.metadata.labels) || object.metadata.labels.all(k, k in [{allowed}] || \
+                     k.startsWith('{psa}') || (request.operation == 'UPDATE' && \
+                     has(oldObject.metadata.labels) && k in oldObject.metadata.labels && \
+                     oldObject.metadata.labels[k] == object.metadata.labels[k]))"
+                ),
+                format!(
+                    "'a peer\\'s namespaces may carry only the labels {}, and {psa}*'",
+                    NAMESPACE_LABELS.join(", ")
+                ),
+            ),
+        ],
+    )
+}
+
+/// A peer's end of the tunnel: the network it is seen from is the one the
+/// provider fixed when it peered (the Tenant record's `spec.podCidr`, or
+/// where a token's tenant did not know it yet, the first its gateway saw:
+/// `status.podCidr`), and the cluster it names is its own.
+fn connections_policy() -> Manifest {
+    policy(
+        CONNECTIONS,
+        tenant_kind(),
+        vec![rule(liqo_api::names::GROUP, &["connections"])],
+        Some(by_a_peer()),
+        vec![variable(
+            "pinned",
+            "has(params.spec.podCidr) ? params.spec.podCidr : \
+             (has(params.status) && has(params.status.podCidr) ? params.status.podCidr : '')",
+        )],
+        vec![
+            forbidden(
+                "variables.pinned == '' || object.spec.podCidr == variables.pinned",
+                "'a peer\\'s Connection must name the pod CIDR it peered with, ' + variables.pinned + \
+                 ': only the provider\\'s administrator changes it (its Tenant record)'",
+            ),
+            forbidden(
+                "request.operation != 'UPDATE' || (object.spec.podCidr == oldObject.spec.podCidr && \
+                 object.spec.clusterId == oldObject.spec.clusterId)",
+                "'a peer may not change the pod CIDR nor the cluster of its Connection'",
             ),
         ],
     )

@@ -18,6 +18,7 @@ pub mod network;
 pub mod offloading;
 pub mod outgoing;
 pub mod phases;
+pub mod refused;
 pub mod report;
 pub mod tenant;
 pub mod terms;

@@ -3,13 +3,20 @@
 //! (docs/offloading.md). The twin namespaces and pods are the virtual
 //! kubelets'.
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::conditions;
 use liqo_api::ClusterId;
+use liqo_api::admission::Admission;
+use liqo_api::core::ForeignCluster;
+use liqo_api::home_level;
 use liqo_api::names::{self, labels};
-use liqo_api::offloading::NamespaceOffloading;
+use liqo_api::offloading::{NamespaceOffloading, NamespaceOffloadingSpec, PodOffloadingStrategy};
+use liqo_api::pod_security::Level;
+use liqo_api::sharing::Resources;
 use serde_json::json;
 
 use crate::factory::ClusterClient;
@@ -70,6 +77,9 @@ pub(crate) async fn apply(
         )
         .await?;
     }
+    // Its pods are judged here by its providers' Pod Security level
+    // before any of them is placed on a virtual node.
+    follow_level(cluster, ns, Some(&object.spec), &BTreeMap::new()).await?;
     // After the offloading exists, so that no pod is placed on a virtual
     // node before a peer is told to take it.
     let placement = json!({ "metadata": { "labels": {
@@ -81,6 +91,133 @@ pub(crate) async fn apply(
         .patch(ns, &PatchParams::default(), &Patch::Merge(&placement))
         .await
         .map_err(|e| cluster.explain(e, &format!("labelling namespace {ns}")))?;
+    Ok(())
+}
+
+/// The cluster IDs of the providers whose virtual node `spec` selects.
+pub(crate) async fn selected_peers(
+    cluster: &ClusterClient,
+    spec: &NamespaceOffloadingSpec,
+) -> anyhow::Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    let list = nodes
+        .list(&ListParams::default().labels(&format!("{}=true", labels::VIRTUAL_NODE)))
+        .await
+        .map_err(|e| cluster.explain(e, "listing virtual nodes"))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|n| {
+            let node_labels: BTreeMap<String, String> = n.metadata.labels.unwrap_or_default();
+            let id = node_labels.get(labels::PEER_CLUSTER_ID).cloned()?;
+            liqo_api::offloading::selects(spec, &node_labels).then_some(id)
+        })
+        .collect())
+}
+
+/// What a provider admits from this cluster: its terms, and the grant.
+pub(crate) type Terms = (Admission, Resources);
+
+/// The terms each provider of this cluster's outgoing peerings gives it,
+/// by cluster ID, as its virtual kubelet last read them (the
+/// ForeignCluster's status), or as `known` says (a peering just made,
+/// whose agent may not have read them yet).
+pub(crate) async fn providers_terms(
+    cluster: &ClusterClient,
+    known: &BTreeMap<String, Terms>,
+) -> anyhow::Result<BTreeMap<String, Terms>> {
+    let peers: Api<ForeignCluster> = Api::all(cluster.client.clone());
+    let list = peers
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.explain(e, "listing the peers"))?;
+    let mut terms: BTreeMap<String, Terms> = list
+        .items
+        .into_iter()
+        .filter_map(|fc| {
+            let status = fc.status?;
+            let terms = (status.admission?, status.grant.unwrap_or_default());
+            Some((fc.spec.cluster_id.to_string(), terms))
+        })
+        .collect();
+    terms.extend(known.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(terms)
+}
+
+/// Puts namespace `ns` at the Pod Security level of the providers its
+/// offloading `spec` selects (`None`: no longer offloaded, so its own
+/// labels come back): see [`liqo_api::home_level`]. Returns the level,
+/// `None` where no selected provider's terms are known yet.
+pub(crate) async fn follow_level(
+    cluster: &ClusterClient,
+    ns: &str,
+    spec: Option<&NamespaceOffloadingSpec>,
+    known: &BTreeMap<String, Terms>,
+) -> anyhow::Result<Option<Level>> {
+    let (strategy, level) = match spec {
+        Some(spec) => {
+            let selected = selected_peers(cluster, spec).await?;
+            let terms = providers_terms(cluster, known).await?;
+            let level = selected
+                .iter()
+                .filter_map(|id| terms.get(id))
+                .map(|(t, _)| t.pod_security)
+                .max();
+            (spec.pod_offloading_strategy, level)
+        }
+        None => (PodOffloadingStrategy::Local, None),
+    };
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let Some(found) = namespaces
+        .get_opt(ns)
+        .await
+        .map_err(|e| cluster.explain(e, &format!("reading namespace {ns}")))?
+    else {
+        return Ok(level);
+    };
+    let changes = home_level::changes(
+        strategy,
+        level,
+        found.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+        found
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap_or(&BTreeMap::new()),
+    );
+    if !changes.is_empty() {
+        let patch = json!({ "metadata": {
+            "labels": changes.labels,
+            "annotations": changes.annotations,
+        } });
+        namespaces
+            .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| cluster.explain(e, &format!("setting the Pod Security labels of {ns}")))?;
+    }
+    Ok(level)
+}
+
+/// Puts every offloaded namespace at the level of the providers it
+/// selects, with `known` terms for peerings just made.
+pub(crate) async fn follow_levels(
+    cluster: &ClusterClient,
+    known: &BTreeMap<String, Terms>,
+) -> anyhow::Result<()> {
+    let api: Api<NamespaceOffloading> = Api::all(cluster.client.clone());
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.explain(e, "listing the offloaded namespaces"))?;
+    for o in list.items {
+        let Some(ns) = o.metadata.namespace.as_deref() else {
+            continue;
+        };
+        if o.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        follow_level(cluster, ns, Some(&o.spec), known).await?;
+    }
     Ok(())
 }
 
@@ -112,6 +249,7 @@ pub(crate) async fn remove(
         .patch(ns, &PatchParams::default(), &Patch::Merge(&placement))
         .await
         .map_err(|e| cluster.explain(e, &format!("unlabelling namespace {ns}")))?;
+    follow_level(cluster, ns, None, &BTreeMap::new()).await?;
     let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
     let uid = match api
         .delete(names::NAMESPACE_OFFLOADING, &DeleteParams::default())

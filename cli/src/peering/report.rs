@@ -1,11 +1,17 @@
 //! What a peering reports when it is done: the report `peer -o json|yaml`
 //! prints, or a line each for people.
 
+use std::collections::BTreeMap;
+
+use kube::Api;
+use liqo_api::admission::Admission;
+use liqo_api::authentication::Tenant;
 use liqo_api::sharing::{self, Resources};
 use serde::Serialize;
 
 use super::consumer::wait_for_virtual_node;
 use super::network;
+use super::offloading;
 use super::phases::Peering;
 use crate::cli::OutputFormat;
 use crate::printer::Printer;
@@ -24,6 +30,10 @@ pub(crate) struct Report {
     pub certificate_expiry: String,
     pub tenant_namespace: String,
     pub virtual_node: String,
+    /// What the provider admits from this cluster beyond the grant (its
+    /// Pod Security level, ...), as its record of this cluster says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terms: Option<Admission>,
     /// The tunnel, unless peered with --no-network.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<network::Linked>,
@@ -47,14 +57,41 @@ impl Peering<'_> {
             self.printer,
         )
         .await?;
-        Report::of(self, node)
+        let terms = self.terms().await?;
+        // The namespaces offloaded already to every peer hold its pods to
+        // its level too, where it is stricter.
+        if let Some(terms) = &terms {
+            let known = BTreeMap::from([(
+                self.provider_id()?.cluster_id.to_string(),
+                (terms.clone(), self.granted.grant.clone()),
+            )]);
+            offloading::follow_levels(self.consumer()?, &known).await?;
+        }
+        Report::of(self, node, terms)
+    }
+
+    /// The provider's terms for this cluster, from its Tenant record (the
+    /// consumer may read its own); `None` from a provider that states
+    /// none.
+    async fn terms(&self) -> anyhow::Result<Option<Admission>> {
+        let provider = self.provider()?;
+        let records: Api<Tenant> = Api::all(provider.client.clone());
+        match records.get_opt(self.tenant()?.as_str()).await {
+            Ok(record) => Ok(record.map(|r| r.spec.admission)),
+            Err(kube::Error::Api(s)) if s.code == 403 => Ok(None),
+            Err(e) => Err(provider.explain(e, "reading this cluster's terms")),
+        }
     }
 }
 
 impl Report {
     /// The report of a peering whose phases are done, with its virtual
     /// node ready.
-    fn of(run: &Peering<'_>, virtual_node: String) -> anyhow::Result<Self> {
+    fn of(
+        run: &Peering<'_>,
+        virtual_node: String,
+        terms: Option<Admission>,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
             consumer: run.consumer()?.name.clone(),
             // As this run reached it: by its kubeconfig's name, or by the
@@ -66,6 +103,7 @@ impl Report {
             certificate_expiry: run.expiry.clone().unwrap_or_default(),
             tenant_namespace: liqo_api::names::peering::tenant_namespace(run.tenant()?),
             virtual_node,
+            terms,
             network: run.linked.clone(),
         })
     }
@@ -92,6 +130,12 @@ pub(crate) fn print_reports(
             report.virtual_node,
             show_resources(&report.grant)
         ));
+        if let Some(terms) = &report.terms {
+            printer.result(format!(
+                "  terms: its pods run at Pod Security {} there (liqoctl info peer {} says the rest)",
+                terms.pod_security, report.provider_cluster_id
+            ));
+        }
         if let Some(linked) = &report.network {
             printer.result(format!(
                 "  network: tunnel to {}; its pods are seen here as {}, ours there as {}",

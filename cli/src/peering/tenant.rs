@@ -228,6 +228,7 @@ pub fn manifests(
                 grant: grant.clone(),
                 cost: cost.cloned(),
                 admission: admission.clone(),
+                pod_cidr: Some(consumer.pod_cidr.to_string()),
             },
             status: None,
         })),

@@ -145,7 +145,7 @@ pub async fn bring_under(
         }
         brought
             .would_refuse
-            .extend(refused_pods(provider, &ns, terms).await?);
+            .extend(refused_pods(provider, &ns, terms, &tenant.spec.grant).await?);
     }
     Ok(Some(brought))
 }
@@ -171,6 +171,7 @@ async fn refused_pods(
     provider: &ClusterClient,
     ns: &str,
     terms: &Admission,
+    grant: &liqo_api::sharing::Resources,
 ) -> anyhow::Result<Vec<String>> {
     let pods: Api<Pod> = Api::namespaced(provider.client.clone(), ns);
     let list = pods
@@ -184,7 +185,9 @@ async fn refused_pods(
             continue;
         }
         let Some(spec) = &pod.spec else { continue };
-        let why = terms.refusals(&pod.metadata, spec);
+        // Made by the provider's controllers from the peer's templates,
+        // its replacements need no disk limit.
+        let why = terms.refusals(grant, &pod.metadata, &terms.with_disk_limits(spec.clone()));
         if !why.is_empty() {
             out.push(format!(
                 "{ns}/{}: {}",

@@ -715,9 +715,11 @@ impl Drop for ScriptDir {
 
 /// `object` (JSON of a Pod, or of anything holding pod templates: a
 /// Deployment, a Job) with every pod spec in it made to pass the Pod
-/// Security `restricted` level, the level a provider gives its peers by
-/// default: not root, no privilege escalation, no capabilities, the
-/// runtime's seccomp profile. Fields the object sets itself are kept.
+/// Security `restricted` level, the strictest a provider gives its peers:
+/// not root, no privilege escalation, no capabilities, the runtime's
+/// seccomp profile; and every container stating the local disk limit a
+/// provider asks of what a peer writes (1Gi, no request). Fields the
+/// object sets itself are kept.
 pub fn restricted(mut object: serde_json::Value) -> serde_json::Value {
     use serde_json::json;
     fn harden(value: &mut serde_json::Value) {
@@ -746,6 +748,18 @@ pub fn restricted(mut object: serde_json::Value) -> serde_json::Value {
                                 sc.entry("allowPrivilegeEscalation").or_insert(json!(false));
                                 sc.entry("capabilities")
                                     .or_insert(json!({ "drop": ["ALL"] }));
+                            }
+                            // The local disk a provider's terms ask every
+                            // container a peer writes to state.
+                            let resources = c
+                                .as_object_mut()
+                                .map(|c| c.entry("resources").or_insert_with(|| json!({})));
+                            if let Some(r) = resources.and_then(|r| r.as_object_mut()) {
+                                for (k, v) in [("limits", "1Gi"), ("requests", "0")] {
+                                    let list = r.entry(k).or_insert_with(|| json!({}));
+                                    list.as_object_mut()
+                                        .map(|l| l.entry("ephemeral-storage").or_insert(json!(v)));
+                                }
                             }
                         }
                     }

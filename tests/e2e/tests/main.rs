@@ -28,6 +28,7 @@ mod peering_rollback;
 mod placement;
 mod placement_webhook;
 mod provider_hardening;
+mod provider_hardening_doors;
 mod provider_hardening_terms;
 mod provider_hardening_workloads;
 mod real_nodes;

@@ -6,8 +6,8 @@
 //! of the same request, which it admits, so that nothing here passes by
 //! refusing everything; each refusal names the rule that made it (Pod
 //! Security admission, one of the `liqo-peer-*` admission policies, or
-//! RBAC). Two consumers peer with one provider: `consumer-1` under the
-//! default terms (`restricted`, nothing else), `consumer-2` under terms its
+//! RBAC). Two consumers peer with one provider: `consumer-1` under terms
+//! of `restricted` and nothing else, `consumer-2` under terms its
 //! provider opted into for it alone (baseline, NodePort Services, a
 //! priority class, a toleration, then privileged), and each is held to
 //! its own. The consumer's virtual kubelet reads its terms: a pod they
@@ -195,6 +195,10 @@ pub(crate) async fn make_twin(
 /// on the provider.
 pub(crate) async fn consumer_one() -> Result<(Pair, kube::Client)> {
     let pair = Pair::at(Stage::Peered).await?;
+    // The strictest level, which a provider may choose for every peer
+    // (the default is baseline: `provider_hardening_doors`).
+    pair.on_provider(&["sharing-policy", "set", "--pod-security=restricted"])
+        .success();
     let one = liqo_e2e::peer_client(pair.consumer(), &pair.consumer_client, PROVIDER_ID).await?;
     Ok((pair, one))
 }
@@ -442,7 +446,9 @@ async fn the_virtual_kubelet_refuses_on_the_consumer_a_pod_its_terms_refuse() ->
         || async {
             let p = pods.get("as-root").await?;
             let status = p.status.unwrap_or_default();
-            Ok(status.phase.as_deref() == Some("Failed")
+            // Pending, not Failed: a controller would replace a failed
+            // pod at once, and the new one would be refused the same way.
+            Ok(status.phase.as_deref() == Some("Pending")
                 && status.reason.as_deref() == Some("OffloadingRefused")
                 && status
                     .message

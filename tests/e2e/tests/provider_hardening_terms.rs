@@ -45,6 +45,8 @@ async fn two_consumers() -> Result<(Testbed, kube::Client, kube::Client, kube::C
         liqo_e2e::install(cluster, id, cidr, &[]).success();
     }
     let on_provider = |args: &[&str]| liqoctl(Some(provider.kubeconfig_path()), args);
+    // Every peer at restricted by default, before they peer.
+    on_provider(&["sharing-policy", "set", "--pod-security=restricted"]).success();
     // consumer-2's own terms, before it peers: baseline, two node ports,
     // a priority class and a taint of the provider's.
     on_provider(&[

@@ -68,8 +68,17 @@ async fn failed(pods: &Api<Pod>, name: &str, reason: &str) -> Result<String> {
     Ok(status.message.unwrap_or_default())
 }
 
+/// Waits for `name` to be refused by the virtual kubelet (Pending, with the
+/// reason: a failed pod would be replaced at once), and returns why.
 async fn refused(pods: &Api<Pod>, name: &str) -> Result<String> {
-    failed(pods, name, "OffloadingRefused").await
+    wait_for(&format!("{name} refused"), WAIT, || async {
+        let p = pods.get(name).await?;
+        Ok(p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("OffloadingRefused"))
+    })
+    .await?;
+    let status = pods.get(name).await?.status.context("status")?;
+    assert_eq!(status.phase.as_deref(), Some("Pending"), "{status:?}");
+    Ok(status.message.unwrap_or_default())
 }
 
 /// A consumer peered with a provider that offers all it has, with one

@@ -8,6 +8,7 @@
 //! process's: [`crate::io`], [`crate::nat`]).
 //!
 //! - [`keys`]: the gateway's key pair, kept in a Secret;
+//! - [`pins`]: the network each tenant's end of the tunnel is fixed to;
 //! - [`plan`]: the decisions, pure;
 //! - [`supervisor`]: the tunnel processes;
 //! - [`status`]: what each tunnel reports, and the Connections' statuses;
@@ -16,6 +17,7 @@
 
 mod endpoints;
 mod keys;
+mod pins;
 mod plan;
 mod readiness;
 mod status;

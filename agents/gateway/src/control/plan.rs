@@ -6,7 +6,7 @@
 //! restarts change nothing; everything else is decided again from the
 //! API, since the gateway keeps no state of its own.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -66,9 +66,12 @@ impl LocalNetworks {
 /// peer's pods are seen. Pure: the same objects give the same plan.
 /// Connections are taken oldest first, so a newer one never takes what
 /// an older one holds, and a decision in a status is kept while valid.
+/// A tenant's connection runs only with the pod CIDR its namespace is
+/// pinned to (`pinned`, per namespace), where it is pinned.
 pub fn plan(
     local: &LocalNetworks,
     connections: &[Arc<Connection>],
+    pinned: &BTreeMap<String, String>,
     settings: &Settings,
 ) -> Vec<Planned> {
     let mut sorted: Vec<&Arc<Connection>> = connections
@@ -123,6 +126,16 @@ pub fn plan(
                     .endpoint
                     .clone()
                     .filter(|_| namespace == settings.namespace);
+                if namespace != settings.namespace
+                    && let Some(pin) = pinned.get(&namespace)
+                    && *pin != c.spec.pod_cidr
+                {
+                    return Err(format!(
+                        "the peer's Connection names pod CIDR {}, but it peered with {pin}: \
+                         only this cluster's administrator changes that (its Tenant record's spec.podCidr)",
+                        c.spec.pod_cidr
+                    ));
+                }
                 let peer_cidr =
                     liqo_api::networking::parse_cidr("the peer's pod CIDR", &c.spec.pod_cidr)?;
                 if let Some(what) = liqo_api::networking::reserved_overlap(&peer_cidr) {
@@ -290,7 +303,7 @@ mod tests {
             connection("c", 3, "10.201.0.0/16", Some("192.0.2.9:51820"), None),
             connection("d", 4, "10.202.0.0/16", None, None),
         ];
-        let planned = plan(&local(), &conns, &settings());
+        let planned = plan(&local(), &conns, &BTreeMap::new(), &settings());
         let ids: Vec<_> = planned.iter().map(|p| p.peer_id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c", "d"]);
         assert_eq!(
@@ -315,6 +328,7 @@ mod tests {
         let planned = plan(
             &local(),
             &[connection("a", 1, "10.200.0.0/16", None, Some(kept))],
+            &BTreeMap::new(),
             &settings(),
         );
         assert_eq!(tunnels(&planned), vec![Ok((51821, net("100.70.0.0/16")))]);
@@ -335,6 +349,7 @@ mod tests {
                 None,
                 Some(behind_a_service),
             )],
+            &BTreeMap::new(),
             &settings(),
         );
         assert_eq!(tunnels(&planned), vec![Ok((51821, net("100.70.0.0/16")))]);
@@ -346,6 +361,7 @@ mod tests {
         let planned = plan(
             &local(),
             &[connection("a", 1, "10.200.0.0/16", None, Some(clashing))],
+            &BTreeMap::new(),
             &settings(),
         );
         assert_eq!(tunnels(&planned), vec![Ok((51820, net("100.64.0.0/16")))]);
@@ -357,7 +373,7 @@ mod tests {
         Arc::make_mut(&mut dialing).metadata.namespace = Some("liqo-tenant-a".into());
         let mut second = connection("b", 2, "10.2.0.0/16", None, None);
         Arc::make_mut(&mut second).metadata.namespace = Some("liqo-tenant-a".into());
-        let planned = plan(&local(), &[dialing, second], &settings());
+        let planned = plan(&local(), &[dialing, second], &BTreeMap::new(), &settings());
         let first = planned[0].tunnel.clone().expect("runs");
         assert_eq!((first.endpoint, first.port), (None, 51820));
         assert!(
@@ -371,6 +387,32 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_runs_only_with_the_pod_cidr_it_peered_with() {
+        let pinned = BTreeMap::from([("liqo-tenant-a".to_owned(), "10.1.0.0/16".to_owned())]);
+        let moved = connection("a", 1, "10.2.0.0/16", None, None);
+        let planned = plan(&local(), &[moved], &pinned, &settings());
+        assert!(
+            planned[0]
+                .tunnel
+                .as_ref()
+                .is_err_and(|e| e.contains("peered with 10.1.0.0/16")),
+            "{:?}",
+            planned[0].tunnel
+        );
+        let kept = connection("a", 1, "10.1.0.0/16", None, None);
+        let planned = plan(&local(), &[kept], &pinned, &settings());
+        assert_eq!(tunnels(&planned), vec![Ok((51820, net("10.1.0.0/16")))]);
+        // Our own (dialing) connections are the administrator's: no pin.
+        let ours = connection("b", 1, "10.3.0.0/16", Some("192.0.2.9:1"), None);
+        let pinned = BTreeMap::from([("liqo".to_owned(), "10.9.0.0/16".to_owned())]);
+        assert!(
+            plan(&local(), &[ours], &pinned, &settings())[0]
+                .tunnel
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn a_peer_cannot_claim_our_networks_or_everything() {
         let planned = plan(
             &local(),
@@ -380,6 +422,7 @@ mod tests {
                 connection("b", 2, "0.0.0.0/0", None, None),
                 connection("c", 3, "not a cidr", None, None),
             ],
+            &BTreeMap::new(),
             &settings(),
         );
         assert_eq!(tunnels(&planned)[0], Ok((51820, net("100.64.0.0/24"))));

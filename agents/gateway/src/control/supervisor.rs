@@ -18,6 +18,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::watch;
 
 use super::Settings;
+use super::pins::Pins;
 use super::plan::{LocalNetworks, Planned, TunnelPlan, node_networks, plan};
 use super::status::Counters;
 use crate::tunnel::Key;
@@ -89,11 +90,14 @@ pub struct Tunnels {
     /// Why each tunnel's last process ended, until one runs and reports.
     ended: HashMap<ObjectRef<Connection>, String>,
     pub observed: Observed,
+    /// The pod CIDR each tenant's Connection must name.
+    pins: Pins,
 }
 
 impl Tunnels {
     pub fn new(client: kube::Client, settings: Settings, key: Key) -> Self {
         Self {
+            pins: Pins::new(client.clone()),
             client,
             settings,
             key,
@@ -114,7 +118,8 @@ impl Tunnels {
         connections: &[Arc<Connection>],
         service: Option<&Service>,
     ) {
-        let planned = plan(local, connections, &self.settings);
+        let pinned = self.pins.of(connections).await;
+        let planned = plan(local, connections, &pinned, &self.settings);
         let wanted: HashMap<_, _> = planned
             .iter()
             .filter_map(|p| Some((p.object.clone(), p.tunnel.clone().ok()?)))

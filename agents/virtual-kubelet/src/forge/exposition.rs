@@ -3,8 +3,8 @@
 //!
 //! A Service keeps its ports (without node ports), selector, session
 //! affinity and `publishNotReadyAddresses`; its cluster IP is the
-//! provider's own (a headless Service stays headless). Every type but
-//! ExternalName becomes ClusterIP: the Service is there for the offloaded
+//! provider's own (a headless Service stays headless). Every type becomes
+//! ClusterIP, but ExternalName, which is not copied: the Service is there for the offloaded
 //! pods inside the provider, and opening node ports or load balancers on
 //! the provider's nodes is for its admin to decide. Offloaded pods keep
 //! their labels on the provider, so the provider's own EndpointSlice
@@ -94,23 +94,19 @@ impl Reflected for Service {
     const NAME: &'static str = "services";
     fn content(&self, _target: &Target<'_>) -> Option<Self> {
         let spec = self.spec.as_ref()?;
-        let spec = if spec.type_.as_deref() == Some("ExternalName") {
-            ServiceSpec {
-                type_: spec.type_.clone(),
-                external_name: spec.external_name.clone(),
-                ports: remote_ports(spec.ports.as_ref()),
-                ..ServiceSpec::default()
-            }
-        } else {
-            ServiceSpec {
-                type_: Some("ClusterIP".to_owned()),
-                cluster_ip: (spec.cluster_ip.as_deref() == Some("None")).then(|| "None".to_owned()),
-                selector: spec.selector.clone(),
-                ports: remote_ports(spec.ports.as_ref()),
-                session_affinity: spec.session_affinity.clone(),
-                publish_not_ready_addresses: spec.publish_not_ready_addresses,
-                ..ServiceSpec::default()
-            }
+        // An ExternalName Service stays here: providers refuse them from
+        // peers (an alias in their DNS may name any host they reach).
+        if spec.type_.as_deref() == Some("ExternalName") {
+            return None;
+        }
+        let spec = ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            cluster_ip: (spec.cluster_ip.as_deref() == Some("None")).then(|| "None".to_owned()),
+            selector: spec.selector.clone(),
+            ports: remote_ports(spec.ports.as_ref()),
+            session_affinity: spec.session_affinity.clone(),
+            publish_not_ready_addresses: spec.publish_not_ready_addresses,
+            ..ServiceSpec::default()
         };
         Some(Self {
             spec: Some(spec),
@@ -238,12 +234,12 @@ mod tests {
                 json!({ "clusterIP": "None", "selector": { "app": "web" }, "publishNotReadyAddresses": true, "sessionAffinity": "ClientIP" }),
                 json!({ "type": "ClusterIP", "clusterIP": "None", "selector": { "app": "web" }, "publishNotReadyAddresses": true, "sessionAffinity": "ClientIP" }),
             ),
-            (
-                "ExternalName",
-                json!({ "type": "ExternalName", "externalName": "db.example.org" }),
-                json!({ "type": "ExternalName", "externalName": "db.example.org" }),
-            ),
         ];
+        let alias = service(json!({ "type": "ExternalName", "externalName": "db.example.org" }));
+        assert!(
+            remote(&alias, "shop-c", NODE).is_none(),
+            "ExternalName stays here"
+        );
         for (what, local, want) in cases {
             let copy = remote(&service(local), "shop-c", NODE).expect("reflected");
             assert_eq!(

@@ -91,8 +91,17 @@ impl PeeringContext {
     pub fn admission(&self) -> Result<Option<liqo_api::admission::Admission>, Error> {
         match &*self.terms.borrow() {
             crate::tenancy::Terms::NotRead => Err(NotYet::ProviderTerms.into()),
-            crate::tenancy::Terms::Stated(a) => Ok(Some(a.clone())),
+            crate::tenancy::Terms::Stated(a, _) => Ok(Some(a.clone())),
             crate::tenancy::Terms::Unstated => Ok(None),
+        }
+    }
+
+    /// The grant, as the provider's record last said it (nothing bounded
+    /// while it was not read).
+    pub fn grant(&self) -> liqo_api::sharing::Resources {
+        match &*self.terms.borrow() {
+            crate::tenancy::Terms::Stated(_, grant) => grant.clone(),
+            _ => liqo_api::sharing::Resources::default(),
         }
     }
 

@@ -48,6 +48,8 @@ fn offloaded_namespaces_show_one_row_per_peer() {
             namespace_mapping_strategy: "DefaultName".into(),
             cluster_selector: None,
             clusters: vec![entry("p1", true), entry("p2", false)],
+            pod_security: Some("baseline (enforced)".into()),
+            refusing: Refusing::default(),
         }],
     };
     let out = render(&info);
@@ -59,10 +61,19 @@ fn offloaded_namespaces_show_one_row_per_peer() {
         "Ready",
         "p2",
         "Not ready: AlreadyExists",
+        "baseline (enforced)",
     ] {
         assert!(out.contains(want), "{want}:\n{out}");
     }
     assert_eq!(out.matches("shop-home").count(), 2, "{out}");
+    // Pods being refused: not ready, how many and why.
+    let mut refusing = info;
+    refusing.offloaded_namespaces[0].refusing = Refusing {
+        pods: 20,
+        why: Some("pods \"web-1\" is forbidden: violates PodSecurity".into()),
+    };
+    let out = render(&refusing);
+    assert!(out.contains("Not ready: 20 pods refused"), "{out}");
 }
 
 #[test]

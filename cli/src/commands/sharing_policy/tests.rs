@@ -23,6 +23,9 @@ fn args() -> SharingPolicySetArgs {
         runtime_class: None,
         node_ports: None,
         load_balancers: None,
+        ephemeral_storage: None,
+        objects: None,
+        reserved_namespaces: None,
     }
 }
 

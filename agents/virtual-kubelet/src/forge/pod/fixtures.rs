@@ -40,6 +40,10 @@ pub(super) fn toleration(key: &str) -> Toleration {
 pub(super) fn volume(name: &str) -> Volume {
     Volume {
         name: name.to_owned(),
+        config_map: Some(k8s_openapi::api::core::v1::ConfigMapVolumeSource {
+            name: name.to_owned(),
+            ..Default::default()
+        }),
         ..Volume::default()
     }
 }

@@ -18,7 +18,7 @@ mod wrapper;
 pub use self::spec::{Requests, refusal, requests, terms_refusal};
 pub use self::status::{
     REFUSED_REASON, Ranked, UNSCHEDULABLE_REASON, current_remote_pod, digest_shows, ended,
-    failed_status, given_up, local_status, says_nothing, status_digest,
+    given_up, given_up_status, local_status, says_nothing, status_digest,
 };
 pub use self::wrapper::{
     WRAPPER_GENERATION, Wrapper, changed_by_others, first_pod, job, replica_set, wrapper,

@@ -1,6 +1,6 @@
 //! A local pod's spec translated for the provider: what is dropped or
 //! changed ([`remote_pod_spec`]), what the provider's terms allow
-//! ([`within_terms`]), what cannot be offloaded at all ([`refusal`],
+//! (`Admission::within_terms`), what cannot be offloaded at all ([`refusal`],
 //! [`terms_refusal`]), and what the pod requests ([`requests`]).
 
 use std::collections::BTreeMap;
@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use liqo_api::admission::Admission;
-use liqo_api::{names, tether};
+use liqo_api::names;
+use liqo_api::sharing::Resources;
 
 /// Why a pod cannot be offloaded, as said in the Event on the local pod.
 pub fn refusal(spec: &PodSpec) -> Option<String> {
@@ -123,42 +124,12 @@ pub fn remote_pod_spec(local: &PodSpec) -> PodSpec {
     spec
 }
 
-/// The remote pod's spec within what the provider admits from this
-/// cluster (`liqo_api::admission`): the runtime class and node labels it
-/// requires, and only the tolerations it allows (a toleration of the
-/// consumer's own taints means nothing on the provider, and one the
-/// provider does not allow would be refused).
-pub fn within_terms(mut spec: PodSpec, terms: &Admission) -> PodSpec {
-    if let Some(class) = &terms.runtime_class_name {
-        spec.runtime_class_name = Some(class.clone());
-    }
-    if !terms.node_selector.is_empty() {
-        spec.node_selector
-            .get_or_insert_default()
-            .extend(terms.node_selector.clone());
-    }
-    let mut kept: Vec<_> = spec
-        .tolerations
-        .take()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| terms.tolerates(t))
-        .collect();
-    // A provider tethered to this cluster lets it tolerate the taint on
-    // its own nodes: every pod sent there does.
-    let tethered = tether::toleration();
-    if terms.tolerates(&tethered) && !kept.contains(&tethered) {
-        kept.push(tethered);
-    }
-    spec.tolerations = (!kept.is_empty()).then_some(kept);
-    spec
-}
-
 /// Why the provider would refuse the remote twin of `local` under
-/// `terms`, as said on the local pod; `None` when it would admit it.
-pub fn terms_refusal(local: &Pod, terms: &Admission) -> Option<String> {
-    let spec = within_terms(remote_pod_spec(local.spec.as_ref()?), terms);
-    let why = terms.refusals(&local.metadata, &spec);
+/// `terms` and `grant`, as said on the local pod; `None` when it would
+/// admit it.
+pub fn terms_refusal(local: &Pod, terms: &Admission, grant: &Resources) -> Option<String> {
+    let spec = terms.within_terms(remote_pod_spec(local.spec.as_ref()?));
+    let why = terms.refusals(grant, &local.metadata, &spec);
     (!why.is_empty()).then(|| format!("the provider would refuse it: {}", why.join("; ")))
 }
 
@@ -224,7 +195,7 @@ pub fn requests(spec: &PodSpec) -> Requests {
 pub(super) fn remote_spec_of(local: &Pod, terms: Option<&Admission>) -> Option<PodSpec> {
     let spec = remote_pod_spec(local.spec.as_ref()?);
     Some(match terms {
-        Some(terms) => within_terms(spec, terms),
+        Some(terms) => terms.within_terms(spec),
         None => spec,
     })
 }
@@ -233,6 +204,7 @@ pub(super) fn remote_spec_of(local: &Pod, terms: Option<&Admission>) -> Option<P
 mod tests {
     use super::*;
     use crate::forge::pod::fixtures::*;
+    use liqo_api::tether;
 
     use k8s_openapi::api::core::v1::{
         Affinity, HostPathVolumeSource, NodeAffinity, SecurityContext, Volume,
@@ -431,7 +403,7 @@ mod tests {
         spec.tolerations
             .get_or_insert_default()
             .extend([toleration("dedicated"), toleration("gpu")]);
-        let remote = within_terms(remote_pod_spec(&spec), &terms);
+        let remote = terms.within_terms(remote_pod_spec(&spec));
         assert_eq!(remote.runtime_class_name.as_deref(), Some("gvisor"));
         assert_eq!(remote.node_selector, Some(terms.node_selector.clone()));
         let kept: Vec<_> = remote
@@ -451,11 +423,11 @@ mod tests {
             tolerations: vec![names::TETHERED_TAINT.to_owned()],
             ..Admission::default()
         };
-        let remote = within_terms(remote_pod_spec(&local_spec()), &terms);
+        let remote = terms.within_terms(remote_pod_spec(&local_spec()));
         assert_eq!(remote.tolerations, Some(vec![tether::toleration()]));
-        let again = within_terms(remote.clone(), &terms);
+        let again = terms.within_terms(remote.clone());
         assert_eq!(again.tolerations, remote.tolerations, "added once");
-        let untethered = within_terms(remote_pod_spec(&local_spec()), &Admission::default());
+        let untethered = Admission::default().within_terms(remote_pod_spec(&local_spec()));
         assert_eq!(untethered.tolerations, None);
     }
 
@@ -466,25 +438,76 @@ mod tests {
             ..Pod::default()
         };
         let bare = pod(local_spec());
-        let why = terms_refusal(&bare, &Admission::default()).expect("refused at restricted");
+        let grant = Resources::default();
+        let restricted = Admission {
+            pod_security: liqo_api::pod_security::Level::Restricted,
+            ..Admission::default()
+        };
+        let why = terms_refusal(&bare, &restricted, &grant).expect("refused at restricted");
         assert!(
             why.starts_with(
                 "the provider would refuse it: violates PodSecurity \"restricted:latest\""
             ),
             "{why}"
         );
-        let baseline = Admission {
-            pod_security: liqo_api::pod_security::Level::Baseline,
-            ..Admission::default()
-        };
-        assert_eq!(terms_refusal(&bare, &baseline), None);
+        // The default terms (baseline) admit it: its disk limit is stated
+        // for it.
+        let baseline = Admission::default();
+        assert_eq!(terms_refusal(&bare, &baseline, &grant), None);
         let mut privileged = local_spec();
         privileged.containers[0].security_context = Some(SecurityContext {
             privileged: Some(true),
             ..SecurityContext::default()
         });
-        let why = terms_refusal(&pod(privileged), &baseline).expect("refused at baseline");
+        let why = terms_refusal(&pod(privileged), &baseline, &grant).expect("refused at baseline");
         assert!(why.contains("privileged"), "{why}");
+        // A limit above the whole grant.
+        let mut greedy = local_spec();
+        greedy.containers[0].resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "cpu".to_owned(),
+                Quantity("1000".to_owned()),
+            )])),
+            ..Default::default()
+        });
+        let small = Resources {
+            cpu: Some(Quantity("4".to_owned())),
+            ..Resources::default()
+        };
+        let why = terms_refusal(&pod(greedy), &baseline, &small).expect("refused");
+        assert!(why.contains("cpu limit above the whole grant"), "{why}");
+    }
+
+    #[test]
+    fn containers_get_the_terms_disk_limit_where_they_state_none() {
+        let mut spec = local_spec();
+        spec.containers[0].resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "ephemeral-storage".to_owned(),
+                Quantity("1Gi".to_owned()),
+            )])),
+            ..Default::default()
+        });
+        spec.containers.push(local_spec().containers[0].clone());
+        spec.containers[1].name = "second".to_owned();
+        let remote = Admission::default().within_terms(remote_pod_spec(&spec));
+        let limit = |i: usize| {
+            remote.containers[i]
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref())
+                .and_then(|l| l.get("ephemeral-storage"))
+                .map(|q| q.0.clone())
+        };
+        assert_eq!(limit(0).as_deref(), Some("1Gi"), "its own kept");
+        assert_eq!(limit(1).as_deref(), Some("4Gi"), "the terms' where none");
+        let request = remote.containers[1]
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|l| l.get("ephemeral-storage"))
+            .map(|q| q.0.clone());
+        assert_eq!(request.as_deref(), Some("0"));
     }
 
     #[test]

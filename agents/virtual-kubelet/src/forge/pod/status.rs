@@ -2,7 +2,7 @@
 //! remote pod it comes from ([`current_remote_pod`]), what of it the
 //! local pod shows ([`local_status`]) and whether it shows it already
 //! ([`status_digest`], [`says_nothing`]); a pod that ended
-//! ([`ended`]) and one given up on ([`failed_status`]).
+//! ([`ended`]) and one given up on ([`given_up_status`]).
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use liqo_api::networking::Remap;
@@ -127,11 +127,22 @@ pub fn given_up(reason: Option<&str>) -> bool {
     reason == Some(REFUSED_REASON) || reason == Some(UNSCHEDULABLE_REASON)
 }
 
-/// The status of a pod given up on: Failed, with `reason` (as a
-/// kubelet's admission refusal).
-pub fn failed_status(reason: &str, message: &str) -> PodStatus {
+/// The status of a pod given up on with `reason`. A pod the provider
+/// could not place for too long is Failed (as a kubelet's admission
+/// refusal), so that its controller makes a new one, which may go
+/// elsewhere. A pod refused for offloading stays Pending with the reason:
+/// a new one made from the same template would be refused the same way,
+/// and a Failed pod is replaced at once, with no back-off (a Deployment
+/// would fill the cluster with refused pods). `kubectl get pods` shows
+/// the reason as the pod's status.
+pub fn given_up_status(reason: &str, message: &str) -> PodStatus {
+    let phase = if reason == REFUSED_REASON {
+        "Pending"
+    } else {
+        "Failed"
+    };
     PodStatus {
-        phase: Some("Failed".to_owned()),
+        phase: Some(phase.to_owned()),
         reason: Some(reason.to_owned()),
         message: Some(message.to_owned()),
         ..PodStatus::default()

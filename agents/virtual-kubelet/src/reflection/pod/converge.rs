@@ -179,9 +179,10 @@ impl Pods {
             // What the provider would refuse is refused here, with its
             // reason on the pod, rather than sent to fail there.
             let terms = self.peering.admission()?;
+            let grant = self.peering.grant();
             if let Some(why) = terms
                 .as_ref()
-                .and_then(|t| forge_pod::terms_refusal(&pod, t))
+                .and_then(|t| forge_pod::terms_refusal(&pod, t, &grant))
             {
                 return self.refuse(&pod, &why).await;
             }
@@ -392,7 +393,7 @@ impl Pods {
             .await
             .map_err(Error::RecordRefusal)?;
         tracing::warn!(pod = %pod.name_any(), namespace = %ns, %reason, %why, "pod given up on");
-        self.patch_local_status(&pod.metadata, &forge_pod::failed_status(reason, why))
+        self.patch_local_status(&pod.metadata, &forge_pod::given_up_status(reason, why))
             .await
     }
 
