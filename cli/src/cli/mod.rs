@@ -435,7 +435,8 @@ pub struct SharingPolicySetArgs {
     /// Whether consumers that do not peer with this cluster yet may peer.
     #[arg(long, value_name = "true|false")]
     pub accept_new_peers: Option<bool>,
-    /// The Pod Security level of the peer's namespaces on this cluster.
+    /// The Pod Security level of the peer's namespaces on this cluster
+    /// (baseline by default).
     #[arg(long, value_name = "restricted|baseline|privileged")]
     pub pod_security: Option<String>,
     /// The PriorityClasses the peer's pods may name, comma-separated

@@ -193,13 +193,25 @@ fn share_policy() -> Manifest {
                     }]),
                     ..Default::default()
                 }),
-                resource_rules: Some(vec![resource_rule(&[""], &["CREATE"], &["pods"])]),
+                // Everything a peer may make there (and what the
+                // provider's controllers make from it), so that a new
+                // twin holds nothing its share does not count.
+                resource_rules: Some(vec![
+                    resource_rule(
+                        &[""],
+                        &["CREATE"],
+                        &["pods", "configmaps", "secrets", "services"],
+                    ),
+                    resource_rule(&["apps"], &["CREATE"], &["replicasets"]),
+                    resource_rule(&["batch"], &["CREATE"], &["jobs"]),
+                    resource_rule(&["discovery.k8s.io"], &["CREATE"], &["endpointslices"]),
+                ]),
                 ..Default::default()
             }),
             validations: Some(vec![forbidden(
                 format!("params.metadata.name == '{share}'"),
                 format!(
-                    "'pods in a twin namespace need its share of the grant (ResourceQuota {share}), \
+                    "'objects in a twin namespace need its share of the grant (ResourceQuota {share}), \
                      which the provider\\'s liqo-gateway makes'"
                 ),
             )]),

@@ -21,6 +21,7 @@ mod network;
 mod offloading;
 mod offloading_jobs;
 mod offloading_rbac;
+mod offloading_refusals;
 mod offloading_restart;
 mod ownership;
 mod peering;

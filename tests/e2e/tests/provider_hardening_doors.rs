@@ -383,7 +383,7 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
         maps.create(&pp, &from(json!({ "metadata": { "name": "esc-many" } })))
             .await,
     );
-    t.at_least(20, 8);
+    t.at_least(19, 8);
     Ok(())
 }
 
@@ -530,6 +530,6 @@ async fn a_peer_takes_no_reserved_name_no_label_and_cannot_move_its_tunnel() -> 
             )
             .await,
     );
-    t.at_least(12, 6);
+    t.at_least(10, 6);
     Ok(())
 }

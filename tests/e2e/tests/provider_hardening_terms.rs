@@ -129,9 +129,13 @@ async fn a_second_consumer_is_held_to_the_terms_its_provider_gave_it_alone() -> 
         from::<Pod>(json!({
             "metadata": { "name": name },
             "spec": {
+                "automountServiceAccountToken": false,
                 "terminationGracePeriodSeconds": 0,
                 "containers": [{ "name": "c", "image": "nginx",
-                    "resources": { "requests": { "cpu": "1m", "memory": "1Mi" } } }],
+                    "resources": {
+                        "requests": { "cpu": "1m", "memory": "1Mi" },
+                        "limits": { "ephemeral-storage": "1Gi" },
+                    } }],
             },
         }))
     };
