@@ -89,8 +89,13 @@ pub struct Admission {
     /// namespaces.
     #[serde(default = "default_objects")]
     pub objects: u32,
+    /// How many twin namespaces of the peer get a share of its grant (the
+    /// oldest): one beyond the number holds nothing, since the provider's
+    /// API server refuses every object in a twin without its share.
+    #[serde(default = "default_namespaces")]
+    pub namespaces: u32,
     /// Names a peer's namespaces may not take, beyond those no peer ever
-    /// may (`liqo`, `liqo-*`, `kube-*`, `default`, `*-system`): the
+    /// may (`liqo`, `liqo-tenant-*`, `kube-*`, `default`, `*-system`): the
     /// namespaces the provider's own installers will make, so that no
     /// peer makes them first. A trailing `*` matches any suffix.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -103,6 +108,12 @@ const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 pub const DEFAULT_EPHEMERAL_STORAGE: &str = "4Gi";
 /// The default of [`Admission::objects`].
 pub const DEFAULT_OBJECTS: u32 = 1000;
+/// The default of [`Admission::namespaces`].
+pub const DEFAULT_NAMESPACES: u32 = 100;
+
+fn default_namespaces() -> u32 {
+    DEFAULT_NAMESPACES
+}
 
 fn default_ephemeral_storage() -> String {
     DEFAULT_EPHEMERAL_STORAGE.to_owned()
@@ -124,6 +135,7 @@ impl Default for Admission {
             load_balancers: 0,
             ephemeral_storage: default_ephemeral_storage(),
             objects: DEFAULT_OBJECTS,
+            namespaces: DEFAULT_NAMESPACES,
             reserved_namespaces: Vec::new(),
         }
     }
@@ -133,7 +145,7 @@ impl Default for Admission {
 /// project's, the cluster's own, and the usual home of installed systems.
 /// A trailing `*` matches any suffix, a leading one any prefix.
 pub const ALWAYS_RESERVED_NAMESPACES: [&str; 5] =
-    ["liqo", "liqo-*", "kube-*", "default", "*-system"];
+    ["liqo", "liqo-tenant-*", "kube-*", "default", "*-system"];
 
 /// Whether `name` matches `pattern` (`x`, `x*` or `*x`).
 pub fn name_matches(pattern: &str, name: &str) -> bool {
@@ -504,7 +516,8 @@ impl Admission {
         };
         format!(
             "pod security {}, priority classes {}, tolerations {}, nodes {}, runtime class {}, \
-             node ports {}, load balancers {}, local disk {} per container, {} objects of a kind per namespace",
+             node ports {}, load balancers {}, local disk {} per container, {} objects of a kind per namespace, \
+             {} namespaces",
             self.pod_security,
             list(&self.priority_classes),
             list(&self.tolerations),
@@ -514,6 +527,7 @@ impl Admission {
             self.load_balancers,
             self.ephemeral_storage,
             self.objects,
+            self.namespaces,
         )
     }
 }
@@ -805,7 +819,14 @@ mod tests {
         ] {
             assert!(!a.allows_namespace_name(name), "{name}");
         }
-        for name in ["shop", "shop-home", "liqofoo", "systems", "cert-manager-x"] {
+        for name in [
+            "shop",
+            "shop-home",
+            "liqofoo",
+            "liqo-test-network-1",
+            "systems",
+            "cert-manager-x",
+        ] {
             assert!(a.allows_namespace_name(name), "{name}");
         }
     }
@@ -821,7 +842,7 @@ mod tests {
             a.describe(),
             "pod security baseline, priority classes none, tolerations none, nodes any node, \
              runtime class any, node ports 0, load balancers 0, local disk 4Gi per container, \
-             1000 objects of a kind per namespace"
+             1000 objects of a kind per namespace, 100 namespaces"
         );
     }
 }

@@ -265,9 +265,9 @@ struct TenantShares {
     exposure: Vec<usize>,
 }
 
-/// The tenant namespace first, then the twins by name. A twin being
-/// deleted keeps its share (its pods are still counted) and gets no new
-/// one.
+/// The tenant namespace first, then the twins by name: the oldest, up
+/// to the terms' number of namespaces. A twin being deleted keeps its
+/// share (its pods are still counted) and gets no new one.
 fn tenant_shares(
     tenant: &Tenant,
     twins: &[std::sync::Arc<Namespace>],
@@ -290,6 +290,17 @@ fn tenant_shares(
             .map(|q| (*q).clone())
     };
     let mut mine: Vec<&Namespace> = tenants::twins_of(twins, &id).collect();
+    // The oldest twins, up to the terms' number, get a share; one beyond
+    // it holds nothing (it keeps a share it has: a number lowered stops
+    // nothing that runs).
+    mine.sort_by_key(|n| (n.creation_timestamp().map(|t| t.0), n.name_any()));
+    let allowed = usize::try_from(tenant.spec.admission.namespaces).unwrap_or(usize::MAX);
+    let mut mine: Vec<&Namespace> = mine
+        .into_iter()
+        .enumerate()
+        .filter(|(i, n)| *i < allowed || quota_in(&n.name_any()).is_some())
+        .map(|(_, n)| n)
+        .collect();
     mine.sort_by_key(|n| n.name_any());
     let mut holders = vec![(tenant.spec.namespace.clone(), false, Default::default())];
     for ns in mine {
@@ -343,5 +354,60 @@ fn tenant_shares(
         holders: holders.into_iter().map(|(ns, q, _)| (ns, q)).collect(),
         writes,
         exposure,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+    use liqo_api::authentication::TenantSpec;
+
+    fn tenant(namespaces: u32) -> Tenant {
+        let spec: TenantSpec = serde_json::from_value(json!({
+            "clusterId": "c1", "clusterName": "c1", "namespace": "liqo-tenant-c1",
+            "user": "liqo.io:peer:c1", "grant": { "pods": "10" },
+            "admission": { "namespaces": namespaces },
+        }))
+        .expect("spec");
+        Tenant::new("c1", spec)
+    }
+
+    fn twin(name: &str, age: i64) -> std::sync::Arc<Namespace> {
+        let mut n = Namespace::default();
+        n.metadata.name = Some(name.to_owned());
+        n.metadata.labels = Some(BTreeMap::from([(
+            labels::TENANT.to_owned(),
+            "c1".to_owned(),
+        )]));
+        n.metadata.creation_timestamp = Some(Time(
+            Timestamp::from_second(1_700_000_000 + age).expect("time"),
+        ));
+        std::sync::Arc::new(n)
+    }
+
+    fn names(due: &TenantShares) -> Vec<&str> {
+        due.holders.iter().map(|(ns, _)| ns.as_str()).collect()
+    }
+
+    #[test]
+    fn only_the_oldest_twins_up_to_the_terms_number_get_a_share() {
+        let twins = [twin("b-new", 3), twin("a-old", 1), twin("c-mid", 2)];
+        let due = tenant_shares(&tenant(2), &twins, &[]);
+        assert_eq!(names(&due), ["liqo-tenant-c1", "a-old", "c-mid"]);
+        assert!(
+            due.writes.iter().all(|w| w.holder < 3),
+            "nothing for the newest: {:?}",
+            due.writes
+        );
+        // A twin beyond the number that holds a share keeps it.
+        let mut kept = ResourceQuota::default();
+        kept.metadata.name = Some(SHARE_QUOTA.to_owned());
+        kept.metadata.namespace = Some("b-new".to_owned());
+        let due = tenant_shares(&tenant(2), &twins, &[&kept]);
+        assert_eq!(names(&due), ["liqo-tenant-c1", "a-old", "b-new", "c-mid"]);
+        let due = tenant_shares(&tenant(100), &twins, &[]);
+        assert_eq!(due.holders.len(), 4);
     }
 }

@@ -38,7 +38,7 @@ pub enum Terms {
     /// The provider's terms, and the grant its policies bound limits
     /// with: twins carry its Pod Security labels, and pods it would refuse
     /// are refused here, before they are sent.
-    Stated(Admission, Resources),
+    Stated(Box<(Admission, Resources)>),
     /// The provider states none (a version without them, which refuses
     /// the read): pods are sent as they are, and it decides.
     Unstated,
@@ -91,10 +91,10 @@ pub async fn keep_record(
                 }
             };
             let terms = match &read {
-                Some(Ok(tenant)) => Some(Terms::Stated(
+                Some(Ok(tenant)) => Some(Terms::Stated(Box::new((
                     tenant.spec.admission.clone(),
                     tenant.spec.grant.clone(),
-                )),
+                )))),
                 Some(Err(unstated)) => Some(unstated.clone()),
                 None => None,
             };

@@ -472,7 +472,11 @@ pub struct SharingPolicySetArgs {
     /// namespaces (1000 by default).
     #[arg(long, value_name = "COUNT")]
     pub objects: Option<u32>,
-    /// Namespace names no peer may take beyond liqo, liqo-*, kube-*,
+    /// How many twin namespaces of the peer get a share of its grant, the
+    /// oldest first (100 by default); one beyond holds nothing.
+    #[arg(long, value_name = "COUNT")]
+    pub namespaces: Option<u32>,
+    /// Namespace names no peer may take beyond liqo, liqo-tenant-*, kube-*,
     /// default and *-system: those this cluster's installers will make
     /// (NAME, PREFIX* or *SUFFIX, comma-separated; "" for none).
     #[arg(long, value_name = "NAME,...")]

@@ -363,6 +363,9 @@ fn merge_admission(a: &mut Admission, args: &SharingPolicySetArgs) -> Result<(),
     if let Some(n) = args.objects {
         a.objects = n;
     }
+    if let Some(n) = args.namespaces {
+        a.namespaces = n;
+    }
     if let Some(v) = &args.reserved_namespaces {
         a.reserved_namespaces = list(v);
         for p in &a.reserved_namespaces {

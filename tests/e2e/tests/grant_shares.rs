@@ -272,9 +272,9 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
             &serde_json::from_value(json!({
                 "metadata": { "name": twin_c, "labels": {
                     labels::TENANT: CONSUMER_ID,
-                    "pod-security.kubernetes.io/enforce": "restricted",
-                    "pod-security.kubernetes.io/audit": "restricted",
-                    "pod-security.kubernetes.io/warn": "restricted",
+                    "pod-security.kubernetes.io/enforce": "baseline",
+                    "pod-security.kubernetes.io/audit": "baseline",
+                    "pod-security.kubernetes.io/warn": "baseline",
                 } },
             }))?,
         )

@@ -55,6 +55,23 @@ async fn labels_of(namespaces: &Api<Namespace>) -> Result<BTreeMap<String, Strin
         .unwrap_or_default())
 }
 
+/// The level the namespace enforces, if any.
+async fn enforced(namespaces: &Api<Namespace>) -> Result<Option<String>> {
+    Ok(labels_of(namespaces).await?.get(ENFORCE).cloned())
+}
+
+/// `offload namespace` of [`NS`], Remote, with `more` flags.
+fn offload(pair: &Pair, more: &[&str]) -> liqo_e2e::Run {
+    let mut args = vec![
+        "offload",
+        "namespace",
+        NS,
+        "--pod-offloading-strategy=Remote",
+    ];
+    args.extend(more);
+    pair.on_consumer(&args).success()
+}
+
 /// The provider's level as the consumer's virtual kubelet last read it.
 async fn level_read(pair: &Pair, level: &str) -> Result<()> {
     let peers: Api<ForeignCluster> = Api::all(pair.consumer_client.clone());
@@ -86,28 +103,13 @@ async fn a_workload_the_terms_refuse_is_refused_at_creation_and_said_by_info() -
             )?,
         )
         .await?;
-    let out = pair
-        .on_consumer(&[
-            "offload",
-            "namespace",
-            NS,
-            "--pod-offloading-strategy=Remote",
-            "--wait",
-            "--timeout=60",
-        ])
-        .success();
+    let out = offload(&pair, &["--wait", "--timeout=60"]);
     assert!(
         out.stdout.contains("pod security: baseline (enforced here"),
         "{}",
         out.stdout
     );
-    assert_eq!(
-        labels_of(&namespaces)
-            .await?
-            .get(ENFORCE)
-            .map(String::as_str),
-        Some("baseline")
-    );
+    assert_eq!(enforced(&namespaces).await?.as_deref(), Some("baseline"));
 
     // The default terms: an image that runs as root runs there.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
@@ -126,26 +128,13 @@ async fn a_workload_the_terms_refuse_is_refused_at_creation_and_said_by_info() -
     pair.on_provider(&["sharing-policy", "set", "--pod-security=restricted"])
         .success();
     level_read(&pair, "restricted").await?;
-    let out = pair
-        .on_consumer(&[
-            "offload",
-            "namespace",
-            NS,
-            "--pod-offloading-strategy=Remote",
-        ])
-        .success();
+    let out = offload(&pair, &[]);
     assert!(
         out.stderr.contains("warning: shop: deployment/web: cluster provider-1 would refuse its pods: violates PodSecurity \"restricted:latest\""),
         "{}",
         out.stderr
     );
-    assert_eq!(
-        labels_of(&namespaces)
-            .await?
-            .get(ENFORCE)
-            .map(String::as_str),
-        Some("restricted")
-    );
+    assert_eq!(enforced(&namespaces).await?.as_deref(), Some("restricted"));
 
     // Twenty pods the provider would refuse: none is made, the ReplicaSet
     // says why, and the running ones are untouched.

@@ -153,7 +153,7 @@ pub(crate) fn twin(name: &str, tenant: &str, levels: [&str; 3], extra: Value) ->
     from(json!({ "metadata": { "name": name, "labels": l } }))
 }
 
-fn own_binding(tenant: &str) -> RoleBinding {
+pub(crate) fn own_binding(tenant: &str) -> RoleBinding {
     from(json!({
         "metadata": { "name": peering::TWIN_ROLE_BINDING },
         "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("liqo-tenant-{tenant}") },

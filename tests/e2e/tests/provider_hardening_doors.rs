@@ -14,6 +14,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota, Service,
 };
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use liqo_api::authentication::Tenant;
 use liqo_api::names::peering;
@@ -24,12 +25,13 @@ use liqo_e2e::wait_for;
 use serde_json::{Value, json};
 
 use crate::provider_hardening::{
-    PODS, PSA, RBAC, SERVICES, Tally, WORKLOADS, from, make_twin, pod, service, twin,
+    PODS, PSA, RBAC, SERVICES, Tally, WORKLOADS, from, make_twin, own_binding, pod, service, twin,
 };
 
 const NAMES: &str = "ValidatingAdmissionPolicy 'liqo-peer-namespace-names'";
 const CONNECTIONS: &str = "ValidatingAdmissionPolicy 'liqo-peer-connections'";
 const QUOTA: &str = "exceeded quota";
+const SHARE: &str = "ValidatingAdmissionPolicy 'liqo-twin-share'";
 
 /// consumer-1's twin on the provider, at the default level.
 const TWIN: &str = "doors-consumer-1";
@@ -398,6 +400,7 @@ async fn a_peer_takes_no_reserved_name_no_label_and_cannot_move_its_tunnel() -> 
         "sharing-policy",
         "set",
         "--reserved-namespaces=cert-manager,team-*",
+        "--namespaces=2",
     ])
     .success();
     let namespaces: Api<Namespace> = Api::all(one.clone());
@@ -440,9 +443,39 @@ async fn a_peer_takes_no_reserved_name_no_label_and_cannot_move_its_tunnel() -> 
             namespaces.create(&pp, &own(name)).await,
         );
     }
+    // Its second twin gets a share; a third holds nothing.
+    make_twin(&mut t, &one, prov, "blue-team", CONSUMER_ID, "baseline").await?;
     t.allowed(
-        "create a namespace of its own under another name",
-        namespaces.create(&pp, &own("blue-team")).await,
+        "create a third namespace",
+        namespaces.create(&pp, &own("third-team")).await,
+    );
+    t.allowed(
+        "bind its role there",
+        Api::<RoleBinding>::namespaced(one.clone(), "third-team")
+            .create(&pp, &own_binding(CONSUMER_ID))
+            .await,
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert!(
+        Api::<ResourceQuota>::namespaced(prov.clone(), "third-team")
+            .get_opt(SHARE_QUOTA)
+            .await?
+            .is_none(),
+        "no share beyond the terms' number of namespaces"
+    );
+    let map = || -> ConfigMap { from(json!({ "metadata": { "name": "probe" } })) };
+    t.refused(
+        "a ConfigMap in a namespace beyond the number",
+        SHARE,
+        Api::<ConfigMap>::namespaced(one.clone(), "third-team")
+            .create(&pp, &map())
+            .await,
+    );
+    t.allowed(
+        "a ConfigMap in its second",
+        Api::<ConfigMap>::namespaced(one.clone(), "blue-team")
+            .create(&pp, &map())
+            .await,
     );
     t.refused(
         "create a namespace that passes for kube-system by its labels",
@@ -530,6 +563,6 @@ async fn a_peer_takes_no_reserved_name_no_label_and_cannot_move_its_tunnel() -> 
             )
             .await,
     );
-    t.at_least(10, 6);
+    t.at_least(11, 10);
     Ok(())
 }

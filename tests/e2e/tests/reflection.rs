@@ -27,12 +27,13 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event, Namespace, Pod, Secret, Service, ServiceAccount,
+    ConfigMap, Event, Namespace, Pod, ResourceQuota, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
+use liqo_api::shares::SHARE_QUOTA;
 use liqo_e2e::fixture::pod::{ip, running, waiting_reason};
 use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
 use liqo_e2e::wait_for;
@@ -193,6 +194,12 @@ async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -
     let remote_ns: Api<Namespace> = Api::all(shop.provider());
     wait_for("the twin namespace", WAIT, || async {
         Ok(remote_ns.get_opt(TWIN).await?.is_some())
+    })
+    .await?;
+    // Nothing is made in a twin before its share (liqo-twin-share).
+    let quotas: Api<ResourceQuota> = Api::namespaced(shop.provider(), TWIN);
+    wait_for("the twin's share", WAIT, || async {
+        Ok(quotas.get_opt(SHARE_QUOTA).await?.is_some())
     })
     .await?;
     // The provider's admin makes an object in the twin under a name the

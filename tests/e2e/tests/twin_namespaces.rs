@@ -28,9 +28,9 @@ fn namespace(name: &str, tenant: Option<&str>) -> Namespace {
         json!({
             labels::TENANT: t,
             labels::ORIGIN_NAMESPACE: "shop",
-            "pod-security.kubernetes.io/enforce": "restricted",
-            "pod-security.kubernetes.io/audit": "restricted",
-            "pod-security.kubernetes.io/warn": "restricted",
+            "pod-security.kubernetes.io/enforce": "baseline",
+            "pod-security.kubernetes.io/audit": "baseline",
+            "pod-security.kubernetes.io/warn": "baseline",
         })
     });
     serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels } }))

@@ -91,7 +91,7 @@ impl PeeringContext {
     pub fn admission(&self) -> Result<Option<liqo_api::admission::Admission>, Error> {
         match &*self.terms.borrow() {
             crate::tenancy::Terms::NotRead => Err(NotYet::ProviderTerms.into()),
-            crate::tenancy::Terms::Stated(a, _) => Ok(Some(a.clone())),
+            crate::tenancy::Terms::Stated(stated) => Ok(Some(stated.0.clone())),
             crate::tenancy::Terms::Unstated => Ok(None),
         }
     }
@@ -100,7 +100,7 @@ impl PeeringContext {
     /// while it was not read).
     pub fn grant(&self) -> liqo_api::sharing::Resources {
         match &*self.terms.borrow() {
-            crate::tenancy::Terms::Stated(_, grant) => grant.clone(),
+            crate::tenancy::Terms::Stated(stated) => stated.1.clone(),
             _ => liqo_api::sharing::Resources::default(),
         }
     }

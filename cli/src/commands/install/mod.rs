@@ -35,7 +35,7 @@ use crate::kube::cluster::{
 use crate::kube::ownership;
 use crate::kube::wait::{self, Waited};
 use crate::manifests::{self, Manifest, Options};
-use crate::peering::terms;
+use crate::peering::{offloading, terms};
 use crate::printer::Printer;
 use liqo_api::agents::PortRange;
 use liqo_api::agents::gateway::DEFAULT_TUNNEL_PORTS;
@@ -214,6 +214,9 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     for line in lines {
         printer.info(line);
     }
+    // As a consumer: namespaces offloaded by an earlier version are held
+    // to their providers' Pod Security level too.
+    offloading::follow_levels(&cluster, &BTreeMap::new()).await?;
 
     let step = printer.step("Waiting for the gateway to be ready");
     match agents::wait_ready(&cluster, names::GATEWAY, wait::left(deadline)).await? {

@@ -25,6 +25,7 @@ fn args() -> SharingPolicySetArgs {
         load_balancers: None,
         ephemeral_storage: None,
         objects: None,
+        namespaces: None,
         reserved_namespaces: None,
     }
 }
