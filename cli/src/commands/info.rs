@@ -573,9 +573,7 @@ fn render(info: &Info) -> String {
                 p.direction.clone(),
                 status_detail(p),
                 p.network.as_ref().map_or("-".to_owned(), NetworkView::line),
-                p.grant
-                    .as_ref()
-                    .map_or("-".to_owned(), |g| show_resources(g).replace(", ", "\n")),
+                grant_cell(p),
                 p.cost
                     .as_ref()
                     .map_or("-".to_owned(), |c| show_cost(c).replace(", ", "\n")),
@@ -685,6 +683,24 @@ fn render(info: &Info) -> String {
 
 /// A peering's state in a few words: its virtual node's readiness for an
 /// outgoing one; for an incoming one, whether its grant is recorded.
+/// The grant, a resource a line, and the Pod Security level its pods
+/// run at there.
+fn grant_cell(p: &PeeringView) -> String {
+    let mut lines: Vec<String> = p
+        .grant
+        .as_ref()
+        .map(|g| show_resources(g).split(", ").map(str::to_owned).collect())
+        .unwrap_or_default();
+    if let Some(a) = &p.admission {
+        lines.push(format!("pod security {}", a.pod_security));
+    }
+    if lines.is_empty() {
+        "-".to_owned()
+    } else {
+        lines.join("\n")
+    }
+}
+
 fn status_line(p: &PeeringView) -> String {
     match &p.ready {
         Some(r) if r.status == "True" => "Ready".to_owned(),

@@ -281,6 +281,39 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
         "a ReplicaSet of an ordinary pod",
         sets.create(&pp, &template(|_| ())).await,
     );
+    // Subresources that would change what was admitted.
+    let patch = PatchParams::default();
+    t.refused(
+        "resize its pod's limits in place past the grant",
+        RBAC,
+        pods.patch_subresource(
+            "resize",
+            "ok-limits",
+            &patch,
+            &Patch::Merge(json!({ "spec": { "containers": [{ "name": "c",
+                "resources": { "limits": { "cpu": "1000" } } }] } })),
+        )
+        .await,
+    );
+    t.refused(
+        "scale a ReplicaSet through its scale subresource",
+        RBAC,
+        sets.patch_scale(
+            "esc-rs",
+            &patch,
+            &Patch::Merge(json!({ "spec": { "replicas": 1 } })),
+        )
+        .await,
+    );
+    t.allowed(
+        "scale it by its spec",
+        sets.patch(
+            "esc-rs",
+            &patch,
+            &Patch::Merge(json!({ "spec": { "replicas": 1 } })),
+        )
+        .await,
+    );
     t.refused(
         "a claim of its own",
         RBAC,
@@ -385,7 +418,7 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
         maps.create(&pp, &from(json!({ "metadata": { "name": "esc-many" } })))
             .await,
     );
-    t.at_least(19, 8);
+    t.at_least(21, 9);
     Ok(())
 }
 
