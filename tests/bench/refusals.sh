@@ -53,7 +53,7 @@ printf '%-34s %6s %8s %8s\n' "one minute after 20 replicas" pods running failed
 read_level baseline
 one_minute reference plain "not offloaded (reference)"
 one_minute shop offloaded "offloaded, default terms (baseline)"
-"$liqoctl" --kubeconfig "$provider" sharing-policy set --pod-security restricted >/dev/null
+"$liqoctl" --kubeconfig "$provider" sharing-policy set --pod-security restricted >/dev/null 2>&1
 read_level restricted
 one_minute shop2 offloaded "offloaded, restricted"
 k -n shop2 get replicasets -o jsonpath='{range .items[*]}{.status.conditions[0].reason}: {.status.conditions[0].message}{"\n"}{end}' | cut -c1-160
