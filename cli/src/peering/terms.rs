@@ -64,15 +64,25 @@ impl Brought {
                 terms.describe()
             )
         });
-        let warnings = self
+        // A few in full; the rest counted (a Deployment of hundreds would
+        // bury everything else).
+        const SHOWN: usize = 3;
+        let mut warnings: Vec<String> = self
             .would_refuse
             .iter()
+            .take(SHOWN)
             .map(|pod| {
                 format!(
                     "warning: tenant/{id}: pod {pod}; it keeps running, a new one would be refused"
                 )
             })
             .collect();
+        if self.would_refuse.len() > SHOWN {
+            warnings.push(format!(
+                "warning: tenant/{id}: {} more running pods would be refused now, for the same reasons or others",
+                self.would_refuse.len() - SHOWN
+            ));
+        }
         (changed, warnings)
     }
 }
@@ -157,6 +167,8 @@ fn replacing(old: &Admission, new: &Admission) -> serde_json::Value {
     if new.runtime_class_name.is_none() {
         value["runtimeClassName"] = serde_json::Value::Null;
     }
+    // Left out of the JSON when empty, which a merge patch reads as kept.
+    value["reservedNamespaces"] = json!(new.reserved_namespaces);
     for key in old.node_selector.keys() {
         if !new.node_selector.contains_key(key) {
             value["nodeSelector"][key] = serde_json::Value::Null;
@@ -238,6 +250,7 @@ mod tests {
             ]),
             runtime_class_name: Some("gvisor".to_owned()),
             priority_classes: vec!["low".to_owned()],
+            reserved_namespaces: vec!["cert-manager".to_owned()],
             ..Admission::default()
         };
         let new = Admission {
@@ -251,6 +264,7 @@ mod tests {
         );
         assert_eq!(patch["runtimeClassName"], serde_json::Value::Null);
         assert_eq!(patch["priorityClasses"], json!([]));
-        assert_eq!(patch["podSecurity"], "restricted");
+        assert_eq!(patch["podSecurity"], "baseline");
+        assert_eq!(patch["reservedNamespaces"], json!([]));
     }
 }
