@@ -3,6 +3,7 @@
 //! gone. With `--force` and no provider kubeconfig,
 //! cleans the consumer's side alone (the provider is gone for good).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -15,6 +16,7 @@ use crate::cli::{GlobalArgs, UnpeerArgs};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::cluster::{installed, read_identity};
+use crate::peering::offloading;
 use crate::peering::outgoing::{Identity, identity_of};
 use crate::peering::phases::{BY_KUBECONFIGS, BY_TOKEN, Ends, Phase};
 use crate::printer::{Printer, Step};
@@ -262,6 +264,11 @@ async fn remove(
     step.done("");
     for note in &notes {
         printer.info(format!("  {note}"));
+    }
+    // The namespaces offloaded to it (unpeered with --force) are held to
+    // the level of the providers they still have.
+    if let Some(consumer) = ends.consumer {
+        offloading::follow_levels(consumer, &BTreeMap::new()).await?;
     }
     Ok(())
 }

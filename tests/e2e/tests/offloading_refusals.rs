@@ -207,6 +207,11 @@ async fn a_workload_the_terms_refuse_is_refused_at_creation_and_said_by_info() -
     )
     .await?;
 
+    // Its one provider leaves (unpeered with the namespace still
+    // offloaded): no provider's level holds it any more.
+    pair.on_consumer(&["unpeer", "--remote-kubeconfig", &pair.remote(), "--force"])
+        .success();
+    assert_eq!(enforced(&namespaces).await?, None);
     // Unoffloaded: the namespace's own labels come back.
     pair.on_consumer(&["unoffload", "namespace", NS]).success();
     let labels = labels_of(&namespaces).await?;
