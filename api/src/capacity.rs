@@ -7,6 +7,7 @@
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod};
 
 use crate::names::labels;
+use crate::pod_security::{self, Level};
 use crate::sharing::{Amounts, parse_bytes, parse_cpu_millis};
 
 /// Whether a node counts: Ready and schedulable.
@@ -160,11 +161,13 @@ pub fn room_unsaid() -> NodeSelectorRequirement {
 
 /// The node affinity requirements that keep `pod` off every virtual node
 /// whose provider has no node with room for it (by the labels of
-/// [`room_labels`]): at least its CPU and its memory free on one node.
-/// Nodes without those labels (the cluster's own) never satisfy them.
+/// [`room_labels`]): at least its CPU and its memory free on one node;
+/// and off every virtual node whose provider's Pod Security level it does
+/// not meet (`labels::POD_SECURITY`, one of [`levels_met`]). Nodes
+/// without those labels (the cluster's own) never satisfy them.
 pub fn room(pod: &Pod) -> Vec<NodeSelectorRequirement> {
     let asked = requests_of(pod);
-    [
+    let mut out: Vec<NodeSelectorRequirement> = [
         (labels::LARGEST_FREE_CPU, asked.cpu_millis),
         (labels::LARGEST_FREE_MEMORY, asked.memory_bytes),
     ]
@@ -183,7 +186,30 @@ pub fn room(pod: &Pod) -> Vec<NodeSelectorRequirement> {
             values: Some(vec![(asked - 1).to_string()]),
         },
     })
-    .collect()
+    .collect();
+    out.push(NodeSelectorRequirement {
+        key: labels::POD_SECURITY.to_owned(),
+        operator: "In".to_owned(),
+        values: Some(
+            levels_met(pod)
+                .into_iter()
+                .map(|l| l.as_str().to_owned())
+                .collect(),
+        ),
+    });
+    out
+}
+
+/// The Pod Security levels `pod` meets, from the most permissive.
+pub fn levels_met(pod: &Pod) -> Vec<Level> {
+    let meta = &pod.metadata;
+    let Some(spec) = pod.spec.as_ref() else {
+        return Level::ALL.to_vec();
+    };
+    Level::ALL
+        .into_iter()
+        .filter(|l| pod_security::check(*l, meta, spec).is_empty())
+        .collect()
 }
 
 /// The free capacity as one tenant sees it, its own pods (`mine`)
@@ -386,11 +412,18 @@ mod tests {
             operator: "Gt".to_owned(),
             values: Some(vec![value.to_owned()]),
         };
+        // A bare container meets baseline, not restricted.
+        let meets = |levels: &[&str]| NodeSelectorRequirement {
+            key: labels::POD_SECURITY.to_owned(),
+            operator: "In".to_owned(),
+            values: Some(levels.iter().map(|l| (*l).to_owned()).collect()),
+        };
         assert_eq!(
             room(&pod(Some("2500m"))),
             [
                 gt(labels::LARGEST_FREE_CPU, "2499"),
                 gt(labels::LARGEST_FREE_MEMORY, "1073741823"),
+                meets(&["privileged", "baseline"]),
             ]
         );
         // Asking nothing fits a full node, as the scheduler has it.
@@ -404,8 +437,14 @@ mod tests {
             [
                 exists(labels::LARGEST_FREE_CPU),
                 exists(labels::LARGEST_FREE_MEMORY),
+                meets(&["privileged", "baseline"]),
             ]
         );
+        let on_the_host: Pod = serde_json::from_value(json!({
+            "spec": { "hostNetwork": true, "containers": [{ "name": "c" }] },
+        }))
+        .expect("pod");
+        assert_eq!(levels_met(&on_the_host), [Level::Privileged]);
         let amounts = |cpu_millis, memory_bytes| Amounts {
             cpu_millis,
             memory_bytes,

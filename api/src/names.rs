@@ -46,6 +46,10 @@ pub mod labels {
     pub const LARGEST_FREE_CPU: &str = "liqo.io/largest-free-cpu-millis";
     /// On a virtual node: the same for memory, in bytes.
     pub const LARGEST_FREE_MEMORY: &str = "liqo.io/largest-free-memory-bytes";
+    /// On a virtual node: the Pod Security level its provider holds this
+    /// cluster's pods to. The placement policy keeps a pod that does not
+    /// meet it off the node ([`crate::capacity::room`]).
+    pub const POD_SECURITY: &str = "liqo.io/pod-security";
 }
 
 /// On a consumer's ConfigMap or Secret of an offloaded namespace: `true`

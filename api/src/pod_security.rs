@@ -116,27 +116,27 @@ pub fn describe(level: Level, violations: &[Violation]) -> String {
 }
 
 /// The capabilities a baseline container may add: the runtimes' defaults.
-const BASELINE_CAPABILITIES: &str = "AUDIT_WRITE CHOWN DAC_OVERRIDE FOWNER FSETID KILL MKNOD \
+pub const BASELINE_CAPABILITIES: &str = "AUDIT_WRITE CHOWN DAC_OVERRIDE FOWNER FSETID KILL MKNOD \
     NET_BIND_SERVICE SETFCAP SETGID SETPCAP SETUID SYS_CHROOT";
 
 /// The namespaced, isolated sysctls baseline allows (the last two since
 /// 1.32).
-const SAFE_SYSCTLS: &str = "kernel.shm_rmid_forced net.ipv4.ip_local_port_range \
+pub const SAFE_SYSCTLS: &str = "kernel.shm_rmid_forced net.ipv4.ip_local_port_range \
     net.ipv4.ip_unprivileged_port_start net.ipv4.tcp_syncookies net.ipv4.ping_group_range \
     net.ipv4.ip_local_reserved_ports net.ipv4.tcp_keepalive_time net.ipv4.tcp_fin_timeout \
     net.ipv4.tcp_keepalive_intvl net.ipv4.tcp_keepalive_probes net.ipv4.tcp_rmem net.ipv4.tcp_wmem";
 
 /// The SELinux types baseline allows, besides none.
-const SELINUX_TYPES: &str = "container_t container_init_t container_kvm_t container_engine_t";
+pub const SELINUX_TYPES: &str = "container_t container_init_t container_kvm_t container_engine_t";
 
 /// The volume sources restricted allows, by their API names.
-const RESTRICTED_VOLUMES: &str = "configMap csi downwardAPI emptyDir ephemeral \
+pub const RESTRICTED_VOLUMES: &str = "configMap csi downwardAPI emptyDir ephemeral \
     persistentVolumeClaim projected secret image";
 
 /// The seccomp and AppArmor profile types that keep a confinement.
-const CONFINED: &str = "RuntimeDefault Localhost";
+pub const CONFINED: &str = "RuntimeDefault Localhost";
 
-const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
+pub const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
 
 /// Whether `item` is one of the space-separated `list`.
 fn listed(list: &str, item: &str) -> bool {

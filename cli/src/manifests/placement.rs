@@ -173,7 +173,7 @@ pub fn placement_policies() -> Vec<Manifest> {
         )
     };
     let room = format!(
-        "[{}, {}]",
+        "[{}, {}, {{'key': dyn('{}'), 'operator': dyn('In'), 'values': dyn(variables.levels)}}]",
         at_least(
             labels::LARGEST_FREE_CPU,
             format!("int({} * 1000.0 + 0.999)", asked("cpu"))
@@ -182,6 +182,7 @@ pub fn placement_policies() -> Vec<Manifest> {
             labels::LARGEST_FREE_MEMORY,
             format!("int({} + 0.999)", asked("memory"))
         ),
+        labels::POD_SECURITY,
     );
     let own = format!(
         "has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && \
@@ -232,6 +233,20 @@ pub fn placement_policies() -> Vec<Manifest> {
                 ? params.spec.clusterSelector.nodeSelectorTerms : []"
                 .to_owned(),
         ),
+        variable(
+            "containers",
+            "object.spec.containers + \
+             (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+                .to_owned(),
+        ),
+        variable("baseline", meets_baseline()),
+        variable("restricted", meets_restricted()),
+        variable(
+            "levels",
+            "['privileged'] + (variables.baseline ? ['baseline'] : []) + \
+             (variables.baseline && variables.restricted ? ['restricted'] : [])"
+                .to_owned(),
+        ),
         variable("room", room),
         variable("selected", selected),
         variable("ours", ours),
@@ -277,4 +292,123 @@ pub fn placement_policies() -> Vec<Manifest> {
         },
     )));
     out
+}
+
+/// A CEL list of the space-separated `words`.
+fn cel_list(words: &str) -> String {
+    let quoted: Vec<String> = words.split_whitespace().map(|w| format!("'{w}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// Whether the pod meets Pod Security's baseline level, in CEL: the
+/// checks of `liqo_api::pod_security` (the API server's), over the pod and
+/// its containers and init containers (ephemeral ones cannot be set at
+/// creation). Windows pods are held to them too, which the API server
+/// spares in a few checks: such a pod is kept off a virtual node it could
+/// run on, never let onto one that refuses it.
+fn meets_baseline() -> String {
+    use liqo_api::pod_security::{
+        APPARMOR_ANNOTATION, BASELINE_CAPABILITIES, CONFINED, SAFE_SYSCTLS, SELINUX_TYPES,
+    };
+    let psc = "object.spec.securityContext";
+    let sc = "c.securityContext";
+    let caps = cel_list(BASELINE_CAPABILITIES);
+    let selinux = cel_list(SELINUX_TYPES);
+    let confined = cel_list(CONFINED);
+    let sysctls = cel_list(SAFE_SYSCTLS);
+    // `x` (a security context) keeps its confinements and SELinux limits.
+    let context = |x: &str| {
+        format!(
+            "(!has({x}.seccompProfile) || {x}.seccompProfile.type != 'Unconfined') && \
+             (!has({x}.appArmorProfile) || {x}.appArmorProfile.type in {confined}) && \
+             (!has({x}.seLinuxOptions) || ((!has({x}.seLinuxOptions.type) || {x}.seLinuxOptions.type == '' || \
+             {x}.seLinuxOptions.type in {selinux}) && (!has({x}.seLinuxOptions.user) || {x}.seLinuxOptions.user == '') && \
+             (!has({x}.seLinuxOptions.role) || {x}.seLinuxOptions.role == ''))) && \
+             (!has({x}.windowsOptions) || !has({x}.windowsOptions.hostProcess) || !{x}.windowsOptions.hostProcess)"
+        )
+    };
+    let probe = |p: &str| {
+        format!(
+            "(!has({p}) || ((!has({p}.httpGet) || !has({p}.httpGet.host) || {p}.httpGet.host == '') && \
+             (!has({p}.tcpSocket) || !has({p}.tcpSocket.host) || {p}.tcpSocket.host == '')))"
+        )
+    };
+    let hooks = format!(
+        "(!has(c.lifecycle) || ({} && {}))",
+        probe("c.lifecycle.postStart"),
+        probe("c.lifecycle.preStop")
+    );
+    [
+        "!(has(object.spec.hostNetwork) && object.spec.hostNetwork)".to_owned(),
+        "!(has(object.spec.hostPID) && object.spec.hostPID)".to_owned(),
+        "!(has(object.spec.hostIPC) && object.spec.hostIPC)".to_owned(),
+        "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))".to_owned(),
+        format!(
+            "!has(object.metadata.annotations) || object.metadata.annotations.all(k, \
+             !k.startsWith('{APPARMOR_ANNOTATION}') || object.metadata.annotations[k] == 'runtime/default' || \
+             object.metadata.annotations[k].startsWith('localhost/'))"
+        ),
+        format!("!has({psc}) || ({})", context(psc)),
+        format!(
+            "!has({psc}) || !has({psc}.sysctls) || {psc}.sysctls.all(s, s.name in {sysctls})"
+        ),
+        format!(
+            "variables.containers.all(c, (!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)) && \
+             {} && {} && {} && {hooks} && (!has({sc}) || ( \
+             !(has({sc}.privileged) && {sc}.privileged) && \
+             (!has({sc}.procMount) || {sc}.procMount == 'Default') && \
+             (!has({sc}.capabilities) || !has({sc}.capabilities.add) || {sc}.capabilities.add.all(a, a in {caps})) && \
+             {})))",
+            probe("c.livenessProbe"),
+            probe("c.readinessProbe"),
+            probe("c.startupProbe"),
+            context(sc),
+        ),
+    ]
+    .map(|check| format!("({check})"))
+    .join(" && ")
+}
+
+/// Whether the pod meets what restricted adds to baseline, in CEL (see
+/// [`meets_baseline`]).
+fn meets_restricted() -> String {
+    use liqo_api::pod_security::{CONFINED, RESTRICTED_VOLUMES};
+    let psc = "object.spec.securityContext";
+    let sc = "c.securityContext";
+    let volumes = RESTRICTED_VOLUMES
+        .split_whitespace()
+        .map(|t| format!("has(v.{t})"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    let confined = cel_list(CONFINED);
+    // Set on the pod and not undone by a container, or set by every one.
+    let pod_or_each = |field: &str, ok: &str| {
+        format!(
+            "(has({psc}) && has({psc}.{field}) && {} && variables.containers.all(c, !has({sc}) || \
+             !has({sc}.{field}) || {})) || variables.containers.all(c, has({sc}) && has({sc}.{field}) && {})",
+            ok.replace("X", &format!("{psc}.{field}")),
+            ok.replace("X", &format!("{sc}.{field}")),
+            ok.replace("X", &format!("{sc}.{field}")),
+        )
+    };
+    [
+        format!("!has(object.spec.volumes) || object.spec.volumes.all(v, {volumes})"),
+        format!(
+            "variables.containers.all(c, has({sc}) && has({sc}.allowPrivilegeEscalation) && \
+             !{sc}.allowPrivilegeEscalation)"
+        ),
+        pod_or_each("runAsNonRoot", "X"),
+        format!(
+            "!(has({psc}) && has({psc}.runAsUser) && {psc}.runAsUser == 0) && \
+             variables.containers.all(c, !(has({sc}) && has({sc}.runAsUser) && {sc}.runAsUser == 0))"
+        ),
+        pod_or_each("seccompProfile", &format!("X.type in {confined}")),
+        format!(
+            "variables.containers.all(c, has({sc}) && has({sc}.capabilities) && \
+             has({sc}.capabilities.drop) && 'ALL' in {sc}.capabilities.drop && \
+             (!has({sc}.capabilities.add) || {sc}.capabilities.add.all(a, a == 'NET_BIND_SERVICE')))"
+        ),
+    ]
+    .map(|check| format!("({check})"))
+    .join(" && ")
 }

@@ -27,6 +27,7 @@ mod ownership;
 mod peering;
 mod peering_rollback;
 mod placement;
+mod placement_levels;
 mod placement_webhook;
 mod provider_hardening;
 mod provider_hardening_doors;

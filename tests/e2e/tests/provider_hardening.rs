@@ -445,10 +445,17 @@ async fn the_virtual_kubelet_refuses_on_the_consumer_a_pod_its_terms_refuse() ->
         p
     };
     pods.create(&pp, &on_virtual(pod("fine", |_| ()))).await?;
+    // Bound by hand: the scheduler would keep it off the virtual node
+    // (its level is labelled there: `placement_levels`).
     let mut root = on_virtual(pod("as-root", |p| {
         p["spec"]["securityContext"] = json!({ "runAsUser": 0 });
     }));
     root.metadata.name = Some("as-root".to_owned());
+    if let Some(spec) = root.spec.as_mut() {
+        spec.node_name = Some(peering::virtual_node(&liqo_api::ClusterId::new(
+            PROVIDER_ID,
+        )?));
+    }
     pods.create(&pp, &root).await?;
     let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
     wait_for("the fine pod to run on the provider", WAIT, || async {

@@ -194,6 +194,16 @@ pub fn node_labels(node_name: &str, fc: &ForeignCluster) -> BTreeMap<String, Str
         amounts(status.and_then(|s| s.largest_free_node.as_ref())),
         amounts(status.and_then(|s| s.grant.as_ref())),
     ));
+    // The Pod Security level the provider holds this cluster's pods to:
+    // the placement policy keeps a pod that does not meet it off this
+    // node. A provider that states no terms decides alone (privileged
+    // here); until they are read, nothing is sent anyway.
+    let level = status
+        .and_then(|s| s.admission.as_ref())
+        .map_or(liqo_api::pod_security::Level::Privileged, |a| {
+            a.pod_security
+        });
+    out.insert(labels::POD_SECURITY.to_owned(), level.as_str().to_owned());
     out
 }
 
@@ -471,6 +481,8 @@ mod tests {
             // The grant's, while the largest free node is not known.
             ("liqo.io/largest-free-cpu-millis", "2000"),
             ("liqo.io/largest-free-memory-bytes", "4294967296"),
+            // Its terms not read yet: the provider decides alone.
+            ("liqo.io/pod-security", "privileged"),
         ];
         for (k, v) in want {
             assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}");
@@ -484,7 +496,11 @@ mod tests {
                 pods: None,
             });
         }
+        if let Some(status) = known.status.as_mut() {
+            status.admission = Some(liqo_api::admission::Admission::default());
+        }
         let labels = node_labels("liqo-prov-1", &known);
+        assert_eq!(labels["liqo.io/pod-security"], "baseline");
         assert_eq!(labels["liqo.io/largest-free-cpu-millis"], "500");
         assert_eq!(labels["liqo.io/largest-free-memory-bytes"], "1048576");
     }
