@@ -61,7 +61,10 @@ fn pod_requiring(name: &str, key: &str, op: &str, values: &[&str]) -> Pod {
 /// Creates a pod, retrying while the placement policy has not seen the
 /// namespace's offloading yet (it reads parameters from a cache, and
 /// refuses pods of offloaded namespaces until then).
-async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<Pod> {
+/// Creates `pod`, retried while the placement policy's parameter is not
+/// seen yet (`liqoctl offload` writes the offloading just before the
+/// namespace's labels); returns it as stored.
+pub(crate) async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<Pod> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         match pods.create(&PostParams::default(), pod).await {

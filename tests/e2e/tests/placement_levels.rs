@@ -7,8 +7,6 @@
 //! `liqo_api::pod_security` in Rust (the webhook and the virtual kubelet):
 //! both are compared on pods of every kind of check.
 
-use std::time::Duration;
-
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, PostParams};
@@ -16,6 +14,8 @@ use liqo_api::names::{labels, peering};
 use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
 use liqo_e2e::wait_for;
 use serde_json::{Value, json};
+
+use crate::placement::create;
 
 const NS: &str = "mixed";
 
@@ -36,23 +36,6 @@ fn restricted(name: &str) -> Result<Pod> {
     Ok(serde_json::from_value(liqo_e2e::restricted(
         serde_json::to_value(pod(name, json!({}), json!({}))?)?,
     ))?)
-}
-
-/// Creates `pod`, retried while the placement policy's parameter is not
-/// seen yet; returns it as stored.
-async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<Pod> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match pods.create(&PostParams::default(), pod).await {
-            Err(kube::Error::Api(s))
-                if s.message.contains("no params found")
-                    && std::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            other => return Ok(other?),
-        }
-    }
 }
 
 /// The levels the placement policy wrote into the pod's affinity.

@@ -71,6 +71,15 @@ impl Tally {
         }
     }
 
+    /// Each pod of `escapes` (what it tries, the rule that refuses it,
+    /// the pod) was refused when made in `pods`.
+    pub(crate) async fn refused_pods(&mut self, pods: &Api<Pod>, escapes: Vec<(&str, &str, Pod)>) {
+        for (what, rule, p) in escapes {
+            let made = pods.create(&PostParams::default(), &p).await;
+            self.refused(&format!("a pod with {what}"), rule, made);
+        }
+    }
+
     /// `r`, the allowed form, was admitted.
     pub(crate) fn allowed<T: Debug>(&mut self, what: &str, r: Result<T, kube::Error>) -> T {
         match r {

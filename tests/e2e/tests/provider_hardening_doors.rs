@@ -220,13 +220,7 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
             }),
         ),
     ];
-    for (what, rule, p) in escapes {
-        t.refused(
-            &format!("a pod with {what}"),
-            rule,
-            pods.create(&pp, &p).await,
-        );
-    }
+    t.refused_pods(&pods, escapes).await;
     t.allowed(
         "limits within the grant and the terms' local disk",
         pods.create(

@@ -184,13 +184,7 @@ async fn a_tenant_runs_only_the_pods_its_restricted_terms_admit() -> Result<()> 
             }),
         ),
     ];
-    for (what, rule, p) in escapes {
-        t.refused(
-            &format!("a pod with {what}"),
-            rule,
-            pods.create(&pp, &p).await,
-        );
-    }
+    t.refused_pods(&pods, escapes).await;
     t.allowed(
         "a restricted pod that tolerates an unreachable node for a while",
         pods.create(
