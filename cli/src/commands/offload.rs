@@ -11,13 +11,13 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use liqo_api::ClusterId;
 use liqo_api::names::{self, labels};
 use liqo_api::offloading::{
     LabelSelector, NamespaceMappingStrategy, NamespaceOffloading, NamespaceOffloadingSpec,
     PodOffloadingStrategy,
 };
 use liqo_api::validation;
+use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
 
 use crate::cli::{
@@ -61,7 +61,7 @@ pub async fn offload(
     }
 
     let cluster = ClusterClient::local(global).await?;
-    installed(&cluster).await?;
+    let identity = installed(&cluster).await?;
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
     // Every namespace must exist before anything is written.
     for ns in &args.names {
@@ -106,13 +106,14 @@ pub async fn offload(
         }
     }
 
+    let providers = offloading::Providers::read(&cluster, &BTreeMap::new()).await?;
     let step = printer.step(format!("Offloading {}", args.names.join(", ")));
     for object in &objects {
-        offloading::apply(&cluster, object, &agents).await?;
+        offloading::apply(&cluster, object, &agents, &providers).await?;
     }
     step.done("");
 
-    let selected = offloading::selected_peers(&cluster, &spec).await?;
+    let selected = providers.selected(&spec);
     if selected.is_empty() {
         printer.info("note: no outgoing peering is selected yet; the namespaces are offloaded to peers as they come");
     }
@@ -175,12 +176,8 @@ pub async fn offload(
             step.done("");
         }
     }
-    let terms = offloading::providers_terms(&cluster, &BTreeMap::new()).await?;
-    let selected_terms: BTreeMap<String, offloading::Terms> = terms
-        .into_iter()
-        .filter(|(id, _)| selected.contains(id))
-        .collect();
-    let level = selected_terms.values().map(|(t, _)| t.pod_security).max();
+    let selected_terms = providers.selected_terms(&spec);
+    let level = providers.level(&spec);
     for ns in &args.names {
         printer.result(format!(
             "namespace {ns} offloaded (pods: {}, twin namespaces: {}) to {}",
@@ -203,6 +200,15 @@ pub async fn offload(
                 PodOffloadingStrategy::Local => "not used: its pods stay here",
             };
             printer.result(format!("  pod security: {level} ({how})"));
+        }
+        let twin = liqo_api::offloading::remote_namespace(ns, &spec, &identity.cluster_name);
+        for (provider, (terms, _)) in &selected_terms {
+            if !terms.allows_namespace_name(&twin) {
+                printer.info(format!(
+                    "warning: {ns}: cluster {provider} reserves the name {twin}: its twin cannot be made \
+                     there; offload with another --namespace-mapping-strategy or --remote-namespace-name"
+                ));
+            }
         }
         for r in refused::workloads(&cluster, ns, &selected_terms).await? {
             printer.info(format!(
@@ -274,15 +280,15 @@ async fn run_unoffload(
 }
 
 /// liqo-rs must be installed: the NamespaceOffloading CRD comes with it.
-async fn installed(cluster: &ClusterClient) -> anyhow::Result<()> {
-    if read_identity(cluster).await?.is_none() {
-        return Err(UserError::NotFound(format!(
+/// Returns the cluster's identity.
+async fn installed(cluster: &ClusterClient) -> anyhow::Result<ClusterIdentity> {
+    read_identity(cluster).await?.ok_or_else(|| {
+        UserError::NotFound(format!(
             "liqo-rs is not installed on cluster {}; run `liqoctl install`",
             cluster.name
         ))
-        .into());
-    }
-    Ok(())
+        .into()
+    })
 }
 
 fn check_names(names: &[String]) -> anyhow::Result<()> {

@@ -44,12 +44,14 @@ pub(crate) async fn virtual_kubelets(cluster: &ClusterClient) -> anyhow::Result<
 }
 
 /// Offloads the namespace of `object` (a NamespaceOffloading): the rights
-/// of the virtual kubelets of `agents` there, the offloading, then the
-/// namespace's placement labels. Each step can be applied again.
+/// of the virtual kubelets of `agents` there, the offloading, the Pod
+/// Security level of the `providers` it selects, then the namespace's
+/// placement labels. Each step can be applied again.
 pub(crate) async fn apply(
     cluster: &ClusterClient,
     object: &NamespaceOffloading,
     agents: &[ClusterId],
+    providers: &Providers,
 ) -> anyhow::Result<()> {
     let ns = object.metadata.namespace.as_deref().unwrap_or_default();
     let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
@@ -79,7 +81,14 @@ pub(crate) async fn apply(
     }
     // Its pods are judged here by its providers' Pod Security level
     // before any of them is placed on a virtual node.
-    follow_level(cluster, ns, Some(&object.spec), &BTreeMap::new()).await?;
+    let spec = &object.spec;
+    hold_to_level(
+        cluster,
+        ns,
+        spec.pod_offloading_strategy,
+        providers.level(spec),
+    )
+    .await?;
     // After the offloading exists, so that no pod is placed on a virtual
     // node before a peer is told to take it.
     let placement = json!({ "metadata": { "labels": {
@@ -94,96 +103,112 @@ pub(crate) async fn apply(
     Ok(())
 }
 
-/// The cluster IDs of the providers whose virtual node `spec` selects.
-pub(crate) async fn selected_peers(
-    cluster: &ClusterClient,
-    spec: &NamespaceOffloadingSpec,
-) -> anyhow::Result<Vec<String>> {
-    let nodes: Api<Node> = Api::all(cluster.client.clone());
-    let list = nodes
-        .list(&ListParams::default().labels(&format!("{}=true", labels::VIRTUAL_NODE)))
-        .await
-        .map_err(|e| cluster.explain(e, "listing virtual nodes"))?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter_map(|n| {
-            let node_labels: BTreeMap<String, String> = n.metadata.labels.unwrap_or_default();
-            let id = node_labels.get(labels::PEER_CLUSTER_ID).cloned()?;
-            liqo_api::offloading::selects(spec, &node_labels).then_some(id)
-        })
-        .collect())
-}
-
 /// What a provider admits from this cluster: its terms, and the grant.
 pub(crate) type Terms = (Admission, Resources);
 
-/// The terms each provider of this cluster's outgoing peerings gives it,
-/// by cluster ID, as its virtual kubelet last read them (the
-/// ForeignCluster's status), or as `known` says (a peering just made,
-/// whose agent may not have read them yet).
-pub(crate) async fn providers_terms(
-    cluster: &ClusterClient,
-    known: &BTreeMap<String, Terms>,
-) -> anyhow::Result<BTreeMap<String, Terms>> {
-    let peers: Api<ForeignCluster> = Api::all(cluster.client.clone());
-    let list = peers
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| cluster.explain(e, "listing the peers"))?;
-    let mut terms: BTreeMap<String, Terms> = list
-        .items
-        .into_iter()
-        .filter_map(|fc| {
-            let status = fc.status?;
-            let terms = (status.admission?, status.grant.unwrap_or_default());
-            Some((fc.spec.cluster_id.to_string(), terms))
-        })
-        .collect();
-    terms.extend(known.iter().map(|(k, v)| (k.clone(), v.clone())));
-    Ok(terms)
+/// This cluster's providers as it knows them at one moment, read once for
+/// every namespace a command works on: each virtual node's labels (what an
+/// offloading's selector selects) and each provider's terms.
+#[derive(Debug, Default)]
+pub(crate) struct Providers {
+    /// Each virtual node's provider ID and labels.
+    nodes: Vec<(String, BTreeMap<String, String>)>,
+    /// Each provider's terms, by cluster ID.
+    terms: BTreeMap<String, Terms>,
 }
 
-/// Puts namespace `ns` at the Pod Security level of the providers its
-/// offloading `spec` selects (`None`: no longer offloaded, so its own
-/// labels come back): see [`liqo_api::home_level`]. Returns the level,
-/// `None` where no selected provider's terms are known yet.
-pub(crate) async fn follow_level(
+impl Providers {
+    /// The virtual nodes, and the terms as each provider's virtual kubelet
+    /// last read them (the ForeignCluster's status), or as `known` says (a
+    /// peering just made, whose agent may not have read them yet).
+    pub(crate) async fn read(
+        cluster: &ClusterClient,
+        known: &BTreeMap<String, Terms>,
+    ) -> anyhow::Result<Self> {
+        let nodes: Api<Node> = Api::all(cluster.client.clone());
+        let nodes = nodes
+            .list(&ListParams::default().labels(&format!("{}=true", labels::VIRTUAL_NODE)))
+            .await
+            .map_err(|e| cluster.explain(e, "listing virtual nodes"))?;
+        let peers: Api<ForeignCluster> = Api::all(cluster.client.clone());
+        let peers = peers
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| cluster.explain(e, "listing the peers"))?;
+        let mut terms: BTreeMap<String, Terms> = peers
+            .items
+            .into_iter()
+            .filter_map(|fc| {
+                let status = fc.status?;
+                let terms = (status.admission?, status.grant.unwrap_or_default());
+                Some((fc.spec.cluster_id.to_string(), terms))
+            })
+            .collect();
+        terms.extend(known.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(Self {
+            nodes: nodes
+                .items
+                .into_iter()
+                .filter_map(|n| {
+                    let labels = n.metadata.labels.unwrap_or_default();
+                    Some((labels.get(labels::PEER_CLUSTER_ID)?.clone(), labels))
+                })
+                .collect(),
+            terms,
+        })
+    }
+
+    /// The cluster IDs of the providers whose virtual node `spec` selects.
+    pub(crate) fn selected(&self, spec: &NamespaceOffloadingSpec) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, labels)| liqo_api::offloading::selects(spec, labels))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// The terms of the providers `spec` selects, where known.
+    pub(crate) fn selected_terms(&self, spec: &NamespaceOffloadingSpec) -> BTreeMap<String, Terms> {
+        self.selected(spec)
+            .into_iter()
+            .filter_map(|id| Some((id.clone(), self.terms.get(&id)?.clone())))
+            .collect()
+    }
+
+    /// The strictest Pod Security level among the providers `spec`
+    /// selects; `None` where none of their terms is known yet.
+    pub(crate) fn level(&self, spec: &NamespaceOffloadingSpec) -> Option<Level> {
+        self.selected_terms(spec)
+            .values()
+            .map(|(t, _)| t.pod_security)
+            .max()
+    }
+}
+
+/// Holds namespace `ns`, offloaded with `strategy`, to `level` (`None`:
+/// no provider's level, so its own labels come back): see
+/// [`liqo_api::home_level`].
+async fn hold_to_level(
     cluster: &ClusterClient,
     ns: &str,
-    spec: Option<&NamespaceOffloadingSpec>,
-    known: &BTreeMap<String, Terms>,
-) -> anyhow::Result<Option<Level>> {
-    let (strategy, level) = match spec {
-        Some(spec) => {
-            let selected = selected_peers(cluster, spec).await?;
-            let terms = providers_terms(cluster, known).await?;
-            let level = selected
-                .iter()
-                .filter_map(|id| terms.get(id))
-                .map(|(t, _)| t.pod_security)
-                .max();
-            (spec.pod_offloading_strategy, level)
-        }
-        None => (PodOffloadingStrategy::Local, None),
-    };
+    strategy: PodOffloadingStrategy,
+    level: Option<Level>,
+) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
     let Some(found) = namespaces
         .get_opt(ns)
         .await
         .map_err(|e| cluster.explain(e, &format!("reading namespace {ns}")))?
     else {
-        return Ok(level);
+        return Ok(());
     };
+    let meta = &found.metadata;
+    let none = BTreeMap::new();
     let changes = home_level::changes(
         strategy,
         level,
-        found.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
-        found
-            .metadata
-            .annotations
-            .as_ref()
-            .unwrap_or(&BTreeMap::new()),
+        meta.labels.as_ref().unwrap_or(&none),
+        meta.annotations.as_ref().unwrap_or(&none),
     );
     if !changes.is_empty() {
         let patch = json!({ "metadata": {
@@ -195,10 +220,10 @@ pub(crate) async fn follow_level(
             .await
             .map_err(|e| cluster.explain(e, &format!("setting the Pod Security labels of {ns}")))?;
     }
-    Ok(level)
+    Ok(())
 }
 
-/// Puts every offloaded namespace at the level of the providers it
+/// Holds every offloaded namespace to the level of the providers it
 /// selects, with `known` terms for peerings just made.
 pub(crate) async fn follow_levels(
     cluster: &ClusterClient,
@@ -209,6 +234,7 @@ pub(crate) async fn follow_levels(
         .list(&ListParams::default())
         .await
         .map_err(|e| cluster.explain(e, "listing the offloaded namespaces"))?;
+    let providers = Providers::read(cluster, known).await?;
     for o in list.items {
         let Some(ns) = o.metadata.namespace.as_deref() else {
             continue;
@@ -216,7 +242,8 @@ pub(crate) async fn follow_levels(
         if o.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        follow_level(cluster, ns, Some(&o.spec), known).await?;
+        let level = providers.level(&o.spec);
+        hold_to_level(cluster, ns, o.spec.pod_offloading_strategy, level).await?;
     }
     Ok(())
 }
@@ -249,7 +276,7 @@ pub(crate) async fn remove(
         .patch(ns, &PatchParams::default(), &Patch::Merge(&placement))
         .await
         .map_err(|e| cluster.explain(e, &format!("unlabelling namespace {ns}")))?;
-    follow_level(cluster, ns, None, &BTreeMap::new()).await?;
+    hold_to_level(cluster, ns, PodOffloadingStrategy::Local, None).await?;
     let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
     let uid = match api
         .delete(names::NAMESPACE_OFFLOADING, &DeleteParams::default())

@@ -334,6 +334,7 @@ pub(crate) async fn hand_over(
         .filter_map(|o| Some((o.namespace()?, o)))
         .collect();
     let agents = offloading::virtual_kubelets(cluster).await?;
+    let providers = offloading::Providers::read(cluster, &BTreeMap::new()).await?;
     let mut done = HandedOver::default();
     for ns in &all {
         let name = ns.name_any();
@@ -348,7 +349,13 @@ pub(crate) async fn hand_over(
             done.kept.push(name);
             continue;
         }
-        offloading::apply(cluster, &hand_over_offloading(&name, anchor), &agents).await?;
+        offloading::apply(
+            cluster,
+            &hand_over_offloading(&name, anchor),
+            &agents,
+            &providers,
+        )
+        .await?;
         done.namespaces.push(name);
     }
     Ok(done)
