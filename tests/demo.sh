@@ -6,8 +6,8 @@
 # "foreign" (a virtual node standing for foreign's grant), the namespace
 # "demo" is offloaded, and a Deployment of home's runs its containers on
 # foreign's node: they print their own greeting, read on home with kubectl
-# logs, and a pod of home reaches them through their Service, across the
-# gateways' WireGuard tunnel. Left running so you can look at them with
+# logs, and a pod of home reaches them through their Service, by its name
+# (the clusters' CoreDNS), across the gateways' WireGuard tunnel. Left running so you can look at them with
 # kubectl and liqoctl. Run it again to start afresh; stop with
 #   target/debug/liqo-testbed down --dir .liqo-demo
 set -euo pipefail
@@ -96,12 +96,12 @@ echo
 echo "== kubectl logs on home: what the containers on foreign wrote"
 kubectl_home -n demo logs deployment/hello
 echo
-echo "== curl from a pod of home to the Service: answered by a pod on foreign"
+echo "== curl from a pod of home to the Service, by its name: answered by a pod on foreign"
 kubectl_home run curl --image liqo.test/toolbox:1 --restart Never --command -- sleep 3600 >/dev/null
 kubectl_home wait --for=condition=Ready pod/curl --timeout=60s >/dev/null
-service=$(kubectl_home -n demo get service hello -o jsonpath='{.spec.clusterIP}')
+kubectl_home -n kube-system rollout status deployment/coredns --timeout=60s >/dev/null
 for _ in 1 2 3; do
-  kubectl_home exec curl -- curl -s -m 5 "http://$service/"
+  kubectl_home exec curl -- curl -s -m 5 --retry 3 --retry-connrefused "http://hello.demo/"
 done
 echo
 "$liqoctl" --kubeconfig .liqo-demo/home/kubeconfig info

@@ -16,6 +16,7 @@
 mod cluster;
 mod containerd;
 pub mod dirs;
+pub mod dns;
 mod failure;
 mod hostnode;
 mod pki;

@@ -19,8 +19,9 @@
 //!   kubelet sets (`vm.overcommit_memory`, `kernel.panic`, …), which are
 //!   the machine's.
 //! - Images: nothing is pulled. The node holds the pause image, a
-//!   toolbox for the tests' workloads (busybox, curl) and the agents'
-//!   images made from the agent folder's binaries ([`images`]).
+//!   toolbox for the tests' workloads (busybox, curl), CoreDNS's image
+//!   (the cluster's DNS, [`crate::dns`]) and the agents' images made from
+//!   the agent folder's binaries ([`images`]).
 //! - The ways in and out: pods reach the API servers on the host's
 //!   loopback through a relay the CNI network puts in each of them
 //!   ([`cni`]); the API server reaches the kubelet and pods (logs, exec,
@@ -84,6 +85,10 @@ pub(crate) struct RealNodeConfig {
     pub(crate) api_port: u16,
     /// Hide `/dev/net/tun` from the node.
     pub(crate) without_tun: bool,
+    /// The cluster's DNS: the `kube-dns` Service's address, and the
+    /// CoreDNS binary its image is made of.
+    pub(crate) cluster_dns: Ipv4Addr,
+    pub(crate) coredns: PathBuf,
 }
 
 /// A running real node. Dropping it stops everything it started.
@@ -163,6 +168,7 @@ impl RealNode {
                 ca_crt: &config.ca_crt,
                 address: config.address,
                 cgroup_root: &format!("/{cgroup}"),
+                cluster_dns: config.cluster_dns,
             }),
         )?;
 
@@ -282,7 +288,9 @@ impl RealNode {
             node.ensure_running()?;
             std::thread::sleep(Duration::from_millis(100));
         }
-        for archive in images::write_all(&dir.join("images"), &config.agent_bin_dir)? {
+        for archive in
+            images::write_all(&dir.join("images"), &config.agent_bin_dir, &config.coredns)?
+        {
             containerd
                 .import(&archive)
                 .map_err(|e| Error::Spec(format!("real node {}: {e}", node.name)))?;

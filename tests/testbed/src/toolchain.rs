@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use crate::Error;
 
 /// Names of the binaries a cluster needs.
-pub const BINARIES: [&str; 9] = [
+pub const BINARIES: [&str; 10] = [
+    "coredns",
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",

@@ -261,8 +261,11 @@ impl Cluster {
                 egress_socket: absolute(&egress_socket)?,
                 api_port,
                 without_tun: spec.real_node_without_tun,
+                cluster_dns: crate::dns::service_ip(&spec)?,
+                coredns: toolchain.binary("coredns"),
             };
             cluster.start_real_node(config, &client).await?;
+            crate::dns::deploy(&client, crate::dns::service_ip(&spec)?).await?;
         } else if let Some(bin_dir) = &spec.agent_bin_dir {
             // Absolute: the pods' processes run in folders of their own.
             let absolute = |path: &Path| std::path::absolute(path).map_err(io_error(path));

@@ -85,6 +85,9 @@ pub(crate) struct Kubelet<'a> {
     pub(crate) ca_crt: &'a Path,
     pub(crate) address: Ipv4Addr,
     pub(crate) cgroup_root: &'a str,
+    /// The `kube-dns` Service's address, which pods are given as their
+    /// nameserver.
+    pub(crate) cluster_dns: Ipv4Addr,
 }
 
 /// The port the kubelet serves its API on, in its node's namespace.
@@ -93,7 +96,9 @@ pub(crate) const KUBELET_PORT: u16 = 10250;
 /// The kubelet's configuration: webhook authentication and authorization
 /// against the cluster, cgroupfs under a cgroup of its own, no image
 /// garbage collection and no eviction (the images cannot be pulled back;
-/// the machine's disk is not the node's to judge), no DNS.
+/// the machine's disk is not the node's to judge), the cluster's DNS at
+/// `cluster_dns` (the machine's own resolver is not the pods': they have
+/// no upstream).
 pub(crate) fn kubelet(k: &Kubelet<'_>) -> String {
     serde_json::json!({
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -125,7 +130,8 @@ pub(crate) fn kubelet(k: &Kubelet<'_>) -> String {
         },
         "podLogsDir": k.dir.join("pod-logs").display().to_string(),
         "resolvConf": "",
-        "clusterDomain": "cluster.local",
+        "clusterDomain": crate::dns::CLUSTER_DOMAIN,
+        "clusterDNS": [k.cluster_dns.to_string()],
         "serializeImagePulls": false,
         "maxPods": 110,
         "nodeStatusReportFrequency": "10s",

@@ -1,5 +1,5 @@
 //! The images a real node holds, built here (no registry is reachable):
-//! the pause image, the tests' toolbox, and the agents' images made from
+//! the pause image, the tests' toolbox, CoreDNS's, and the agents' images made from
 //! the agent folder's binaries under the names `liqoctl install` uses by
 //! default, so that an install needs no image flag, as on a cluster where
 //! the archives were loaded.
@@ -21,7 +21,11 @@ const IPERF3: &str = "/usr/bin/iperf3";
 
 /// Writes the node's image archives into `dir` and returns their paths:
 /// pause, toolbox, and the agents of `agent_bin_dir` that were built.
-pub(crate) fn write_all(dir: &Path, agent_bin_dir: &Path) -> Result<Vec<PathBuf>, Error> {
+pub(crate) fn write_all(
+    dir: &Path,
+    agent_bin_dir: &Path,
+    coredns: &Path,
+) -> Result<Vec<PathBuf>, Error> {
     std::fs::create_dir_all(dir).map_err(crate::io_error(dir))?;
     let failed = |what: &str, e: &dyn std::fmt::Display| Error::Spec(format!("{what}: {e}"));
     let applets = applets()?;
@@ -40,6 +44,7 @@ pub(crate) fn write_all(dir: &Path, agent_bin_dir: &Path) -> Result<Vec<PathBuf>
         .map_err(|e| failed("the pause image", &e))?,
         contents::tools_image(TOOLBOX_IMAGE, &toolbox, &[(busybox, applets)], &["/bin/sh"])
             .map_err(|e| failed("the toolbox image", &e))?,
+        coredns_image(coredns).map_err(|e| failed("CoreDNS's image", &e))?,
     ];
     for program in Program::ALL {
         let binary = agent_bin_dir.join(program.name());
@@ -65,6 +70,17 @@ pub(crate) fn write_all(dir: &Path, agent_bin_dir: &Path) -> Result<Vec<PathBuf>
         paths.push(path);
     }
     Ok(paths)
+}
+
+/// CoreDNS's image: its static binary at `/coredns`, run as CoreDNS's
+/// own image runs it (`/coredns -conf <Corefile>`, the Deployment's args).
+fn coredns_image(binary: &Path) -> Result<oci::Image, contents::Error> {
+    let mut image =
+        contents::tools_image(crate::dns::COREDNS_IMAGE, &[binary], &[], &["/coredns"])?;
+    if let Some(file) = image.files.remove(&binary.display().to_string()) {
+        image.files.insert("/coredns".to_owned(), file);
+    }
+    Ok(image)
 }
 
 /// The names busybox answers to, but `busybox` itself.

@@ -1,0 +1,206 @@
+//! The cluster's DNS, as kubeadm deploys it: CoreDNS (built from its Go
+//! module, `tests/toolchain/coredns`) as the Deployment `coredns` in
+//! `kube-system`, behind the Service `kube-dns` at the tenth address of
+//! the service CIDR, which the real node's kubelet gives pods as their
+//! nameserver. Its Corefile is kubeadm's but for `forward`: the testbed's
+//! pods have no upstream resolver (their traffic stays on the machine),
+//! so a name outside the cluster's zones is refused rather than sent out.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, PostParams};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::Error;
+use crate::cluster::ClusterSpec;
+
+/// The image the node holds CoreDNS in (kubeadm's name for it).
+pub(crate) const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.15.0";
+/// The cluster's DNS domain, the kubelets' `clusterDomain`.
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+/// The namespace, Deployment, and Service of the cluster's DNS.
+pub const NAMESPACE: &str = "kube-system";
+pub const DEPLOYMENT: &str = "coredns";
+pub const SERVICE: &str = "kube-dns";
+
+/// The `kube-dns` Service's address: the tenth of the service CIDR, as
+/// kubeadm chooses it.
+pub(crate) fn service_ip(spec: &ClusterSpec) -> Result<Ipv4Addr, Error> {
+    let net: ipnet::Ipv4Net = spec.service_cidr.parse().map_err(|_| {
+        Error::Spec(format!(
+            "service CIDR {:?} is not an IPv4 CIDR",
+            spec.service_cidr
+        ))
+    })?;
+    net.hosts().nth(9).ok_or_else(|| {
+        Error::Spec(format!(
+            "service CIDR {:?} is too small for kube-dns",
+            spec.service_cidr
+        ))
+    })
+}
+
+/// The Corefile: kubeadm's, without an upstream.
+pub fn corefile() -> String {
+    format!(
+        ".:53 {{\n\
+         \x20   errors\n\
+         \x20   health {{\n\
+         \x20      lameduck 5s\n\
+         \x20   }}\n\
+         \x20   ready\n\
+         \x20   kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n\
+         \x20      pods insecure\n\
+         \x20      fallthrough in-addr.arpa ip6.arpa\n\
+         \x20      ttl 30\n\
+         \x20   }}\n\
+         \x20   prometheus :9153\n\
+         \x20   cache 30\n\
+         \x20   loop\n\
+         \x20   reload\n\
+         \x20   loadbalance\n\
+         }}\n"
+    )
+}
+
+/// Creates CoreDNS's objects; returns without waiting for it to be
+/// Ready (tests that resolve names wait for an answer).
+pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr) -> Result<(), Error> {
+    let labels = json!({"k8s-app": "kube-dns"});
+    create::<ServiceAccount>(
+        Api::namespaced(client.clone(), NAMESPACE),
+        json!({"metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE}}),
+    )
+    .await?;
+    create::<ClusterRole>(
+        Api::all(client.clone()),
+        json!({
+            "metadata": {"name": "system:coredns"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+                 "verbs": ["list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                 "verbs": ["list", "watch"]},
+            ],
+        }),
+    )
+    .await?;
+    create::<ClusterRoleBinding>(
+        Api::all(client.clone()),
+        json!({
+            "metadata": {"name": "system:coredns"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
+            "subjects": [{"kind": "ServiceAccount", "name": DEPLOYMENT, "namespace": NAMESPACE}],
+        }),
+    )
+    .await?;
+    create::<ConfigMap>(
+        Api::namespaced(client.clone(), NAMESPACE),
+        json!({
+            "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
+            "data": {"Corefile": corefile()},
+        }),
+    )
+    .await?;
+    create::<Deployment>(
+        Api::namespaced(client.clone(), NAMESPACE),
+        deployment(&labels),
+    )
+    .await?;
+    create::<Service>(
+        Api::namespaced(client.clone(), NAMESPACE),
+        json!({
+            "metadata": {"name": SERVICE, "namespace": NAMESPACE, "labels": {
+                "k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
+            "spec": {
+                "selector": labels,
+                "clusterIP": IpAddr::V4(ip).to_string(),
+                "ports": [
+                    {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                    {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+                    {"name": "metrics", "port": 9153, "protocol": "TCP", "targetPort": 9153},
+                ],
+            },
+        }),
+    )
+    .await
+}
+
+/// kubeadm's CoreDNS Deployment, with one replica (the testbed's
+/// clusters have one real node).
+fn deployment(labels: &Value) -> Value {
+    json!({
+        "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": DEPLOYMENT,
+                    "priorityClassName": "system-cluster-critical",
+                    "dnsPolicy": "Default",
+                    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
+                    "containers": [{
+                        "name": "coredns",
+                        "image": COREDNS_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "args": ["-conf", "/etc/coredns/Corefile"],
+                        "resources": {
+                            "requests": {"cpu": "100m", "memory": "70Mi"},
+                            "limits": {"memory": "170Mi"},
+                        },
+                        "ports": [
+                            {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+                            {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"},
+                            {"name": "metrics", "containerPort": 9153, "protocol": "TCP"},
+                        ],
+                        "volumeMounts": [{"name": "config-volume", "mountPath": "/etc/coredns", "readOnly": true}],
+                        "livenessProbe": {
+                            "httpGet": {"path": "/health", "port": 8080, "scheme": "HTTP"},
+                            "initialDelaySeconds": 60, "timeoutSeconds": 5,
+                            "successThreshold": 1, "failureThreshold": 5,
+                        },
+                        "readinessProbe": {
+                            "httpGet": {"path": "/ready", "port": 8181, "scheme": "HTTP"},
+                            "periodSeconds": 2,
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]},
+                            "readOnlyRootFilesystem": true,
+                        },
+                    }],
+                    "volumes": [{"name": "config-volume", "configMap": {
+                        "name": DEPLOYMENT,
+                        "items": [{"key": "Corefile", "path": "Corefile"}],
+                    }}],
+                },
+            },
+        },
+    })
+}
+
+/// Creates `object` with `api`; one that exists already is kept (a node
+/// started again).
+async fn create<K>(api: Api<K>, object: Value) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(object)
+        .map_err(|e| Error::Spec(format!("the cluster DNS's objects: {e}")))?;
+    let what = format!("creating the cluster DNS's {}", K::kind(&()));
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(source) => Err(Error::Kube { what, source }),
+    }
+}
