@@ -11,6 +11,7 @@
 //! keeps no state of its own: everything comes from the API and the
 //! mounted kubeconfig.
 
+mod dns;
 mod forge;
 mod kubelet_api;
 mod memory;
@@ -179,6 +180,22 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => None,
     };
+    // The names server: on the pod's IP, which the offloaded pods reach
+    // through the tunnel; without an address for the provider to reach,
+    // none.
+    let names = match args.dns_addr.map(ListenAddr::socket_addr).transpose()? {
+        Some(addr) => match args
+            .node_ip
+            .or_else(|| (!addr.ip().is_unspecified()).then_some(addr.ip()))
+        {
+            Some(ip) => Some((addr, ip)),
+            None => {
+                tracing::warn!(%addr, "the names server listens on every address and --node-ip is not set: offloaded pods use the provider's DNS");
+                None
+            }
+        },
+        None => None,
+    };
     let reflect = reflect(Wiring {
         placement: placement.map(|listener| (listener, placement_able)),
         client: client.clone(),
@@ -192,6 +209,8 @@ async fn main() -> anyhow::Result<()> {
         kubeconfig: args.provider_kubeconfig.clone(),
         tunnel,
         unschedulable_timeout: std::time::Duration::from_secs(args.unschedulable_timeout),
+        names,
+        cluster_domain: args.cluster_domain.clone(),
     });
     tokio::select! {
         () = keep_tls => {}
@@ -249,6 +268,11 @@ struct Wiring {
         tokio::net::TcpListener,
         watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
     )>,
+    /// Where the names server listens, when served, and the address the
+    /// provider reaches it at (this pod's IP, before the tunnel's remap).
+    names: Option<(std::net::SocketAddr, std::net::IpAddr)>,
+    /// The consumer's cluster domain.
+    cluster_domain: String,
 }
 
 /// Twin namespaces, pods and the objects they need: follows the local
@@ -268,6 +292,8 @@ async fn reflect(wiring: Wiring) {
         kubeconfig,
         tunnel,
         unschedulable_timeout,
+        names,
+        cluster_domain,
     } = wiring;
     let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
     let mut consumer = local_identity(&client).await;
@@ -402,6 +428,53 @@ async fn reflect(wiring: Wiring) {
         pod_wake.clone(),
     )
     .with_references(references);
+    let (nameservers_tx, nameservers) = watch::channel(Default::default());
+    let pod_kind = pod_kind.with_names(nameservers, cluster_domain.clone());
+    let ns_server_wake = Arc::new(Notify::new());
+    let nameserver_services = reflection::nameserver::NameserverServices {
+        peering: peering.clone(),
+        twins: twins_rx.clone(),
+        serving: names.map(|(addr, ip)| (ip, addr.port())),
+        published: nameservers_tx,
+        first_seen: Default::default(),
+    };
+    let serve_names = {
+        let names = names.map(|(addr, _)| {
+            let upstream = std::fs::read_to_string("/etc/resolv.conf")
+                .ok()
+                .and_then(|conf| crate::dns::upstream_of(&conf));
+            (
+                addr,
+                crate::dns::Names {
+                    domain: cluster_domain.clone(),
+                    twins: twins_rx.clone(),
+                    services: services.remote.clone(),
+                    provider: provider.clone(),
+                    upstream,
+                },
+            )
+        });
+        async move {
+            match names {
+                Some((addr, names)) => {
+                    if let Err(error) = crate::dns::serve(addr, names).await {
+                        tracing::error!(%error, "offloaded pods get no names from this agent");
+                    }
+                    std::future::pending::<()>().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+    };
+    let seen_changed = {
+        let mut rx = peering.seen_there.clone();
+        let wake = ns_server_wake.clone();
+        async move {
+            while rx.changed().await.is_ok() {
+                wake.notify_one();
+            }
+        }
+    };
     let pod_kind = match consumer_api {
         Some(api) => pod_kind.with_token_api(api),
         None => {
@@ -447,6 +520,7 @@ async fn reflect(wiring: Wiring) {
             slice_wake.clone(),
             token_wake.clone(),
             event_wake.clone(),
+            ns_server_wake.clone(),
         ];
         let mut rx = twins_rx;
         async move {
@@ -476,6 +550,9 @@ async fn reflect(wiring: Wiring) {
         reflection::run(secrets, secret_wake),
         reflection::run(services, svc_wake),
         reflection::run(slices, slice_wake),
+        reflection::run(nameserver_services, ns_server_wake),
+        serve_names,
+        seen_changed,
         reflection::wake_on(pods.clone(), token_wake.clone()),
         reflection::run(tokens, token_wake),
         reflection::run(events, event_wake),

@@ -34,6 +34,8 @@ pub mod env {
     pub const KUBELET_ADDR: &str = "LIQO_KUBELET_ADDR";
     /// Where the virtual kubelet serves the placement webhook.
     pub const PLACEMENT_ADDR: &str = "LIQO_PLACEMENT_ADDR";
+    /// Where the virtual kubelet serves names to the offloaded pods.
+    pub const DNS_ADDR: &str = "LIQO_DNS_ADDR";
 }
 
 /// An address an agent listens on: one given as it is, or its pod's IP

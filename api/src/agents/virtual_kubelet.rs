@@ -11,6 +11,13 @@ pub const KUBELET_PORT: u16 = 10250;
 /// The port of the placement webhook on the agent's pod IP.
 pub const PLACEMENT_PORT: u16 = 9443;
 
+/// The port of the names server on the agent's pod IP: what offloaded
+/// pods resolve the consumer's names with (docs/offloading.md, "Names").
+pub const DNS_PORT: u16 = 10053;
+
+/// The consumer's cluster domain unless told.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+
 /// Where the provider's kubeconfig is read from unless told.
 pub const DEFAULT_PROVIDER_KUBECONFIG: &str = "/etc/liqo/provider/kubeconfig";
 
@@ -52,6 +59,15 @@ pub struct VirtualKubeletFlags {
     /// removed there, so that its controller makes a new one.
     #[arg(long, default_value_t = DEFAULT_UNSCHEDULABLE_TIMEOUT)]
     pub unschedulable_timeout: u64,
+    /// Where to serve the names of the offloaded namespaces' Services to
+    /// the offloaded pods (DNS, UDP and TCP), which reach it through the
+    /// tunnel. Offloaded pods use the provider's DNS when unset.
+    #[arg(long, env = env::DNS_ADDR)]
+    pub dns_addr: Option<ListenAddr>,
+    /// The consumer's cluster domain, in which offloaded pods resolve the
+    /// consumer's names.
+    #[arg(long, default_value = DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
 }
 
 /// `--unschedulable-timeout` when not given: two minutes.
@@ -69,6 +85,12 @@ impl VirtualKubeletFlags {
         }
         if let Some(addr) = self.placement_addr {
             args.push(format!("--placement-addr={addr}"));
+        }
+        if let Some(addr) = self.dns_addr {
+            args.push(format!("--dns-addr={addr}"));
+        }
+        if self.cluster_domain != DEFAULT_CLUSTER_DOMAIN {
+            args.push(format!("--cluster-domain={}", self.cluster_domain));
         }
         if let Some(address) = &self.consumer_api_address {
             args.push(format!("--consumer-api-address={address}"));
@@ -113,6 +135,8 @@ mod tests {
                 port: PLACEMENT_PORT,
             }),
             unschedulable_timeout: DEFAULT_UNSCHEDULABLE_TIMEOUT,
+            dns_addr: Some(ListenAddr::PodIp { port: DNS_PORT }),
+            cluster_domain: "corp.example".to_owned(),
         };
         let mut args: Vec<String> = flags.to_args();
         assert_eq!(
@@ -121,6 +145,8 @@ mod tests {
                 "--health-addr=$(POD_IP):8081",
                 "--kubelet-addr=$(POD_IP):10250",
                 "--placement-addr=$(POD_IP):9443",
+                "--dns-addr=$(POD_IP):10053",
+                "--cluster-domain=corp.example",
             ]
         );
         for (name, value) in flags.to_env() {

@@ -96,6 +96,10 @@ pub fn manifests(
             port: PLACEMENT_PORT,
         }),
         unschedulable_timeout: agents::virtual_kubelet::DEFAULT_UNSCHEDULABLE_TIMEOUT,
+        dns_addr: Some(ListenAddr::PodIp {
+            port: agents::virtual_kubelet::DNS_PORT,
+        }),
+        cluster_domain: agents::virtual_kubelet::DEFAULT_CLUSTER_DOMAIN.to_owned(),
     };
     let mut env = vec![field_env(agents::env::POD_IP, "status.podIP")];
     env.extend(flags.to_env().into_iter().map(|(name, value)| EnvVar {

@@ -389,6 +389,61 @@ impl Mission<'_> {
         };
         eprintln!("offloaded pod -> consumer Service: {}", back.trim());
 
+        // 5. Names, as at home: the offloaded pod resolves the consumer's
+        // Service by each of its names, though its twin namespace is
+        // called otherwise (where the provider's DNS would find nothing,
+        // or the provider's own namespace of that name), and the Service
+        // was made after the pod; a consumer pod reaches the offloaded
+        // Service by name.
+        ensure!(twin != OFFLOADED, "the twin is named otherwise: {twin}");
+        for name in [
+            "echo".to_owned(),
+            format!("echo.{OFFLOADED}"),
+            format!("echo.{OFFLOADED}.svc.cluster.local"),
+        ] {
+            let answer = curl_until(
+                home,
+                OFFLOADED,
+                &pod,
+                &format!("http://{name}/"),
+                &format!("on {home_node}"),
+            )
+            .await?;
+            eprintln!("offloaded pod -> http://{name}/: {}", answer.trim());
+        }
+        let resolv = kubectl(
+            home,
+            &[
+                "-n",
+                OFFLOADED,
+                "exec",
+                &pod,
+                "--",
+                "cat",
+                "/etc/resolv.conf",
+            ],
+        )?
+        .success();
+        ensure!(
+            resolv.stdout.contains(&format!(
+                "search {OFFLOADED}.svc.cluster.local svc.cluster.local cluster.local"
+            )),
+            "the offloaded pod's search path is not its home's: {}",
+            resolv.stdout
+        );
+        let by_name = curl_until(
+            home,
+            "default",
+            "client",
+            &format!("http://web.{OFFLOADED}/"),
+            &format!("on {foreign_node}"),
+        )
+        .await?;
+        eprintln!(
+            "consumer pod -> http://web.{OFFLOADED}/: {}",
+            by_name.trim()
+        );
+
         // 6. logs and exec reach the remote container.
         let logs = kubectl(home, &["-n", OFFLOADED, "logs", &pod])?.success();
         ensure!(

@@ -24,6 +24,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::reflected::{Reflected, Target};
+use crate::reflection::nameserver::NAMESERVER_SERVICE;
 
 /// The label of an EndpointSlice that names its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -93,6 +94,10 @@ fn service_view(spec: Option<&ServiceSpec>) -> ServiceView {
 impl Reflected for Service {
     const NAME: &'static str = "services";
     fn content(&self, _target: &Target<'_>) -> Option<Self> {
+        // The twin's Service of the names server takes that name.
+        if self.metadata.name.as_deref() == Some(NAMESERVER_SERVICE) {
+            return None;
+        }
         let spec = self.spec.as_ref()?;
         // An ExternalName Service stays here: providers refuse them from
         // peers (an alias in their DNS may name any host they reach).
@@ -138,10 +143,14 @@ impl Reflected for EndpointSlice {
     fn content(&self, target: &Target<'_>) -> Option<Self> {
         // Only slices of a Service: the provider's Service finds them by
         // this label.
-        self.metadata
+        let service = self
+            .metadata
             .labels
             .as_ref()
             .and_then(|l| l.get(SERVICE_NAME_LABEL))?;
+        if service == NAMESERVER_SERVICE {
+            return None;
+        }
         // Only this cluster's pods, where the provider reaches them: the
         // provider admits no other address from a peer (not its nodes',
         // nor another provider's pods), and none before a tunnel.
@@ -239,6 +248,13 @@ mod tests {
         assert!(
             remote(&alias, "shop-c", NODE).is_none(),
             "ExternalName stays here"
+        );
+        let mut taken =
+            service(json!({ "type": "ClusterIP", "selector": { "app": "web" }, "ports": ports }));
+        taken.metadata.name = Some(NAMESERVER_SERVICE.to_owned());
+        assert!(
+            remote(&taken, "shop-c", NODE).is_none(),
+            "the names server's Service takes its name in the twin"
         );
         for (what, local, want) in cases {
             let copy = remote(&service(local), "shop-c", NODE).expect("reflected");

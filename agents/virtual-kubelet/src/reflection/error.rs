@@ -109,6 +109,14 @@ pub enum Error {
         source: kube::Error,
     },
 
+    // The names server's Service in a twin.
+    #[error("keeping the names server's Service in {twin} on the provider")]
+    Nameserver {
+        twin: String,
+        #[source]
+        source: kube::Error,
+    },
+
     // Mirrored objects (ConfigMaps, Secrets, Services, EndpointSlices).
     #[error("creating {kind} {twin}/{name} on the provider")]
     CreateCopy {
@@ -243,6 +251,9 @@ pub enum NotYet {
     RootCa(String),
     #[error("the token request has no status")]
     TokenStatus,
+    /// Where the pods of a namespace resolve names is not decided yet.
+    #[error("the nameserver of the twin of {0} is not known yet")]
+    Nameserver(String),
     /// An object of that name on the provider that no store shows as
     /// ours: someone else's, or ours on its way to the store.
     #[error("{twin}/{name} exists on the provider and is not (yet) known as ours")]

@@ -32,7 +32,8 @@ pub struct Reflector<K: Reflected> {
     /// The consumer's objects, per offloaded namespace; shared with the
     /// pods' reflection, which checks that what a pod needs exists.
     pub local: Arc<PerNamespace<K>>,
-    remote: PerNamespace<K>,
+    /// The copies in the twins; shared with the names server.
+    pub remote: Arc<PerNamespace<K>>,
     clients: Clients,
 }
 
@@ -50,11 +51,11 @@ impl<K: Reflected> Reflector<K> {
             watcher::Config::default(),
             vec![wake.clone(), also.clone()],
         ));
-        let remote = PerNamespace::new(
+        let remote = Arc::new(PerNamespace::new(
             "remote reflected objects",
             watcher::Config::default().labels(&reflected::remote_selector()),
             vec![wake.clone()],
-        );
+        ));
         let clients = Clients::new(peering.provider.clone());
         Self {
             peering,

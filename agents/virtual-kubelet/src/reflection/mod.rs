@@ -47,6 +47,7 @@ pub mod event;
 #[cfg(test)]
 mod footprint;
 pub mod mirror;
+pub mod nameserver;
 pub mod namespace;
 pub mod no_room;
 pub mod pod;

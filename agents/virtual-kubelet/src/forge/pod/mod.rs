@@ -9,6 +9,7 @@
 //! pod spec, refusals, requests), [`wrapper`] (the ReplicaSet or Job that
 //! runs it), [`status`] (the status brought back).
 
+pub mod dns;
 #[cfg(test)]
 mod fixtures;
 mod spec;

@@ -21,6 +21,7 @@ use super::remote::Found;
 use super::stored::{LocalPod, RemotePod};
 use crate::forge::pod::{self as forge_pod, Wrapper};
 use crate::node::FIELD_MANAGER;
+use crate::reflection::nameserver::Nameserver;
 use crate::reflection::{Error, Next, NotYet, ObjectKey};
 
 /// How soon a pod that waits for the twins to be known is looked at again.
@@ -208,12 +209,8 @@ impl Pods {
             let created = match kind {
                 Wrapper::ReplicaSet => {
                     let mut want = forge_pod::replica_set(&pod, &twin, terms.as_ref());
-                    token(
-                        want.spec
-                            .as_mut()
-                            .and_then(|s| s.template.as_mut())
-                            .and_then(|t| t.spec.as_mut()),
-                    );
+                    token(template_spec(&mut want));
+                    self.resolve_names(&pod, template_spec(&mut want))?;
                     // Its pod first, then the ReplicaSet once the pod is
                     // seen: the ReplicaSet adopts the pod it finds.
                     if remote_pods.is_empty()
@@ -232,6 +229,10 @@ impl Pods {
                 Wrapper::Job => {
                     let mut want = forge_pod::job(&pod, &twin, terms.as_ref());
                     token(want.spec.as_mut().and_then(|s| s.template.spec.as_mut()));
+                    self.resolve_names(
+                        &pod,
+                        want.spec.as_mut().and_then(|s| s.template.spec.as_mut()),
+                    )?;
                     let api: Api<Job> = Api::namespaced(provider.clone(), &twin);
                     api.create(&PostParams::default(), &want).await.map(|_| ())
                 }
@@ -398,12 +399,42 @@ impl Pods {
     }
 
     /// Its service account token, where the pod mounts one.
+    /// Where the remote pod of `pod` resolves names, set in `remote`;
+    /// `Err` while that is not decided for its namespace.
+    pub(super) fn resolve_names(
+        &self,
+        pod: &Pod,
+        remote: Option<&mut PodSpec>,
+    ) -> Result<(), Error> {
+        let (Some((nameservers, domain)), Some(remote)) = (&self.names, remote) else {
+            return Ok(());
+        };
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let nameserver = nameservers.borrow().get(&namespace).copied();
+        match nameserver {
+            Some(Nameserver::At(ip)) => {
+                crate::forge::pod::dns::resolve_at_home(remote, &namespace, domain, ip);
+                Ok(())
+            }
+            Some(Nameserver::Provider) => Ok(()),
+            None => Err(NotYet::Nameserver(namespace).into()),
+        }
+    }
+
     pub(super) fn mount_token(&self, pod: &Pod, name: &str, remote: Option<&mut PodSpec>) {
         if let (Some(api), Some(local), Some(remote)) = (&self.token_api, pod.spec.as_ref(), remote)
         {
             crate::forge::token::mount_in(remote, local, name, api);
         }
     }
+}
+
+/// The pod spec of a remote ReplicaSet's template.
+fn template_spec(rs: &mut ReplicaSet) -> Option<&mut PodSpec> {
+    rs.spec
+        .as_mut()
+        .and_then(|s| s.template.as_mut())
+        .and_then(|t| t.spec.as_mut())
 }
 
 /// Deletes a remote wrapper unless it is gone already.

@@ -56,6 +56,7 @@ use tokio::sync::{Notify, watch};
 use self::made::Made;
 use self::remote::{ProviderStores, TwinStores};
 pub use self::stored::LocalPod;
+use super::nameserver::Nameservers;
 use super::namespace::{PeeringContext, Twins};
 use super::references::References;
 use super::{Error, Kind, Next, ObjectKey, Unjournaled, in_local_namespaces};
@@ -76,6 +77,9 @@ pub struct Pods {
     references: Option<References>,
     /// Where remote pods reach the consumer's API with their token.
     token_api: Option<crate::forge::token::ApiAddress>,
+    /// Where remote pods resolve names, per offloaded namespace, and the
+    /// consumer's cluster domain; none: with the provider's DNS.
+    names: Option<(watch::Receiver<Nameservers>, String)>,
     /// The local pods that changed, by namespace and name.
     changed_local: Changes<ObjectKey>,
     /// The remote objects that changed, by twin and local pod name.
@@ -107,6 +111,7 @@ impl Pods {
             clients,
             references: None,
             token_api: None,
+            names: None,
             changed_local,
             changed_remote: Changes::new(),
             made: Made::default(),
@@ -124,6 +129,13 @@ impl Pods {
     /// Pods wait for their ConfigMaps and Secrets as `references` says.
     pub fn with_references(mut self, references: References) -> Self {
         self.references = Some(references);
+        self
+    }
+
+    /// Remote pods resolve names where `nameservers` says, in the
+    /// consumer's cluster domain `domain`.
+    pub fn with_names(mut self, nameservers: watch::Receiver<Nameservers>, domain: String) -> Self {
+        self.names = Some((nameservers, domain));
         self
     }
 

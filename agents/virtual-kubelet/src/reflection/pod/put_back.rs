@@ -70,6 +70,14 @@ impl Pods {
             &pod.name_any(),
             want.template.as_mut().and_then(|t| t.spec.as_mut()),
         );
+        // Not decided (an agent just started): the template as it is.
+        if self
+            .resolve_names(pod, want.template.as_mut().and_then(|t| t.spec.as_mut()))
+            .is_err()
+            && let Some(have) = rs.spec.as_ref().and_then(|s| s.template.clone())
+        {
+            want.template = Some(have);
+        }
         if let Some(spec) = rs.spec.as_mut() {
             spec.replicas = want.replicas;
             spec.min_ready_seconds = want.min_ready_seconds;
