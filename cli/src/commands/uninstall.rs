@@ -46,6 +46,7 @@ pub async fn run(
     let all = manifests::every_object();
     let (crds, rest): (Vec<&Manifest>, Vec<&Manifest>) =
         all.iter().partition(|m| matches!(m, Manifest::Crd(_)));
+    let mcs_crds = manifests::mcs::crds();
     let namespace = rest
         .iter()
         .find(|m| matches!(m, Manifest::Namespace(_)))
@@ -140,6 +141,23 @@ pub async fn run(
                 Deletion::Foreign => foreign_crds.push(manifest.describe()),
             }
         }
+        // The MCS API's CRDs are shared: ours go only when nothing uses
+        // them (deleting a CRD deletes every object of it).
+        let mut kept_in_use = Vec::new();
+        for manifest in &mcs_crds {
+            if ownership::of(&cluster, manifest).await? == Ownership::Absent {
+                continue;
+            }
+            if let Some(used) = mcs_objects(&cluster, manifest).await? {
+                kept_in_use.push(format!("{} ({used})", manifest.describe()));
+                continue;
+            }
+            match apply::delete(&cluster, manifest).await? {
+                Deletion::Deleted { uid } => removed.push((manifest.name(), uid)),
+                Deletion::Absent => {}
+                Deletion::Foreign => foreign_crds.push(manifest.describe()),
+            }
+        }
         let api: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
         for (name, uid) in &removed {
             let doing = format!("waiting for the CRD {name} to be deleted");
@@ -189,7 +207,13 @@ pub async fn run(
         for object in &foreign_crds {
             printer.info(format!("  left {object}: liqoctl did not create it"));
         }
+        for object in &kept_in_use {
+            printer.info(format!(
+                "  left {object}: delete those first to remove it, or keep it for another implementation"
+            ));
+        }
         left.extend(foreign_crds);
+        left.extend(kept_in_use);
     }
     let outcome = if left.is_empty() && foreign_inside.is_empty() {
         String::new()
@@ -201,6 +225,38 @@ pub async fn run(
         cluster.name
     ));
     Ok(())
+}
+
+/// How many objects of the CRD `manifest` the cluster holds, said for a
+/// user (`3 objects`), or none.
+async fn mcs_objects(
+    cluster: &ClusterClient,
+    manifest: &Manifest,
+) -> anyhow::Result<Option<String>> {
+    let Manifest::Crd(crd) = manifest else {
+        return Ok(None);
+    };
+    let Some(version) = crd.spec.versions.iter().find(|v| v.storage) else {
+        return Ok(None);
+    };
+    let resource = kube::discovery::ApiResource {
+        group: crd.spec.group.clone(),
+        version: version.name.clone(),
+        api_version: format!("{}/{}", crd.spec.group, version.name),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    };
+    let api: Api<kube::core::DynamicObject> = Api::all_with(cluster.client.clone(), &resource);
+    match api.list_metadata(&ListParams::default()).await {
+        Ok(list) if list.items.is_empty() => Ok(None),
+        Ok(list) => Ok(Some(format!(
+            "{} {} still there",
+            list.items.len(),
+            crd.spec.names.plural
+        ))),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(cluster.explain(e, &format!("listing the {}", crd.spec.names.plural))),
+    }
 }
 
 /// Peerings and offloaded namespaces, which must go before liqo-rs does.

@@ -3,11 +3,13 @@
 //! in the order it is applied, and the helpers every object uses (labels,
 //! metadata, typed [`rbac`] and [`validation`] pieces). One file per
 //! concern: the [`agents`], the admission policies ([`peer_admission`], [`twin_namespaces`],
-//! [`peering_token`], [`placement`]) and the placement [`webhook`].
+//! [`peering_token`], [`placement`]), the placement [`webhook`], and the
+//! Multi-Cluster Services API's CRDs ([`mcs`]), which install shares.
 //! `manifests/` holds these objects rendered with the default options, and
 //! a test fails when it drifts from them.
 
 pub mod agents;
+pub mod mcs;
 pub mod peer_admission;
 pub mod peering_token;
 pub mod placement;
@@ -381,8 +383,9 @@ mod tests {
     #[test]
     fn manifests_folder_matches_the_code() {
         let all = render(&Options::default());
-        let (crds, rest): (Vec<_>, Vec<_>) =
+        let (mut crds, rest): (Vec<_>, Vec<_>) =
             all.into_iter().partition(|m| matches!(m, Manifest::Crd(_)));
+        crds.extend(mcs::crds());
         for (file, objects) in [("crds.yaml", crds), ("install.yaml", rest)] {
             let want = format!(
                 "# Generated from the Rust types by liqoctl's tests: do not edit.\n{}",

@@ -581,3 +581,139 @@ async fn uninstall_tries_a_failed_crd_removal_again(
     );
     Ok(())
 }
+
+/// The Multi-Cluster Services API's CRDs are shared: install creates the
+/// one that is missing and leaves one installed by someone else as it is;
+/// `uninstall --purge` removes its own only once no object uses it, and
+/// says what it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_shares_the_multicluster_services_crds() -> Result<()> {
+    let home = Home::start().await?;
+    let (cluster, client, install) = (home.cluster(), &home.client, home.install());
+    let kubeconfig = cluster.kubeconfig_path();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    const EXPORTS: &str = "serviceexports.multicluster.x-k8s.io";
+    const IMPORTS: &str = "serviceimports.multicluster.x-k8s.io";
+
+    // Another implementation installed ServiceExport before us: the CRD
+    // as install would make it, without our labels.
+    let printed = liqoctl(
+        Some(kubeconfig),
+        &[&install[..], &["--dry-run", "-o", "json", "-q"]].concat(),
+    )
+    .success();
+    let printed: serde_json::Value = serde_json::from_str(&printed.stdout)?;
+    let mut theirs = printed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["metadata"]["name"] == EXPORTS)
+        .cloned()
+        .context("install prints the ServiceExport CRD")?;
+    theirs["metadata"]["labels"] = json!({ "multicluster.x-k8s.io/release-version": "v0.5.0" });
+    let theirs: CustomResourceDefinition = serde_json::from_value(theirs)?;
+    crds.create(&PostParams::default(), &theirs).await?;
+    wait_for(
+        "their CRD to be established",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(EXPORTS).await?;
+            Ok(crd
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                }))
+        },
+    )
+    .await?;
+    let theirs_version = crds.get(EXPORTS).await?.metadata.resource_version;
+
+    let installed = liqoctl(Some(kubeconfig), &install).success();
+    assert_holds(
+        &installed.stderr,
+        &format!("kept the CRDs installed already ({EXPORTS})"),
+    );
+    let exports = crds.get(EXPORTS).await?;
+    assert_eq!(
+        exports.metadata.resource_version, theirs_version,
+        "theirs is left as it was"
+    );
+    let imports = crds.get(IMPORTS).await?;
+    assert_eq!(
+        imports
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(names::labels::MANAGED_BY))
+            .map(String::as_str),
+        Some(names::labels::MANAGED_BY_VALUE),
+        "the missing one is created, as ours"
+    );
+
+    // An import in use keeps our CRD through a purge, said in one line.
+    let resource = kube::discovery::ApiResource {
+        group: "multicluster.x-k8s.io".to_owned(),
+        version: "v1beta1".to_owned(),
+        api_version: "multicluster.x-k8s.io/v1beta1".to_owned(),
+        kind: "ServiceImport".to_owned(),
+        plural: "serviceimports".to_owned(),
+    };
+    let imports_api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &resource);
+    let import: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
+        "metadata": { "name": "web", "namespace": "default" },
+        "spec": { "type": "ClusterSetIP", "ports": [{ "port": 80, "protocol": "TCP" }] },
+    }))?;
+    wait_for("the ServiceImport API", Duration::from_secs(30), || async {
+        Ok(
+            match imports_api.create(&PostParams::default(), &import).await {
+                Ok(_) => true,
+                Err(kube::Error::Api(s)) if s.code == 404 => false,
+                Err(e) => return Err(e.into()),
+            },
+        )
+    })
+    .await?;
+    let purged = liqoctl(
+        Some(kubeconfig),
+        &["uninstall", "--purge", "--yes", "--timeout=60"],
+    )
+    .success();
+    assert_holds(
+        &format!("{}{}", purged.stdout, purged.stderr),
+        &format!("left CustomResourceDefinition/{IMPORTS} (1 serviceimports still there)"),
+    );
+    assert!(
+        crds.get_opt(IMPORTS).await?.is_some(),
+        "ours is kept while in use"
+    );
+    assert!(
+        imports_api.get_opt("web").await?.is_some(),
+        "and the import with it"
+    );
+    assert_eq!(
+        crds.get(EXPORTS).await?.metadata.resource_version,
+        theirs_version
+    );
+
+    // Once nothing uses it, it goes; theirs stays.
+    imports_api.delete("web", &Default::default()).await?;
+    liqoctl(
+        Some(kubeconfig),
+        &["uninstall", "--purge", "--yes", "--timeout=60"],
+    )
+    .success();
+    wait_for("our CRD to go", Duration::from_secs(60), || async {
+        Ok(crds.get_opt(IMPORTS).await?.is_none())
+    })
+    .await?;
+    assert_eq!(
+        crds.get(EXPORTS).await?.metadata.resource_version,
+        theirs_version
+    );
+    Ok(())
+}

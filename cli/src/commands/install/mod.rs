@@ -32,7 +32,7 @@ use crate::kube::apply::{self, Change};
 use crate::kube::cluster::{
     installed_gateway, placement_of, read_identity, serves_mutating_admission_policy,
 };
-use crate::kube::ownership;
+use crate::kube::ownership::{self, Ownership};
 use crate::kube::wait::{self, Waited};
 use crate::manifests::{self, Manifest, Options};
 use crate::peering::{offloading, terms};
@@ -150,9 +150,17 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
                 manifests::webhook::PLACEMENT_TLS_SECRET,
             ));
         }
+        // The MCS API's CRDs follow ours: install creates them where
+        // they are missing.
+        let mut printed = manifests.clone();
+        let ours = printed
+            .iter()
+            .filter(|m| matches!(m, Manifest::Crd(_)))
+            .count();
+        printed.splice(ours..ours, manifests::mcs::crds());
         return print_manifests(
             &printer,
-            &manifests,
+            &printed,
             args.output.output.unwrap_or(OutputFormat::Yaml),
         );
     }
@@ -205,6 +213,14 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     }
     let summary: Vec<String> = changes.iter().map(|(c, n)| format!("{n} {c}")).collect();
     step.done(summary.join(", "));
+
+    let step = printer.step("Serving the Multi-Cluster Services API");
+    let kept = share_mcs_crds(&cluster, deadline, args.timeout).await?;
+    step.done(if kept.is_empty() {
+        String::new()
+    } else {
+        format!("kept the CRDs installed already ({})", kept.join(", "))
+    });
 
     // Tenants of an earlier version, or of a policy changed since, are
     // brought under the terms their policy gives them now.
@@ -757,6 +773,30 @@ async fn detect_service_cidr(cluster: &ClusterClient) -> anyhow::Result<IpNet> {
         ))
         .into()
     })
+}
+
+/// The MCS API's CRDs: created where missing, updated where ours, and
+/// someone else's left as they are; returns the names of those left.
+async fn share_mcs_crds(
+    cluster: &ClusterClient,
+    deadline: tokio::time::Instant,
+    timeout_flag: u64,
+) -> anyhow::Result<Vec<String>> {
+    let mut kept = Vec::new();
+    for manifest in manifests::mcs::crds() {
+        if ownership::of(cluster, &manifest).await? == Ownership::Foreign {
+            kept.push(manifest.name().to_owned());
+            continue;
+        }
+        let change = apply::apply(cluster, &manifest).await?;
+        if change != Change::Unchanged {
+            tracing::info!("{} {change}", manifest.describe());
+        }
+        if let Manifest::Crd(crd) = &manifest {
+            wait_established(cluster, crd, deadline, timeout_flag).await?;
+        }
+    }
+    Ok(kept)
 }
 
 async fn wait_established(
