@@ -49,6 +49,10 @@ need containerd || packages+=(containerd)
 need runc || packages+=(runc)
 [ -x /usr/lib/cni/ptp ] || packages+=(containernetworking-plugins)
 [ -x /bin/busybox ] || packages+=(busybox)
+# The Multi-Cluster Services conformance suite's images (tests/mcs.sh).
+need socat || packages+=(socat)
+need nslookup || packages+=(bind9-dnsutils)
+need nc.openbsd || packages+=(netcat-openbsd)
 need strip || packages+=(binutils)
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -22,6 +22,7 @@ pub mod admission;
 pub mod agents;
 pub mod authentication;
 pub mod capacity;
+pub mod clusterset;
 pub mod core;
 pub mod discovery;
 pub mod following;

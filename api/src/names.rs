@@ -83,6 +83,18 @@ pub const GATEWAY_PRIVATE_KEY: &str = "private-key";
 /// The ConfigMap in [`NAMESPACE`] where the gateway publishes its public
 /// key (key [`GATEWAY_PUBLIC_KEY`]), for `liqoctl` to hand to peers.
 pub const GATEWAY_CONFIGMAP: &str = "liqo-gateway";
+
+/// The ConfigMap of this cluster's exports to the clusterset, which the
+/// gateway writes in the liqo namespace and the virtual kubelets carry to
+/// their providers (docs/services.md); its key.
+pub const CLUSTERSET_EXPORTS: &str = "liqo-exports";
+pub const CLUSTERSET_EXPORTS_KEY: &str = "exports.json";
+
+/// The ConfigMap of a provider's exports, which the virtual kubelet of
+/// the peering writes beside [`CLUSTERSET_EXPORTS`].
+pub fn provider_exports(provider: &str) -> String {
+    format!("{CLUSTERSET_EXPORTS}-{provider}")
+}
 pub const GATEWAY_PUBLIC_KEY: &str = "public-key";
 
 /// The port the gateway serves Prometheus metrics on, besides health.

@@ -57,6 +57,10 @@ pub struct ConnectionSpec {
     pub endpoint: Option<String>,
     /// The peer's pod CIDR, as the peer knows it.
     pub pod_cidr: String,
+    /// On a provider, in a tenant's Connection: what the consumer exports
+    /// to the clusterset (written by its virtual kubelet; docs/services.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exports: Option<crate::clusterset::Exports>,
 }
 
 /// What the gateway decided and observed for one connection.
@@ -102,6 +106,10 @@ pub struct ConnectionStatus {
     /// milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_ms: Option<f64>,
+    /// On a provider, in a tenant's Connection: what this cluster exports
+    /// to the clusterset, for the consumer to read (docs/services.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exports: Option<crate::clusterset::Exports>,
 }
 
 /// What stands in front of the gateway's listening tunnels, when peers do
@@ -463,6 +471,7 @@ mod tests {
                 public_key: String::new(),
                 endpoint: None,
                 pod_cidr: "10.200.0.0/16".into(),
+                exports: None,
             },
         );
         assert_eq!(Remap::of(&c), None, "no decision yet");

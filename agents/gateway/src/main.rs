@@ -21,6 +21,7 @@
 //! announcer from flags, without a cluster (docs/discovery.md).
 
 mod announce;
+mod clusterset;
 mod control;
 mod flags;
 mod grant_shares;
@@ -125,6 +126,13 @@ async fn run_agent(args: GatewayFlags) -> anyhow::Result<()> {
     let keep_shares = grant_shares::keep(client.clone(), tenancies.clone());
     // On a provider: the tenants' grants follow its free capacity.
     let follow_load = grants::follow_load(client.clone(), tenancies);
+    // The clusterset's Services (docs/services.md).
+    let keep_clusterset = clusterset::keep(
+        client.clone(),
+        args.namespace.clone(),
+        identity.clone(),
+        connections.clone(),
+    );
     let tunnels = control::Tunnels::new(
         client,
         control::Settings {
@@ -208,7 +216,8 @@ async fn run_agent(args: GatewayFlags) -> anyhow::Result<()> {
                 follow_service,
                 follow_tenancies,
                 keep_shares,
-                follow_load
+                follow_load,
+                keep_clusterset
             );
         },
         inputs,

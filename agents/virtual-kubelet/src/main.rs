@@ -11,6 +11,7 @@
 //! keeps no state of its own: everything comes from the API and the
 //! mounted kubeconfig.
 
+mod clusterset;
 mod dns;
 mod forge;
 mod kubelet_api;
@@ -317,6 +318,12 @@ async fn reflect(wiring: Wiring) {
         names::peering::tenant_namespace(&consumer.cluster_id),
         seen_there_tx,
     );
+    let carry_exports = clusterset::carry(
+        client.clone(),
+        provider.clone(),
+        names::peering::tenant_namespace(&consumer.cluster_id),
+        provider_id.to_string(),
+    );
     let (terms_tx, terms) = watch::channel(tenancy::Terms::NotRead);
     let (largest_tx, largest_free_node) = watch::channel(None);
     let keep_record = tenancy::keep_record(
@@ -535,6 +542,7 @@ async fn reflect(wiring: Wiring) {
         kubelet_api,
         placement,
         keep_seen_there,
+        carry_exports,
         keep_record,
         keep_demands,
         say_no_room,

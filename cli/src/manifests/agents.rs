@@ -217,9 +217,12 @@ pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
                 rbac::named_rule(
                     &[""],
                     &["configmaps"],
-                    &[names::GATEWAY_CONFIGMAP],
+                    &[names::GATEWAY_CONFIGMAP, names::CLUSTERSET_EXPORTS],
                     &["get", "patch"],
                 ),
+                // The exports of its providers, which the virtual
+                // kubelets carry here (`liqo-exports-<provider>`).
+                rbac::rule(&[""], &["configmaps"], &["get"]),
                 // The Service in front of its tunnels, when there is one:
                 // where peers dial.
                 rbac::named_rule(
@@ -274,6 +277,31 @@ pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
                 ),
                 rbac::rule(&[names::GROUP], &["tenants", "tenants/status"], &["patch"]),
                 rbac::rule(&[""], &["events"], &["create"]),
+                // The clusterset's Services (docs/services.md): this
+                // cluster's ServiceExports, their Services and endpoints
+                // read and their conditions written; the imports, their
+                // Services and EndpointSlices written (only those
+                // labelled as ours are changed or deleted).
+                rbac::rule(
+                    &["multicluster.x-k8s.io"],
+                    &["serviceexports"],
+                    &["get", "list", "watch"],
+                ),
+                rbac::rule(
+                    &["multicluster.x-k8s.io"],
+                    &["serviceexports/status", "serviceimports/status"],
+                    &["patch"],
+                ),
+                rbac::rule(
+                    &["multicluster.x-k8s.io"],
+                    &["serviceimports"],
+                    &["get", "list", "watch", "create", "patch", "delete"],
+                ),
+                rbac::rule(
+                    &["", "discovery.k8s.io"],
+                    &["services", "endpointslices"],
+                    &["get", "list", "watch", "create", "patch", "delete"],
+                ),
             ]),
             ..Default::default()
         }),

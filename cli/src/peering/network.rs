@@ -245,6 +245,7 @@ fn stub(namespace: &str, peer: &liqo_api::ClusterId) -> Manifest {
             public_key: String::new(),
             endpoint: None,
             pod_cidr: String::new(),
+            exports: None,
         },
     );
     c.metadata.namespace = Some(namespace.to_owned());
@@ -291,6 +292,7 @@ fn connection(
             public_key,
             endpoint,
             pod_cidr: peer.pod_cidr.to_string(),
+            exports: None,
         },
     );
     c.metadata.namespace = Some(namespace.to_owned());

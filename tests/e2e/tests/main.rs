@@ -6,6 +6,7 @@
 mod apiserver_control;
 mod bad_input;
 mod cidrs;
+mod clusterset;
 mod discovery;
 mod gateway;
 mod grant_following;

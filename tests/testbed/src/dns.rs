@@ -5,12 +5,19 @@
 //! nameserver. Its Corefile is kubeadm's but for `forward`: the testbed's
 //! pods have no upstream resolver (their traffic stays on the machine),
 //! so a name outside the cluster's zones is refused rather than sent out.
+//!
+//! The cluster serves the Multi-Cluster Services API's CRDs (those
+//! `sigs.k8s.io/mcs-api` v0.5.0 ships, made here as a platform that has
+//! them makes them: not liqoctl's), and CoreDNS serves `clusterset.local`
+//! from its ServiceImports (the `kubernetes` plugin's `multicluster`
+//! option), as an administrator sets it up for an MCS implementation.
 
 use std::net::{IpAddr, Ipv4Addr};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -22,6 +29,13 @@ use crate::cluster::ClusterSpec;
 pub(crate) const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.15.0";
 /// The cluster's DNS domain, the kubelets' `clusterDomain`.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
+/// The Multi-Cluster Services API's domain.
+pub const CLUSTERSET_DOMAIN: &str = "clusterset.local";
+/// The MCS API's CRDs, as the module ships them.
+const MCS_CRDS: [&str; 2] = [
+    include_str!("../../../cli/src/manifests/mcs/serviceexports.yaml"),
+    include_str!("../../../cli/src/manifests/mcs/serviceimports.yaml"),
+];
 /// The namespace, Deployment, and Service of the cluster's DNS.
 pub const NAMESPACE: &str = "kube-system";
 pub const DEPLOYMENT: &str = "coredns";
@@ -44,7 +58,10 @@ pub(crate) fn service_ip(spec: &ClusterSpec) -> Result<Ipv4Addr, Error> {
     })
 }
 
-/// The Corefile: kubeadm's, without an upstream.
+/// The Corefile: kubeadm's, without an upstream, with the clusterset's
+/// zone served from ServiceImports, and answers kept 5 s rather than 30:
+/// a name asked for just before its import is made is not refused for
+/// half a minute.
 pub fn corefile() -> String {
     format!(
         ".:53 {{\n\
@@ -53,10 +70,11 @@ pub fn corefile() -> String {
          \x20      lameduck 5s\n\
          \x20   }}\n\
          \x20   ready\n\
-         \x20   kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n\
+         \x20   kubernetes {CLUSTER_DOMAIN} {CLUSTERSET_DOMAIN} in-addr.arpa ip6.arpa {{\n\
          \x20      pods insecure\n\
+         \x20      multicluster {CLUSTERSET_DOMAIN}\n\
          \x20      fallthrough in-addr.arpa ip6.arpa\n\
-         \x20      ttl 30\n\
+         \x20      ttl 5\n\
          \x20   }}\n\
          \x20   prometheus :9153\n\
          \x20   cache 30\n\
@@ -70,6 +88,11 @@ pub fn corefile() -> String {
 /// Creates CoreDNS's objects; returns without waiting for it to be
 /// Ready (tests that resolve names wait for an answer).
 pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr) -> Result<(), Error> {
+    for crd in MCS_CRDS {
+        let crd: Value = serde_yaml::from_str(crd)
+            .map_err(|e| Error::Spec(format!("the MCS API's CRDs: {e}")))?;
+        create::<CustomResourceDefinition>(Api::all(client.clone()), crd).await?;
+    }
     let labels = json!({"k8s-app": "kube-dns"});
     create::<ServiceAccount>(
         Api::namespaced(client.clone(), NAMESPACE),
@@ -84,6 +107,8 @@ pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr) -> Result<(), Er
                 {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
                  "verbs": ["list", "watch"]},
                 {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                 "verbs": ["list", "watch"]},
+                {"apiGroups": ["multicluster.x-k8s.io"], "resources": ["serviceimports"],
                  "verbs": ["list", "watch"]},
             ],
         }),

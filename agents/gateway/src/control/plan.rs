@@ -269,6 +269,7 @@ mod tests {
                 public_key: "29QfL/gCYN3ASZ39Gf7A/UOqE+SFK1jbHwKLwaTgVhs=".into(),
                 endpoint: endpoint.map(str::to_owned),
                 pod_cidr: pod_cidr.into(),
+                exports: None,
             },
         );
         // A provider's (listening) connections are in tenant namespaces.

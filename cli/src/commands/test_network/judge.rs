@@ -429,6 +429,7 @@ mod tests {
                     public_key: String::new(),
                     endpoint: None,
                     pod_cidr: "10.200.0.0/16".into(),
+                    exports: None,
                 },
             );
             c.status = Some(liqo_api::networking::ConnectionStatus {

@@ -18,6 +18,13 @@ use crate::Error;
 const BUSYBOX: &str = "/bin/busybox";
 const CURL: &str = "/usr/bin/curl";
 const IPERF3: &str = "/usr/bin/iperf3";
+/// The MCS conformance suite's tools, and its images' names (as
+/// containerd normalizes them: Docker Hub's).
+const SOCAT: &str = "/usr/bin/socat";
+const NSLOOKUP: &str = "/usr/bin/nslookup";
+const NC: &str = "/usr/bin/nc.openbsd";
+const SOCAT_IMAGE: &str = "docker.io/alpine/socat:1.7.4.4";
+const NETSHOOT_IMAGE: &str = "docker.io/nicolaka/netshoot:v0.15";
 
 /// Writes the node's image archives into `dir` and returns their paths:
 /// pause, toolbox, and the agents of `agent_bin_dir` that were built.
@@ -34,7 +41,7 @@ pub(crate) fn write_all(
     if Path::new(IPERF3).exists() {
         toolbox.push(Path::new(IPERF3));
     }
-    let mut images = vec![
+    let mut images: Vec<oci::Image> = vec![
         contents::tools_image(
             PAUSE_IMAGE,
             &[busybox],
@@ -42,10 +49,16 @@ pub(crate) fn write_all(
             &[BUSYBOX, "sleep", "2147483647"],
         )
         .map_err(|e| failed("the pause image", &e))?,
-        contents::tools_image(TOOLBOX_IMAGE, &toolbox, &[(busybox, applets)], &["/bin/sh"])
-            .map_err(|e| failed("the toolbox image", &e))?,
+        contents::tools_image(
+            TOOLBOX_IMAGE,
+            &toolbox,
+            &[(busybox, applets.clone())],
+            &["/bin/sh"],
+        )
+        .map_err(|e| failed("the toolbox image", &e))?,
         coredns_image(coredns).map_err(|e| failed("CoreDNS's image", &e))?,
     ];
+    images.extend(conformance_images(&applets).map_err(|e| failed("the MCS suite's images", &e))?);
     for program in Program::ALL {
         let binary = agent_bin_dir.join(program.name());
         if !binary.exists() {
@@ -81,6 +94,45 @@ fn coredns_image(binary: &Path) -> Result<oci::Image, contents::Error> {
         image.files.insert("/coredns".to_owned(), file);
     }
     Ok(image)
+}
+
+/// The images the Multi-Cluster Services conformance suite runs, under
+/// the names it gives them, with the tools it calls: `alpine/socat`
+/// (a shell and socat) and `nicolaka/netshoot` (a shell, `nslookup` and
+/// `nc` with `-4`/`-6`), from Debian's socat, bind9-dnsutils and
+/// netcat-openbsd, with busybox for the shell and the text tools. None
+/// when the machine lacks those packages (tests/setup.sh installs them).
+fn conformance_images(applets: &[String]) -> Result<Vec<oci::Image>, contents::Error> {
+    let programs = [SOCAT, NSLOOKUP, NC];
+    if programs.iter().any(|p| !Path::new(p).exists()) {
+        return Ok(Vec::new());
+    }
+    let busybox = Path::new(BUSYBOX);
+    // Busybox's own nslookup and nc stand aside for Debian's.
+    let shell_tools: Vec<String> = applets
+        .iter()
+        .filter(|a| !["nslookup", "nc"].contains(&a.as_str()))
+        .cloned()
+        .collect();
+    Ok(vec![
+        contents::tools_image(
+            SOCAT_IMAGE,
+            &[busybox, Path::new(SOCAT)],
+            &[(busybox, shell_tools.clone())],
+            &["/bin/sh"],
+        )?,
+        contents::tools_image(
+            NETSHOOT_IMAGE,
+            &[busybox, Path::new(NSLOOKUP), Path::new(NC)],
+            &[
+                (busybox, shell_tools),
+                (Path::new(NC), vec!["nc".to_owned()]),
+            ],
+            // No entrypoint, as the image it stands for: a pod's args are
+            // its command.
+            &[],
+        )?,
+    ])
 }
 
 /// The names busybox answers to, but `busybox` itself.

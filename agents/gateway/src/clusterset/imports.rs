@@ -1,0 +1,431 @@
+//! The clusterset's Services as this cluster imports them, in every
+//! namespace of their name here (but a peer's or liqo's own):
+//!
+//! - the ServiceImport, with the clusterset IP of a ClusterSetIP import;
+//! - for a ClusterSetIP import, a Service without selector,
+//!   `liqo-mcs-<name>`, whose cluster IP is the clusterset IP (kube-proxy
+//!   sends it to the EndpointSlices below, as it does any Service's);
+//! - one EndpointSlice per exporting cluster, with the
+//!   `multicluster.kubernetes.io/service-name` and `source-cluster`
+//!   labels and the endpoints at the addresses this cluster reaches them
+//!   at, which CoreDNS's `multicluster` zone serves.
+//!
+//! Only objects labelled as ours are changed or deleted: a ServiceImport
+//! someone made by hand is left as it is (and named in the log).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::ObjectMeta;
+use liqo_api::clusterset::{
+    ClusterStatus, Import, ImportedSlice, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER, Port,
+    ServiceImport, ServiceImportStatus,
+};
+use liqo_api::names::labels;
+use serde_json::json;
+
+use super::MANAGER;
+
+/// The annotation holding a hash of what this wrote: an object whose hash
+/// is the one wanted is not written again.
+const WRITTEN: &str = "liqo.io/clusterset-written";
+/// Who manages the EndpointSlices (not the cluster's own controller).
+const SLICE_MANAGER: &str = "gateway.liqo.io";
+
+/// The Service whose cluster IP is the import's clusterset IP.
+pub fn derived_name(name: &str) -> String {
+    bounded(&format!("liqo-mcs-{name}"), name)
+}
+
+/// `wanted`, or a prefix of it and a hash of `seed` when it is longer than
+/// a name may be.
+fn bounded(wanted: &str, seed: &str) -> String {
+    if wanted.len() <= 63 {
+        return wanted.to_owned();
+    }
+    format!("{}-{:08x}", &wanted[..54], stable_hash(seed))
+}
+
+/// FNV-1a of `text`, 32 bits: the same in every build, so that an
+/// upgraded agent names what it writes as the one before it did.
+fn stable_hash(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn hash<T: Hash>(value: &T) -> u64 {
+    let mut h = DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}
+
+fn ours(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            labels::MANAGED_BY.to_owned(),
+            labels::MANAGED_BY_VALUE.to_owned(),
+        ),
+        (LABEL_SERVICE_NAME.to_owned(), name.to_owned()),
+    ])
+}
+
+fn is_ours(meta: &ObjectMeta) -> bool {
+    meta.labels.as_ref().is_some_and(|l| {
+        l.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_VALUE)
+            && l.contains_key(LABEL_SERVICE_NAME)
+    })
+}
+
+/// Writes `merged` into this cluster, and deletes what is ours and no
+/// longer wanted.
+pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<()> {
+    let namespaces: BTreeSet<String> = Api::<Namespace>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|n| !super::is_peers_or_ours(n) && n.metadata.deletion_timestamp.is_none())
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let selector = ListParams::default().labels(&format!(
+        "{}={},{LABEL_SERVICE_NAME}",
+        labels::MANAGED_BY,
+        labels::MANAGED_BY_VALUE
+    ));
+    let imports_api: Api<ServiceImport> = Api::all(client.clone());
+    let services_api: Api<Service> = Api::all(client.clone());
+    let slices_api: Api<EndpointSlice> = Api::all(client.clone());
+    let have_imports = imports_api.list(&ListParams::default()).await?.items;
+    let have_services = services_api.list(&selector).await?.items;
+    let have_slices = slices_api.list(&selector).await?.items;
+    let written = |meta: &ObjectMeta| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(WRITTEN))
+            .cloned()
+    };
+    let mut keep_imports = BTreeSet::new();
+    let mut keep_services = BTreeSet::new();
+    let mut keep_slices = BTreeSet::new();
+    for import in merged.iter().filter(|i| namespaces.contains(&i.namespace)) {
+        let ns = &import.namespace;
+        let existing = have_imports
+            .iter()
+            .find(|i| i.namespace().as_deref() == Some(ns.as_str()) && i.name_any() == import.name);
+        if let Some(existing) = existing
+            && !is_ours(&existing.metadata)
+        {
+            tracing::warn!(import = %format!("{ns}/{}", import.name), "a ServiceImport liqo did not make is in the way: left as it is");
+            continue;
+        }
+        let derived = derived_name(&import.name);
+        let mut ips = Vec::new();
+        if import.spec.type_ == "ClusterSetIP" {
+            let service = derived_service(import, &derived);
+            let mark = format!("{:016x}", hash(&serde_json::to_string(&service.spec)?));
+            let found = have_services
+                .iter()
+                .find(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.name_any() == derived);
+            let current = match found {
+                Some(s) if written(&s.metadata).as_deref() == Some(mark.as_str()) => s.clone(),
+                _ => apply(client, ns, &derived, with_mark(service, &mark)).await?,
+            };
+            ips = current
+                .spec
+                .as_ref()
+                .and_then(|s| {
+                    s.cluster_ips
+                        .clone()
+                        .or_else(|| s.cluster_ip.clone().map(|ip| vec![ip]))
+                })
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|ip| ip != "None" && !ip.is_empty())
+                .collect();
+            keep_services.insert((ns.clone(), derived.clone()));
+        }
+        let mut spec = import.spec.clone();
+        spec.ips = ips;
+        if spec.ip_families.is_empty() {
+            spec.ip_families = spec
+                .ips
+                .iter()
+                .map(|ip| if ip.contains(':') { "IPv6" } else { "IPv4" }.to_owned())
+                .collect();
+        }
+        let mut meta_labels = import.labels.clone();
+        meta_labels.extend(ours(&import.name));
+        let object = ServiceImport {
+            metadata: ObjectMeta {
+                name: Some(import.name.clone()),
+                namespace: Some(ns.clone()),
+                labels: Some(meta_labels),
+                annotations: Some(import.annotations.clone()),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        };
+        let mark = format!("{:016x}", hash(&serde_json::to_string(&object)?));
+        let fresh = existing.and_then(|e| written(&e.metadata)).as_deref() != Some(mark.as_str());
+        let api: Api<ServiceImport> = Api::namespaced(client.clone(), ns);
+        if fresh {
+            let mut object = object;
+            object
+                .metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(WRITTEN.to_owned(), mark);
+            api.patch(
+                &import.name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&object),
+            )
+            .await?;
+        }
+        let clusters: Vec<ClusterStatus> = import
+            .clusters
+            .iter()
+            .map(|c| ClusterStatus { cluster: c.clone() })
+            .collect();
+        if existing
+            .and_then(|e| e.status.as_ref())
+            .map(|s| &s.clusters)
+            != Some(&clusters)
+        {
+            let status = ServiceImportStatus { clusters };
+            api.patch_status(
+                &import.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await?;
+        }
+        keep_imports.insert((ns.clone(), import.name.clone()));
+        for part in &import.slices {
+            let name = bounded(
+                &format!("{derived}-{:08x}", stable_hash(&part.cluster_id)),
+                &format!("{}/{}", import.name, part.cluster_id),
+            );
+            let slice = imported_slice(import, part, &derived, &name);
+            let mark = format!("{:016x}", hash(&serde_json::to_string(&slice)?));
+            let found = have_slices
+                .iter()
+                .find(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.name_any() == name);
+            if found.and_then(|s| written(&s.metadata)).as_deref() != Some(mark.as_str()) {
+                let mut slice = slice;
+                slice
+                    .metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(WRITTEN.to_owned(), mark);
+                Api::<EndpointSlice>::namespaced(client.clone(), ns)
+                    .patch(
+                        &name,
+                        &PatchParams::apply(MANAGER).force(),
+                        &Patch::Apply(&slice),
+                    )
+                    .await?;
+            }
+            keep_slices.insert((ns.clone(), name));
+        }
+    }
+    // What is ours and no longer wanted.
+    for import in have_imports.iter().filter(|i| is_ours(&i.metadata)) {
+        let key = (import.namespace().unwrap_or_default(), import.name_any());
+        if !keep_imports.contains(&key) {
+            delete::<ServiceImport>(client, &key).await?;
+        }
+    }
+    for service in &have_services {
+        let key = (service.namespace().unwrap_or_default(), service.name_any());
+        if !keep_services.contains(&key) {
+            delete::<Service>(client, &key).await?;
+        }
+    }
+    for slice in &have_slices {
+        let key = (slice.namespace().unwrap_or_default(), slice.name_any());
+        if !keep_slices.contains(&key) {
+            delete::<EndpointSlice>(client, &key).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn delete<K>(client: &kube::Client, (ns, name): &(String, String)) -> anyhow::Result<()>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    match Api::<K>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn with_mark(mut service: Service, mark: &str) -> Service {
+    service
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(WRITTEN.to_owned(), mark.to_owned());
+    service
+}
+
+async fn apply(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    service: Service,
+) -> anyhow::Result<Service> {
+    Ok(Api::<Service>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&service),
+        )
+        .await?)
+}
+
+/// The Service of an import's clusterset IP: no selector, the import's
+/// ports and session affinity.
+fn derived_service(import: &Import, name: &str) -> Service {
+    let several = import.spec.ports.len() > 1;
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(import.namespace.clone()),
+            labels: Some(ours(&import.name)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            ports: Some(
+                import
+                    .spec
+                    .ports
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| ServicePort {
+                        name: p
+                            .name
+                            .clone()
+                            .or_else(|| several.then(|| format!("port-{i}"))),
+                        protocol: Some(p.protocol.clone()),
+                        app_protocol: p.app_protocol.clone(),
+                        port: p.port,
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            session_affinity: import.spec.session_affinity.clone(),
+            session_affinity_config: import.spec.session_affinity_config.clone(),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The EndpointSlice of one exporting cluster's endpoints.
+fn imported_slice(
+    import: &Import,
+    part: &ImportedSlice,
+    derived: &str,
+    name: &str,
+) -> EndpointSlice {
+    let mut slice_labels = ours(&import.name);
+    slice_labels.insert(LABEL_SOURCE_CLUSTER.to_owned(), part.cluster_id.clone());
+    slice_labels.insert("kubernetes.io/service-name".to_owned(), derived.to_owned());
+    slice_labels.insert(
+        "endpointslice.kubernetes.io/managed-by".to_owned(),
+        SLICE_MANAGER.to_owned(),
+    );
+    // The ports the endpoints serve, named as the import's ports are.
+    let served: Vec<Port> = part
+        .endpoints
+        .first()
+        .map(|e| e.ports.clone())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| part.ports.clone());
+    let several = import.spec.ports.len() > 1;
+    let ports = import
+        .spec
+        .ports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let number = served
+                .iter()
+                .find(|s| s.name == p.name && s.protocol == p.protocol)
+                .map(|s| s.port)?;
+            Some(EndpointPort {
+                name: p
+                    .name
+                    .clone()
+                    .or_else(|| several.then(|| format!("port-{i}"))),
+                protocol: Some(p.protocol.clone()),
+                app_protocol: p.app_protocol.clone(),
+                port: Some(number),
+            })
+        })
+        .collect();
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(import.namespace.clone()),
+            labels: Some(slice_labels),
+            ..ObjectMeta::default()
+        },
+        address_type: if part
+            .endpoints
+            .first()
+            .and_then(|e| e.addresses.first())
+            .is_some_and(|a| a.contains(':'))
+        {
+            "IPv6"
+        } else {
+            "IPv4"
+        }
+        .to_owned(),
+        endpoints: part
+            .endpoints
+            .iter()
+            .map(|e| Endpoint {
+                addresses: e.addresses.clone(),
+                hostname: e.hostname.clone(),
+                conditions: Some(EndpointConditions {
+                    ready: Some(e.ready),
+                    serving: Some(e.ready),
+                    terminating: Some(false),
+                }),
+                ..Endpoint::default()
+            })
+            .collect(),
+        ports: Some(ports),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_stay_names_however_long_the_service() {
+        assert_eq!(derived_name("hello"), "liqo-mcs-hello");
+        let long = "a".repeat(63);
+        let derived = derived_name(&long);
+        assert!(derived.len() <= 63, "{derived}");
+        assert_ne!(derived, derived_name(&"a".repeat(62)));
+    }
+}

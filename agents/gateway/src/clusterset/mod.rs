@@ -1,0 +1,205 @@
+//! The Multi-Cluster Services API on this cluster (docs/services.md): the
+//! gateway is the one agent every cluster of a clusterset runs, and the
+//! clusterset is what its tunnels link, so it is the one that exports and
+//! imports.
+//!
+//! Every [`PERIOD`], level-triggered, with nothing kept between passes:
+//!
+//! 1. [`exports`]: this cluster's ServiceExports (not those in a peer's
+//!    namespaces), checked (`Valid`) and read with their Services and
+//!    endpoints into an [`Exports`];
+//! 2. published for the peers: the ConfigMap `liqo/liqo-exports`, which
+//!    the virtual kubelets carry to their providers, and the status of
+//!    each tenant's Connection, which its consumer reads;
+//! 3. the peers' exports, read where they arrive: the ConfigMaps
+//!    `liqo/liqo-exports-<provider>` the virtual kubelets write, and the
+//!    spec of each tenant's Connection its consumer writes; each only
+//!    with a connected tunnel, whose remap says where this cluster sees
+//!    that peer's pods;
+//! 4. merged ([`liqo_api::clusterset::merge`]) and written
+//!    ([`imports`]): a ServiceImport, a Service for its clusterset IP and
+//!    an EndpointSlice per exporting cluster, in every namespace of that
+//!    name here; the ServiceExports' `Ready` and `Conflict` conditions.
+
+mod exports;
+mod imports;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use liqo_agent_runtime::follow::Followed;
+use liqo_api::ClusterIdentity;
+use liqo_api::clusterset::{Constituent, Exports};
+use liqo_api::names;
+use liqo_api::networking::{Connection, Remap};
+use serde_json::json;
+
+/// How often the clusterset's Services are looked at.
+const PERIOD: Duration = Duration::from_secs(1);
+use names::{CLUSTERSET_EXPORTS as EXPORTS_CONFIGMAP, CLUSTERSET_EXPORTS_KEY as EXPORTS_KEY};
+/// The field manager of what this writes.
+const MANAGER: &str = "liqo-gateway-clusterset";
+
+/// Keeps the clusterset's Services, forever.
+pub async fn keep(
+    client: kube::Client,
+    namespace: String,
+    identity: Followed<ConfigMap>,
+    connections: Followed<Connection>,
+) {
+    loop {
+        tokio::time::sleep(PERIOD).await;
+        let Some(me) =
+            identity.store.state().first().and_then(|map| {
+                ClusterIdentity::from_data(&map.data.clone().unwrap_or_default()).ok()
+            })
+        else {
+            continue;
+        };
+        if let Err(error) = pass(&client, &namespace, &me, &connections.store.state()).await {
+            tracing::warn!(%error, "keeping the clusterset's Services");
+        }
+    }
+}
+
+async fn pass(
+    client: &kube::Client,
+    namespace: &str,
+    me: &ClusterIdentity,
+    connections: &[std::sync::Arc<Connection>],
+) -> anyhow::Result<()> {
+    let local = exports::read(client, me).await?;
+    publish(client, namespace, &local.exports, connections).await?;
+    let peers = peer_exports(client, namespace, connections).await?;
+    let mut constituents = vec![Constituent {
+        exports: &local.exports,
+        remap: None,
+    }];
+    constituents.extend(peers.iter().map(|(exports, remap)| Constituent {
+        exports,
+        remap: *remap,
+    }));
+    let (merged, conflicts) = liqo_api::clusterset::merge(&constituents);
+    imports::write(client, &merged).await?;
+    exports::report(client, me, &local, &merged, &conflicts).await
+}
+
+/// This cluster's exports where its peers read them.
+async fn publish(
+    client: &kube::Client,
+    namespace: &str,
+    exports: &Exports,
+    connections: &[std::sync::Arc<Connection>],
+) -> anyhow::Result<()> {
+    let text = serde_json::to_string(exports)?;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let want = ConfigMap {
+        metadata: kube::core::ObjectMeta {
+            name: Some(EXPORTS_CONFIGMAP.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(crate::control::our_labels()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(EXPORTS_KEY.to_owned(), text)])),
+        ..Default::default()
+    };
+    match maps.get_opt(EXPORTS_CONFIGMAP).await? {
+        Some(have) if have.data == want.data => {}
+        Some(_) => {
+            maps.patch(
+                EXPORTS_CONFIGMAP,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "data": want.data })),
+            )
+            .await?;
+        }
+        None => {
+            maps.create(&PostParams::default(), &want).await?;
+        }
+    }
+    // Each consumer reads them in its Connection here.
+    for connection in connections.iter().filter(|c| is_tenants(c, namespace)) {
+        let have = connection.status.as_ref().and_then(|s| s.exports.as_ref());
+        if have == Some(exports) {
+            continue;
+        }
+        let Some(ns) = connection.metadata.namespace.as_deref() else {
+            continue;
+        };
+        let api: Api<Connection> = Api::namespaced(client.clone(), ns);
+        let name = connection.metadata.name.clone().unwrap_or_default();
+        api.patch_status(
+            &name,
+            &PatchParams::apply(MANAGER),
+            &Patch::Merge(json!({ "status": { "exports": exports } })),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A tenant's Connection (on a provider): not in the gateway's namespace.
+fn is_tenants(connection: &Connection, namespace: &str) -> bool {
+    connection.metadata.namespace.as_deref() != Some(namespace)
+}
+
+/// The exports of every peer with a connected tunnel, and where this
+/// cluster sees its pods. A consumer's are taken only as far as they are
+/// its own: its cluster ID, and endpoints in its pod CIDR.
+async fn peer_exports(
+    client: &kube::Client,
+    namespace: &str,
+    connections: &[std::sync::Arc<Connection>],
+) -> anyhow::Result<Vec<(Exports, Option<Remap>)>> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let mut out = Vec::new();
+    for connection in connections {
+        let Some(seen) = Remap::seen(connection) else {
+            continue;
+        };
+        let peer = connection.spec.cluster_id.to_string();
+        let exports = if is_tenants(connection, namespace) {
+            connection.spec.exports.clone()
+        } else {
+            let name = names::provider_exports(&peer);
+            maps.get_opt(&name)
+                .await?
+                .and_then(|m| m.data?.remove(EXPORTS_KEY))
+                .and_then(|text| serde_json::from_str::<Exports>(&text).ok())
+        };
+        let Some(mut exports) = exports else {
+            continue;
+        };
+        if exports.cluster_id != peer {
+            tracing::warn!(%peer, claimed = %exports.cluster_id, "a peer's exports name another cluster: ignored");
+            continue;
+        }
+        for service in &mut exports.services {
+            for endpoint in &mut service.endpoints {
+                endpoint.addresses.retain(|a| {
+                    a.parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| seen.real.contains(&ip))
+                });
+            }
+            service.endpoints.retain(|e| !e.addresses.is_empty());
+        }
+        let remap = (seen.real != seen.seen_as).then_some(seen);
+        out.push((exports, remap));
+    }
+    Ok(out)
+}
+
+/// Namespaces whose objects are a peer's or liqo's own: no export there
+/// is this cluster's, and no import lands there.
+pub fn is_peers_or_ours(namespace: &k8s_openapi::api::core::v1::Namespace) -> bool {
+    let name = namespace.metadata.name.as_deref().unwrap_or_default();
+    name == names::NAMESPACE
+        || name.starts_with(names::peering::TENANT_NAMESPACE_PREFIX)
+        || namespace
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(names::labels::TENANT))
+}

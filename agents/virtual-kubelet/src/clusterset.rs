@@ -1,0 +1,105 @@
+//! Carries the clusterset's exports across this peering (docs/services.md):
+//! the provider's, which its gateway writes in the status of this
+//! cluster's Connection in the tenant namespace there, into the ConfigMap
+//! `liqo/liqo-exports-<provider>` here; and this cluster's, which the
+//! local gateway writes in `liqo/liqo-exports`, into that Connection's
+//! spec. The gateways merge and import; this agent only carries, since it
+//! holds the one credential that reaches the provider.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use liqo_api::clusterset::Exports;
+use liqo_api::names;
+use liqo_api::networking::Connection;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::provider::ProviderClient;
+
+/// How often both sides are read.
+const PERIOD: Duration = Duration::from_secs(1);
+
+/// Carries the exports, forever.
+pub async fn carry(
+    local: kube::Client,
+    provider: watch::Receiver<ProviderClient>,
+    tenant_namespace: String,
+    provider_id: String,
+) {
+    let mut failing = false;
+    loop {
+        tokio::time::sleep(PERIOD).await;
+        let Ok(remote) = provider.borrow().clone() else {
+            continue;
+        };
+        match once(&local, remote, &tenant_namespace, &provider_id).await {
+            Ok(()) => failing = false,
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!(%error, "carrying the clusterset's exports");
+            }
+            Err(error) => tracing::debug!(%error, "carrying the clusterset's exports"),
+        }
+    }
+}
+
+async fn once(
+    local: &kube::Client,
+    remote: kube::Client,
+    tenant_namespace: &str,
+    provider_id: &str,
+) -> anyhow::Result<()> {
+    let connections: Api<Connection> = Api::namespaced(remote, tenant_namespace);
+    let Some(connection) = connections
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .next()
+    else {
+        return Ok(());
+    };
+    let maps: Api<ConfigMap> = Api::namespaced(local.clone(), names::NAMESPACE);
+    // Theirs, here.
+    let theirs = connection.status.as_ref().and_then(|s| s.exports.as_ref());
+    let name = names::provider_exports(provider_id);
+    let text = theirs.map(serde_json::to_string).transpose()?;
+    let data: BTreeMap<String, String> = text
+        .into_iter()
+        .map(|t| (names::CLUSTERSET_EXPORTS_KEY.to_owned(), t))
+        .collect();
+    match maps.get_opt(&name).await? {
+        Some(have) if have.data.clone().unwrap_or_default() == data => {}
+        Some(_) => {
+            let value = data.get(names::CLUSTERSET_EXPORTS_KEY);
+            maps.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "data": { names::CLUSTERSET_EXPORTS_KEY: value } })),
+            )
+            .await?;
+        }
+        // Made by `liqoctl peer`, gone with the peering.
+        None => {}
+    }
+    // Ours, there.
+    let ours: Option<Exports> = maps
+        .get_opt(names::CLUSTERSET_EXPORTS)
+        .await?
+        .and_then(|m| m.data?.remove(names::CLUSTERSET_EXPORTS_KEY))
+        .and_then(|text| serde_json::from_str(&text).ok());
+    if ours.is_some() && connection.spec.exports != ours {
+        let name = connection.metadata.name.clone().unwrap_or_default();
+        connections
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "exports": ours } })),
+            )
+            .await?;
+    }
+    Ok(())
+}
