@@ -29,6 +29,7 @@ use crate::peering::tether::State;
 use crate::peering::tokens::{TokenView, tokens_of};
 use crate::printer::Printer;
 use crate::show::{show_cost, show_resources};
+use clusterset::ClustersetView;
 
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
@@ -42,6 +43,8 @@ struct Info {
     offloaded_namespaces: Vec<Offloaded>,
     /// The peering tokens this cluster issued that are not revoked.
     peering_tokens: Vec<TokenView>,
+    /// The clusterset's Services (docs/services.md).
+    clusterset: ClustersetView,
 }
 
 #[derive(Serialize, Debug)]
@@ -236,6 +239,7 @@ pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyh
         peerings: peerings(&cluster).await?,
         offloaded_namespaces: offloaded(&cluster).await?,
         peering_tokens: tokens_of(&cluster).await?,
+        clusterset: ClustersetView::read(&cluster).await?,
     };
     if let Some(format) = args.output.output {
         return printer.structured(&info, format);
@@ -678,6 +682,7 @@ fn render(info: &Info) -> String {
         }
         out.push_str(&format!("\n\n{tokens}"));
     }
+    out.push_str(&format!("\n\n{}", info.clusterset.lines().join("\n")));
     out
 }
 
@@ -825,5 +830,6 @@ fn render_one(p: &PeeringView) -> String {
     t.to_string()
 }
 
+mod clusterset;
 #[cfg(test)]
 mod tests;

@@ -351,7 +351,10 @@ fn imported_slice(
         "endpointslice.kubernetes.io/managed-by".to_owned(),
         SLICE_MANAGER.to_owned(),
     );
-    // The ports the endpoints serve, named as the import's ports are.
+    // The ports the endpoints serve, named as the import's ports are: a
+    // port of the import only where this cluster's Service has it with
+    // the same number (a cluster whose port of that name is another
+    // number serves none of the import's).
     let served: Vec<Port> = part
         .endpoints
         .first()
@@ -365,6 +368,9 @@ fn imported_slice(
         .iter()
         .enumerate()
         .filter_map(|(i, p)| {
+            part.ports
+                .iter()
+                .find(|s| s.name == p.name && s.protocol == p.protocol && s.port == p.port)?;
             let number = served
                 .iter()
                 .find(|s| s.name == p.name && s.protocol == p.protocol)
@@ -419,6 +425,60 @@ fn imported_slice(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn port(name: &str, number: i32) -> Port {
+        Port {
+            name: Some(name.to_owned()),
+            protocol: "TCP".to_owned(),
+            app_protocol: None,
+            port: number,
+        }
+    }
+
+    #[test]
+    fn a_cluster_serves_only_the_ports_it_exports_with_the_imports_numbers() {
+        let import = Import {
+            namespace: "shop".to_owned(),
+            name: "hello".to_owned(),
+            spec: liqo_api::clusterset::ServiceImportSpec {
+                ports: vec![port("tcp", 42), port("tcp2", 4242)],
+                type_: "ClusterSetIP".to_owned(),
+                ..Default::default()
+            },
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            slices: Vec::new(),
+            clusters: Vec::new(),
+        };
+        let part = |service_ports: Vec<Port>| ImportedSlice {
+            cluster_id: "b".to_owned(),
+            endpoints: vec![liqo_api::clusterset::ExportedEndpoint {
+                addresses: vec!["10.202.0.10".to_owned()],
+                hostname: None,
+                ready: true,
+                ports: vec![port("tcp", 8042), port("tcp2", 8042)],
+            }],
+            ports: service_ports,
+        };
+        let served = |slice: EndpointSlice| -> Vec<(Option<String>, Option<i32>)> {
+            slice
+                .ports
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| (p.name, p.port))
+                .collect()
+        };
+        // Its `tcp` is 4242, not the import's 42: it serves `tcp2` only.
+        let other = imported_slice(
+            &import,
+            &part(vec![port("tcp", 4242), port("tcp2", 4242)]),
+            "d",
+            "n",
+        );
+        assert_eq!(served(other), [(Some("tcp2".to_owned()), Some(8042))]);
+        let same = imported_slice(&import, &part(vec![port("tcp", 42)]), "d", "n");
+        assert_eq!(served(same), [(Some("tcp".to_owned()), Some(8042))]);
+    }
 
     #[test]
     fn names_stay_names_however_long_the_service() {

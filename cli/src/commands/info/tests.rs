@@ -51,8 +51,23 @@ fn offloaded_namespaces_show_one_row_per_peer() {
             pod_security: Some("baseline (enforced)".into()),
             refusing: Refusing::default(),
         }],
+        clusterset: super::clusterset::ClustersetView {
+            exports: vec!["shop/web".into(), "shop/ghost".into()],
+            problems: vec![
+                "shop/ghost: NoService: there is no Service shop/ghost to export".into(),
+            ],
+            imports: vec!["shop/web".into()],
+            dns: super::clusterset::DnsState::NotServed,
+        },
     };
     let out = render(&info);
+    for want in [
+        "Clusterset services: 2 exported here, 1 imported",
+        "export shop/ghost: NoService",
+        "CoreDNS does not serve clusterset.local",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
     for want in [
         "shop",
         "Remote",
