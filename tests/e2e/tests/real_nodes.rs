@@ -26,6 +26,8 @@ use liqo_testbed::{Cluster, ClusterSpec, TOOLBOX_IMAGE, Testbed, Toolchain};
 use serde_json::json;
 
 const OFFLOADED: &str = "demo";
+/// The namespace both clusters have, of the clusterset's Service.
+const SHARED: &str = "shared";
 
 fn spec(name: &str, index: u8, pod_cidr: Option<&str>) -> ClusterSpec {
     let mut spec = ClusterSpec::new(name, index);
@@ -610,7 +612,35 @@ impl Mission<'_> {
             job_logs.stdout
         );
 
-        // 10. Unpeer: nothing of the peering is left.
+        // 10. The clusterset: a Service exported on the provider is
+        // imported on the consumer, in the namespace of the same name, and
+        // a consumer pod reaches it by its clusterset name (CoreDNS's
+        // multicluster zone, the clusterset IP, the tunnel).
+        for cluster in [home, foreign] {
+            kubectl(cluster, &["create", "namespace", SHARED])?.success();
+        }
+        create(&fc, SHARED, web_pod("exported")).await?;
+        service(&fc, SHARED, "exported").await?;
+        create(
+            &fc,
+            SHARED,
+            json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport", "metadata": {"name": "exported"}}),
+        )
+        .await?;
+        let by_clusterset_name = curl_until(
+            home,
+            "default",
+            "client",
+            &format!("http://exported.{SHARED}.svc.clusterset.local/"),
+            &format!("on {foreign_node}"),
+        )
+        .await?;
+        eprintln!(
+            "consumer pod -> the provider's exported Service: {}",
+            by_clusterset_name.trim()
+        );
+
+        // 11. Unpeer: nothing of the peering is left, its imports neither.
         kubectl(home, &["delete", "namespace", OFFLOADED, "--timeout=120s"])?.success();
         let remote_kubeconfig = foreign
             .kubeconfig_path()
@@ -622,15 +652,32 @@ impl Mission<'_> {
             &["unpeer", "--remote-kubeconfig", &remote_kubeconfig, "--yes"],
         )
         .success();
-        let mine = [OFFLOADED, "default"];
+        let imported = |kind: &'static str| async move {
+            let listed = kubectl(home, &["-n", SHARED, "get", kind, "-o", "name"])?;
+            anyhow::Ok(
+                listed
+                    .stdout
+                    .lines()
+                    .filter(|l| l.contains("exported"))
+                    .count(),
+            )
+        };
+        wait_for("the import to go with the peering", WAIT, || async {
+            Ok(imported("serviceimports").await? == 0
+                && imported("services").await? == 0
+                && imported("endpointslices").await? == 0)
+        })
+        .await?;
+        let mine = [OFFLOADED, "default", SHARED];
         let home_after = without(snapshot(&hc).await?, &mine);
-        let foreign_after = snapshot(&fc).await?;
+        // The provider still exports it: its own import of it stays.
+        let foreign_after = without(snapshot(&fc).await?, &[SHARED]);
         let leftovers = |before: &BTreeSet<String>, after: &BTreeSet<String>| {
             after.difference(before).cloned().collect::<Vec<_>>()
         };
         let home_left = leftovers(&without(home_before, &mine), &home_after);
         ensure!(home_left.is_empty(), "left on home: {home_left:?}");
-        let foreign_left = leftovers(&foreign_before, &foreign_after);
+        let foreign_left = leftovers(&without(foreign_before, &[SHARED]), &foreign_after);
         ensure!(foreign_left.is_empty(), "left on foreign: {foreign_left:?}");
         Ok(())
     }
