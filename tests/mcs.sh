@@ -5,21 +5,23 @@
 # they form one clusterset: a peers with b (and with c, and b with c, when
 # three). Writes the suite's report.yaml and report.html into the run's
 # folder and prints its counts. Outside the test command (its time):
-#   bash tests/mcs.sh [--clusters 2|3] [--same-pod-cidrs] [--dir DIR] [-- SUITE FLAGS]
-# The clusters are left running for a look; stop them with
+#   bash tests/mcs.sh [--clusters 2|3] [--same-pod-cidrs] [--dir DIR] [--down] [-- SUITE FLAGS]
+# The clusters are left running for a look (but with --down); stop them with
 #   target/debug/liqo-testbed down --dir DIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 clusters=2
 same=false
+down=false
 dir=.liqo-mcs
 while [ $# -gt 0 ]; do
   case "$1" in
     --clusters) clusters=$2; shift 2 ;;
     --same-pod-cidrs) same=true; shift ;;
     --dir) dir=$2; shift 2 ;;
+    --down) down=true; shift ;;
     --) shift; break ;;
-    *) echo "usage: $0 [--clusters 2|3] [--same-pod-cidrs] [--dir DIR] [-- SUITE FLAGS]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--clusters 2|3] [--same-pod-cidrs] [--dir DIR] [--down] [-- SUITE FLAGS]" >&2; exit 2 ;;
   esac
 done
 case "$clusters" in 2) names=(a b) ;; 3) names=(a b c) ;; *) echo "error: --clusters is 2 or 3" >&2; exit 2 ;; esac
@@ -48,6 +50,7 @@ args=()
 for n in "${names[@]}"; do args+=(--cluster "$n"); done
 if $same; then args+=(--same-pod-cidr); fi
 "$testbed" up --dir "$dir" "${args[@]}" --nodes 0 --real-node
+if $down; then trap '"$testbed" down --dir "$dir" >/dev/null 2>&1 || true' EXIT; fi
 for n in "${names[@]}"; do
   "$liqoctl" --kubeconfig "$dir/$n/kubeconfig" install --cluster-name "$n" --yes
 done

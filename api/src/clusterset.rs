@@ -407,6 +407,15 @@ pub fn merge(constituents: &[Constituent<'_>]) -> (Vec<Import>, ConflictReport) 
                             .iter()
                             .map(|a| c.remap.map_or_else(|| a.clone(), |r| r.address(a)))
                             .collect(),
+                        // A pod without a hostname is named after its
+                        // address in DNS: after the one its own cluster
+                        // knows, so that every cluster names it alike,
+                        // wherever it reaches it.
+                        hostname: e.hostname.clone().or_else(|| {
+                            c.remap
+                                .and(e.addresses.first())
+                                .map(|a| a.replace(['.', ':'], "-"))
+                        }),
                         ..e.clone()
                     })
                     .collect(),
@@ -519,6 +528,11 @@ mod tests {
         assert_eq!(import.spec.type_, "ClusterSetIP");
         assert_eq!(import.spec.ports, [port("http", "TCP", 80)]);
         assert_eq!(import.slices[0].endpoints[0].addresses, ["100.64.0.5"]);
+        assert_eq!(
+            import.slices[0].endpoints[0].hostname.as_deref(),
+            Some("10-200-0-5"),
+            "named after the address its own cluster knows"
+        );
         assert_eq!(import.clusters, ["a"]);
     }
 
