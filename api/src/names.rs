@@ -90,11 +90,6 @@ pub const GATEWAY_CONFIGMAP: &str = "liqo-gateway";
 pub const CLUSTERSET_EXPORTS: &str = "liqo-exports";
 pub const CLUSTERSET_EXPORTS_KEY: &str = "exports.json";
 
-/// The ConfigMap of a provider's exports, which the virtual kubelet of
-/// the peering writes beside [`CLUSTERSET_EXPORTS`].
-pub fn provider_exports(provider: &str) -> String {
-    format!("{CLUSTERSET_EXPORTS}-{provider}")
-}
 pub const GATEWAY_PUBLIC_KEY: &str = "public-key";
 
 /// The port the gateway serves Prometheus metrics on, besides health.

@@ -110,6 +110,10 @@ pub struct ConnectionStatus {
     /// to the clusterset, for the consumer to read (docs/services.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exports: Option<crate::clusterset::Exports>,
+    /// On a consumer, in the Connection to a provider: what the provider
+    /// exports, carried here by the virtual kubelet of the peering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_exports: Option<crate::clusterset::Exports>,
 }
 
 /// What stands in front of the gateway's listening tunnels, when peers do

@@ -1,12 +1,11 @@
 //! Carries the clusterset's exports across this peering (docs/services.md):
 //! the provider's, which its gateway writes in the status of this
-//! cluster's Connection in the tenant namespace there, into the ConfigMap
-//! `liqo/liqo-exports-<provider>` here; and this cluster's, which the
-//! local gateway writes in `liqo/liqo-exports`, into that Connection's
-//! spec. The gateways merge and import; this agent only carries, since it
+//! cluster's Connection in the tenant namespace there, into the status
+//! of the tunnel to the provider here (`peerExports`); and this
+//! cluster's, which the local gateway writes in `liqo/liqo-exports`, into
+//! that Connection's spec there. The gateways merge and import; this agent only carries, since it
 //! holds the one credential that reaches the provider.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -63,27 +62,19 @@ async fn once(
         return Ok(());
     };
     let maps: Api<ConfigMap> = Api::namespaced(local.clone(), names::NAMESPACE);
-    // Theirs, here.
-    let theirs = connection.status.as_ref().and_then(|s| s.exports.as_ref());
-    let name = names::provider_exports(provider_id);
-    let text = theirs.map(serde_json::to_string).transpose()?;
-    let data: BTreeMap<String, String> = text
-        .into_iter()
-        .map(|t| (names::CLUSTERSET_EXPORTS_KEY.to_owned(), t))
-        .collect();
-    match maps.get_opt(&name).await? {
-        Some(have) if have.data.clone().unwrap_or_default() == data => {}
-        Some(_) => {
-            let value = data.get(names::CLUSTERSET_EXPORTS_KEY);
-            maps.patch(
-                &name,
+    // Theirs, here: in the status of the tunnel to the provider.
+    let theirs = connection.status.as_ref().and_then(|s| s.exports.clone());
+    let here: Api<Connection> = Api::namespaced(local.clone(), names::NAMESPACE);
+    if let Some(tunnel) = here.get_opt(provider_id).await? {
+        let have = tunnel.status.as_ref().and_then(|s| s.peer_exports.clone());
+        if have != theirs {
+            here.patch_status(
+                provider_id,
                 &PatchParams::default(),
-                &Patch::Merge(json!({ "data": { names::CLUSTERSET_EXPORTS_KEY: value } })),
+                &Patch::Merge(json!({ "status": { "peerExports": theirs } })),
             )
             .await?;
         }
-        // Made by `liqoctl peer`, gone with the peering.
-        None => {}
     }
     // Ours, there.
     let ours: Option<Exports> = maps

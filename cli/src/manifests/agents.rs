@@ -220,9 +220,6 @@ pub(super) fn gateway(options: &Options) -> Vec<Manifest> {
                     &[names::GATEWAY_CONFIGMAP, names::CLUSTERSET_EXPORTS],
                     &["get", "patch"],
                 ),
-                // The exports of its providers, which the virtual
-                // kubelets carry here (`liqo-exports-<provider>`).
-                rbac::rule(&[""], &["configmaps"], &["get"]),
                 // The Service in front of its tunnels, when there is one:
                 // where peers dial.
                 rbac::named_rule(

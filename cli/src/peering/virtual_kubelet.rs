@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec, SecretVolumeSource,
+    Container, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec, SecretVolumeSource,
     ServiceAccount, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
@@ -107,7 +107,6 @@ pub fn manifests(
         value: Some(value),
         ..Default::default()
     }));
-    let provider_exports = names::provider_exports(&foreign_cluster);
     // Our objects `objects` of `resources`.
     let own = |resources: &[&str], objects: &[&str], verbs: &[&str]| {
         rbac::named_rule(&[names::GROUP], resources, objects, verbs)
@@ -190,13 +189,18 @@ pub fn manifests(
                     &["get"],
                 ),
                 // The clusterset's Services (docs/services.md): it carries
-                // this cluster's exports to its provider and the
-                // provider's back, into a ConfigMap named after it.
+                // this cluster's exports to its provider, and the
+                // provider's back into the status of its tunnel here.
                 rbac::named_rule(
                     &[""],
                     &["configmaps"],
-                    &[names::CLUSTERSET_EXPORTS, &provider_exports],
-                    &["get", "patch"],
+                    &[names::CLUSTERSET_EXPORTS],
+                    &["get"],
+                ),
+                own(
+                    &["connections/status"],
+                    &[foreign_cluster.as_str()],
+                    &["patch"],
                 ),
             ]),
             ..Default::default()
@@ -205,15 +209,6 @@ pub fn manifests(
             metadata: meta(None),
             role_ref: rbac::role_ref("ClusterRole", &name),
             subjects: subject(),
-        }),
-        // Where the agent puts the provider's exports to the clusterset
-        // (docs/services.md); made here so that it goes with the peering.
-        Manifest::ConfigMap(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(provider_exports.clone()),
-                ..meta(Some(names::NAMESPACE))
-            },
-            ..Default::default()
         }),
         // What it may do in an offloaded namespace, bound there by
         // `liqoctl offload` and `liqoctl peer` ([`offloaded_namespace_binding`]):
@@ -427,12 +422,7 @@ mod tests {
             assert_eq!(labels[labels::PEER_CLUSTER_ID], "prov-1", "{m}");
             let name = m["metadata"]["name"].as_str().expect("a name");
             assert!(
-                [
-                    "liqo-vk-prov-1",
-                    "liqo-vk-prov-1-offloaded",
-                    "liqo-exports-prov-1"
-                ]
-                .contains(&name),
+                ["liqo-vk-prov-1", "liqo-vk-prov-1-offloaded"].contains(&name),
                 "{m}"
             );
             let owner = &m["metadata"]["ownerReferences"][0];
@@ -507,18 +497,18 @@ mod tests {
                 Some(names) => {
                     // The ForeignCluster and the tunnel's Connection are
                     // named after the provider; of the ConfigMaps, the
-                    // identity (read) and the clusterset's exports, this
-                    // cluster's and the provider's (read and changed).
-                    let want: &[&str] =
-                        if resources.starts_with("foreignclusters") || resources == "connections" {
-                            &["prov-1"]
-                        } else if resources == "configmaps" && verbs == ["get"] {
-                            &[names::IDENTITY_CONFIGMAP]
-                        } else if resources == "configmaps" {
-                            &[names::CLUSTERSET_EXPORTS, "liqo-exports-prov-1"]
-                        } else {
-                            &["liqo-prov-1"]
-                        };
+                    // identity and the clusterset's exports (read).
+                    let want: &[&str] = if resources.starts_with("foreignclusters")
+                        || resources.starts_with("connections")
+                    {
+                        &["prov-1"]
+                    } else if resources == "configmaps" && names == [names::IDENTITY_CONFIGMAP] {
+                        &[names::IDENTITY_CONFIGMAP]
+                    } else if resources == "configmaps" {
+                        &[names::CLUSTERSET_EXPORTS]
+                    } else {
+                        &["liqo-prov-1"]
+                    };
                     assert_eq!(names, want, "{rule}");
                 }
             }

@@ -682,6 +682,73 @@ pub async fn least_privilege_probe(peer: &kube::Client, tenant_ns: &str) -> anyh
             .list(&ListParams::default())
             .await),
     );
+
+    // The clusterset (docs/services.md): it carries its exports in its
+    // own Connection, and that is all. It may neither export nor import
+    // on the provider, read what the provider exports or imports, nor
+    // write what the provider's gateway publishes to it.
+    if let Some(connection) = connections
+        .list(&ListParams::default())
+        .await?
+        .items
+        .first()
+    {
+        let name = connection.metadata.name.clone().unwrap_or_default();
+        let exports = json!({ "clusterId": connection.spec.cluster_id, "services": [] });
+        connections
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "exports": exports } })),
+            )
+            .await?;
+        allowed += 1;
+        forbidden(
+            "write what the provider publishes to it",
+            r(connections
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": { "exports": exports } })),
+                )
+                .await),
+        );
+    }
+    let export: liqo_api::clusterset::ServiceExport = serde_json::from_value(json!({
+        "apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport", "metadata": { "name": "probe" },
+    }))?;
+    for namespace in [tenant_ns, "default"] {
+        forbidden(
+            &format!("export a Service in {namespace}"),
+            r(
+                Api::<liqo_api::clusterset::ServiceExport>::namespaced(peer.clone(), namespace)
+                    .create(&PostParams::default(), &export)
+                    .await,
+            ),
+        );
+    }
+    forbidden(
+        "read the provider's exports",
+        r(
+            Api::<liqo_api::clusterset::ServiceExport>::all(peer.clone())
+                .list(&ListParams::default())
+                .await,
+        ),
+    );
+    forbidden(
+        "read the provider's imports",
+        r(
+            Api::<liqo_api::clusterset::ServiceImport>::all(peer.clone())
+                .list(&ListParams::default())
+                .await,
+        ),
+    );
+    forbidden(
+        "read the provider's published exports",
+        r(Api::<ConfigMap>::namespaced(peer.clone(), names::NAMESPACE)
+            .get(names::CLUSTERSET_EXPORTS)
+            .await),
+    );
     Ok(allowed)
 }
 

@@ -11,9 +11,10 @@
 //! 2. published for the peers: the ConfigMap `liqo/liqo-exports`, which
 //!    the virtual kubelets carry to their providers, and the status of
 //!    each tenant's Connection, which its consumer reads;
-//! 3. the peers' exports, read where they arrive: the ConfigMaps
-//!    `liqo/liqo-exports-<provider>` the virtual kubelets write, and the
-//!    spec of each tenant's Connection its consumer writes; each only
+//! 3. the peers' exports, read where they arrive: the status of each
+//!    Connection to a provider (`peerExports`, which the peering's
+//!    virtual kubelet writes), and the spec of each tenant's Connection,
+//!    which its consumer writes; each only
 //!    with a connected tunnel, whose remap says where this cluster sees
 //!    that peer's pods;
 //! 4. merged ([`liqo_api::clusterset::merge`]) and written
@@ -49,6 +50,7 @@ pub async fn keep(
     identity: Followed<ConfigMap>,
     connections: Followed<Connection>,
 ) {
+    let mut failing = false;
     loop {
         tokio::time::sleep(PERIOD).await;
         let Some(me) =
@@ -58,8 +60,15 @@ pub async fn keep(
         else {
             continue;
         };
-        if let Err(error) = pass(&client, &namespace, &me, &connections.store.state()).await {
-            tracing::warn!(%error, "keeping the clusterset's Services");
+        // Said once when it starts failing (an API server starting answers
+        // 429 for a while), then quietly until it works again.
+        match pass(&client, &namespace, &me, &connections.store.state()).await {
+            Ok(()) => failing = false,
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!(%error, "keeping the clusterset's Services");
+            }
+            Err(error) => tracing::debug!(%error, "keeping the clusterset's Services"),
         }
     }
 }
@@ -72,7 +81,7 @@ async fn pass(
 ) -> anyhow::Result<()> {
     let local = exports::read(client, me).await?;
     publish(client, namespace, &local.exports, connections).await?;
-    let peers = peer_exports(client, namespace, connections).await?;
+    let peers = peer_exports(namespace, connections);
     let mut constituents = vec![Constituent {
         exports: &local.exports,
         remap: None,
@@ -148,12 +157,10 @@ fn is_tenants(connection: &Connection, namespace: &str) -> bool {
 /// The exports of every peer with a connected tunnel, and where this
 /// cluster sees its pods. A consumer's are taken only as far as they are
 /// its own: its cluster ID, and endpoints in its pod CIDR.
-async fn peer_exports(
-    client: &kube::Client,
+fn peer_exports(
     namespace: &str,
     connections: &[std::sync::Arc<Connection>],
-) -> anyhow::Result<Vec<(Exports, Option<Remap>)>> {
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+) -> Vec<(Exports, Option<Remap>)> {
     let mut out = Vec::new();
     for connection in connections {
         let Some(seen) = Remap::seen(connection) else {
@@ -163,17 +170,16 @@ async fn peer_exports(
         let exports = if is_tenants(connection, namespace) {
             connection.spec.exports.clone()
         } else {
-            let name = names::provider_exports(&peer);
-            maps.get_opt(&name)
-                .await?
-                .and_then(|m| m.data?.remove(EXPORTS_KEY))
-                .and_then(|text| serde_json::from_str::<Exports>(&text).ok())
+            connection
+                .status
+                .as_ref()
+                .and_then(|s| s.peer_exports.clone())
         };
         let Some(mut exports) = exports else {
             continue;
         };
         if exports.cluster_id != peer {
-            tracing::warn!(%peer, claimed = %exports.cluster_id, "a peer's exports name another cluster: ignored");
+            tracing::debug!(%peer, claimed = %exports.cluster_id, "a peer's exports name another cluster: ignored");
             continue;
         }
         for service in &mut exports.services {
@@ -188,7 +194,7 @@ async fn peer_exports(
         let remap = (seen.real != seen.seen_as).then_some(seen);
         out.push((exports, remap));
     }
-    Ok(out)
+    out
 }
 
 /// Namespaces whose objects are a peer's or liqo's own: no export there

@@ -37,10 +37,10 @@ pub const NAMESERVER_SERVICE: &str = "liqo-dns";
 /// How often a twin's Service and slice are looked at again: the
 /// provider's side is not watched for them.
 const VERIFY_PERIOD: Duration = Duration::from_secs(30);
-/// How long the pods of a namespace wait for the provider to say where
-/// it sees this cluster's pods, when a tunnel is set up here, before they
-/// are given the provider's DNS.
-const TUNNEL_PATIENCE: Duration = Duration::from_secs(30);
+/// How long the pods of a namespace wait for its names server (the
+/// provider to say where it sees this cluster's pods, the twin's Service
+/// to be made) before they are given the provider's DNS.
+const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Where the pods of an offloaded namespace resolve names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +94,20 @@ impl Kind for NameserverServices {
         let Some(twin) = self.twins.borrow().get(namespace).cloned() else {
             return Ok(Next::Done);
         };
+        let since = *self
+            .first_seen
+            .lock()
+            .map_err(|_| NotYet::Nameserver(namespace.clone()))?
+            .entry(namespace.clone())
+            .or_insert_with(std::time::Instant::now);
+        let patient = since.elapsed() < PATIENCE;
         let seen = *self.peering.seen_there.borrow();
-        let (Some((ip, port)), Some(seen)) = (self.serving, seen) else {
+        // An address no peer can be sent to (a pod of the host's
+        // loopback): no names server for the provider's pods.
+        let serving = self
+            .serving
+            .filter(|(ip, _)| !(ip.is_loopback() || ip.is_unspecified()));
+        let (Some((ip, port)), Some(seen)) = (serving, seen) else {
             // A tunnel set up here whose far end has not spoken yet (an
             // agent just started): its pods wait a while for it.
             let tunnel_here = self
@@ -103,49 +115,61 @@ impl Kind for NameserverServices {
                 .tunnel
                 .as_ref()
                 .is_some_and(|t| !t.store.state().is_empty());
-            let since = *self
-                .first_seen
-                .lock()
-                .map_err(|_| NotYet::Nameserver(namespace.clone()))?
-                .entry(namespace.clone())
-                .or_insert_with(std::time::Instant::now);
-            if self.serving.is_some() && tunnel_here && since.elapsed() < TUNNEL_PATIENCE {
+            if serving.is_some() && tunnel_here && patient {
                 return Ok(Next::After(Duration::from_secs(1)));
             }
             self.publish(namespace, Nameserver::Provider);
             return Ok(Next::After(VERIFY_PERIOD));
         };
-        let client = self.peering.provider_client()?;
         let seen_at: IpAddr = seen.address(&ip.to_string()).parse().unwrap_or(ip);
-        let services: Api<Service> = Api::namespaced(client.clone(), &twin);
-        let slices: Api<EndpointSlice> = Api::namespaced(client, &twin);
+        match self.keep(&twin, seen_at, port).await {
+            Ok(nameserver) => {
+                self.publish(namespace, nameserver);
+                Ok(Next::After(VERIFY_PERIOD))
+            }
+            // While it may still come (the twin's share of the grant not
+            // written yet), its pods wait; then they go on with the
+            // provider's DNS, and the next ones get it once it comes.
+            Err(error) if patient => Err(error),
+            Err(error) => {
+                let undecided = self.published.borrow().get(namespace).is_none();
+                if undecided {
+                    tracing::warn!(%twin, %error, "no names server in the twin: its pods use the provider's DNS");
+                    self.publish(namespace, Nameserver::Provider);
+                }
+                Ok(Next::After(VERIFY_PERIOD))
+            }
+        }
+    }
+}
+
+impl NameserverServices {
+    /// Keeps the names server's Service and slice in `twin`, the slice on
+    /// `address`:`port`; returns where the twin's pods resolve names.
+    async fn keep(&self, twin: &str, address: IpAddr, port: u16) -> Result<Nameserver, Error> {
+        let client = self.peering.provider_client()?;
+        let services: Api<Service> = Api::namespaced(client.clone(), twin);
+        let slices: Api<EndpointSlice> = Api::namespaced(client, twin);
         let failed = |source: kube::Error| Error::Nameserver {
-            twin: twin.clone(),
+            twin: twin.to_owned(),
             source,
         };
         let service = match services.get_opt(NAMESERVER_SERVICE).await.map_err(failed)? {
             Some(found) if is_ours(&found.metadata) => found,
             Some(_) => {
-                // Someone else's: the pods of this twin use the provider's DNS.
                 tracing::warn!(%twin, "{NAMESERVER_SERVICE} in the twin is not ours: its pods use the provider's DNS");
-                self.publish(namespace, Nameserver::Provider);
-                return Ok(Next::After(VERIFY_PERIOD));
+                return Ok(Nameserver::Provider);
             }
-            None => match services
-                .create(&PostParams::default(), &service(&twin))
+            None => services
+                .create(&PostParams::default(), &service(twin))
                 .await
-            {
-                Ok(made) => made,
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    return Ok(Next::After(Duration::from_secs(1)));
-                }
-                Err(e) => return Err(failed(e)),
-            },
+                .map_err(failed)?,
         };
-        let want = slice(&twin, seen_at, port);
+        let want = slice(twin, address, port);
         match slices.get_opt(NAMESERVER_SERVICE).await.map_err(failed)? {
             Some(have) if !is_ours(&have.metadata) => {
                 tracing::warn!(%twin, "the EndpointSlice {NAMESERVER_SERVICE} in the twin is not ours");
+                return Ok(Nameserver::Provider);
             }
             Some(have) if have.endpoints == want.endpoints && have.ports == want.ports => {}
             Some(have) => {
@@ -156,22 +180,19 @@ impl Kind for NameserverServices {
                     .await
                     .map_err(failed)?;
             }
-            None => match slices.create(&PostParams::default(), &want).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(failed(e)),
-            },
+            None => {
+                slices
+                    .create(&PostParams::default(), &want)
+                    .await
+                    .map_err(failed)?;
+            }
         }
-        let address = service
+        Ok(service
             .spec
             .as_ref()
             .and_then(|s| s.cluster_ip.as_deref())
-            .and_then(|ip| ip.parse().ok());
-        match address {
-            Some(address) => self.publish(namespace, Nameserver::At(address)),
-            None => self.publish(namespace, Nameserver::Provider),
-        }
-        Ok(Next::After(VERIFY_PERIOD))
+            .and_then(|ip| ip.parse().ok())
+            .map_or(Nameserver::Provider, Nameserver::At))
     }
 }
 
