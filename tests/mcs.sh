@@ -3,8 +3,9 @@
 # (../shared/mcs-conformance, pinned to mcs-api v0.5.0) against two or
 # three real testbed clusters with real nodes, peered with network so that
 # they form one clusterset: a peers with b (and with c, and b with c, when
-# three). Writes the suite's report.yaml and report.html into the run's
-# folder and prints its counts. Outside the test command (its time):
+# three). Writes the suite's report.yaml and report.html into
+# target/mcs-conformance/<the run's folder name>/ and prints its counts.
+# CI runs it (.ci/run) before the test command:
 #   bash tests/mcs.sh [--clusters 2|3] [--same-pod-cidrs] [--dir DIR] [--down] [-- SUITE FLAGS]
 # The clusters are left running for a look (but with --down); stop them with
 #   target/debug/liqo-testbed down --dir DIR
@@ -74,10 +75,14 @@ done
 KUBECONFIG=$(IFS=:; echo "${files[*]}") "$toolchain/kubectl" config view --flatten > "$merged"
 
 contexts=$(IFS=,; echo "${names[*]}")
+reports="target/mcs-conformance/$(basename "$dir")"
+mkdir -p "$reports"
+merged=$(cd "$(dirname "$merged")" && pwd)/$(basename "$merged")
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 start=$(date +%s)
 status=0
-(cd "$dir" && "$suite/mcs-conformance" -kubeconfig "$(pwd)/merged.kubeconfig" -contexts "$contexts" \
-  -organization liqo-rs -project liqo-rs -version "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" \
+(cd "$reports" && "$suite/mcs-conformance" -kubeconfig "$merged" -contexts "$contexts" \
+  -organization liqo-rs -project liqo-rs -version "$version" \
   -url https://example.invalid/liqo-rs "$@") || status=$?
-echo "suite ran in $(( $(date +%s) - start )) s against ${#names[@]} clusters (exit $status); report: $dir/report.yaml"
+echo "suite ran in $(( $(date +%s) - start )) s against ${#names[@]} clusters (exit $status); report: $reports/report.yaml"
 exit "$status"
