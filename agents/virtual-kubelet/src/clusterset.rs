@@ -18,8 +18,9 @@ use tokio::sync::watch;
 
 use crate::provider::ProviderClient;
 
-/// How often both sides are read.
+/// How often both sides are read; and while neither exports anything.
 const PERIOD: Duration = Duration::from_secs(1);
+const IDLE_PERIOD: Duration = Duration::from_secs(5);
 
 /// Carries the exports, forever.
 pub async fn carry(
@@ -29,13 +30,17 @@ pub async fn carry(
     provider_id: String,
 ) {
     let mut failing = false;
+    let mut period = PERIOD;
     loop {
-        tokio::time::sleep(PERIOD).await;
+        tokio::time::sleep(period).await;
         let Ok(remote) = provider.borrow().clone() else {
             continue;
         };
         match once(&local, remote, &tenant_namespace, &provider_id).await {
-            Ok(()) => failing = false,
+            Ok(busy) => {
+                failing = false;
+                period = if busy { PERIOD } else { IDLE_PERIOD };
+            }
             Err(error) if !failing => {
                 failing = true;
                 tracing::warn!(%error, "carrying the clusterset's exports");
@@ -50,7 +55,7 @@ async fn once(
     remote: kube::Client,
     tenant_namespace: &str,
     provider_id: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let connections: Api<Connection> = Api::namespaced(remote, tenant_namespace);
     let Some(connection) = connections
         .list(&ListParams::default())
@@ -59,7 +64,7 @@ async fn once(
         .into_iter()
         .next()
     else {
-        return Ok(());
+        return Ok(false);
     };
     let maps: Api<ConfigMap> = Api::namespaced(local.clone(), names::NAMESPACE);
     // Theirs, here: in the status of the tunnel to the provider.
@@ -92,5 +97,6 @@ async fn once(
             )
             .await?;
     }
-    Ok(())
+    let exporting = |e: Option<&Exports>| e.is_some_and(|e| !e.services.is_empty());
+    Ok(exporting(ours.as_ref()) || exporting(theirs.as_ref()))
 }

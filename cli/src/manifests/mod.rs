@@ -238,6 +238,12 @@ pub fn render(options: &Options) -> Vec<Manifest> {
             ..Default::default()
         }));
     }
+    // Where the gateway publishes this cluster's exports to the
+    // clusterset, for the virtual kubelets to carry (docs/services.md).
+    out.push(Manifest::ConfigMap(ConfigMap {
+        metadata: meta(names::CLUSTERSET_EXPORTS, "clusterset"),
+        ..Default::default()
+    }));
     out.extend(agents::gateway(options));
     out.extend(twin_namespaces::twin_namespace_policies());
     out.extend(peer_admission::policies());

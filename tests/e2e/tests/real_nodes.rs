@@ -668,9 +668,12 @@ impl Mission<'_> {
                 && imported("endpointslices").await? == 0)
         })
         .await?;
+        // The test's own Services go, and the addresses they held.
+        for cluster in [home, foreign] {
+            kubectl(cluster, &["delete", "namespace", SHARED, "--timeout=120s"])?.success();
+        }
         let mine = [OFFLOADED, "default", SHARED];
         let home_after = without(snapshot(&hc).await?, &mine);
-        // The provider still exports it: its own import of it stays.
         let foreign_after = without(snapshot(&fc).await?, &[SHARED]);
         let leftovers = |before: &BTreeSet<String>, after: &BTreeSet<String>| {
             after.difference(before).cloned().collect::<Vec<_>>()

@@ -82,8 +82,8 @@ fn is_ours(meta: &ObjectMeta) -> bool {
 }
 
 /// Writes `merged` into this cluster, and deletes what is ours and no
-/// longer wanted.
-pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<()> {
+/// longer wanted; returns whether anything of ours was there.
+pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<bool> {
     let namespaces: BTreeSet<String> = Api::<Namespace>::all(client.clone())
         .list(&ListParams::default())
         .await?
@@ -235,6 +235,9 @@ pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<(
             keep_slices.insert((ns.clone(), name));
         }
     }
+    let had_any = have_imports.iter().any(|i| is_ours(&i.metadata))
+        || !have_services.is_empty()
+        || !have_slices.is_empty();
     // What is ours and no longer wanted.
     for import in have_imports.iter().filter(|i| is_ours(&i.metadata)) {
         let key = (import.namespace().unwrap_or_default(), import.name_any());
@@ -254,7 +257,7 @@ pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<(
             delete::<EndpointSlice>(client, &key).await?;
         }
     }
-    Ok(())
+    Ok(had_any)
 }
 
 async fn delete<K>(client: &kube::Client, (ns, name): &(String, String)) -> anyhow::Result<()>

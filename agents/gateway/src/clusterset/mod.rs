@@ -32,27 +32,66 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use liqo_agent_runtime::follow::Followed;
 use liqo_api::ClusterIdentity;
-use liqo_api::clusterset::{Constituent, Exports};
+use liqo_api::clusterset::{Constituent, Exports, ServiceExport};
 use liqo_api::names;
 use liqo_api::networking::{Connection, Remap};
 use serde_json::json;
 
-/// How often the clusterset's Services are looked at.
+/// How often the clusterset's Services are looked at; and while no
+/// cluster of the clusterset exports anything and nothing is imported.
 const PERIOD: Duration = Duration::from_secs(1);
+const IDLE_PERIOD: Duration = Duration::from_secs(5);
 use names::{CLUSTERSET_EXPORTS as EXPORTS_CONFIGMAP, CLUSTERSET_EXPORTS_KEY as EXPORTS_KEY};
 /// The field manager of what this writes.
 const MANAGER: &str = "liqo-gateway-clusterset";
 
-/// Keeps the clusterset's Services, forever.
+/// Keeps the clusterset's Services, forever: every [`PERIOD`] while the
+/// clusterset has any, else every [`IDLE_PERIOD`] or as soon as a
+/// ServiceExport or a Connection (where peers' exports arrive) changes.
 pub async fn keep(
     client: kube::Client,
     namespace: String,
     identity: Followed<ConfigMap>,
     connections: Followed<Connection>,
 ) {
+    let (exports, follow_exports) = liqo_agent_runtime::follow::follow(
+        Api::<ServiceExport>::all(client.clone()),
+        kube::runtime::watcher::Config::default(),
+        "service exports",
+    );
+    let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+    let wake_on =
+        |mut followed: tokio::sync::watch::Receiver<liqo_agent_runtime::follow::SyncState>| {
+            let wake = wake.clone();
+            async move {
+                while followed.changed().await.is_ok() {
+                    wake.notify_one();
+                }
+            }
+        };
+    let on_exports = wake_on(exports.state.clone());
+    let on_connections = wake_on(connections.state.clone());
+    let passes = passes(client, namespace, identity, connections, wake.clone());
+    tokio::join!(follow_exports, on_exports, on_connections, passes);
+}
+
+async fn passes(
+    client: kube::Client,
+    namespace: String,
+    identity: Followed<ConfigMap>,
+    connections: Followed<Connection>,
+    wake: std::sync::Arc<tokio::sync::Notify>,
+) {
     let mut failing = false;
+    let mut period = PERIOD;
     loop {
-        tokio::time::sleep(PERIOD).await;
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = wake.notified() => {
+                // What else changed with it comes with it.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         let Some(me) =
             identity.store.state().first().and_then(|map| {
                 ClusterIdentity::from_data(&map.data.clone().unwrap_or_default()).ok()
@@ -63,7 +102,10 @@ pub async fn keep(
         // Said once when it starts failing (an API server starting answers
         // 429 for a while), then quietly until it works again.
         match pass(&client, &namespace, &me, &connections.store.state()).await {
-            Ok(()) => failing = false,
+            Ok(busy) => {
+                failing = false;
+                period = if busy { PERIOD } else { IDLE_PERIOD };
+            }
             Err(error) if !failing => {
                 failing = true;
                 tracing::warn!(%error, "keeping the clusterset's Services");
@@ -78,7 +120,7 @@ async fn pass(
     namespace: &str,
     me: &ClusterIdentity,
     connections: &[std::sync::Arc<Connection>],
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let local = exports::read(client, me).await?;
     publish(client, namespace, &local.exports, connections).await?;
     let peers = peer_exports(namespace, connections);
@@ -91,8 +133,9 @@ async fn pass(
         remap: *remap,
     }));
     let (merged, conflicts) = liqo_api::clusterset::merge(&constituents);
-    imports::write(client, &merged).await?;
-    exports::report(client, me, &local, &merged, &conflicts).await
+    let kept = imports::write(client, &merged).await?;
+    exports::report(client, me, &local, &merged, &conflicts).await?;
+    Ok(!local.all.is_empty() || !merged.is_empty() || kept)
 }
 
 /// This cluster's exports where its peers read them.
