@@ -103,12 +103,6 @@ pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<b
     let have_imports = imports_api.list(&ListParams::default()).await?.items;
     let have_services = services_api.list(&selector).await?.items;
     let have_slices = slices_api.list(&selector).await?.items;
-    let written = |meta: &ObjectMeta| {
-        meta.annotations
-            .as_ref()
-            .and_then(|a| a.get(WRITTEN))
-            .cloned()
-    };
     let mut keep_imports = BTreeSet::new();
     let mut keep_services = BTreeSet::new();
     let mut keep_slices = BTreeSet::new();
@@ -126,14 +120,19 @@ pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<b
         let derived = derived_name(&import.name);
         let mut ips = Vec::new();
         if import.spec.type_ == "ClusterSetIP" {
-            let service = derived_service(import, &derived);
-            let mark = format!("{:016x}", hash(&serde_json::to_string(&service.spec)?));
             let found = have_services
                 .iter()
                 .find(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.name_any() == derived);
-            let current = match found {
-                Some(s) if written(&s.metadata).as_deref() == Some(mark.as_str()) => s.clone(),
-                _ => apply(client, ns, &derived, with_mark(service, &mark)).await?,
+            let api: Api<Service> = Api::namespaced(client.clone(), ns);
+            let written = apply_marked(
+                &api,
+                &derived,
+                derived_service(import, &derived),
+                found.map(|s| &s.metadata),
+            )
+            .await?;
+            let Some(current) = written.or_else(|| found.cloned()) else {
+                continue;
             };
             ips = current
                 .spec
@@ -171,23 +170,8 @@ pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<b
             spec,
             status: None,
         };
-        let mark = format!("{:016x}", hash(&serde_json::to_string(&object)?));
-        let fresh = existing.and_then(|e| written(&e.metadata)).as_deref() != Some(mark.as_str());
         let api: Api<ServiceImport> = Api::namespaced(client.clone(), ns);
-        if fresh {
-            let mut object = object;
-            object
-                .metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(WRITTEN.to_owned(), mark);
-            api.patch(
-                &import.name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&object),
-            )
-            .await?;
-        }
+        apply_marked(&api, &import.name, object, existing.map(|e| &e.metadata)).await?;
         let clusters: Vec<ClusterStatus> = import
             .clusters
             .iter()
@@ -213,25 +197,11 @@ pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<b
                 &format!("{}/{}", import.name, part.cluster_id),
             );
             let slice = imported_slice(import, part, &derived, &name);
-            let mark = format!("{:016x}", hash(&serde_json::to_string(&slice)?));
             let found = have_slices
                 .iter()
                 .find(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.name_any() == name);
-            if found.and_then(|s| written(&s.metadata)).as_deref() != Some(mark.as_str()) {
-                let mut slice = slice;
-                slice
-                    .metadata
-                    .annotations
-                    .get_or_insert_default()
-                    .insert(WRITTEN.to_owned(), mark);
-                Api::<EndpointSlice>::namespaced(client.clone(), ns)
-                    .patch(
-                        &name,
-                        &PatchParams::apply(MANAGER).force(),
-                        &Patch::Apply(&slice),
-                    )
-                    .await?;
-            }
+            let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+            apply_marked(&api, &name, slice, found.map(|s| &s.metadata)).await?;
             keep_slices.insert((ns.clone(), name));
         }
     }
@@ -277,28 +247,38 @@ where
     }
 }
 
-fn with_mark(mut service: Service, mark: &str) -> Service {
-    service
-        .metadata
+/// Applies `object` as `name` (server-side, as ours) unless `have`, what
+/// is there, carries the mark of this very object; returns what the API
+/// server made of it when it wrote.
+async fn apply_marked<K>(
+    api: &Api<K>,
+    name: &str,
+    mut object: K,
+    have: Option<&ObjectMeta>,
+) -> anyhow::Result<Option<K>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let mark = format!("{:016x}", hash(&serde_json::to_string(&object)?));
+    let marked = have
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(WRITTEN));
+    if marked == Some(&mark) {
+        return Ok(None);
+    }
+    object
+        .meta_mut()
         .annotations
         .get_or_insert_default()
-        .insert(WRITTEN.to_owned(), mark.to_owned());
-    service
-}
-
-async fn apply(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    service: Service,
-) -> anyhow::Result<Service> {
-    Ok(Api::<Service>::namespaced(client.clone(), ns)
-        .patch(
+        .insert(WRITTEN.to_owned(), mark);
+    Ok(Some(
+        api.patch(
             name,
             &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&service),
+            &Patch::Apply(&object),
         )
-        .await?)
+        .await?,
+    ))
 }
 
 /// The Service of an import's clusterset IP: no selector, the import's
