@@ -5,7 +5,7 @@
 # they form one clusterset: a peers with b (and with c, and b with c, when
 # three). Writes the suite's report.yaml and report.html into
 # target/mcs-conformance/<the run's folder name>/ and prints its counts.
-# CI runs it (.ci/run) before the test command:
+# CI runs it (.ci/run) after the test command:
 #   bash tests/mcs.sh [--clusters 2|3] [--same-pod-cidrs] [--dir DIR] [--down] [-- SUITE FLAGS]
 # The clusters are left running for a look (but with --down); stop them with
 #   target/debug/liqo-testbed down --dir DIR
