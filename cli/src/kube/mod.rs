@@ -2,11 +2,12 @@
 //! objects ([`apply`]), tell ours from someone else's ([`ownership`]), and
 //! wait for a state with a deadline ([`wait`]), and for our agents to be
 //! ready ([`agents`]); and what commands read of an installation
-//! ([`cluster`]).
+//! ([`cluster`]) and of its DNS ([`cluster_dns`]).
 
 pub mod agents;
 pub mod apply;
 pub mod cluster;
+pub mod cluster_dns;
 pub mod ownership;
 pub mod wait;
 

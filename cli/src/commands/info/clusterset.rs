@@ -2,13 +2,13 @@
 //! cluster's exports and why any is not valid or conflicts, its imports,
 //! and whether its DNS serves `clusterset.local`.
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use liqo_api::clusterset::{ServiceExport, ServiceImport, conditions};
 use serde::Serialize;
 
 use crate::factory::ClusterClient;
+use crate::kube::cluster_dns::{DnsState, dns_state};
 
 /// The clusterset's Services as this cluster sees them.
 #[derive(Serialize, Debug, Default)]
@@ -22,19 +22,6 @@ pub struct ClustersetView {
     pub imports: Vec<String>,
     /// Whether the cluster's DNS serves `clusterset.local`.
     pub dns: DnsState,
-}
-
-/// Whether CoreDNS serves the clusterset's names.
-#[derive(Serialize, Debug, Default, Clone, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum DnsState {
-    /// Its Corefile has the `multicluster` option for `clusterset.local`.
-    Serves,
-    /// Its Corefile has not.
-    NotServed,
-    /// No CoreDNS ConfigMap to read (another DNS, or no right to read it).
-    #[default]
-    Unknown,
 }
 
 impl ClustersetView {
@@ -104,52 +91,5 @@ impl ClustersetView {
             ]),
         }
         out
-    }
-}
-
-/// Whether the Corefile in `kube-system/coredns` serves `clusterset.local`
-/// from ServiceImports.
-async fn dns_state(cluster: &ClusterClient) -> DnsState {
-    let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "kube-system");
-    match maps.get_opt("coredns").await {
-        Ok(Some(map)) => {
-            let corefile = map
-                .data
-                .and_then(|mut d| d.remove("Corefile"))
-                .unwrap_or_default();
-            if serves_clusterset(&corefile) {
-                DnsState::Serves
-            } else {
-                DnsState::NotServed
-            }
-        }
-        _ => DnsState::Unknown,
-    }
-}
-
-/// Whether a Corefile has the `kubernetes` plugin's `multicluster`
-/// option for `clusterset.local` (comments aside).
-pub fn serves_clusterset(corefile: &str) -> bool {
-    corefile.lines().any(|line| {
-        let line = line.split('#').next().unwrap_or_default();
-        let mut words = line.split_whitespace();
-        words.next() == Some("multicluster")
-            && words.any(|w| w.trim_end_matches('.') == "clusterset.local")
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_corefile_serves_the_clusterset_only_with_the_multicluster_option() {
-        let on = ".:53 {\n  kubernetes cluster.local clusterset.local {\n    multicluster clusterset.local\n  }\n}\n";
-        let kubeadm = ".:53 {\n  kubernetes cluster.local in-addr.arpa ip6.arpa {\n    pods insecure\n  }\n}\n";
-        let commented =
-            ".:53 {\n  kubernetes cluster.local {\n    # multicluster clusterset.local\n  }\n}\n";
-        assert!(serves_clusterset(on));
-        assert!(!serves_clusterset(kubeadm));
-        assert!(!serves_clusterset(commented));
     }
 }

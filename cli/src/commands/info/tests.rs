@@ -57,7 +57,7 @@ fn offloaded_namespaces_show_one_row_per_peer() {
                 "shop/ghost: NoService: there is no Service shop/ghost to export".into(),
             ],
             imports: vec!["shop/web".into()],
-            dns: super::clusterset::DnsState::NotServed,
+            dns: crate::kube::cluster_dns::DnsState::NotServed,
         },
     };
     let out = render(&info);

@@ -35,6 +35,7 @@ use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::flags::{node_selector_flag, tolerations_flag};
 use crate::kube::cluster::{installed, installed_pod_placement};
+use crate::kube::cluster_dns::DnsState;
 use crate::peering::consumer::bind_virtual_kubelets;
 use crate::printer::Printer;
 
@@ -112,6 +113,12 @@ pub async fn run(
         )?;
     } else {
         printer.result(table(&checks));
+        if crate::kube::cluster_dns::dns_state(&consumer).await == DnsState::NotServed {
+            printer.info(
+                "  note: CoreDNS does not serve clusterset.local here: Services imported from the \
+                 clusterset answer at their clusterset IP only (docs/services.md, \"DNS\")",
+            );
+        }
     }
     if passed {
         return Ok(());
