@@ -20,7 +20,7 @@ use crate::provider::ProviderClient;
 
 /// How often both sides are read; and while neither exports anything.
 const PERIOD: Duration = Duration::from_secs(1);
-const IDLE_PERIOD: Duration = Duration::from_secs(5);
+const IDLE_PERIOD: Duration = Duration::from_secs(2);
 
 /// Carries the exports, forever.
 pub async fn carry(
