@@ -4,7 +4,9 @@
 //! each ServiceExport is given once the clusterset's exports are merged.
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -31,23 +33,18 @@ pub struct Local {
     pub all: Vec<Export>,
 }
 
-/// Reads this cluster's exports.
-pub async fn read(client: &kube::Client, me: &ClusterIdentity) -> anyhow::Result<Local> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let skipped: Vec<String> = namespaces
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter(|n| super::is_peers_or_ours(n))
-        .filter_map(|n| n.metadata.name.clone())
-        .collect();
+/// Reads this cluster's exports, those of the namespaces in `open`.
+pub async fn read(
+    client: &kube::Client,
+    me: &ClusterIdentity,
+    open: &BTreeSet<String>,
+) -> anyhow::Result<Local> {
     let exports: Api<ServiceExport> = Api::all(client.clone());
     let mut all = Vec::new();
     let mut services = Vec::new();
     for export in exports.list(&ListParams::default()).await?.items {
         let ns = export.namespace().unwrap_or_default();
-        if skipped.contains(&ns) {
+        if !open.contains(&ns) {
             continue;
         }
         let name = export.name_any();

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -81,17 +81,13 @@ fn is_ours(meta: &ObjectMeta) -> bool {
     })
 }
 
-/// Writes `merged` into this cluster, and deletes what is ours and no
-/// longer wanted; returns whether anything of ours was there.
-pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<bool> {
-    let namespaces: BTreeSet<String> = Api::<Namespace>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter(|n| !super::is_peers_or_ours(n) && n.metadata.deletion_timestamp.is_none())
-        .filter_map(|n| n.metadata.name.clone())
-        .collect();
+/// Writes `merged` into the namespaces of `open`, and deletes what is
+/// ours and no longer wanted; returns whether anything of ours was there.
+pub async fn write(
+    client: &kube::Client,
+    merged: &[Import],
+    open: &BTreeSet<String>,
+) -> anyhow::Result<bool> {
     let selector = ListParams::default().labels(&format!(
         "{}={},{LABEL_SERVICE_NAME}",
         labels::MANAGED_BY,
@@ -106,7 +102,7 @@ pub async fn write(client: &kube::Client, merged: &[Import]) -> anyhow::Result<b
     let mut keep_imports = BTreeSet::new();
     let mut keep_services = BTreeSet::new();
     let mut keep_slices = BTreeSet::new();
-    for import in merged.iter().filter(|i| namespaces.contains(&i.namespace)) {
+    for import in merged.iter().filter(|i| open.contains(&i.namespace)) {
         let ns = &import.namespace;
         let existing = have_imports
             .iter()
@@ -281,10 +277,19 @@ where
     ))
 }
 
+/// The name of the import's port `i`, `p`, on its Service and slices: its
+/// own, or one made up when it has none and is not alone (a Service with
+/// several ports must name them, and a slice's match its Service's).
+fn port_name(import: &Import, i: usize, p: &Port) -> Option<String> {
+    let several = import.spec.ports.len() > 1;
+    p.name
+        .clone()
+        .or_else(|| several.then(|| format!("port-{i}")))
+}
+
 /// The Service of an import's clusterset IP: no selector, the import's
 /// ports and session affinity.
 fn derived_service(import: &Import, name: &str) -> Service {
-    let several = import.spec.ports.len() > 1;
     Service {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -301,10 +306,7 @@ fn derived_service(import: &Import, name: &str) -> Service {
                     .iter()
                     .enumerate()
                     .map(|(i, p)| ServicePort {
-                        name: p
-                            .name
-                            .clone()
-                            .or_else(|| several.then(|| format!("port-{i}"))),
+                        name: port_name(import, i, p),
                         protocol: Some(p.protocol.clone()),
                         app_protocol: p.app_protocol.clone(),
                         port: p.port,
@@ -344,7 +346,6 @@ fn imported_slice(
         .map(|e| e.ports.clone())
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| part.ports.clone());
-    let several = import.spec.ports.len() > 1;
     let ports = import
         .spec
         .ports
@@ -359,10 +360,7 @@ fn imported_slice(
                 .find(|s| s.name == p.name && s.protocol == p.protocol)
                 .map(|s| s.port)?;
             Some(EndpointPort {
-                name: p
-                    .name
-                    .clone()
-                    .or_else(|| several.then(|| format!("port-{i}"))),
+                name: port_name(import, i, p),
                 protocol: Some(p.protocol.clone()),
                 app_protocol: p.app_protocol.clone(),
                 port: Some(number),

@@ -121,7 +121,18 @@ async fn pass(
     me: &ClusterIdentity,
     connections: &[std::sync::Arc<Connection>],
 ) -> anyhow::Result<bool> {
-    let local = exports::read(client, me).await?;
+    // The namespaces exports are read from and imports written into:
+    // neither liqo's nor a peer's, nor being deleted.
+    let open: std::collections::BTreeSet<String> =
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .list(&kube::api::ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|n| !is_peers_or_ours(n) && n.metadata.deletion_timestamp.is_none())
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+    let local = exports::read(client, me, &open).await?;
     publish(client, namespace, &local.exports, connections).await?;
     let peers = peer_exports(namespace, connections);
     let mut constituents = vec![Constituent {
@@ -133,7 +144,7 @@ async fn pass(
         remap: *remap,
     }));
     let (merged, conflicts) = liqo_api::clusterset::merge(&constituents);
-    let kept = imports::write(client, &merged).await?;
+    let kept = imports::write(client, &merged, &open).await?;
     exports::report(client, me, &local, &merged, &conflicts).await?;
     Ok(!local.all.is_empty() || !merged.is_empty() || kept)
 }
@@ -184,7 +195,7 @@ async fn publish(
         let name = connection.metadata.name.clone().unwrap_or_default();
         api.patch_status(
             &name,
-            &PatchParams::apply(MANAGER),
+            &PatchParams::default(),
             &Patch::Merge(json!({ "status": { "exports": exports } })),
         )
         .await?;
