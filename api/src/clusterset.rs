@@ -22,6 +22,41 @@ pub const GROUP: &str = "multicluster.x-k8s.io";
 pub const LABEL_SERVICE_NAME: &str = "multicluster.kubernetes.io/service-name";
 pub const LABEL_SOURCE_CLUSTER: &str = "multicluster.kubernetes.io/source-cluster";
 
+/// The DNS zone of the clusterset's Services,
+/// `<service>.<namespace>.svc.clusterset.local`.
+pub const DOMAIN: &str = "clusterset.local";
+
+/// The Service without selector, beside a ClusterSetIP import, whose
+/// cluster IP is the import's clusterset IP.
+pub fn derived_name(import: &str) -> String {
+    bounded(&format!("liqo-mcs-{import}"), import)
+}
+
+/// The EndpointSlice of one exporting cluster's endpoints of an import.
+pub fn imported_slice_name(import: &str, cluster_id: &str) -> String {
+    bounded(
+        &format!("{}-{:08x}", derived_name(import), stable_hash(cluster_id)),
+        &format!("{import}/{cluster_id}"),
+    )
+}
+
+/// `wanted`, or a prefix of it and a hash of `seed` when it is longer than
+/// a name may be.
+fn bounded(wanted: &str, seed: &str) -> String {
+    if wanted.len() <= 63 {
+        return wanted.to_owned();
+    }
+    format!("{}-{:08x}", &wanted[..54], stable_hash(seed))
+}
+
+/// FNV-1a of `text`, 32 bits: the same in every build, so that an
+/// upgraded agent names what it writes as the one before it did.
+fn stable_hash(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
 /// The ServiceExport's condition types and reasons (KEP-1645).
 pub mod conditions {
     pub const VALID: &str = "Valid";
@@ -77,6 +112,25 @@ impl kube::Resource for ServiceExport {
     }
     fn meta_mut(&mut self) -> &mut kube::core::ObjectMeta {
         &mut self.metadata
+    }
+}
+
+impl ServiceExport {
+    /// An export of the Service `name` of `namespace`, with the types the
+    /// API server needs to create it.
+    pub fn new(name: &str, namespace: &str) -> Self {
+        Self {
+            types: Some(kube::core::TypeMeta {
+                api_version: format!("{GROUP}/v1beta1"),
+                kind: "ServiceExport".to_owned(),
+            }),
+            metadata: kube::core::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
     }
 }
 
@@ -455,6 +509,22 @@ pub fn merge(constituents: &[Constituent<'_>]) -> (Vec<Import>, ConflictReport) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_stay_names_however_long_the_service() {
+        assert_eq!(derived_name("hello"), "liqo-mcs-hello");
+        let long = "a".repeat(63);
+        let derived = derived_name(&long);
+        assert!(derived.len() <= 63, "{derived}");
+        assert_ne!(derived, derived_name(&"a".repeat(62)));
+        let slice = imported_slice_name(&long, "cluster-a");
+        assert!(slice.len() <= 63, "{slice}");
+        assert_ne!(slice, imported_slice_name(&long, "cluster-b"));
+        assert_ne!(
+            imported_slice_name("web", "cluster-a"),
+            imported_slice_name("web", "cluster-b")
+        );
+    }
 
     fn port(name: &str, protocol: &str, number: i32) -> Port {
         Port {

@@ -303,7 +303,9 @@ pub enum TestCommand {
         Run on the consumer. For each outgoing peering whose networks are linked (or those \
         named by --cluster-id), liqoctl makes a namespace offloaded to the providers, a \
         server pod and a Service on each side, and a client pod on each side that connects to \
-        the other side's pod and Service; then it reports what answered, under which address \
+        the other side's pod and Service (the providers' also to the consumer's Service by \
+        its clusterset name, which liqoctl exports); then it reports what answered, under \
+        which address \
         each side saw the other, and for what failed, which cluster, which hop, which \
         address and port. Everything it made is removed afterwards (--keep leaves it for \
         debugging). The pods run the gateway's image, on the nodes where the gateway runs \

@@ -9,20 +9,25 @@
 //! as the testbed runs every agent, and is told to run its tunnels in its
 //! node's namespace (`--tunnel-netns`): the tunnels' devices, sockets,
 //! routes and NAT tables live there, decided by the agent from the
-//! Connections `liqoctl` wrote. Needs root, iproute2, nftables and ping.
+//! Connections `liqoctl` wrote. The Services each side exports are
+//! imported on both while the networks are linked, and withdrawn by
+//! `network disconnect`. Needs root, iproute2, nftables and ping.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use liqo_api::clusterset::{LABEL_SERVICE_NAME, ServiceExport, ServiceImport};
 use liqo_api::names;
 use liqo_api::networking::Connection;
 use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::netns::{Cluster as Site, NetNs, link, ping, transfer_seen};
 use liqo_e2e::wait_for;
+use serde_json::json;
 
 /// Both clusters' pods.
 const POD_CIDR: &str = "10.200.0.0/16";
@@ -34,6 +39,8 @@ const PROVIDER_POD: &str = "10.200.2.3";
 const PROVIDER_POD_SEEN: &str = "100.64.2.3";
 const CONSUMER_POD_SEEN: &str = "100.64.1.2";
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// The namespace of the Services each side exports.
+const CLUSTERSET_NS: &str = "shop";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
@@ -214,10 +221,47 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
     assert_eq!(again.peer_seen_as, status.peer_seen_as);
     reach(&a, &b).await?;
 
-    // Disconnect removes both ends and what the gateways installed;
-    // connect brings them back.
+    // The clusterset: a Service exported on each side (one endpoint, a
+    // pod of its cluster) is imported on both.
+    for (client, service, pod) in [
+        (&consumer_client, "front", CONSUMER_POD),
+        (&provider_client, "back", PROVIDER_POD),
+    ] {
+        export_service(client, service, pod).await?;
+    }
+    let both = ["back", "front"];
+    for (client, name) in [
+        (&consumer_client, "consumer"),
+        (&provider_client, "provider"),
+    ] {
+        wait_for(&format!("the {name} imports both"), TIMEOUT, || async {
+            Ok(imported(client).await? == both)
+        })
+        .await?;
+    }
+
+    // Disconnect removes both ends and what the gateways installed, and
+    // withdraws each side's imports of the other's Services with their
+    // Services and slices; connect brings them back.
     pair.on_consumer(&["network", "disconnect", "--cluster-id", "provider-1"])
         .success();
+    for (client, name, own, other) in [
+        (&consumer_client, "consumer", "front", "back"),
+        (&provider_client, "provider", "back", "front"),
+    ] {
+        wait_for(
+            &format!("the {name}'s import of {other} withdrawn"),
+            TIMEOUT,
+            || async {
+                Ok(imported(client).await? == [own]
+                    && !imported_objects(client)
+                        .await?
+                        .iter()
+                        .any(|o| o.contains(other)))
+            },
+        )
+        .await?;
+    }
     for (node, name) in [(&a.node, "consumer"), (&b.node, "provider")] {
         wait_for(
             &format!("the {name}'s tunnel device gone"),
@@ -246,6 +290,17 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
     let linked: serde_json::Value = serde_json::from_str(&out.stdout)?;
     assert_eq!(linked["providerPodsSeenAs"], SEEN_AS);
     reach(&a, &b).await?;
+    for (client, name) in [
+        (&consumer_client, "consumer"),
+        (&provider_client, "provider"),
+    ] {
+        wait_for(
+            &format!("the {name} imports both again"),
+            TIMEOUT,
+            || async { Ok(imported(client).await? == both) },
+        )
+        .await?;
+    }
 
     // An unknown peer is one clear line.
     let out = pair
@@ -358,4 +413,72 @@ async fn gateway_pod_ip(client: &kube::Client) -> Result<String> {
         .status
         .and_then(|s| s.pod_ip)
         .context("the gateway has no IP")
+}
+
+/// Exports Service `name` of namespace `shop` (made if missing), whose one
+/// endpoint is the pod at `pod`.
+async fn export_service(client: &kube::Client, name: &str, pod: &str) -> Result<()> {
+    let made = PostParams::default();
+    let namespace = serde_json::from_value(json!({ "metadata": { "name": CLUSTERSET_NS } }))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&made, &namespace)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let service = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": { "ports": [{ "name": "http", "port": 80, "protocol": "TCP" }] },
+    }))?;
+    Api::<Service>::namespaced(client.clone(), CLUSTERSET_NS)
+        .create(&made, &service)
+        .await?;
+    let slice = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": { "kubernetes.io/service-name": name } },
+        "addressType": "IPv4",
+        "endpoints": [{ "addresses": [pod], "conditions": { "ready": true } }],
+        "ports": [{ "name": "http", "port": 80, "protocol": "TCP" }],
+    }))?;
+    Api::<EndpointSlice>::namespaced(client.clone(), CLUSTERSET_NS)
+        .create(&made, &slice)
+        .await?;
+    let export = ServiceExport::new(name, CLUSTERSET_NS);
+    Api::<ServiceExport>::namespaced(client.clone(), CLUSTERSET_NS)
+        .create(&made, &export)
+        .await?;
+    Ok(())
+}
+
+/// The names of the ServiceImports of namespace `shop`, sorted.
+async fn imported(client: &kube::Client) -> Result<Vec<String>> {
+    let mut names: Vec<String> = Api::<ServiceImport>::namespaced(client.clone(), CLUSTERSET_NS)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|i| i.metadata.name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The names of the Services and EndpointSlices the gateway keeps beside
+/// the imports of namespace `shop`.
+async fn imported_objects(client: &kube::Client) -> Result<Vec<String>> {
+    let ours = ListParams::default().labels(LABEL_SERVICE_NAME);
+    let services = Api::<Service>::namespaced(client.clone(), CLUSTERSET_NS)
+        .list(&ours)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name);
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), CLUSTERSET_NS)
+        .list(&ours)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.labels?.get(LABEL_SERVICE_NAME).cloned());
+    Ok(services.chain(slices).collect())
 }

@@ -124,7 +124,7 @@ async fn test_network_crosses_both_ways_and_tells_where_it_breaks() -> Result<()
     let report: serde_json::Value = serde_json::from_str(&run.stdout)?;
     assert_eq!(report["passed"], true, "{report:#}");
     let checks = report["checks"].as_array().context("checks")?;
-    assert_eq!(checks.len(), 4, "{report:#}");
+    assert_eq!(checks.len(), 5, "{report:#}");
     for check in checks {
         assert_eq!(check["passed"], true, "{check:#}");
         if check["kind"] == "pod" {
@@ -149,8 +149,19 @@ async fn test_network_crosses_both_ways_and_tells_where_it_breaks() -> Result<()
             ("consumer", "pod"),
             ("consumer", "service"),
             ("provider", "pod"),
-            ("provider", "service")
+            ("provider", "service"),
+            ("provider", "clusterset")
         ]
+    );
+    // The provider's pod reached the consumer's exported Service by its
+    // clusterset name.
+    let by_name = &checks[4];
+    assert!(
+        by_name["address"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("server-local.liqo-test-network-")
+                && a.ends_with(".svc.clusterset.local:8080")),
+        "{by_name:#}"
     );
     ensure!(test_namespaces(&consumer_client).await?.is_empty());
     ensure!(test_namespaces(&provider_client).await?.is_empty());

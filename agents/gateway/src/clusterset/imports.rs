@@ -23,7 +23,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::ObjectMeta;
 use liqo_api::clusterset::{
     ClusterStatus, Import, ImportedSlice, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER, Port,
-    ServiceImport, ServiceImportStatus,
+    ServiceImport, ServiceImportStatus, derived_name, imported_slice_name,
 };
 use liqo_api::names::labels;
 use serde_json::json;
@@ -35,28 +35,6 @@ use super::MANAGER;
 const WRITTEN: &str = "liqo.io/clusterset-written";
 /// Who manages the EndpointSlices (not the cluster's own controller).
 const SLICE_MANAGER: &str = "gateway.liqo.io";
-
-/// The Service whose cluster IP is the import's clusterset IP.
-pub fn derived_name(name: &str) -> String {
-    bounded(&format!("liqo-mcs-{name}"), name)
-}
-
-/// `wanted`, or a prefix of it and a hash of `seed` when it is longer than
-/// a name may be.
-fn bounded(wanted: &str, seed: &str) -> String {
-    if wanted.len() <= 63 {
-        return wanted.to_owned();
-    }
-    format!("{}-{:08x}", &wanted[..54], stable_hash(seed))
-}
-
-/// FNV-1a of `text`, 32 bits: the same in every build, so that an
-/// upgraded agent names what it writes as the one before it did.
-fn stable_hash(text: &str) -> u32 {
-    text.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
-}
 
 fn hash<T: Hash>(value: &T) -> u64 {
     let mut h = DefaultHasher::new();
@@ -188,10 +166,7 @@ pub async fn write(
         }
         keep_imports.insert((ns.clone(), import.name.clone()));
         for part in &import.slices {
-            let name = bounded(
-                &format!("{derived}-{:08x}", stable_hash(&part.cluster_id)),
-                &format!("{}/{}", import.name, part.cluster_id),
-            );
+            let name = imported_slice_name(&import.name, &part.cluster_id);
             let slice = imported_slice(import, part, &derived, &name);
             let found = have_slices
                 .iter()
@@ -459,14 +434,5 @@ mod tests {
         assert_eq!(served(other), [(Some("tcp2".to_owned()), Some(8042))]);
         let same = imported_slice(&import, &part(vec![port("tcp", 42)]), "d", "n");
         assert_eq!(served(same), [(Some("tcp".to_owned()), Some(8042))]);
-    }
-
-    #[test]
-    fn names_stay_names_however_long_the_service() {
-        assert_eq!(derived_name("hello"), "liqo-mcs-hello");
-        let long = "a".repeat(63);
-        let derived = derived_name(&long);
-        assert!(derived.len() <= 63, "{derived}");
-        assert_ne!(derived, derived_name(&"a".repeat(62)));
     }
 }

@@ -9,8 +9,14 @@
 //!   Service ([`query`]) of a namespace offloaded to this provider: the
 //!   address of its copy in the twin (the provider's cluster IP, or the
 //!   ready endpoints of a headless Service as the provider lists them).
-//! - Any other name of the cluster domain: no such name (the consumer's
-//!   other Services are not reachable from the provider).
+//! - `<service>.<namespace>.svc.clusterset.local` (and its ports' SRV
+//!   names) of a ClusterSetIP Service the consumer imports into such a
+//!   namespace: the address of the copy of the Service that holds its
+//!   clusterset IP there (`liqo-mcs-<service>`), so that the endpoints
+//!   the provider reaches answer.
+//! - Any other name of the cluster domain or of `clusterset.local`: no
+//!   such name (the consumer's other Services are not reachable from the
+//!   provider).
 //! - Names outside it: relayed as they are to this pod's own resolver
 //!   (the first `nameserver` of its `/etc/resolv.conf`), which answers as
 //!   it would at home.
@@ -36,7 +42,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::provider::ProviderClient;
 use crate::reflection::namespace::Twins;
 use crate::reflection::stores::PerNamespace;
-use query::{Asked, EndpointView, ServiceView};
+use query::{Asked, EndpointView, ServiceView, Zone};
 
 /// How long a question relayed to this pod's resolver, or a read of the
 /// provider's API, may take.
@@ -154,14 +160,14 @@ impl Names {
             return respond(&message, ResponseCode::FormErr, query::Answer::default());
         };
         let name = query.name().to_lowercase();
-        let asked = query::asked(&name.to_ascii(), &self.domain);
+        let (asked, zone) = query::asked_in_zones(&name.to_ascii(), &self.domain);
         if asked == Asked::Elsewhere {
             return Some(match self.relay(question, tcp).await {
                 Some(reply) => reply,
                 None => respond(&message, ResponseCode::ServFail, query::Answer::default())?,
             });
         }
-        let (service, endpoints) = match self.service_of(&asked).await {
+        let (service, endpoints) = match self.service_of(&asked, zone).await {
             Ok(found) => found,
             Err(()) => {
                 return respond(&message, ResponseCode::ServFail, query::Answer::default());
@@ -173,7 +179,10 @@ impl Names {
             &asked,
             service.as_ref(),
             &endpoints,
-            &self.domain,
+            match zone {
+                Zone::Cluster => &self.domain,
+                Zone::Clusterset => liqo_api::clusterset::DOMAIN,
+            },
         );
         respond(&message, answer.code, answer)
     }
@@ -184,10 +193,13 @@ impl Names {
     async fn service_of(
         &self,
         asked: &Asked,
+        zone: Zone,
     ) -> Result<(Option<ServiceView>, Vec<EndpointView>), ()> {
         let (Some(namespace), Some(name)) = (asked.namespace(), asked.service()) else {
             return Ok((None, Vec::new()));
         };
+        let name = zone.service_name(name);
+        let name = name.as_str();
         let Some(twin) = self.twins.borrow().get(namespace).cloned() else {
             return Ok((None, Vec::new()));
         };

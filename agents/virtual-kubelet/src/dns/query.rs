@@ -66,8 +66,38 @@ impl Asked {
     }
 }
 
+/// Where a name is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zone {
+    /// The consumer's cluster domain: its Services.
+    Cluster,
+    /// `clusterset.local`: the Services the consumer imports from its
+    /// clusterset (ClusterSetIP ones: their clusterset IP is the cluster
+    /// IP of a Service of the consumer's, whose copy answers here).
+    Clusterset,
+}
+
+impl Zone {
+    /// The Service that answers for `service` of this zone.
+    pub fn service_name(self, service: &str) -> String {
+        match self {
+            Self::Cluster => service.to_owned(),
+            Self::Clusterset => liqo_api::clusterset::derived_name(service),
+        }
+    }
+}
+
+/// What `name` (lower case, with or without its final dot) asks for, in
+/// the cluster domain `domain` or the clusterset's zone, and in which.
+pub fn asked_in_zones(name: &str, domain: &str) -> (Asked, Zone) {
+    match asked(name, domain) {
+        Asked::Elsewhere => (asked(name, liqo_api::clusterset::DOMAIN), Zone::Clusterset),
+        found => (found, Zone::Cluster),
+    }
+}
+
 /// What `name` (lower case, with or without its final dot) asks for in
-/// the cluster domain `domain`.
+/// the domain `domain`.
 pub fn asked(name: &str, domain: &str) -> Asked {
     let name = name.trim_end_matches('.');
     let domain = domain.trim_end_matches('.');
@@ -307,6 +337,73 @@ mod tests {
             asked("web.shop.svc.corp.example.", "corp.example"),
             service("web", "shop")
         );
+    }
+
+    #[test]
+    fn clusterset_names_are_answered_by_the_service_of_the_clusterset_ip() {
+        let table = [
+            (
+                "web.shop.svc.cluster.local.",
+                service("web", "shop"),
+                Zone::Cluster,
+                "web",
+            ),
+            (
+                "web.shop.svc.clusterset.local.",
+                service("web", "shop"),
+                Zone::Clusterset,
+                "liqo-mcs-web",
+            ),
+            (
+                "_http._tcp.web.shop.svc.clusterset.local",
+                Asked::Port {
+                    port: "http".to_owned(),
+                    protocol: "tcp".to_owned(),
+                    service: "web".to_owned(),
+                    namespace: "shop".to_owned(),
+                },
+                Zone::Clusterset,
+                "liqo-mcs-web",
+            ),
+            // A headless import's endpoint: no Service holds it here.
+            (
+                "db-0.cluster-a.db.shop.svc.clusterset.local.",
+                Asked::NoSuchName,
+                Zone::Clusterset,
+                "",
+            ),
+            ("example.com.", Asked::Elsewhere, Zone::Clusterset, ""),
+        ];
+        for (text, want, zone, answered_by) in table {
+            let (got, got_zone) = asked_in_zones(text, DOMAIN);
+            assert_eq!((&got, got_zone), (&want, zone), "{text}");
+            if let Some(service) = got.service() {
+                assert_eq!(zone.service_name(service), answered_by, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_clusterset_srv_record_names_the_clusterset_name() {
+        let asked = Asked::Port {
+            port: "http".to_owned(),
+            protocol: "tcp".to_owned(),
+            service: "web".to_owned(),
+            namespace: "shop".to_owned(),
+        };
+        let view = ServiceView {
+            cluster_ips: vec![ip("10.96.0.7")],
+            ports: vec![("http".to_owned(), "TCP".to_owned(), 80)],
+        };
+        let out = answer(
+            &name("_http._tcp.web.shop.svc.clusterset.local."),
+            RecordType::SRV,
+            &asked,
+            Some(&view),
+            &[],
+            liqo_api::clusterset::DOMAIN,
+        );
+        assert_eq!(rdata(&out), ["0 100 80 web.shop.svc.clusterset.local."]);
     }
 
     fn name(s: &str) -> Name {

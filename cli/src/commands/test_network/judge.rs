@@ -19,7 +19,8 @@ pub(super) struct Check {
     pub(super) from: String,
     /// The cluster of the pod or Service it reached for.
     pub(super) to: String,
-    /// `pod` or `service`.
+    /// `pod`, `service`, or `clusterset` (the consumer's Service by its
+    /// clusterset name).
     pub(super) kind: &'static str,
     /// The server pod, or its Service, by name.
     pub(super) name: String,
@@ -108,13 +109,15 @@ pub(super) fn report_of(pod: &Pod) -> Option<Result<ProbeReport, String>> {
 }
 
 /// Turns the reports into checks, each failure with where it lies as
-/// far as the other checks tell.
+/// far as the other checks tell. `clusterset`: whether the providers'
+/// clients were also given the consumer's Service by its clusterset name.
 pub(super) fn judge(
     local: &str,
     peers: &[Peer],
     servers: &Servers,
     reports: &[(Option<usize>, Result<ProbeReport, String>)],
     down: &[Option<String>],
+    clusterset: bool,
 ) -> Vec<Check> {
     let mut checks = Vec::new();
     for (side, report) in reports {
@@ -129,7 +132,13 @@ pub(super) fn judge(
                     ]
                 })
                 .collect(),
-            Some(i) => vec![("pod".into(), *i, "pod"), ("service".into(), *i, "service")],
+            Some(i) => {
+                let mut kinds = vec!["pod", "service"];
+                if clusterset {
+                    kinds.push("clusterset");
+                }
+                kinds.into_iter().map(|k| (k.into(), *i, k)).collect()
+            }
         };
         for (target, peer, kind) in expected {
             let outbound = side.is_none();
@@ -202,12 +211,21 @@ pub(super) async fn tunnels_down(consumer: &ClusterClient, peers: &[Peer]) -> Ve
 /// Service's translation on the client's cluster; a pod that does not
 /// answer lies across the tunnel, whose hops are named with addresses.
 fn add_hints(checks: &mut [Check], peers: &[Peer], servers: &Servers, down: &[Option<String>]) {
-    // Checks come in pairs per direction: the pod, then its Service.
-    for pair in checks.chunks_mut(2) {
-        let [pod, service] = pair else { continue };
+    // Checks come in groups per peering and direction: the pod, its
+    // Service, and the Service by its clusterset name where it was given.
+    for group in checks.chunk_by_mut(|a, b| (a.peer, a.outbound) == (b.peer, b.outbound)) {
+        let (pod, rest) = match group {
+            [pod, rest @ ..] if pod.kind == "pod" => (pod, rest),
+            _ => continue,
+        };
+        let (service, rest) = match rest {
+            [service, rest @ ..] if service.kind == "service" => (service, rest),
+            _ => continue,
+        };
+        let by_name = rest.first_mut().filter(|c| c.kind == "clusterset");
         let peer = &peers[pod.peer];
         if let Some(why) = down.get(pod.peer).cloned().flatten()
-            && !(pod.passed && service.passed)
+            && !(pod.passed && service.passed && by_name.as_ref().is_none_or(|c| c.passed))
         {
             let hint = format!(
                 "the tunnel between {} and {} is down ({why}); `liqoctl info peer {}` shows it",
@@ -215,7 +233,7 @@ fn add_hints(checks: &mut [Check], peers: &[Peer], servers: &Servers, down: &[Op
                 peer.name(),
                 peer.name()
             );
-            for check in [pod, service] {
+            for check in [Some(pod), Some(service), by_name].into_iter().flatten() {
                 if !check.passed {
                     check.hint = Some(hint.clone());
                 }
@@ -254,6 +272,18 @@ fn add_hints(checks: &mut [Check], peers: &[Peer], servers: &Servers, down: &[Op
                  ClusterIP {} must lead to {} (kube-proxy, and the Service's EndpointSlices \
                  there)",
                 service.from, service.address, pod.address
+            ));
+        }
+        if let Some(by_name) = by_name.filter(|c| !c.passed && service.passed) {
+            by_name.hint = Some(format!(
+                "the Service answers at its ClusterIP, so its export is at fault: {to}'s gateway \
+                 imports it (`kubectl -n {ns} get serviceexport,serviceimport`), {to}'s virtual \
+                 kubelet for {from} copies the Service of its clusterset IP, {derived}, into \
+                 the twin namespace on {from} and answers the name (its log); docs/services.md",
+                to = by_name.to,
+                from = by_name.from,
+                ns = servers.namespace,
+                derived = liqo_api::clusterset::derived_name(&by_name.name),
             ));
         }
     }
@@ -334,11 +364,19 @@ mod tests {
         };
         let peer = connection_pair();
         let servers = Servers {
+            namespace: "liqo-test-network-x".into(),
             local_pod_ip: "10.200.1.2".into(),
             remote: vec![("100.64.2.3".into(), "10.96.0.20".into())],
             remote_real: vec![Some("10.200.2.3".into())],
         };
-        let checks = judge("home", &[peer], &servers, &[(None, Ok(report))], &[None]);
+        let checks = judge(
+            "home",
+            &[peer],
+            &servers,
+            &[(None, Ok(report))],
+            &[None],
+            false,
+        );
         assert_eq!(checks.len(), 2);
         assert!(checks[0].passed && checks[0].hint.is_none());
         assert_eq!(checks[0].seen_from.as_deref(), Some("100.64.1.2"));
@@ -358,15 +396,28 @@ mod tests {
             results: vec![
                 outcome("pod", "100.64.1.2:8080", false),
                 outcome("service", "10.97.0.9:8080", false),
+                outcome(
+                    "clusterset",
+                    "server-local.liqo-test-network-x.svc.clusterset.local:8080",
+                    false,
+                ),
             ],
         };
         let servers = Servers {
+            namespace: "liqo-test-network-x".into(),
             local_pod_ip: "10.200.1.2".into(),
             remote: vec![("100.64.2.3".into(), "10.96.0.20".into())],
             remote_real: vec![Some("10.200.2.3".into())],
         };
         let reports = [(Some(0), Ok(report))];
-        let checks = judge("home", &[connection_pair()], &servers, &reports, &[None]);
+        let checks = judge(
+            "home",
+            &[connection_pair()],
+            &servers,
+            &reports,
+            &[None],
+            true,
+        );
         assert_eq!(
             (checks[0].from.as_str(), checks[0].to.as_str()),
             ("foreign", "home")
@@ -378,14 +429,24 @@ mod tests {
             hint.contains("home's gateway to the pod at 10.200.1.2"),
             "{hint}"
         );
-        // The Service failed too, and with its pod: no separate blame.
-        assert!(checks[1].hint.is_none());
+        // The Service and the name failed too, with the pod: no separate
+        // blame.
+        assert_eq!(checks.len(), 3);
+        assert!(checks[1].hint.is_none() && checks[2].hint.is_none());
 
         // With the tunnel down now, that is what both failures are put on.
         let down = [Some(
             "no handshake with the peer's gateway at 192.0.2.1:51820".into(),
         )];
-        let checks = judge("home", &[connection_pair()], &servers, &reports, &down);
+        let checks = judge(
+            "home",
+            &[connection_pair()],
+            &servers,
+            &reports,
+            &down,
+            true,
+        );
+        assert_eq!(checks.len(), 3);
         for check in &checks {
             assert_eq!(
                 check.hint.as_deref(),
@@ -401,6 +462,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_without_a_report_fails_each_of_its_checks() {
         let servers = Servers {
+            namespace: "liqo-test-network-x".into(),
             local_pod_ip: "10.200.1.2".into(),
             remote: vec![("100.64.2.3".into(), "10.96.0.20".into())],
             remote_real: vec![None],
@@ -411,10 +473,65 @@ mod tests {
             &servers,
             &[(None, Err("ImagePullBackOff: nope".into()))],
             &[None],
+            true,
         );
         assert_eq!(checks.len(), 2);
         assert!(checks.iter().all(|c| !c.passed));
         assert_eq!(checks[1].error.as_deref(), Some("ImagePullBackOff: nope"));
+    }
+
+    // A kube client (never called) needs a runtime to be made.
+    #[tokio::test]
+    async fn a_name_that_fails_where_its_service_answers_is_blamed_on_the_export() {
+        let report = |by_name: bool| ProbeReport {
+            from: "client-remote-0".into(),
+            results: vec![
+                outcome("pod", "100.64.1.2:8080", true),
+                outcome("service", "10.97.0.9:8080", true),
+                outcome(
+                    "clusterset",
+                    "server-local.liqo-test-network-x.svc.clusterset.local:8080",
+                    by_name,
+                ),
+            ],
+        };
+        let servers = Servers {
+            namespace: "liqo-test-network-x".into(),
+            local_pod_ip: "10.200.1.2".into(),
+            remote: vec![("100.64.2.3".into(), "10.96.0.20".into())],
+            remote_real: vec![None],
+        };
+        let checks = judge(
+            "home",
+            &[connection_pair()],
+            &servers,
+            &[(Some(0), Ok(report(false)))],
+            &[None],
+            true,
+        );
+        assert_eq!(
+            checks
+                .iter()
+                .map(|c| (c.kind, c.passed))
+                .collect::<Vec<_>>(),
+            [("pod", true), ("service", true), ("clusterset", false)]
+        );
+        let hint = checks[2].hint.as_deref().expect("a hint");
+        assert!(
+            hint.contains("kubectl -n liqo-test-network-x get serviceexport,serviceimport"),
+            "{hint}"
+        );
+        assert!(hint.contains("liqo-mcs-server-local"), "{hint}");
+
+        let checks = judge(
+            "home",
+            &[connection_pair()],
+            &servers,
+            &[(Some(0), Ok(report(true)))],
+            &[None],
+            true,
+        );
+        assert!(checks.iter().all(|c| c.passed && c.hint.is_none()));
     }
 
     /// A peering with provider `p1` whose both ends see the other's pods

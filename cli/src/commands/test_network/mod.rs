@@ -6,8 +6,10 @@
 //! offloaded to the providers checked; in it a netcheck server pod and a
 //! Service on each side (the provider's pods are offloaded ones, the
 //! provider's Service the reflected one), then a client pod on each side
-//! that connects to the other side's pod and Service and leaves its report
-//! in its termination message (`liqo-gateway netcheck`, api::netcheck).
+//! that connects to the other side's pod and Service (a provider's also
+//! to the consumer's Service by its clusterset name, exported for it) and
+//! leaves its report in its termination message (`liqo-gateway
+//! netcheck`, api::netcheck).
 //! Everything is removed afterwards, also when the check fails or is
 //! interrupted: deleting the namespace removes its offloading, whose
 //! finalizer holds until the virtual kubelets have removed the twins.
@@ -21,6 +23,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
+use liqo_api::clusterset::ServiceExport;
 use liqo_api::names::{self, labels};
 use liqo_api::netcheck::{self, ProbeReport};
 use liqo_api::networking::{Remap, translate};
@@ -193,8 +196,30 @@ async fn check(
     let step = printer.step("Starting the servers on both sides");
     let servers = step.ended(start_servers(consumer, peers, plan, deadline).await)?;
 
+    let step = printer.step(format!(
+        "Exporting Service {} to the clusterset",
+        server_name(None)
+    ));
+    let clusterset = match export_local_server(consumer, ns).await {
+        Ok(true) => {
+            step.done("");
+            true
+        }
+        Ok(false) => {
+            step.done(
+                "skipped: the Multi-Cluster Services API is not installed here (`liqoctl install` \
+                 installs it)",
+            );
+            false
+        }
+        Err(e) => return step.ended(Err(e)),
+    };
+
     let step = printer.step("Connecting from each side to the other");
-    let clients = start_clients(consumer, peers, plan, &servers, &twins, deadline).await;
+    let clients = start_clients(
+        consumer, peers, plan, &servers, &twins, clusterset, deadline,
+    )
+    .await;
     let reports = match clients {
         Ok(clients) => wait_for_reports(consumer, ns, &clients, deadline).await,
         Err(e) => Err(e),
@@ -212,7 +237,7 @@ async fn check(
     } else {
         tunnels_down(consumer, peers).await
     };
-    let checks = judge(local, peers, &servers, &reports, &down);
+    let checks = judge(local, peers, &servers, &reports, &down, clusterset);
     let failed = checks.iter().filter(|c| !c.passed).count();
     if failed == 0 {
         step.done(format!("{} checks passed", checks.len()));
@@ -457,11 +482,31 @@ async fn start_servers(
         })
         .collect();
     Ok(Servers {
+        namespace: ns.to_owned(),
         local_pod_ip: addresses[&server_name(None)].clone(),
         remote,
         remote_real,
     })
 }
+
+/// Exports the consumer's server's Service; `false` when the cluster
+/// has no ServiceExports (the MCS API's CRDs are not installed).
+async fn export_local_server(consumer: &ClusterClient, ns: &str) -> anyhow::Result<bool> {
+    let name = server_name(None);
+    let mut export = ServiceExport::new(&name, ns);
+    export.metadata.labels = Some(managed_labels("export"));
+    let api: Api<ServiceExport> = Api::namespaced(consumer.client.clone(), ns);
+    match api.create(&PostParams::default(), &export).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(consumer.explain(e, &format!("exporting Service {name}"))),
+    }
+}
+
+/// How long a provider's client waits for the consumer's exported Service
+/// to be answerable by its clusterset name before it is tried anyway
+/// (and the check says where the chain broke).
+const CLUSTERSET_PATIENCE: Duration = Duration::from_secs(30);
 
 async fn start_clients(
     consumer: &ClusterClient,
@@ -469,6 +514,7 @@ async fn start_clients(
     plan: &Plan,
     servers: &Servers,
     twins: &BTreeMap<String, String>,
+    clusterset: bool,
     deadline: Instant,
 ) -> anyhow::Result<Vec<Client>> {
     let pods: Api<Pod> = Api::namespaced(consumer.client.clone(), &plan.namespace);
@@ -483,7 +529,10 @@ async fn start_clients(
     clients.push((None, targets));
 
     // Each provider's client reaches the consumer's pod, at the address
-    // the provider sees it under, and the Service reflected into its twin.
+    // the provider sees it under, the Service reflected into its twin,
+    // and that Service by its clusterset name, which the virtual kubelet
+    // answers with the copy of the Service of its clusterset IP.
+    let server = server_name(None);
     for (i, peer) in peers.iter().enumerate() {
         let seen = Remap::of(&peer.there).map_or_else(
             || servers.local_pod_ip.clone(),
@@ -492,11 +541,23 @@ async fn start_clients(
         let twin = twins
             .get(peer.id())
             .ok_or_else(|| anyhow::anyhow!("invariant: every peer has a twin"))?;
-        let cluster_ip = reflected_cluster_ip(peer, twin, deadline).await?;
-        clients.push((
-            Some(i),
-            vec![target("pod", &seen), target("service", &cluster_ip)],
-        ));
+        let cluster_ip = reflected_cluster_ip(peer, twin, &server, deadline).await?;
+        let mut targets = vec![target("pod", &seen), target("service", &cluster_ip)];
+        if clusterset {
+            let patience = deadline.min(Instant::now() + CLUSTERSET_PATIENCE);
+            let derived = liqo_api::clusterset::derived_name(&server);
+            // Tried anyway if the copy is late: the check says where.
+            let _ = reflected_cluster_ip(peer, twin, &derived, patience).await;
+            targets.push(target(
+                "clusterset",
+                &format!(
+                    "{server}.{}.svc.{}",
+                    plan.namespace,
+                    liqo_api::clusterset::DOMAIN
+                ),
+            ));
+        }
+        clients.push((Some(i), targets));
     }
 
     let mut made = Vec::new();
@@ -524,18 +585,18 @@ async fn start_clients(
     Ok(made)
 }
 
-/// The ClusterIP of the consumer's server's Service as the virtual kubelet
+/// The ClusterIP of the consumer's Service `name` as the virtual kubelet
 /// reflected it into the provider's twin namespace.
 async fn reflected_cluster_ip(
     peer: &Peer,
     twin: &str,
+    name: &str,
     deadline: Instant,
 ) -> anyhow::Result<String> {
     let provider = &peer.peering.provider;
     let services: Api<Service> = Api::namespaced(provider.client.clone(), twin);
-    let name = server_name(None);
     loop {
-        let found = services.get_opt(&name).await.map_err(|e| {
+        let found = services.get_opt(name).await.map_err(|e| {
             provider.explain(e, &format!("reading the reflected Service {twin}/{name}"))
         })?;
         if let Some(ip) = found

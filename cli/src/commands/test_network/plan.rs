@@ -146,6 +146,8 @@ pub(super) fn managed_labels(component: &str) -> BTreeMap<String, String> {
 
 /// The servers' addresses, as the cluster each runs on gives them.
 pub(super) struct Servers {
+    /// The namespace they run in, on the consumer.
+    pub(super) namespace: String,
     /// The consumer's server pod, at its own address.
     pub(super) local_pod_ip: String,
     /// Each provider's server: its pod address as the consumer sees it, and

@@ -10,6 +10,7 @@
 
 mod credentials;
 mod probes;
+mod resolver;
 mod status;
 mod termination;
 
@@ -447,6 +448,15 @@ impl PodRuntime {
             ),
             read_only: false,
         });
+        if let Some(pod_spec) = pod.spec.as_ref()
+            && let Some(resolver) = self.resolver_file(ctx.config, pod_spec)?
+        {
+            mounts.push(BindMount {
+                source: resolver,
+                target: PathBuf::from(resolver::RESOLV_CONF),
+                read_only: true,
+            });
+        }
         for m in &mounts {
             volume::ensure_target(&m.target, m.source.is_file(), &mut ctx.created.borrow_mut())
                 .map_err(|source| StartError::Write {
