@@ -69,6 +69,12 @@ pub struct Admission {
     /// runtime, for example); any, when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
+    /// The StorageClasses of this cluster the peer's claims may name; the
+    /// first is the one its claims get when the consumer names none. None
+    /// by default: the peer may make no claim, and its pods may mount
+    /// none. How much it may claim is its grant's (storage, claims).
+    #[serde(default)]
+    pub storage_classes: Vec<String>,
     /// How many node ports the peer's Services may hold in each of its
     /// namespaces (NodePort Services, and LoadBalancer ones that allocate
     /// node ports); 0, the default, refuses NodePort Services.
@@ -131,6 +137,7 @@ impl Default for Admission {
             tolerations: Vec::new(),
             node_selector: BTreeMap::new(),
             runtime_class_name: None,
+            storage_classes: Vec::new(),
             node_ports: 0,
             load_balancers: 0,
             ephemeral_storage: default_ephemeral_storage(),
@@ -263,8 +270,10 @@ impl Admission {
 
     /// What the volume rules refuse of `spec`: a service account token of
     /// the provider's (mounted by default, or asked for in a projected
-    /// volume), a claim or a generic ephemeral volume, and below the
-    /// `privileged` level any type but [`VOLUME_TYPES`].
+    /// volume), a claim when the terms allow no storage class, a generic
+    /// ephemeral volume (its claim is made by the provider's controller,
+    /// not by the peer), and below the `privileged` level any type but
+    /// [`VOLUME_TYPES`] and claims.
     fn volume_refusals(&self, spec: &PodSpec) -> Vec<String> {
         let mut out = Vec::new();
         let volumes = spec.volumes.iter().flatten();
@@ -287,14 +296,25 @@ impl Admission {
                 tokens.join(", ")
             ));
         }
-        let claims: Vec<&str> = volumes
+        let ephemeral: Vec<&str> = volumes
             .clone()
-            .filter(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+            .filter(|v| v.ephemeral.is_some())
             .map(|v| v.name.as_str())
             .collect();
-        if !claims.is_empty() {
+        if !ephemeral.is_empty() {
             out.push(format!(
-                "volume {} is a claim or a generic ephemeral volume: the provider grants no storage",
+                "volume {} is a generic ephemeral volume: mount a claim of the peer's instead",
+                ephemeral.join(", ")
+            ));
+        }
+        let claims: Vec<&str> = volumes
+            .clone()
+            .filter(|v| v.persistent_volume_claim.is_some())
+            .map(|v| v.name.as_str())
+            .collect();
+        if !claims.is_empty() && self.storage_classes.is_empty() {
+            out.push(format!(
+                "volume {} is a claim: the provider grants no storage",
                 claims.join(", ")
             ));
         }
@@ -516,13 +536,14 @@ impl Admission {
         };
         format!(
             "pod security {}, priority classes {}, tolerations {}, nodes {}, runtime class {}, \
-             node ports {}, load balancers {}, local disk {} per container, {} objects of a kind per namespace, \
-             {} namespaces",
+             storage classes {}, node ports {}, load balancers {}, local disk {} per container, \
+             {} objects of a kind per namespace, {} namespaces",
             self.pod_security,
             list(&self.priority_classes),
             list(&self.tolerations),
             selector,
             self.runtime_class_name.as_deref().unwrap_or("any"),
+            list(&self.storage_classes),
             self.node_ports,
             self.load_balancers,
             self.ephemeral_storage,

@@ -34,16 +34,27 @@ pub fn free_of<'a>(nodes: &[Node], pods: impl IntoIterator<Item = &'a Pod>) -> A
         total.memory_bytes += get("memory").and_then(parse_bytes).unwrap_or(0);
         // A quantity: the API server writes 1000 pods as "1k".
         total.pods += get("pods").and_then(parse_bytes).unwrap_or(0);
+        total.storage_bytes += get("ephemeral-storage").and_then(parse_bytes).unwrap_or(0);
     }
-    let used = used_by(pods.into_iter().filter(|p| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| ready_nodes.contains(&n))
-    }));
+    let bound: Vec<&Pod> = pods
+        .into_iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| ready_nodes.contains(&n))
+        })
+        .collect();
+    let used = used_by(bound.iter().copied());
+    let disk: u64 = bound.iter().map(|p| disk_of(p)).sum();
     total.cpu_millis = total.cpu_millis.saturating_sub(used.cpu_millis);
     total.memory_bytes = total.memory_bytes.saturating_sub(used.memory_bytes);
     total.pods = total.pods.saturating_sub(used.pods);
+    // The nodes' free local disk: what node-local provisioners put volumes
+    // on, and what a policy's storage share is a share of.
+    total.storage_bytes = total.storage_bytes.saturating_sub(disk);
+    // A claim is mounted by a pod: as many as there are free pod slots.
+    total.claims = total.pods;
     total
 }
 
@@ -266,8 +277,27 @@ pub fn requests_of(pod: &Pod) -> Amounts {
     Amounts {
         cpu_millis: cpu,
         memory_bytes: memory,
-        pods: 0,
+        ..Amounts::default()
     }
+}
+
+/// The local disk (`ephemeral-storage`) a pod's containers request of its
+/// node, which node-local volumes share.
+fn disk_of(pod: &Pod) -> u64 {
+    let Some(spec) = pod.spec.as_ref() else {
+        return 0;
+    };
+    spec.containers
+        .iter()
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("ephemeral-storage")
+        })
+        .filter_map(|q| parse_bytes(&q.0))
+        .sum()
 }
 
 #[cfg(test)]
@@ -303,7 +333,10 @@ mod tests {
             Amounts {
                 cpu_millis: 6500,
                 memory_bytes: 14 << 30,
-                pods: 218
+                pods: 218,
+                // No ephemeral storage allocatable; a claim per free pod.
+                storage_bytes: 0,
+                claims: 218,
             }
         );
     }
@@ -354,7 +387,8 @@ mod tests {
             Amounts {
                 cpu_millis: 2000,
                 memory_bytes: 0,
-                pods: 1
+                pods: 1,
+                ..Amounts::default()
             }
         );
     }
@@ -448,7 +482,7 @@ mod tests {
         let amounts = |cpu_millis, memory_bytes| Amounts {
             cpu_millis,
             memory_bytes,
-            pods: 0,
+            ..Amounts::default()
         };
         let labelled = |largest, grant| room_labels(largest, grant);
         assert_eq!(

@@ -96,9 +96,15 @@ pub struct Inputs<'a> {
 /// Whether a policy's grants follow the free capacity at all: some offer
 /// is a share.
 pub fn follows(policy: &SharingPolicySpec) -> bool {
-    [&policy.cpu, &policy.memory, &policy.pods]
-        .into_iter()
-        .any(|o| o.as_ref().is_some_and(is_share))
+    [
+        &policy.cpu,
+        &policy.memory,
+        &policy.pods,
+        &policy.storage,
+        &policy.claims,
+    ]
+    .into_iter()
+    .any(|o| o.as_ref().is_some_and(is_share))
 }
 
 fn is_share(offer: &Offer) -> bool {
@@ -143,6 +149,13 @@ pub fn next(inputs: Inputs<'_>) -> Result<Option<Amounts>, SharingError> {
             current.memory_bytes,
         ),
         pods: moving(&policy.pods, wanted.pods, used.pods, current.pods),
+        storage_bytes: moving(
+            &policy.storage,
+            wanted.storage_bytes,
+            used.storage_bytes,
+            current.storage_bytes,
+        ),
+        claims: moving(&policy.claims, wanted.claims, used.claims, current.claims),
     };
     let threshold = u128::from(policy.following.threshold_percent());
     let significant = |target: u64, current: u64| {
@@ -152,10 +165,15 @@ pub fn next(inputs: Inputs<'_>) -> Result<Option<Amounts>, SharingError> {
     let changes = significant(target.cpu_millis, current.cpu_millis)
         || significant(target.memory_bytes, current.memory_bytes)
         || significant(target.pods, current.pods)
+        || significant(target.storage_bytes, current.storage_bytes)
+        || significant(target.claims, current.claims)
         // Below what runs: always raised, however small the step.
         || target.cpu_millis > current.cpu_millis && used.cpu_millis > current.cpu_millis
         || target.memory_bytes > current.memory_bytes && used.memory_bytes > current.memory_bytes
-        || target.pods > current.pods && used.pods > current.pods;
+        || target.pods > current.pods && used.pods > current.pods
+        || target.storage_bytes > current.storage_bytes
+            && used.storage_bytes > current.storage_bytes
+        || target.claims > current.claims && used.claims > current.claims;
     Ok(changes.then_some(target))
 }
 
@@ -172,6 +190,7 @@ mod tests {
             cpu_millis: cpu * 1000,
             memory_bytes: memory_gib * GIB,
             pods,
+            ..Amounts::default()
         }
     }
 
@@ -198,7 +217,8 @@ mod tests {
             Ok(Some(Amounts {
                 cpu_millis: 2000,
                 memory_bytes: 4 * GIB,
-                pods: 25
+                pods: 25,
+                ..Amounts::default()
             }))
         );
     }
@@ -212,6 +232,7 @@ mod tests {
             cpu_millis: 8400,
             memory_bytes: 16 * GIB + 16 * GIB / 20,
             pods: 105,
+            ..Amounts::default()
         };
         assert_eq!(next(inputs(&policy, current, free)), Ok(None));
         policy.following = Following {
@@ -266,11 +287,13 @@ mod tests {
             cpu: q("1"),
             memory: None,
             pods: None,
+            ..Resources::default()
         });
         policy.ceiling = Some(Resources {
             cpu: None,
             memory: q("6Gi"),
             pods: None,
+            ..Resources::default()
         });
         let mut i = inputs(&policy, amounts(4, 4, 50), amounts(1, 32, 400));
         i.request = Some(amounts(0, 0, 30));

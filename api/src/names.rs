@@ -98,6 +98,16 @@ pub const GATEWAY_METRICS_PATH: &str = "/metrics";
 /// The agents' published repositories; the tag is [`crate::VERSION`]
 /// ([`crate::images`] names them under another registry or tag).
 pub const GATEWAY_IMAGE: &str = "ghcr.io/liqo-rs/liqo-gateway";
+
+/// The StorageClass of claims kept on a provider (docs/storage.md): its
+/// volumes are provisioned by the virtual kubelet of the virtual node a
+/// pod using the claim is scheduled on.
+pub const STORAGE_CLASS: &str = "liqo";
+/// The provisioner of [`STORAGE_CLASS`].
+pub const STORAGE_PROVISIONER: &str = "liqo.io/virtual-kubelet";
+/// On a consumer's claim: the provider's StorageClass to keep it in (one
+/// its terms allow); by default the first the provider allows.
+pub const REMOTE_STORAGE_CLASS_ANNOTATION: &str = "liqo.io/remote-storage-class";
 pub const VIRTUAL_KUBELET_IMAGE: &str = "ghcr.io/liqo-rs/liqo-virtual-kubelet";
 
 /// The port agents serve `/healthz` and `/readyz` on.

@@ -40,10 +40,11 @@ pub const COUNTED_OBJECTS: [&str; 6] = [
 /// What a share bounds beside its part of the grant, the same in each of
 /// the tenant's namespaces (not divided): the node ports and LoadBalancer
 /// Services its terms allow, the objects of each kind it may hold
-/// ([`COUNTED_OBJECTS`]), and no storage at all (claims, whoever makes
-/// them: a generic ephemeral volume's claim is made by the provider's
-/// controller, and is counted too).
-pub fn exposure_hard(terms: &Admission) -> BTreeMap<String, Quantity> {
+/// ([`COUNTED_OBJECTS`]), and, when the grant has no storage, no storage
+/// at all (claims, whoever makes them: a generic ephemeral volume's claim
+/// is made by the provider's controller, and is counted too). Storage
+/// granted is a part of the grant, divided as the rest.
+pub fn exposure_hard(terms: &Admission, grant: &Grant) -> BTreeMap<String, Quantity> {
     let objects = Quantity(terms.objects.to_string());
     let mut hard = BTreeMap::from([
         (
@@ -54,12 +55,15 @@ pub fn exposure_hard(terms: &Admission) -> BTreeMap<String, Quantity> {
             "services.loadbalancers".to_owned(),
             Quantity(terms.load_balancers.to_string()),
         ),
-        (
-            "persistentvolumeclaims".to_owned(),
-            Quantity("0".to_owned()),
-        ),
-        ("requests.storage".to_owned(), Quantity("0".to_owned())),
     ]);
+    for (counted, granted) in [
+        (Counted::Claims, grant.claims),
+        (Counted::Storage, grant.storage),
+    ] {
+        if !granted {
+            hard.insert(counted.quota_key().to_owned(), Quantity("0".to_owned()));
+        }
+    }
     hard.extend(
         COUNTED_OBJECTS
             .iter()
@@ -71,14 +75,14 @@ pub fn exposure_hard(terms: &Admission) -> BTreeMap<String, Quantity> {
 /// Whether `quota`, a share already holding its part of the grant, must
 /// be given [`exposure_hard`] for `terms`. A quota without its part of the
 /// grant gets none: these alone must never stand for a share.
-pub fn exposure_to_write(quota: &ResourceQuota, terms: &Admission) -> bool {
+pub fn exposure_to_write(quota: &ResourceQuota, terms: &Admission, grant: &Grant) -> bool {
     let hard = quota.spec.as_ref().and_then(|s| s.hard.as_ref());
     let Some(hard) = hard.filter(|h| h.contains_key(Counted::Pods.quota_key())) else {
         return false;
     };
     // As numbers: the API server writes 1000 back as 1k.
     let value = |q: &Quantity| parse_bytes(&q.0);
-    exposure_hard(terms)
+    exposure_hard(terms, grant)
         .iter()
         .any(|(k, v)| hard.get(k).and_then(value) != value(v))
 }
@@ -95,10 +99,18 @@ pub enum Counted {
     Cpu,
     Memory,
     Pods,
+    Storage,
+    Claims,
 }
 
 impl Counted {
-    pub const ALL: [Counted; 3] = [Counted::Cpu, Counted::Memory, Counted::Pods];
+    pub const ALL: [Counted; 5] = [
+        Counted::Cpu,
+        Counted::Memory,
+        Counted::Pods,
+        Counted::Storage,
+        Counted::Claims,
+    ];
 
     /// Its name in a ResourceQuota's `hard` and `used`.
     pub fn quota_key(self) -> &'static str {
@@ -106,6 +118,8 @@ impl Counted {
             Counted::Cpu => "requests.cpu",
             Counted::Memory => "requests.memory",
             Counted::Pods => "pods",
+            Counted::Storage => "requests.storage",
+            Counted::Claims => "persistentvolumeclaims",
         }
     }
 
@@ -114,6 +128,8 @@ impl Counted {
             Counted::Cpu => a.cpu_millis,
             Counted::Memory => a.memory_bytes,
             Counted::Pods => a.pods,
+            Counted::Storage => a.storage_bytes,
+            Counted::Claims => a.claims,
         }
     }
 
@@ -122,21 +138,26 @@ impl Counted {
             Counted::Cpu => a.cpu_millis = value,
             Counted::Memory => a.memory_bytes = value,
             Counted::Pods => a.pods = value,
+            Counted::Storage => a.storage_bytes = value,
+            Counted::Claims => a.claims = value,
         }
     }
 
     pub fn parse(self, q: &str) -> Option<u64> {
         match self {
             Counted::Cpu => parse_cpu_millis(q),
-            Counted::Memory => parse_bytes(q),
-            Counted::Pods => q.parse().ok(),
+            // As quantities: the API server writes 1000 as "1k".
+            Counted::Memory | Counted::Storage | Counted::Claims => parse_bytes(q),
+            Counted::Pods => q.parse().ok().or_else(|| parse_bytes(q)),
         }
     }
 
     pub fn format(self, value: u64) -> String {
         match self {
             Counted::Cpu => format!("{value}m"),
-            Counted::Memory | Counted::Pods => value.to_string(),
+            Counted::Memory | Counted::Pods | Counted::Storage | Counted::Claims => {
+                value.to_string()
+            }
         }
     }
 
@@ -145,6 +166,8 @@ impl Counted {
             Counted::Cpu => grant.cpu.is_some(),
             Counted::Memory => grant.memory.is_some(),
             Counted::Pods => grant.pods.is_some(),
+            Counted::Storage => grant.storage.is_some(),
+            Counted::Claims => grant.claims.is_some(),
         }
     }
 }
@@ -157,6 +180,8 @@ pub struct Grant {
     pub cpu: bool,
     pub memory: bool,
     pub pods: bool,
+    pub storage: bool,
+    pub claims: bool,
 }
 
 impl Grant {
@@ -167,6 +192,8 @@ impl Grant {
             cpu: Counted::Cpu.granted(grant),
             memory: Counted::Memory.granted(grant),
             pods: Counted::Pods.granted(grant),
+            storage: Counted::Storage.granted(grant),
+            claims: Counted::Claims.granted(grant),
         })
     }
 
@@ -176,6 +203,8 @@ impl Grant {
             Counted::Cpu => self.cpu,
             Counted::Memory => self.memory,
             Counted::Pods => self.pods,
+            Counted::Storage => self.storage,
+            Counted::Claims => self.claims,
         })
     }
 }
@@ -427,6 +456,9 @@ pub fn demand_annotation(demand: &Amounts) -> String {
         cpu: Some(Quantity(Counted::Cpu.format(demand.cpu_millis))),
         memory: Some(Quantity(Counted::Memory.format(demand.memory_bytes))),
         pods: Some(Quantity(demand.pods.to_string())),
+        storage: (demand.storage_bytes > 0)
+            .then(|| Quantity(Counted::Storage.format(demand.storage_bytes))),
+        claims: (demand.claims > 0).then(|| Quantity(demand.claims.to_string())),
     };
     serde_json::to_string(&r).unwrap_or_default()
 }
@@ -440,6 +472,7 @@ mod tests {
             cpu_millis: cpu,
             memory_bytes: memory,
             pods,
+            ..Amounts::default()
         }
     }
 
@@ -449,6 +482,8 @@ mod tests {
             cpu: true,
             memory: true,
             pods: true,
+            storage: false,
+            claims: false,
         }
     }
 
@@ -533,6 +568,8 @@ mod tests {
             cpu: false,
             memory: false,
             pods: true,
+            storage: false,
+            claims: false,
         };
         let hs = [Holder {
             twin: true,
@@ -639,9 +676,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(!exposure_to_write(&quota(&[]), &terms));
-        assert!(exposure_to_write(&quota(&[("pods", "3")]), &terms));
-        let mut written: Vec<(String, String)> = exposure_hard(&terms)
+        let g = grant(1000, 1000, 10);
+        assert!(!exposure_to_write(&quota(&[]), &terms, &g));
+        assert!(exposure_to_write(&quota(&[("pods", "3")]), &terms, &g));
+        let mut written: Vec<(String, String)> = exposure_hard(&terms, &g)
             .into_iter()
             .map(|(k, v)| (k, v.0))
             .collect();
@@ -657,16 +695,26 @@ mod tests {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         let done = quota(&pairs);
-        assert!(!exposure_to_write(&done, &terms));
-        assert!(exposure_to_write(&done, &Admission::default()));
+        assert!(!exposure_to_write(&done, &terms, &g));
+        assert!(exposure_to_write(&done, &Admission::default(), &g));
         for key in [
             "persistentvolumeclaims",
             "requests.storage",
             "configmaps",
             "count/jobs.batch",
         ] {
-            assert!(exposure_hard(&terms).contains_key(key), "{key}");
+            assert!(exposure_hard(&terms, &g).contains_key(key), "{key}");
         }
+        // Storage granted is the grant's part, not held at none.
+        let with_storage = Grant {
+            storage: true,
+            claims: true,
+            ..g
+        };
+        let hard = exposure_hard(&terms, &with_storage);
+        assert!(
+            !hard.contains_key("requests.storage") && !hard.contains_key("persistentvolumeclaims")
+        );
     }
 
     #[test]
@@ -738,13 +786,13 @@ mod tests {
                     let demand = h.demand;
                     if let Some(q) = h.quota.as_mut() {
                         q.enforced = q.spec.clone();
-                        for r in Counted::ALL {
+                        for r in g.counted() {
                             let used = q.used.entry(r).or_insert(0);
                             *used = (*used).max(r.of(&demand).min(q.enforced[&r]));
                         }
                     }
                 }
-                for r in Counted::ALL {
+                for r in g.counted() {
                     let held: u64 = hs
                         .iter()
                         .filter_map(|h| h.quota.as_ref())

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::admission::Admission;
 
-/// CPU, memory and pods; a missing amount means "none asked" in a request
-/// and "nothing" in a grant.
+/// CPU, memory, pods, and persistent storage (the bytes claims may
+/// request, and how many claims); a missing amount means "none asked" in
+/// a request and "nothing" in a grant.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Resources {
@@ -24,6 +25,12 @@ pub struct Resources {
     pub memory: Option<Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<Quantity>,
+    /// What the claims may request in all (`requests.storage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Quantity>,
+    /// How many claims (`persistentvolumeclaims`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Quantity>,
 }
 
 /// The price of granted resources, per hour, in a currency of the
@@ -74,6 +81,16 @@ pub struct SharingPolicySpec {
     pub memory: Option<Offer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<Offer>,
+    /// Persistent storage, in all: a quantity, or a share of the nodes'
+    /// free ephemeral storage (the disks that node-local provisioners put
+    /// volumes on). None by default. The classes a peer may use are its
+    /// terms' (`admission.storageClasses`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Offer>,
+    /// How many claims: a number, or a share of the free pod slots (a
+    /// claim is mounted by a pod). None by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Offer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
     /// The least a grant under this policy is (each resource given), even
@@ -148,6 +165,8 @@ pub fn default_policy() -> SharingPolicySpec {
         cpu: Some(Offer("50%".to_owned())),
         memory: Some(Offer("50%".to_owned())),
         pods: Some(Offer("50%".to_owned())),
+        storage: None,
+        claims: None,
         cost: None,
         floor: None,
         ceiling: None,
@@ -156,13 +175,15 @@ pub fn default_policy() -> SharingPolicySpec {
     }
 }
 
-/// Quantities parsed to numbers: CPU in millicores, memory in bytes, pods
-/// as a count.
+/// Quantities parsed to numbers: CPU in millicores, memory and storage in
+/// bytes, pods and claims as counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Amounts {
     pub cpu_millis: u64,
     pub memory_bytes: u64,
     pub pods: u64,
+    pub storage_bytes: u64,
+    pub claims: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -200,10 +221,13 @@ impl Amounts {
             cpu_millis: parse("cpu", &r.cpu, parse_cpu_millis)?,
             memory_bytes: parse("memory", &r.memory, parse_bytes)?,
             pods: parse("pods", &r.pods, |s| s.parse().ok())?,
+            storage_bytes: parse("storage", &r.storage, parse_bytes)?,
+            claims: parse("claims", &r.claims, |s| s.parse().ok())?,
         })
     }
 
-    /// As Kubernetes quantities, in the units people read.
+    /// As Kubernetes quantities, in the units people read; storage and
+    /// claims only when there are some (none is not granted).
     pub fn to_resources(self) -> Resources {
         let cpu = if self.cpu_millis.is_multiple_of(1000) {
             format!("{}", self.cpu_millis / 1000)
@@ -219,7 +243,20 @@ impl Amounts {
             cpu: Some(Quantity(cpu)),
             memory: Some(Quantity(memory)),
             pods: Some(Quantity(self.pods.to_string())),
+            storage: (self.storage_bytes > 0).then(|| Quantity(format_bytes(self.storage_bytes))),
+            claims: (self.claims > 0).then(|| Quantity(self.claims.to_string())),
         }
+    }
+}
+
+/// Bytes as a quantity people read: in Gi or Mi where whole, else bytes.
+pub fn format_bytes(bytes: u64) -> String {
+    if bytes > 0 && bytes.is_multiple_of(1 << 30) {
+        format!("{}Gi", bytes >> 30)
+    } else if bytes.is_multiple_of(1 << 20) {
+        format!("{}Mi", bytes >> 20)
+    } else {
+        format!("{bytes}")
     }
 }
 
@@ -307,6 +344,16 @@ pub fn offered(policy: &SharingPolicySpec, free: Amounts) -> Result<Amounts, Sha
             floor.pods,
             ceiling.pods,
         ),
+        storage_bytes: within(
+            one("storage", &policy.storage, free.storage_bytes, parse_bytes)?,
+            floor.storage,
+            ceiling.storage,
+        ),
+        claims: within(
+            one("claims", &policy.claims, free.claims, |s| s.parse().ok())?,
+            floor.claims,
+            ceiling.claims,
+        ),
     })
 }
 
@@ -317,6 +364,8 @@ pub struct Bound {
     pub cpu: Option<u64>,
     pub memory: Option<u64>,
     pub pods: Option<u64>,
+    pub storage: Option<u64>,
+    pub claims: Option<u64>,
 }
 
 impl Bound {
@@ -338,6 +387,8 @@ impl Bound {
             cpu: parse("cpu", &r.cpu, parse_cpu_millis)?,
             memory: parse("memory", &r.memory, parse_bytes)?,
             pods: parse("pods", &r.pods, |s| s.parse().ok())?,
+            storage: parse("storage", &r.storage, parse_bytes)?,
+            claims: parse("claims", &r.claims, |s| s.parse().ok())?,
         })
     }
 }
@@ -355,10 +406,12 @@ pub fn bounds(policy: &SharingPolicySpec) -> Result<(Bound, Bound), SharingError
             .map(|q| q.0.clone())
             .unwrap_or_default()
     };
-    let pairs: [(&'static str, Option<u64>, Option<u64>, Pick); 3] = [
+    let pairs: [(&'static str, Option<u64>, Option<u64>, Pick); 5] = [
         ("cpu", floor.cpu, ceiling.cpu, |r| &r.cpu),
         ("memory", floor.memory, ceiling.memory, |r| &r.memory),
         ("pods", floor.pods, ceiling.pods, |r| &r.pods),
+        ("storage", floor.storage, ceiling.storage, |r| &r.storage),
+        ("claims", floor.claims, ceiling.claims, |r| &r.claims),
     ];
     for (what, f, c, pick) in pairs {
         if let (Some(f), Some(c)) = (f, c)
@@ -418,6 +471,10 @@ pub fn grant(
             format!("{}Mi", b >> 20)
         })?,
         pods: pick("pods", request.pods, offer.pods, |p| p.to_string())?,
+        storage_bytes: pick("storage", request.storage_bytes, offer.storage_bytes, |b| {
+            format_bytes(b)
+        })?,
+        claims: pick("claims", request.claims, offer.claims, |c| c.to_string())?,
     })
 }
 
@@ -438,6 +495,8 @@ mod tests {
         cpu_millis: 8000,
         memory_bytes: 16 << 30,
         pods: 220,
+        storage_bytes: 100 << 30,
+        claims: 220,
     };
 
     fn policy(cpu: &str, memory: &str, pods: &str) -> SharingPolicySpec {
@@ -451,6 +510,8 @@ mod tests {
             ceiling: None,
             following: Following::default(),
             admission: Admission::default(),
+            storage: None,
+            claims: None,
         }
     }
 
@@ -460,6 +521,7 @@ mod tests {
             cpu: q(cpu),
             memory: q(memory),
             pods: q(pods),
+            ..Resources::default()
         }
     }
 
@@ -469,6 +531,7 @@ mod tests {
             cpu_millis: 10_000,
             memory_bytes: 10 << 30,
             pods: 100,
+            ..Amounts::default()
         };
         let mut p = policy("50%", "50%", "50%");
         p.floor = Some(resources("6", "", "10"));
@@ -482,6 +545,7 @@ mod tests {
                 cpu_millis: 6_000,
                 memory_bytes: 2 << 30,
                 pods: 20,
+                ..Amounts::default()
             })
         );
         // Nothing free: the floor still holds.
@@ -543,7 +607,8 @@ mod tests {
             Amounts {
                 cpu_millis: 4000,
                 memory_bytes: 4 << 30,
-                pods: 10
+                pods: 10,
+                ..Amounts::default()
             }
         );
         assert!(matches!(
@@ -559,6 +624,7 @@ mod tests {
             cpu_millis: 4000,
             memory_bytes: 8 << 30,
             pods: 100,
+            ..Amounts::default()
         };
         // Nothing asked: the whole offer.
         assert_eq!(grant(None, offer, AboveOffer::Clamp), Ok(offer));
@@ -567,13 +633,15 @@ mod tests {
             cpu_millis: 1000,
             memory_bytes: 0,
             pods: 10,
+            ..Amounts::default()
         };
         assert_eq!(
             grant(Some(asked), offer, AboveOffer::Refuse),
             Ok(Amounts {
                 cpu_millis: 1000,
                 memory_bytes: 8 << 30,
-                pods: 10
+                pods: 10,
+                ..Amounts::default()
             })
         );
         // More than offered: clamped, or refused with what was offered.
@@ -581,6 +649,7 @@ mod tests {
             cpu_millis: 6000,
             memory_bytes: 1 << 30,
             pods: 1,
+            ..Amounts::default()
         };
         assert_eq!(
             grant(Some(greedy), offer, AboveOffer::Clamp).map(|g| g.cpu_millis),
@@ -599,6 +668,7 @@ mod tests {
             cpu_millis: 1500,
             memory_bytes: 3 << 30,
             pods: 42,
+            ..Amounts::default()
         };
         let r = a.to_resources();
         assert_eq!(r.cpu, Some(Quantity("1500m".into())));

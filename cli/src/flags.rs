@@ -84,9 +84,17 @@ pub fn parse_tolerations(values: &[String]) -> Result<Vec<Toleration>, UserError
 /// The amounts asked for with `--cpu`, `--memory` and `--pods`, if any.
 pub fn parse_request(args: &crate::cli::RequestArgs) -> Result<Option<Amounts>, UserError> {
     let crate::cli::RequestArgs {
-        cpu, memory, pods, ..
+        cpu,
+        memory,
+        pods,
+        storage,
+        claims,
+        ..
     } = args;
-    if cpu.is_none() && memory.is_none() && pods.is_none() {
+    if [cpu, memory, pods, storage, claims]
+        .iter()
+        .all(|v| v.is_none())
+    {
         return Ok(None);
     }
     let quantity = |flag: &str, v: &Option<String>, parse: fn(&str) -> Option<u64>| {
@@ -110,6 +118,8 @@ pub fn parse_request(args: &crate::cli::RequestArgs) -> Result<Option<Amounts>, 
         cpu_millis: quantity("--cpu", cpu, sharing::parse_cpu_millis)?,
         memory_bytes: quantity("--memory", memory, sharing::parse_bytes)?,
         pods: quantity("--pods", pods, |s| s.parse().ok())?,
+        storage_bytes: quantity("--storage", storage, sharing::parse_bytes)?,
+        claims: quantity("--claims", claims, |s| s.parse().ok())?,
     }))
 }
 

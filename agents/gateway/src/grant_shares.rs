@@ -200,6 +200,10 @@ impl Keeper {
         // so that neither write takes the other's keys).
         for tenant in &tenants {
             let due = tenant_shares(tenant, &twins, &fresh);
+            // Exposure is due only beside a grant that can be read.
+            let Some(grant) = Grant::of(&tenant.spec.grant) else {
+                continue;
+            };
             for holder in due.exposure {
                 let (namespace, _) = &due.holders[holder];
                 let id = tenant.spec.cluster_id.to_string();
@@ -207,7 +211,7 @@ impl Keeper {
                     "apiVersion": "v1",
                     "kind": "ResourceQuota",
                     "metadata": { "name": SHARE_QUOTA, "namespace": namespace, "labels": share_labels(&id) },
-                    "spec": { "hard": shares::exposure_hard(&tenant.spec.admission) },
+                    "spec": { "hard": shares::exposure_hard(&tenant.spec.admission, &grant) },
                 });
                 let written = Api::<ResourceQuota>::namespaced(self.client.clone(), namespace)
                     .patch(
@@ -345,7 +349,7 @@ fn tenant_shares(
             quota.as_ref().is_some_and(|q| {
                 is_ours(q)
                     && q.meta().deletion_timestamp.is_none()
-                    && shares::exposure_to_write(q, &tenant.spec.admission)
+                    && shares::exposure_to_write(q, &tenant.spec.admission, &grant)
             })
         })
         .map(|(i, _)| i)

@@ -421,6 +421,20 @@ async fn reflect(wiring: Wiring) {
         &slice_wake,
         &slice_wake,
     );
+    // The volumes of the claims this node keeps on its provider.
+    let (volumes, follow_volumes) = follow(
+        Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone()),
+        watcher::Config::default()
+            .labels(&forge::claim::volume_selector(peering.provider_id.as_str())),
+        "volumes",
+    );
+    let claims_wake = Arc::new(Notify::new());
+    let claims = reflection::claims::Claims::new(
+        peering.clone(),
+        twins_rx.clone(),
+        volumes.clone(),
+        &claims_wake,
+    );
     let references = reflection::references::References {
         local: client.clone(),
         node_name: node_name.clone(),
@@ -564,5 +578,8 @@ async fn reflect(wiring: Wiring) {
         reflection::wake_on(pods.clone(), token_wake.clone()),
         reflection::run(tokens, token_wake),
         reflection::run(events, event_wake),
+        follow_volumes,
+        reflection::wake_on(volumes, claims_wake.clone()),
+        reflection::run(claims, claims_wake),
     );
 }

@@ -218,6 +218,8 @@ fn containers_ask_only_what_a_grant_holds_and_state_their_disk() {
             "8Gi".into(),
         )),
         pods: None,
+        storage: None,
+        claims: None,
     };
     let a = Admission::default();
     let meta = ObjectMeta::default();
@@ -292,7 +294,7 @@ fn the_defaults_admit_ordinary_workloads() {
     assert_eq!(
         a.describe(),
         "pod security baseline, priority classes none, tolerations none, nodes any node, \
-         runtime class any, node ports 0, load balancers 0, local disk 4Gi per container, \
+         runtime class any, storage classes none, node ports 0, load balancers 0, local disk 4Gi per container, \
          1000 objects of a kind per namespace, 100 namespaces"
     );
 }

@@ -408,12 +408,23 @@ pub struct SharingPolicySetArgs {
     /// Pods to offer: a count (110) or a share of the free pod slots (50%).
     #[arg(long, value_name = "COUNT|N%")]
     pub pods: Option<String>,
+    /// Persistent storage to offer, in all: a quantity (100Gi) or a share of
+    /// the nodes' free ephemeral storage (20%); none by default. The peer
+    /// claims it in the classes of --storage-classes.
+    #[arg(long, value_name = "QUANTITY|N%")]
+    pub storage: Option<String>,
+    /// Claims to offer: a count (20) or a share of the free pod slots
+    /// (10%); none by default.
+    #[arg(long, value_name = "COUNT|N%")]
+    pub claims: Option<String>,
     /// The least a grant is, whatever its share of the free capacity, e.g.
-    /// cpu=1,memory=2Gi,pods=10 (each optional; "" for none).
+    /// cpu=1,memory=2Gi,pods=10 (each of cpu, memory, pods, storage, claims
+    /// optional; "" for none).
     #[arg(long, value_name = "cpu=Q,memory=Q,pods=N")]
     pub floor: Option<String>,
     /// The most a grant is, whatever its share of the free capacity, e.g.
-    /// cpu=8,memory=16Gi (each optional; "" for none).
+    /// cpu=8,memory=16Gi (each of cpu, memory, pods, storage, claims
+    /// optional; "" for none).
     #[arg(long, value_name = "cpu=Q,memory=Q,pods=N")]
     pub ceiling: Option<String>,
     /// While a peering lasts, a grant given as shares follows the free
@@ -457,6 +468,11 @@ pub struct SharingPolicySetArgs {
     /// default).
     #[arg(long, value_name = "NAME")]
     pub runtime_class: Option<String>,
+    /// The StorageClasses the peer's claims may use, comma-separated, the
+    /// first given to claims that name none ("" for none, the default:
+    /// no claims).
+    #[arg(long, value_name = "NAME,...")]
+    pub storage_classes: Option<String>,
     /// How many node ports the peer's Services may hold in each of its
     /// namespaces (0, the default, refuses NodePort Services).
     #[arg(long, value_name = "COUNT")]

@@ -214,6 +214,15 @@ pub struct RequestArgs {
     #[arg(long, value_name = "COUNT")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<String>,
+    /// Persistent storage for claims, in all (e.g. 20Gi); by default what
+    /// the provider's sharing policy offers.
+    #[arg(long, value_name = "QUANTITY")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
+    /// Claims; by default what the provider's sharing policy offers.
+    #[arg(long, value_name = "COUNT")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<String>,
     /// Refuse when the policy offers less than asked, instead of taking what
     /// it offers.
     #[arg(long)]

@@ -438,6 +438,8 @@ mod tests {
                 cpu: Some("2".into()),
                 memory: None,
                 pods: None,
+                storage: None,
+                claims: None,
                 require_request: false,
             },
             certificate_lifetime: None,

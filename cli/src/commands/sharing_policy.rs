@@ -82,6 +82,8 @@ fn check_offer(flag: &str, value: &str) -> Result<Offer, UserError> {
         cpu: None,
         memory: None,
         pods: None,
+        storage: None,
+        claims: None,
         cost: None,
         floor: None,
         ceiling: None,
@@ -91,17 +93,21 @@ fn check_offer(flag: &str, value: &str) -> Result<Offer, UserError> {
     match flag {
         "--cpu" => policy.cpu = Some(offer.clone()),
         "--memory" => policy.memory = Some(offer.clone()),
+        "--storage" => policy.storage = Some(offer.clone()),
+        "--claims" => policy.claims = Some(offer.clone()),
         _ => policy.pods = Some(offer.clone()),
     }
     let stand_in = Amounts {
         cpu_millis: 1000,
         memory_bytes: 1 << 30,
         pods: 100,
+        storage_bytes: 1 << 30,
+        claims: 100,
     };
     if offer.0.is_empty() || sharing::offered(&policy, stand_in).is_err() {
         let example = match flag {
             "--cpu" => "4 or 500m",
-            "--memory" => "8Gi or 512Mi",
+            "--memory" | "--storage" => "8Gi or 512Mi",
             _ => "110",
         };
         return Err(UserError::Usage(format!(
@@ -136,7 +142,13 @@ fn check_bound(flag: &str, value: &str) -> Result<Option<Resources>, UserError> 
             ),
             "memory" => (&mut bound.memory, sharing::parse_bytes(quantity).is_some()),
             "pods" => (&mut bound.pods, quantity.parse::<u64>().is_ok()),
-            other => return Err(bad(format!("{other:?} is none of cpu, memory, pods"))),
+            "storage" => (&mut bound.storage, sharing::parse_bytes(quantity).is_some()),
+            "claims" => (&mut bound.claims, quantity.parse::<u64>().is_ok()),
+            other => {
+                return Err(bad(format!(
+                    "{other:?} is none of cpu, memory, pods, storage, claims"
+                )));
+            }
         };
         if !valid {
             return Err(bad(format!("{pair:?} is not a quantity")));
@@ -222,6 +234,12 @@ fn merged(
     if let Some(v) = &args.pods {
         base.pods = Some(check_offer("--pods", v)?);
     }
+    if let Some(v) = &args.storage {
+        base.storage = Some(check_offer("--storage", v)?);
+    }
+    if let Some(v) = &args.claims {
+        base.claims = Some(check_offer("--claims", v)?);
+    }
     if let Some(v) = &args.floor {
         base.floor = check_bound("--floor", v)?;
     }
@@ -290,6 +308,18 @@ fn merge_admission(a: &mut Admission, args: &SharingPolicySetArgs) -> Result<(),
             .trim()
             .parse::<Level>()
             .map_err(|e| UserError::Usage(format!("--pod-security: {e}")))?;
+    }
+    if let Some(v) = &args.storage_classes {
+        a.storage_classes = list(v);
+        for c in &a.storage_classes {
+            validation::dns_subdomain(c).map_err(|e| {
+                bad(
+                    "--storage-classes",
+                    c,
+                    format!("is not a StorageClass name: {e}"),
+                )
+            })?;
+        }
     }
     if let Some(v) = &args.priority_classes {
         a.priority_classes = list(v);
@@ -640,12 +670,21 @@ fn render(s: &Shown) -> String {
         "Offered now",
         "Free now",
     ]);
-    let policy = [&s.policy.cpu, &s.policy.memory, &s.policy.pods];
+    let policy = [
+        &s.policy.cpu,
+        &s.policy.memory,
+        &s.policy.pods,
+        &s.policy.storage,
+        &s.policy.claims,
+    ];
     let pick = |r: &Resources, i: usize| -> String {
-        let q = [&r.cpu, &r.memory, &r.pods][i];
+        let q = [&r.cpu, &r.memory, &r.pods, &r.storage, &r.claims][i];
         q.as_ref().map_or("0".to_owned(), |q| q.0.clone())
     };
-    for (i, what) in ["cpu", "memory", "pods"].into_iter().enumerate() {
+    for (i, what) in ["cpu", "memory", "pods", "storage", "claims"]
+        .into_iter()
+        .enumerate()
+    {
         amounts.add_row(vec![
             what.to_owned(),
             policy[i].as_ref().map_or("0".to_owned(), |o| o.0.clone()),
@@ -700,10 +739,16 @@ async fn delete(
 fn show_bounds(p: &SharingPolicySpec) -> Option<String> {
     let one = |name: &str, r: &Option<Resources>| {
         let r = r.as_ref()?;
-        let parts: Vec<String> = [("cpu", &r.cpu), ("memory", &r.memory), ("pods", &r.pods)]
-            .into_iter()
-            .filter_map(|(k, q)| Some(format!("{k}={}", q.as_ref()?.0)))
-            .collect();
+        let parts: Vec<String> = [
+            ("cpu", &r.cpu),
+            ("memory", &r.memory),
+            ("pods", &r.pods),
+            ("storage", &r.storage),
+            ("claims", &r.claims),
+        ]
+        .into_iter()
+        .filter_map(|(k, q)| Some(format!("{k}={}", q.as_ref()?.0)))
+        .collect();
         (!parts.is_empty()).then(|| format!("{name} {}", parts.join(" ")))
     };
     let shown: Vec<String> = [one("floor", &p.floor), one("ceiling", &p.ceiling)]
@@ -729,7 +774,7 @@ fn show_following(p: &SharingPolicySpec) -> Option<String> {
 fn describe(p: &SharingPolicySpec) -> String {
     let offer = |o: &Option<Offer>| o.as_ref().map_or("0".to_owned(), |o| o.0.clone());
     let mut out = format!(
-        "{}, cpu {}, memory {}, pods {}",
+        "{}, cpu {}, memory {}, pods {}, storage {}, claims {}",
         if p.accept_new_peers {
             "accepts new peers"
         } else {
@@ -737,7 +782,9 @@ fn describe(p: &SharingPolicySpec) -> String {
         },
         offer(&p.cpu),
         offer(&p.memory),
-        offer(&p.pods)
+        offer(&p.pods),
+        offer(&p.storage),
+        offer(&p.claims)
     );
     if let Some(bounds) = show_bounds(p) {
         out.push_str(&format!(", {bounds}"));

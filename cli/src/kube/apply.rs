@@ -76,6 +76,7 @@ pub async fn apply_over(cluster: &ClusterClient, manifest: &Manifest) -> anyhow:
             apply_if_changed(Api::all(c), o.as_ref()).await
         }
         Manifest::MutatingWebhookConfiguration(o) => apply_to(Api::all(c), o.as_ref()).await,
+        Manifest::StorageClass(o) => apply_to(Api::all(c), o.as_ref()).await,
     };
     result.map_err(|e| cluster.explain(e, &format!("applying {}", manifest.describe())))
 }

@@ -14,6 +14,7 @@ pub mod peer_admission;
 pub mod peering_token;
 pub mod placement;
 pub mod rbac;
+pub mod storage;
 pub mod twin_namespaces;
 pub mod validation;
 pub mod webhook;
@@ -31,6 +32,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, ResourceQuota, Secret, Service, ServiceAccount, Toleration,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, OwnerReference};
 use kube::api::ApiResource;
@@ -73,6 +75,7 @@ pub enum Manifest {
     MutatingAdmissionPolicy(Box<MutatingAdmissionPolicy>),
     MutatingAdmissionPolicyBinding(Box<MutatingAdmissionPolicyBinding>),
     MutatingWebhookConfiguration(Box<MutatingWebhookConfiguration>),
+    StorageClass(Box<StorageClass>),
 }
 
 impl Manifest {
@@ -103,6 +106,7 @@ impl Manifest {
                 ("MutatingAdmissionPolicyBinding", &o.metadata)
             }
             Self::MutatingWebhookConfiguration(o) => ("MutatingWebhookConfiguration", &o.metadata),
+            Self::StorageClass(o) => ("StorageClass", &o.metadata),
         }
     }
 
@@ -129,6 +133,7 @@ impl Manifest {
             Self::MutatingAdmissionPolicy(o) => &mut o.metadata,
             Self::MutatingAdmissionPolicyBinding(o) => &mut o.metadata,
             Self::MutatingWebhookConfiguration(o) => &mut o.metadata,
+            Self::StorageClass(o) => &mut o.metadata,
         }
     }
 
@@ -182,6 +187,7 @@ impl Manifest {
             Self::MutatingWebhookConfiguration(_) => {
                 ApiResource::erase::<MutatingWebhookConfiguration>(&())
             }
+            Self::StorageClass(_) => ApiResource::erase::<StorageClass>(&()),
         };
         (resource, namespace)
     }
@@ -248,8 +254,10 @@ pub fn render(options: &Options) -> Vec<Manifest> {
     out.extend(twin_namespaces::twin_namespace_policies());
     out.extend(peer_admission::policies());
     out.extend(peering_token::peering_token_policy());
+    out.push(storage::storage_class());
     if !options.without_placement_policy {
         out.extend(placement::placement_policies());
+        out.extend(storage::claims_policy());
     } else if let Some(ca) = &options.placement_webhook_ca {
         out.extend(webhook::placement_webhook(ca));
     }

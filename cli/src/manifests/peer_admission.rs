@@ -47,6 +47,8 @@ pub const SECRETS: &str = "liqo-peer-secrets";
 pub const NAMESPACE_NAMES: &str = "liqo-peer-namespace-names";
 /// A peer's end of the tunnel, in its tenant namespace.
 pub const CONNECTIONS: &str = "liqo-peer-connections";
+/// The PersistentVolumeClaims a peer writes.
+pub const CLAIMS: &str = "liqo-peer-claims";
 
 /// The prefix of every peer identity's user name (see
 /// [`liqo_api::authentication::peer_user`]).
@@ -62,6 +64,7 @@ pub fn policies() -> Vec<Manifest> {
         pod_security_policy(),
         namespace_names_policy(),
         connections_policy(),
+        claims_policy(),
         secrets_policy(),
         // No parameter: one binding for every peer.
         deny_binding(
@@ -74,7 +77,7 @@ pub fn policies() -> Vec<Manifest> {
 
 /// The names of the policies that take a peer's terms, with a binding per
 /// peer.
-pub const BOUND_PER_PEER: [&str; 7] = [
+pub const BOUND_PER_PEER: [&str; 8] = [
     PODS,
     WORKLOADS,
     SERVICES,
@@ -82,6 +85,7 @@ pub const BOUND_PER_PEER: [&str; 7] = [
     POD_SECURITY,
     NAMESPACE_NAMES,
     CONNECTIONS,
+    CLAIMS,
 ];
 
 /// The name of `consumer`'s binding of `policy`.
@@ -371,19 +375,26 @@ fn volume_rules(spec: &str, what: &str, at_creation: &str) -> Vec<Validation> {
             ),
         ),
         forbidden(
-            volumes("!has(v.persistentVolumeClaim) && !has(v.ephemeral)"),
+            volumes("!has(v.ephemeral)"),
             format!(
-                "'a peer\\'s {what} may not mount claims nor generic ephemeral volumes: \
-                 the provider grants no storage'"
+                "'a peer\\'s {what} may not mount generic ephemeral volumes: mount a claim of \
+                 the peer\\'s instead'"
             ),
+        ),
+        forbidden(
+            volumes(
+                "!has(v.persistentVolumeClaim) || \
+                 (has(variables.terms.storageClasses) && size(variables.terms.storageClasses) > 0)",
+            ),
+            format!("'a peer\\'s {what} may not mount claims: the provider grants no storage'"),
         ),
         forbidden(
             format!(
                 "{at_creation}variables.terms.podSecurity == 'privileged' || !has({spec}.volumes) || \
-                 {spec}.volumes.all(v, {types})"
+                 {spec}.volumes.all(v, {types} || has(v.persistentVolumeClaim))"
             ),
             format!(
-                "'a peer\\'s {what} may mount only volumes of types {}'",
+                "'a peer\\'s {what} may mount only volumes of types {}, and claims'",
                 VOLUME_TYPES.join(", ")
             ),
         ),
@@ -481,6 +492,62 @@ fn services_policy() -> Manifest {
                     type_is("LoadBalancer")
                 ),
                 "'the provider does not allow this peer LoadBalancer Services (its sharing policy\\'s loadBalancers is 0)'",
+            ),
+        ],
+    )
+}
+
+/// A peer's claims reach only volumes provisioned for them, of the
+/// classes its terms list (the cluster's default class filled in before
+/// this is judged): no volume named, none selected, no data from another
+/// namespace, and no volume bound by hand afterwards. How much it claims
+/// is its quota's.
+fn claims_policy() -> Manifest {
+    let created = "request.operation != 'CREATE' || ";
+    policy(
+        CLAIMS,
+        tenant_kind(),
+        vec![rule("", &["persistentvolumeclaims"])],
+        Some(by_a_peer()),
+        terms(),
+        vec![
+            forbidden(
+                format!("{created}!has(object.spec.volumeName) || object.spec.volumeName == ''"),
+                "'a peer\\'s claims may not name a volume (spec.volumeName): the provider \
+                 provisions one for each'",
+            ),
+            forbidden(
+                "request.operation != 'UPDATE' || \
+                 (has(object.spec.volumeName) ? object.spec.volumeName : '') == \
+                 (has(oldObject.spec.volumeName) ? oldObject.spec.volumeName : '')",
+                "'a peer may not bind its claims to a volume (spec.volumeName): the provider \
+                 binds them'",
+            ),
+            forbidden(
+                format!("{created}!has(object.spec.selector)"),
+                "'a peer\\'s claims may not select volumes (spec.selector): the provider \
+                 provisions one for each'",
+            ),
+            forbidden(
+                format!(
+                    "{created}!has(object.spec.dataSourceRef) || \
+                     !has(object.spec.dataSourceRef.namespace) || \
+                     object.spec.dataSourceRef.namespace == '' || \
+                     object.spec.dataSourceRef.namespace == request.namespace"
+                ),
+                "'a peer\\'s claims may not take their data from another namespace'",
+            ),
+            forbidden(
+                format!(
+                    "{created}has(variables.terms.storageClasses) && \
+                     has(object.spec.storageClassName) && \
+                     object.spec.storageClassName in variables.terms.storageClasses"
+                ),
+                "'storageClassName ' + (has(object.spec.storageClassName) ? \
+                 object.spec.storageClassName : '(none)') + ' is not one the provider allows \
+                 this peer (allowed: ' + (!has(variables.terms.storageClasses) || \
+                 size(variables.terms.storageClasses) == 0 ? 'none' : \
+                 variables.terms.storageClasses.join(', ')) + ')'",
             ),
         ],
     )

@@ -200,7 +200,13 @@ fn share_policy() -> Manifest {
                     resource_rule(
                         &[""],
                         &["CREATE"],
-                        &["pods", "configmaps", "secrets", "services"],
+                        &[
+                            "pods",
+                            "configmaps",
+                            "secrets",
+                            "services",
+                            "persistentvolumeclaims",
+                        ],
                     ),
                     resource_rule(&["apps"], &["CREATE"], &["replicasets"]),
                     resource_rule(&["batch"], &["CREATE"], &["jobs"]),

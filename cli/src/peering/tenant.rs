@@ -27,9 +27,19 @@ use crate::manifests::{Manifest, common_labels, rbac};
 /// tenant's rights"). No ServiceAccounts (its pods run as the twin's
 /// default account, with no token mounted), no pod status (the provider's
 /// kubelets write it), no writing Events (they are reflected to the
-/// consumer, never from it).
+/// consumer, never from it). Claims are bounded by the grant's storage
+/// and the terms' classes (`liqo-peer-claims`); no PersistentVolume.
 const TENANT_RULES: [(&str, &[&str]); 4] = [
-    ("", &["pods", "configmaps", "secrets", "services"]),
+    (
+        "",
+        &[
+            "pods",
+            "configmaps",
+            "secrets",
+            "services",
+            "persistentvolumeclaims",
+        ],
+    ),
     ("apps", &["replicasets"]),
     // Offloaded pods meant to end (restartPolicy OnFailure or Never) run
     // as Jobs of one.
@@ -128,6 +138,16 @@ pub fn manifests(
         if let Some(pods) = &grant.pods {
             hard.insert("pods".to_owned(), pods.clone());
         }
+        // No storage granted: none at all (shares say the same).
+        let none = || k8s_openapi::apimachinery::pkg::api::resource::Quantity("0".to_owned());
+        hard.insert(
+            "requests.storage".to_owned(),
+            grant.storage.clone().unwrap_or_else(none),
+        );
+        hard.insert(
+            "persistentvolumeclaims".to_owned(),
+            grant.claims.clone().unwrap_or_else(none),
+        );
         hard
     };
     let mut out = vec![Manifest::Namespace(Namespace {
@@ -278,6 +298,7 @@ mod tests {
             cpu: Some(Quantity("2".into())),
             memory: Some(Quantity("4Gi".into())),
             pods: Some(Quantity("20".into())),
+            ..Resources::default()
         };
         let all = manifests(&consumer(), None, &grant, None, &Admission::default());
         for m in &all {

@@ -172,6 +172,16 @@ pub fn manifests(
                 rbac::rule(&[""], &["pods/status"], &["patch"]),
                 // Refused pods are said with an Event.
                 rbac::rule(&[""], &["events"], &["create"]),
+                // The volumes of the claims it keeps on its provider
+                // (docs/storage.md): one per claim, bound to it, whose
+                // node affinity names its node. RBAC cannot say "its
+                // own"; the agent follows only those labelled with its
+                // provider and deletes only those.
+                rbac::rule(
+                    &[""],
+                    &["persistentvolumes"],
+                    &["get", "list", "watch", "create", "patch", "delete"],
+                ),
                 // The kubelet API authenticates bearer tokens and
                 // authorizes every request as a kubelet in webhook mode.
                 rbac::rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
@@ -339,6 +349,14 @@ fn offloaded_rules() -> Vec<PolicyRule> {
         // the agent follows its own copies (by label) and updates their
         // counts.
         rbac::rule(&[""], &["events"], &["list", "watch", "patch"]),
+        // Claims of the class `liqo` are kept on the provider; their
+        // status says the size the provider gave them.
+        rbac::rule(
+            &[""],
+            &["persistentvolumeclaims"],
+            &["get", "list", "watch"],
+        ),
+        rbac::rule(&[""], &["persistentvolumeclaims/status"], &["patch"]),
         // Offloaded pods get a token of their own service account, bound
         // to the pod, as a kubelet requests it. RBAC cannot limit this to
         // the accounts of pods bound to the node (the node authorizer
@@ -470,12 +488,22 @@ mod tests {
         for (resources, names, verbs) in rules_of(role) {
             let rule = format!("{resources} {names:?} {verbs:?}");
             let pods = resources.starts_with("pods");
-            // Only pods are deleted: the kubelet's final removal.
+            let volumes = resources == "persistentvolumes";
+            // Only pods are deleted (the kubelet's final removal), and the
+            // volumes of the claims it keeps.
             assert!(
-                !verbs.contains(&"*".to_owned()) && (pods || !verbs.contains(&"delete".to_owned())),
+                !verbs.contains(&"*".to_owned())
+                    && (pods || volumes || !verbs.contains(&"delete".to_owned())),
                 "{rule}"
             );
             match names {
+                // Volumes are cluster-wide: the agent follows and deletes
+                // only those labelled with its provider.
+                None if volumes => assert_eq!(
+                    verbs,
+                    ["get", "list", "watch", "create", "patch", "delete"],
+                    "{rule}"
+                ),
                 // Pods of any namespace may be bound to the node.
                 None if pods => assert!(
                     verbs
@@ -529,6 +557,8 @@ mod tests {
             ("configmaps,secrets,services", vec!["list", "watch"]),
             ("endpointslices", vec!["list", "watch"]),
             ("events", vec!["list", "watch", "patch"]),
+            ("persistentvolumeclaims", vec!["get", "list", "watch"]),
+            ("persistentvolumeclaims/status", vec!["patch"]),
             ("serviceaccounts/token", vec!["create"]),
         ];
         let have = rules_of(role);

@@ -7,6 +7,7 @@
 //! service account tokens in [`token`], remote pods' Events in [`event`]; [`references`] says whether a pod's ConfigMaps and
 //! Secrets let it start.
 
+pub mod claim;
 pub mod event;
 pub mod exposition;
 pub mod offloading;
@@ -452,6 +453,7 @@ mod tests {
                 cpu: Some(Quantity("2".to_owned())),
                 memory: Some(Quantity("4Gi".to_owned())),
                 pods: Some(Quantity("20".to_owned())),
+                ..Resources::default()
             }),
             cost: Some(Cost {
                 cpu_hour: Some("0.05".to_owned()),
@@ -493,7 +495,7 @@ mod tests {
             status.largest_free_node = Some(Resources {
                 cpu: Some(Quantity("500m".to_owned())),
                 memory: Some(Quantity("1Mi".to_owned())),
-                pods: None,
+                ..Resources::default()
             });
         }
         if let Some(status) = known.status.as_mut() {

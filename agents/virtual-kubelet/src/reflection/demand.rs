@@ -142,7 +142,8 @@ mod tests {
             Amounts {
                 cpu_millis: 750,
                 memory_bytes: 1536 << 20,
-                pods: 2
+                pods: 2,
+                ..Amounts::default()
             }
         );
         assert_eq!(
@@ -150,7 +151,8 @@ mod tests {
             Amounts {
                 cpu_millis: 1000,
                 memory_bytes: 0,
-                pods: 1
+                pods: 1,
+                ..Amounts::default()
             }
         );
     }

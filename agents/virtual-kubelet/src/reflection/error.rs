@@ -117,6 +117,24 @@ pub enum Error {
         source: kube::Error,
     },
 
+    // Claims kept on the provider, and their volumes here.
+    #[error("{what} of the claim {namespace}/{name}")]
+    Claim {
+        what: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The provider refuses the claim, or cannot be asked for it: said on
+    /// the consumer's claim.
+    #[error("the provider refuses the claim {namespace}/{name}: {why}")]
+    ClaimRefused {
+        namespace: String,
+        name: String,
+        why: String,
+    },
+
     // Mirrored objects (ConfigMaps, Secrets, Services, EndpointSlices).
     #[error("creating {kind} {twin}/{name} on the provider")]
     CreateCopy {
@@ -254,6 +272,9 @@ pub enum NotYet {
     /// Where the pods of a namespace resolve names is not decided yet.
     #[error("the nameserver of the twin of {0} is not known yet")]
     Nameserver(String),
+    /// The volumes of this node's claims are not followed yet.
+    #[error("the volumes of this node's claims are not in sync yet")]
+    Volumes,
     /// An object of that name on the provider that no store shows as
     /// ours: someone else's, or ours on its way to the store.
     #[error("{twin}/{name} exists on the provider and is not (yet) known as ours")]

@@ -40,6 +40,7 @@
 //! request of the pods bound before it (the tail of the added start
 //! latency).
 
+pub mod claims;
 mod deflated;
 pub mod demand;
 mod error;
