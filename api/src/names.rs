@@ -108,6 +108,12 @@ pub const STORAGE_PROVISIONER: &str = "liqo.io/virtual-kubelet";
 /// On a consumer's claim: the provider's StorageClass to keep it in (one
 /// its terms allow); by default the first the provider allows.
 pub const REMOTE_STORAGE_CLASS_ANNOTATION: &str = "liqo.io/remote-storage-class";
+/// On a consumer's volume of [`STORAGE_CLASS`]: the claim on the provider
+/// that holds its data, `<twin>/<claim>`.
+pub const REMOTE_CLAIM_ANNOTATION: &str = "liqo.io/remote-claim";
+/// On a NamespaceOffloading being deleted: its twin namespaces keep the
+/// claims they hold (and nothing else), for a later offload to find.
+pub const KEEP_REMOTE_DATA_ANNOTATION: &str = "liqo.io/keep-remote-data";
 pub const VIRTUAL_KUBELET_IMAGE: &str = "ghcr.io/liqo-rs/liqo-virtual-kubelet";
 
 /// The port agents serve `/healthz` and `/readyz` on.

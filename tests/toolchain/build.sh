@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the test clusters' binaries (kube-apiserver, kubelet,
 # kube-controller-manager, kube-scheduler, kube-proxy, kubectl, etcd, kwok),
-# metrics-server (which scrapes kubelets, the virtual kubelet among them) and
-# CoreDNS (the clusters' DNS) from the Go modules pinned beside this script,
-# into a cache outside the repository.
+# metrics-server (which scrapes kubelets, the virtual kubelet among them),
+# CoreDNS (the clusters' DNS) and local-path-provisioner (the real nodes'
+# storage) from the Go modules pinned beside this script, into a cache
+# outside the repository.
 #
 # The cache folder is keyed by the hash of the pins (go.mod, go.sum, the
 # sources here and build_rev below), so a build happens only when a pin changes. The folder's
@@ -19,7 +20,8 @@ cache_root=${LIQO_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/liqo-rs/toolc
 build_rev=3
 key=$( (echo "$build_rev"; cd "$here" && cat */go.mod */go.sum */*.go) | sha256sum | cut -c1-16)
 out="$cache_root/$key"
-bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl etcd kwok metrics-server coredns)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl etcd kwok metrics-server coredns
+  local-path-provisioner)
 
 complete() {
   for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done
@@ -63,6 +65,7 @@ done
 (cd "$here/kwok" && go build "${flags[@]}" -o "$staging/" sigs.k8s.io/kwok/cmd/kwok)
 (cd "$here/metrics-server" && go build "${flags[@]}" -o "$staging/" sigs.k8s.io/metrics-server/cmd/metrics-server)
 (cd "$here/coredns" && go build "${flags[@]}" -o "$staging/coredns" .)
+(cd "$here/local-path-provisioner" && go build "${flags[@]}" -o "$staging/" github.com/rancher/local-path-provisioner)
 echo "built in $(( $(date +%s) - start ))s" >&2
 
 # Publish whole or not at all: a run interrupted above leaves no half cache.

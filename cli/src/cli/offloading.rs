@@ -86,6 +86,13 @@ pub struct UnoffloadNamespaceArgs {
     /// The namespaces to stop offloading.
     #[arg(required = true, value_name = "NAME")]
     pub names: Vec<String>,
+    /// Leave the claims kept on the providers (with their data) in the twin
+    /// namespaces, for a later offload of the same namespaces to find.
+    #[arg(long, conflicts_with = "delete_remote_data")]
+    pub keep_remote_data: bool,
+    /// Delete the claims kept on the providers, and their data.
+    #[arg(long)]
+    pub delete_remote_data: bool,
     /// How long to wait for the twin namespaces to be gone, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,

@@ -247,6 +247,14 @@ pub struct UnpeerArgs {
     /// nothing; its virtual node turns NotReady).
     #[arg(long, value_name = "CONSUMER_ID", conflicts_with_all = ["remote_kubeconfig", "cluster_id"])]
     pub tenant: Option<String>,
+    /// Leave the claims kept on the provider (with their data) in their
+    /// twin namespaces, for a later peering and offload of the same
+    /// namespaces to find (unoffload them with --keep-remote-data first).
+    #[arg(long, conflicts_with = "delete_remote_data")]
+    pub keep_remote_data: bool,
+    /// Delete the claims kept on the provider, and their data.
+    #[arg(long)]
+    pub delete_remote_data: bool,
     /// How long to wait for everything to be gone, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,

@@ -29,6 +29,7 @@ use crate::factory::ClusterClient;
 use crate::kube::cluster::{read_identity, serves_mutating_admission_policy};
 use crate::kube::wait::{self, Waited};
 use crate::manifests;
+use crate::peering::kept_claims::{self, RemoteData};
 use crate::peering::offloading::{self, Removed};
 use crate::peering::refused;
 use crate::printer::Printer;
@@ -251,9 +252,26 @@ async fn run_unoffload(
             .into());
         }
     }
+    // Nothing is deleted by surprise: the data of claims kept on
+    // providers goes only when told.
+    let data = RemoteData::of(args.keep_remote_data, args.delete_remote_data);
+    let mut kept = Vec::new();
+    for ns in &args.names {
+        kept.extend(kept_claims::on_consumer(cluster, Some(ns), None).await?);
+    }
+    if !kept.is_empty() && data == RemoteData::Unsaid {
+        return Err(kept_claims::refusal(
+            &format!("unoffloading {}", args.names.join(", ")),
+            &kept,
+        )
+        .into());
+    }
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(args.timeout);
     for ns in &args.names {
         let step = printer.step(format!("Unoffloading {ns}"));
+        if data == RemoteData::Keep {
+            offloading::keep_remote_data(cluster, ns).await?;
+        }
         match offloading::remove(cluster, ns, deadline).await {
             Ok(Removed::Gone) => step.done(""),
             Ok(Removed::WasNot) => {
@@ -275,6 +293,24 @@ async fn run_unoffload(
             }
         }
         printer.result(format!("namespace {ns} is no longer offloaded"));
+        let of_ns = kept
+            .iter()
+            .filter(|k| k.claim.starts_with(&format!("{ns}/")))
+            .count();
+        match data {
+            RemoteData::Keep if of_ns > 0 => printer.info(format!(
+                "  {of_ns} claims of {ns} are kept on their providers, in the twin namespaces: \
+                 offload {ns} again to use them"
+            )),
+            RemoteData::Delete if of_ns > 0 => {
+                kept_claims::forget_volumes(cluster, Some(ns), None).await?;
+                printer.info(format!(
+                    "  the data of {of_ns} claims of {ns} is deleted: the claims say Lost; \
+                     delete them (a StatefulSet makes new ones)"
+                ));
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use crate::cli::{GlobalArgs, UnpeerArgs};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::cluster::{installed, read_identity};
+use crate::peering::kept_claims::{self, RemoteData};
 use crate::peering::offloading;
 use crate::peering::outgoing::{Identity, identity_of};
 use crate::peering::phases::{BY_KUBECONFIGS, BY_TOKEN, Ends, Phase};
@@ -98,6 +99,14 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
         ))
         .into());
     }
+    let data = remote_data(&consumer, &provider_cluster_id, &offloaded, args).await;
+    let data = match data {
+        Ok(data) => data,
+        Err(e) => {
+            step.fail("holds data");
+            return Err(e);
+        }
+    };
     step.done("");
 
     let step = printer.step(match &provider {
@@ -115,8 +124,10 @@ pub async fn run(args: &UnpeerArgs, global: &GlobalArgs, printer: Printer) -> an
         tenant,
         deadline,
         timeout: args.timeout,
+        keep_claims: data == RemoteData::Keep,
     };
     remove(&ends, BY_KUBECONFIGS, step, &printer).await?;
+    said_of_data(&consumer, &provider_cluster_id, data, &printer).await?;
     printer.result(format!(
         "cluster {} no longer peers with {provider_cluster_id}{}",
         consumer.name,
@@ -153,6 +164,13 @@ async fn end_token_peering(
         ))
         .into());
     }
+    let data = match remote_data(consumer, provider_id, &offloaded, args).await {
+        Ok(data) => data,
+        Err(e) => {
+            step.fail("holds data");
+            return Err(e);
+        }
+    };
     let consumer_id = installed(consumer).await?;
     step.done("");
     let step = printer.step(format!(
@@ -168,12 +186,76 @@ async fn end_token_peering(
         tenant: tenant.clone(),
         deadline,
         timeout: args.timeout,
+        keep_claims: data == RemoteData::Keep,
     };
     remove(&ends, BY_TOKEN, step, &printer).await?;
+    said_of_data(consumer, provider_id, data, &printer).await?;
     printer.result(format!(
         "cluster {} no longer peers with {provider_id}; the provider removes the tenant {tenant}",
         consumer.name
     ));
+    Ok(())
+}
+
+/// What to do with the claims the consumer keeps on `provider`: refused
+/// while there are any and nothing was said; keeping them needs their
+/// namespaces unoffloaded first (with --keep-remote-data), so that their
+/// twin namespaces hold nothing else.
+async fn remote_data(
+    consumer: &ClusterClient,
+    provider: &ClusterId,
+    offloaded: &[String],
+    args: &UnpeerArgs,
+) -> anyhow::Result<RemoteData> {
+    let data = RemoteData::of(args.keep_remote_data, args.delete_remote_data);
+    let kept = kept_claims::on_consumer(consumer, None, Some(provider)).await?;
+    if kept.is_empty() {
+        return Ok(data);
+    }
+    match data {
+        RemoteData::Unsaid => {
+            Err(kept_claims::refusal(&format!("unpeering from cluster {provider}"), &kept).into())
+        }
+        RemoteData::Keep if !offloaded.is_empty() => Err(UserError::Refused(format!(
+            "to keep the claims of namespaces {} on cluster {provider}, unoffload them with \
+             --keep-remote-data first",
+            offloaded.join(", ")
+        ))
+        .into()),
+        data => Ok(data),
+    }
+}
+
+/// Says what became of the claims kept on `provider`, and forgets the
+/// volumes of those whose data was deleted.
+async fn said_of_data(
+    consumer: &ClusterClient,
+    provider: &ClusterId,
+    data: RemoteData,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    match data {
+        RemoteData::Delete => {
+            let forgotten = kept_claims::forget_volumes(consumer, None, Some(provider)).await?;
+            if forgotten > 0 {
+                printer.info(format!(
+                    "  the data of {forgotten} claims kept on {provider} is deleted: the claims \
+                     say Lost; delete them (a StatefulSet makes new ones)"
+                ));
+            }
+        }
+        RemoteData::Keep => {
+            let kept = kept_claims::on_consumer(consumer, None, Some(provider)).await?;
+            if !kept.is_empty() {
+                printer.info(format!(
+                    "  {} claims stay on {provider} in their twin namespaces; peer and offload \
+                     their namespaces again to use them",
+                    kept.len()
+                ));
+            }
+        }
+        RemoteData::Unsaid => {}
+    }
     Ok(())
 }
 
@@ -214,6 +296,15 @@ async fn end_tenancy(
         ))
         .into());
     }
+    // Nothing is deleted by surprise: the data of the consumer's claims
+    // goes only when told, as on the consumer's side.
+    let kept = kept_claims::on_provider(&provider, &consumer).await?;
+    let data = RemoteData::of(args.keep_remote_data, args.delete_remote_data);
+    if !kept.is_empty() && data == RemoteData::Unsaid {
+        return Err(
+            kept_claims::refusal(&format!("ending the tenancy of {consumer}"), &kept).into(),
+        );
+    }
     if !printer.confirm(
         &format!(
             "End the tenancy of {consumer} on cluster {}?",
@@ -236,8 +327,15 @@ async fn end_tenancy(
         tenant: consumer.clone(),
         deadline,
         timeout: args.timeout,
+        keep_claims: data == RemoteData::Keep,
     };
     remove(&ends, &[Phase::Tenant], step, &printer).await?;
+    if data == RemoteData::Keep && !kept.is_empty() {
+        printer.info(format!(
+            "  {} claims of {consumer} are kept in their twin namespaces here (docs/storage.md)",
+            kept.len()
+        ));
+    }
     printer.result(format!(
         "cluster {} no longer provides for {consumer}; run `liqoctl unpeer --force --cluster-id <this cluster's ID>` \
          on {consumer} to remove its virtual node",

@@ -3,8 +3,6 @@
 //! provider a pod lands on, and the policy that gives it to the claims of
 //! namespaces whose pods all run on providers.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::admissionregistration::v1beta1::{
     JSONPatch, MatchResources, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
     MutatingAdmissionPolicyBindingSpec, MutatingAdmissionPolicySpec, Mutation,
@@ -130,6 +128,7 @@ mod tests {
             (requirement.key.as_str(), requirement.values.clone()),
             (labels::VIRTUAL_NODE, vec!["true".to_owned()])
         );
-        let _: BTreeMap<String, String> = class.metadata.labels.expect("our labels");
+        let _: std::collections::BTreeMap<String, String> =
+            class.metadata.labels.expect("our labels");
     }
 }

@@ -14,6 +14,7 @@ pub mod capacity;
 pub mod consumer;
 pub mod identity;
 pub mod journal;
+pub mod kept_claims;
 pub mod network;
 pub mod offloading;
 pub mod outgoing;

@@ -259,6 +259,31 @@ pub(crate) enum Removed {
     TimedOut,
 }
 
+/// Marks the offloading of `ns` so that, when it is removed, its twin
+/// namespaces keep the claims they hold (the virtual kubelets empty them
+/// of everything else and leave them).
+pub(crate) async fn keep_remote_data(cluster: &ClusterClient, ns: &str) -> anyhow::Result<()> {
+    let api: Api<NamespaceOffloading> = Api::namespaced(cluster.client.clone(), ns);
+    let mark = json!({ "metadata": { "annotations": {
+        names::KEEP_REMOTE_DATA_ANNOTATION: "true",
+    } } });
+    match api
+        .patch(
+            names::NAMESPACE_OFFLOADING,
+            &PatchParams::default(),
+            &Patch::Merge(&mark),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(cluster.explain(
+            e,
+            &format!("marking the offloading of {ns} to keep its claims"),
+        )),
+    }
+}
+
 /// Ends the offloading of `ns`: its placement labels first (pods created
 /// from then on stay local), then its NamespaceOffloading, which the
 /// virtual kubelets hold (a finalizer) until the twin namespaces are gone.

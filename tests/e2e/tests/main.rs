@@ -34,6 +34,7 @@ mod provider_hardening;
 mod provider_hardening_doors;
 mod provider_hardening_terms;
 mod provider_hardening_workloads;
+mod real_node_storage;
 mod real_nodes;
 mod reflection;
 mod sharing_policy;

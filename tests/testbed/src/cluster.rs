@@ -328,6 +328,15 @@ impl Cluster {
         self.real_node.as_ref().map(RealNode::name)
     }
 
+    /// The folder that holds the folder of each volume the local-path
+    /// provisioner made (`<cluster>/storage/`, one folder per claim), in
+    /// the real-node mode: empty once every claim is deleted.
+    pub fn storage_dir(&self) -> Option<PathBuf> {
+        self.real_node
+            .as_ref()
+            .map(|_| crate::storage::folder(&self.dir))
+    }
+
     /// The end (100 lines) of the log of every container the host-process
     /// node ran, each under a `==> <namespace>_<pod>_<container>.log <==`
     /// header: what a failing test prints to show the agents' side.

@@ -18,12 +18,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
-use serde::de::DeserializeOwned;
+use kube::api::Api;
 use serde_json::{Value, json};
 
 use crate::Error;
 use crate::cluster::ClusterSpec;
+use crate::create_or_keep;
 
 /// The image the node holds CoreDNS in (kubeadm's name for it).
 pub(crate) const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.15.0";
@@ -36,6 +36,8 @@ const MCS_CRDS: [&str; 2] = [
     include_str!("../../../cli/src/manifests/mcs/serviceexports.yaml"),
     include_str!("../../../cli/src/manifests/mcs/serviceimports.yaml"),
 ];
+/// What errors call these objects.
+const OBJECTS: &str = "the cluster DNS's";
 /// The namespace, Deployment, and Service of the cluster's DNS.
 pub const NAMESPACE: &str = "kube-system";
 pub const DEPLOYMENT: &str = "coredns";
@@ -91,15 +93,16 @@ pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr) -> Result<(), Er
     for crd in MCS_CRDS {
         let crd: Value = serde_yaml::from_str(crd)
             .map_err(|e| Error::Spec(format!("the MCS API's CRDs: {e}")))?;
-        create::<CustomResourceDefinition>(Api::all(client.clone()), crd).await?;
+        create_or_keep::<CustomResourceDefinition>(Api::all(client.clone()), crd, OBJECTS).await?;
     }
     let labels = json!({"k8s-app": "kube-dns"});
-    create::<ServiceAccount>(
+    create_or_keep::<ServiceAccount>(
         Api::namespaced(client.clone(), NAMESPACE),
         json!({"metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE}}),
+        OBJECTS,
     )
     .await?;
-    create::<ClusterRole>(
+    create_or_keep::<ClusterRole>(
         Api::all(client.clone()),
         json!({
             "metadata": {"name": "system:coredns"},
@@ -112,31 +115,33 @@ pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr) -> Result<(), Er
                  "verbs": ["list", "watch"]},
             ],
         }),
+        OBJECTS,
     )
     .await?;
-    create::<ClusterRoleBinding>(
+    create_or_keep::<ClusterRoleBinding>(
         Api::all(client.clone()),
         json!({
             "metadata": {"name": "system:coredns"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
             "subjects": [{"kind": "ServiceAccount", "name": DEPLOYMENT, "namespace": NAMESPACE}],
-        }),
-    )
+        }), OBJECTS)
     .await?;
-    create::<ConfigMap>(
+    create_or_keep::<ConfigMap>(
         Api::namespaced(client.clone(), NAMESPACE),
         json!({
             "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
             "data": {"Corefile": corefile()},
         }),
+        OBJECTS,
     )
     .await?;
-    create::<Deployment>(
+    create_or_keep::<Deployment>(
         Api::namespaced(client.clone(), NAMESPACE),
         deployment(&labels),
+        OBJECTS,
     )
     .await?;
-    create::<Service>(
+    create_or_keep::<Service>(
         Api::namespaced(client.clone(), NAMESPACE),
         json!({
             "metadata": {"name": SERVICE, "namespace": NAMESPACE, "labels": {
@@ -151,6 +156,7 @@ pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr) -> Result<(), Er
                 ],
             },
         }),
+        OBJECTS,
     )
     .await
 }
@@ -208,24 +214,4 @@ fn deployment(labels: &Value) -> Value {
             },
         },
     })
-}
-
-/// Creates `object` with `api`; one that exists already is kept (a node
-/// started again).
-async fn create<K>(api: Api<K>, object: Value) -> Result<(), Error>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let object: K = serde_json::from_value(object)
-        .map_err(|e| Error::Spec(format!("the cluster DNS's objects: {e}")))?;
-    let what = format!("creating the cluster DNS's {}", K::kind(&()));
-    match api.create(&PostParams::default(), &object).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(source) => Err(Error::Kube { what, source }),
-    }
 }

@@ -24,6 +24,7 @@ mod podnet;
 mod ports;
 mod process;
 mod realnode;
+pub mod storage;
 mod toolchain;
 
 use std::path::{Path, PathBuf};
@@ -246,6 +247,31 @@ pub(crate) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_
     move |source| Error::Io {
         path: path.to_owned(),
         source,
+    }
+}
+
+/// Creates `object` with `api`; one that exists already is kept (a node
+/// started again). `whose` names the objects in errors ("the cluster
+/// DNS's").
+pub(crate) async fn create_or_keep<K>(
+    api: kube::Api<K>,
+    object: serde_json::Value,
+    whose: &str,
+) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let object: K =
+        serde_json::from_value(object).map_err(|e| Error::Spec(format!("{whose} objects: {e}")))?;
+    let what = format!("creating {whose} {}", K::kind(&()));
+    match api.create(&kube::api::PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(source) => Err(Error::Kube { what, source }),
     }
 }
 

@@ -20,8 +20,9 @@
 //!   the machine's.
 //! - Images: nothing is pulled. The node holds the pause image, a
 //!   toolbox for the tests' workloads (busybox, curl), CoreDNS's image
-//!   (the cluster's DNS, [`crate::dns`]) and the agents' images made from
-//!   the agent folder's binaries ([`images`]).
+//!   (the cluster's DNS, [`crate::dns`]), local-path-provisioner's and a
+//!   busybox for its pods (the cluster's storage, [`crate::storage`]), and
+//!   the agents' images made from the agent folder's binaries ([`images`]).
 //! - The ways in and out: pods reach the API servers on the host's
 //!   loopback through a relay the CNI network puts in each of them
 //!   ([`cni`]); the API server reaches the kubelet and pods (logs, exec,
@@ -85,10 +86,19 @@ pub(crate) struct RealNodeConfig {
     pub(crate) api_port: u16,
     /// Hide `/dev/net/tun` from the node.
     pub(crate) without_tun: bool,
-    /// The cluster's DNS: the `kube-dns` Service's address, and the
-    /// CoreDNS binary its image is made of.
+    /// The cluster's DNS: the `kube-dns` Service's address.
     pub(crate) cluster_dns: Ipv4Addr,
+    /// The toolchain's binaries the add-ons' images are made of.
+    pub(crate) add_ons: AddOns,
+}
+
+/// The binaries of the cluster's add-ons that run on the node, from the
+/// toolchain: CoreDNS ([`crate::dns`]) and local-path-provisioner
+/// ([`crate::storage`]).
+#[derive(Debug, Clone)]
+pub(crate) struct AddOns {
     pub(crate) coredns: PathBuf,
+    pub(crate) local_path_provisioner: PathBuf,
 }
 
 /// A running real node. Dropping it stops everything it started.
@@ -289,7 +299,7 @@ impl RealNode {
             std::thread::sleep(Duration::from_millis(100));
         }
         for archive in
-            images::write_all(&dir.join("images"), &config.agent_bin_dir, &config.coredns)?
+            images::write_all(&dir.join("images"), &config.agent_bin_dir, &config.add_ons)?
         {
             containerd
                 .import(&archive)

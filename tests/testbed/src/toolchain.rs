@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use crate::Error;
 
 /// Names of the binaries a cluster needs.
-pub const BINARIES: [&str; 10] = [
+pub const BINARIES: [&str; 11] = [
     "coredns",
     "etcd",
     "kube-apiserver",
@@ -18,6 +18,7 @@ pub const BINARIES: [&str; 10] = [
     "kube-scheduler",
     "kubectl",
     "kwok",
+    "local-path-provisioner",
     "metrics-server",
 ];
 

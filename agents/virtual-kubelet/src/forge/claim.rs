@@ -33,7 +33,7 @@ pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 /// On a claim in a twin: the UID of the consumer's claim it keeps.
 pub const CLAIM_UID: &str = "liqo.io/claim-uid";
 /// On a volume: the claim in the twin that holds its data.
-pub const REMOTE_CLAIM: &str = "liqo.io/remote-claim";
+pub const REMOTE_CLAIM: &str = names::REMOTE_CLAIM_ANNOTATION;
 
 /// The consumer's volume of the claim with UID `uid`.
 pub fn volume_name(uid: &str) -> String {

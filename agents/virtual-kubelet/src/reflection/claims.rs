@@ -129,17 +129,15 @@ impl Claims {
         let name = local.name_any();
         let uid = local.uid().unwrap_or_default();
         let failed = |what: &'static str| {
-            let (namespace, name) = (ns.clone(), name.clone());
+            let claim = format!("{ns}/{name}");
             move |source| Error::Claim {
                 what,
-                namespace,
-                name,
+                claim,
                 source,
             }
         };
         let refused = |why: String| Error::ClaimRefused {
-            namespace: ns.clone(),
-            name: name.clone(),
+            claim: format!("{ns}/{name}"),
             why,
         };
         let provider = self.peering.provider_client()?;
@@ -279,8 +277,7 @@ impl Claims {
         let failed = |what: &'static str| {
             move |source| Error::Claim {
                 what,
-                namespace: ns.to_owned(),
-                name: name.to_owned(),
+                claim: format!("{ns}/{name}"),
                 source,
             }
         };

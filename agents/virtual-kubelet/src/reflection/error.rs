@@ -118,22 +118,18 @@ pub enum Error {
     },
 
     // Claims kept on the provider, and their volumes here.
-    #[error("{what} of the claim {namespace}/{name}")]
+    /// `claim`: its namespace and name.
+    #[error("{what} of the claim {claim}")]
     Claim {
         what: &'static str,
-        namespace: String,
-        name: String,
+        claim: String,
         #[source]
         source: kube::Error,
     },
     /// The provider refuses the claim, or cannot be asked for it: said on
     /// the consumer's claim.
-    #[error("the provider refuses the claim {namespace}/{name}: {why}")]
-    ClaimRefused {
-        namespace: String,
-        name: String,
-        why: String,
-    },
+    #[error("the provider refuses the claim {claim}: {why}")]
+    ClaimRefused { claim: String, why: String },
 
     // Mirrored objects (ConfigMaps, Secrets, Services, EndpointSlices).
     #[error("creating {kind} {twin}/{name} on the provider")]

@@ -322,6 +322,74 @@ impl TwinNamespaces {
         }
     }
 
+    /// Empties our twin of everything the consumer put there but the
+    /// claims it keeps (docs/storage.md, "Nothing lost by surprise"), and
+    /// leaves it for a later offload to find; `false` when it holds no
+    /// claim of ours (it is deleted as usual).
+    async fn empty_twin_keeping_claims(
+        &self,
+        provider: &kube::Client,
+        local_ns: &str,
+        twin: &str,
+    ) -> Result<bool, Error> {
+        use k8s_openapi::api::apps::v1::ReplicaSet;
+        use k8s_openapi::api::batch::v1::Job;
+        use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+        use k8s_openapi::api::discovery::v1::EndpointSlice;
+        use kube::api::ListParams;
+
+        let failed = |source| Error::DeleteTwin {
+            twin: twin.to_owned(),
+            source,
+        };
+        let ours = ListParams::default().labels(&crate::forge::reflected::remote_selector());
+        let claims = Api::<PersistentVolumeClaim>::namespaced(provider.clone(), twin)
+            .list(&ours)
+            .await
+            .map_err(failed)?;
+        if claims.items.is_empty() {
+            return Ok(false);
+        }
+        let everything = ListParams::default();
+        let of_ours = ListParams::default().labels(&format!(
+            "{}={}",
+            liqo_api::names::labels::MANAGED_BY,
+            liqo_api::names::labels::MANAGED_BY_VALUE
+        ));
+        let params = DeleteParams::background();
+        // The workloads first, then what they used.
+        Api::<ReplicaSet>::namespaced(provider.clone(), twin)
+            .delete_collection(&params, &everything)
+            .await
+            .map_err(failed)?;
+        Api::<Job>::namespaced(provider.clone(), twin)
+            .delete_collection(&params, &everything)
+            .await
+            .map_err(failed)?;
+        Api::<Pod>::namespaced(provider.clone(), twin)
+            .delete_collection(&params, &everything)
+            .await
+            .map_err(failed)?;
+        Api::<Service>::namespaced(provider.clone(), twin)
+            .delete_collection(&params, &of_ours)
+            .await
+            .map_err(failed)?;
+        Api::<EndpointSlice>::namespaced(provider.clone(), twin)
+            .delete_collection(&params, &of_ours)
+            .await
+            .map_err(failed)?;
+        Api::<ConfigMap>::namespaced(provider.clone(), twin)
+            .delete_collection(&params, &of_ours)
+            .await
+            .map_err(failed)?;
+        Api::<Secret>::namespaced(provider.clone(), twin)
+            .delete_collection(&params, &of_ours)
+            .await
+            .map_err(failed)?;
+        tracing::info!(%local_ns, %twin, claims = claims.items.len(), "twin namespace emptied, its claims kept");
+        Ok(true)
+    }
+
     /// Deletes our twin; `true` once it is gone (or is not ours).
     async fn delete_twin(
         &self,
@@ -444,7 +512,16 @@ impl Kind for TwinNamespaces {
                 return Ok(Next::Done);
             }
             let provider = self.peering.provider_client()?;
-            if !self.delete_twin(&provider, &local_ns, &twin).await? {
+            let keep = off.meta().deletion_timestamp.is_some()
+                && off
+                    .annotations()
+                    .get(liqo_api::names::KEEP_REMOTE_DATA_ANNOTATION)
+                    .is_some_and(|v| v == "true");
+            let kept = keep
+                && self
+                    .empty_twin_keeping_claims(&provider, &local_ns, &twin)
+                    .await?;
+            if !kept && !self.delete_twin(&provider, &local_ns, &twin).await? {
                 return Ok(Next::After(DELETING_POLL));
             }
             if off.meta().deletion_timestamp.is_none() {

@@ -219,6 +219,7 @@ async fn end_peering(
         tenant,
         deadline,
         timeout,
+        keep_claims: false,
     }
     .remove(BY_TOKEN)
     .await

@@ -105,6 +105,7 @@ impl Pair {
             tenant: consumer_id.cluster_id.clone(),
             deadline,
             timeout,
+            keep_claims: false,
         }
     }
 }

@@ -307,6 +307,9 @@ pub(crate) struct Ends<'a> {
     /// say so.
     pub deadline: tokio::time::Instant,
     pub timeout: u64,
+    /// The twin namespaces holding claims of the consumer's are left on
+    /// the provider with them (`--keep-remote-data`).
+    pub keep_claims: bool,
 }
 
 impl Ends<'_> {

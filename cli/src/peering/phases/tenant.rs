@@ -122,12 +122,22 @@ pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
             .list(&selector)
             .await
             .map_err(|e| provider.explain(e, "listing the tenant's twin namespaces"))?;
-        let live: Vec<String> = twins
+        let mut live: Vec<String> = twins
             .items
             .into_iter()
             .filter(|n| n.metadata.deletion_timestamp.is_none())
             .filter_map(|n| n.metadata.name)
             .collect();
+        // Twins that keep claims stay, with them (`--keep-remote-data`).
+        if ends.keep_claims {
+            let mut without = Vec::new();
+            for name in live {
+                if !holds_claims(provider, &name).await? {
+                    without.push(name);
+                }
+            }
+            live = without;
+        }
         quiet = if live.is_empty() { quiet + 1 } else { 0 };
         if quiet == 2 {
             break;
@@ -153,4 +163,21 @@ pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
         super::gone(ends, provider, namespaces, &ns, &uid).await?;
     }
     Ok(left)
+}
+
+/// Whether twin namespace `twin` holds claims kept for the consumer.
+async fn holds_claims(provider: &ClusterClient, twin: &str) -> anyhow::Result<bool> {
+    let claims = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        provider.client.clone(),
+        twin,
+    )
+    .list(&ListParams::default().labels(&format!(
+        "{}={},{}",
+        labels::MANAGED_BY,
+        labels::MANAGED_BY_VALUE,
+        labels::ORIGIN_NAMESPACE
+    )))
+    .await
+    .map_err(|e| provider.explain(e, &format!("listing the claims of {twin}")))?;
+    Ok(!claims.items.is_empty())
 }

@@ -13,7 +13,7 @@ use crate::podnet::NodeNet;
 use crate::podnet::relay::ApiService;
 use crate::ports::free_port;
 use crate::process::{self, Process};
-use crate::realnode::{self, RealNode, RealNodeConfig};
+use crate::realnode::{self, AddOns, RealNode, RealNodeConfig};
 use crate::toolchain::Toolchain;
 use crate::{Error, io_error};
 
@@ -262,10 +262,18 @@ impl Cluster {
                 api_port,
                 without_tun: spec.real_node_without_tun,
                 cluster_dns: crate::dns::service_ip(&spec)?,
-                coredns: toolchain.binary("coredns"),
+                add_ons: AddOns {
+                    coredns: toolchain.binary("coredns"),
+                    local_path_provisioner: toolchain.binary("local-path-provisioner"),
+                },
             };
+            let node = config.node_name.clone();
             cluster.start_real_node(config, &client).await?;
             crate::dns::deploy(&client, crate::dns::service_ip(&spec)?).await?;
+            // The volumes' folders: the node's, on this machine.
+            let storage = absolute(&crate::storage::folder(dir))?;
+            std::fs::create_dir_all(&storage).map_err(io_error(&storage))?;
+            crate::storage::deploy(&client, &storage, &node).await?;
         } else if let Some(bin_dir) = &spec.agent_bin_dir {
             // Absolute: the pods' processes run in folders of their own.
             let absolute = |path: &Path| std::path::absolute(path).map_err(io_error(path));

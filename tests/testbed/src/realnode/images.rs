@@ -1,8 +1,9 @@
 //! The images a real node holds, built here (no registry is reachable):
-//! the pause image, the tests' toolbox, CoreDNS's, and the agents' images made from
-//! the agent folder's binaries under the names `liqoctl install` uses by
-//! default, so that an install needs no image flag, as on a cluster where
-//! the archives were loaded.
+//! the pause image, the tests' toolbox, CoreDNS's, local-path-provisioner's
+//! and the busybox its pods run, and the agents' images made from the agent
+//! folder's binaries under the names `liqoctl install` uses by default, so
+//! that an install needs no image flag, as on a cluster where the archives
+//! were loaded.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,6 +11,7 @@ use std::process::Command;
 use liqo_images::contents::{self, Program};
 use liqo_images::oci;
 
+use super::AddOns;
 use super::config::{PAUSE_IMAGE, TOOLBOX_IMAGE};
 use crate::Error;
 
@@ -27,11 +29,12 @@ const SOCAT_IMAGE: &str = "docker.io/alpine/socat:1.7.4.4";
 const NETSHOOT_IMAGE: &str = "docker.io/nicolaka/netshoot:v0.15";
 
 /// Writes the node's image archives into `dir` and returns their paths:
-/// pause, toolbox, and the agents of `agent_bin_dir` that were built.
+/// pause, toolbox, the cluster's add-ons (from the toolchain's binaries),
+/// and the agents of `agent_bin_dir` that were built.
 pub(crate) fn write_all(
     dir: &Path,
     agent_bin_dir: &Path,
-    coredns: &Path,
+    add_ons: &AddOns,
 ) -> Result<Vec<PathBuf>, Error> {
     std::fs::create_dir_all(dir).map_err(crate::io_error(dir))?;
     let failed = |what: &str, e: &dyn std::fmt::Display| Error::Spec(format!("{what}: {e}"));
@@ -56,7 +59,19 @@ pub(crate) fn write_all(
             &["/bin/sh"],
         )
         .map_err(|e| failed("the toolbox image", &e))?,
-        coredns_image(coredns).map_err(|e| failed("CoreDNS's image", &e))?,
+        coredns_image(&add_ons.coredns).map_err(|e| failed("CoreDNS's image", &e))?,
+        provisioner_image(&add_ons.local_path_provisioner)
+            .map_err(|e| failed("local-path-provisioner's image", &e))?,
+        // The image of the provisioner's pods that make and remove a
+        // volume's folder: the applets their scripts call (`sh`, `mkdir`,
+        // `rm`), with no entrypoint, as the pods name their command.
+        contents::tools_image(
+            crate::storage::BUSYBOX_IMAGE,
+            &[busybox],
+            &[(busybox, applets.clone())],
+            &[],
+        )
+        .map_err(|e| failed("the local-path provisioner's busybox", &e))?,
     ];
     images.extend(conformance_images(&applets).map_err(|e| failed("the MCS suite's images", &e))?);
     for program in Program::ALL {
@@ -92,6 +107,19 @@ fn coredns_image(binary: &Path) -> Result<oci::Image, contents::Error> {
         contents::tools_image(crate::dns::COREDNS_IMAGE, &[binary], &[], &["/coredns"])?;
     if let Some(file) = image.files.remove(&binary.display().to_string()) {
         image.files.insert("/coredns".to_owned(), file);
+    }
+    Ok(image)
+}
+
+/// local-path-provisioner's image: its static binary where upstream's
+/// image has it, `/usr/bin/local-path-provisioner`, on the `PATH` the
+/// Deployment's command relies on.
+fn provisioner_image(binary: &Path) -> Result<oci::Image, contents::Error> {
+    const AT: &str = "/usr/bin/local-path-provisioner";
+    let mut image =
+        contents::tools_image(crate::storage::PROVISIONER_IMAGE, &[binary], &[], &[AT])?;
+    if let Some(file) = image.files.remove(&binary.display().to_string()) {
+        image.files.insert(AT.to_owned(), file);
     }
     Ok(image)
 }
