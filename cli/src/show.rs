@@ -4,15 +4,24 @@
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use liqo_api::sharing::{Cost, Resources};
 
-/// Resources as people read them: `cpu 2, memory 1Gi, pods 10`.
+/// Resources as people read them: `cpu 2, memory 1Gi, pods 10`, and
+/// `, storage 20Gi in 10 claims` where storage is granted.
 pub(crate) fn show_resources(r: &Resources) -> String {
     let q = |q: &Option<Quantity>| q.as_ref().map_or("0".to_owned(), |q| q.0.clone());
-    format!(
+    let mut out = format!(
         "cpu {}, memory {}, pods {}",
         q(&r.cpu),
         q(&r.memory),
         q(&r.pods)
-    )
+    );
+    if r.storage.is_some() || r.claims.is_some() {
+        out.push_str(&format!(
+            ", storage {} in {} claims",
+            q(&r.storage),
+            q(&r.claims)
+        ));
+    }
+    out
 }
 
 /// A cost as people read it: `0.02 EUR per CPU-hour, 0.005 EUR per GiB-hour`.

@@ -9,9 +9,11 @@
 //! provider, the claims labelled ours in the tenant's twin namespaces.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, DeleteParams, ListParams};
 use liqo_api::ClusterId;
 use liqo_api::names::labels;
+use liqo_api::sharing::{format_bytes, parse_bytes};
 
 use crate::error::UserError;
 use crate::factory::ClusterClient;
@@ -134,17 +136,11 @@ pub async fn on_provider(
     Ok(kept)
 }
 
-fn size_of(
-    capacity: Option<
-        &std::collections::BTreeMap<
-            String,
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-        >,
-    >,
-) -> String {
-    capacity
-        .and_then(|c| c.get("storage"))
-        .map_or_else(|| "?".to_owned(), |q| q.0.clone())
+fn size_of(capacity: Option<&std::collections::BTreeMap<String, Quantity>>) -> String {
+    capacity.and_then(|c| c.get("storage")).map_or_else(
+        || "?".to_owned(),
+        |q| parse_bytes(&q.0).map_or_else(|| q.0.clone(), format_bytes),
+    )
 }
 
 /// The one line that refuses `what` while `kept` hold data.

@@ -32,6 +32,7 @@ mod placement_levels;
 mod placement_webhook;
 mod provider_hardening;
 mod provider_hardening_doors;
+mod provider_hardening_storage;
 mod provider_hardening_terms;
 mod provider_hardening_workloads;
 mod real_node_storage;

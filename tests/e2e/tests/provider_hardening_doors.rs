@@ -32,6 +32,7 @@ const NAMES: &str = "ValidatingAdmissionPolicy 'liqo-peer-namespace-names'";
 const CONNECTIONS: &str = "ValidatingAdmissionPolicy 'liqo-peer-connections'";
 const QUOTA: &str = "exceeded quota";
 const SHARE: &str = "ValidatingAdmissionPolicy 'liqo-twin-share'";
+const CLAIMS: &str = "ValidatingAdmissionPolicy 'liqo-peer-claims'";
 
 /// consumer-1's twin on the provider, at the default level.
 const TWIN: &str = "doors-consumer-1";
@@ -308,9 +309,11 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
         )
         .await,
     );
+    // No storage granted: the quota holds no claim, and the claims policy
+    // refuses a volume named.
     t.refused(
         "a claim of its own",
-        RBAC,
+        CLAIMS,
         Api::<PersistentVolumeClaim>::namespaced(one.clone(), TWIN)
             .create(
                 &pp,

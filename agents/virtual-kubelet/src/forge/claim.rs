@@ -211,7 +211,7 @@ pub fn volume(
         spec: Some(PersistentVolumeSpec {
             capacity: Some(BTreeMap::from([(
                 "storage".to_owned(),
-                Quantity(bytes.to_string()),
+                Quantity(liqo_api::sharing::format_bytes(bytes)),
             )])),
             access_modes: spec.access_modes,
             volume_mode: spec.volume_mode,

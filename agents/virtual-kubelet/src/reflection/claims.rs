@@ -187,7 +187,7 @@ impl Claims {
         let asked = claim::requested(local).unwrap_or(0);
         // Grown here: grown there (a claim never shrinks).
         if asked > claim::requested(remote).unwrap_or(0) {
-            let grow = json!({ "spec": { "resources": { "requests": { "storage": asked.to_string() } } } });
+            let grow = json!({ "spec": { "resources": { "requests": { "storage": liqo_api::sharing::format_bytes(asked) } } } });
             match api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&grow))
                 .await
@@ -237,7 +237,7 @@ impl Claims {
                     .unwrap_or(0);
                 let given = claim::given(remote).unwrap_or(0);
                 if given > have {
-                    let grown = json!({ "spec": { "capacity": { "storage": given.to_string() } } });
+                    let grown = json!({ "spec": { "capacity": { "storage": liqo_api::sharing::format_bytes(given) } } });
                     volumes
                         .patch(&volume_name, &PatchParams::default(), &Patch::Merge(&grown))
                         .await
@@ -246,8 +246,7 @@ impl Claims {
                 // The claim's status says the size once it is bound.
                 let bound = local.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
                 if bound && given > claim::given(local).unwrap_or(0) {
-                    let status =
-                        json!({ "status": { "capacity": { "storage": given.to_string() } } });
+                    let status = json!({ "status": { "capacity": { "storage": liqo_api::sharing::format_bytes(given) } } });
                     Api::<PersistentVolumeClaim>::namespaced(self.peering.local.clone(), &ns)
                         .patch_status(
                             &name,

@@ -1,0 +1,257 @@
+//! What a peer granted storage (1Gi in 2 claims, of the class `standard`
+//! only) can claim with its own credential straight against the
+//! provider's API server, and what it cannot: a volume it was not given
+//! (by name, by selector, by class, by a claim bound afterwards, through a
+//! generic ephemeral volume, a volume of its own), or more than its grant
+//! (bytes or claims).
+//! Each refusal is paired with the allowed form of the same request (see
+//! `provider_hardening`), and names the rule that made it.
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use liqo_api::shares::SHARE_QUOTA;
+use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT};
+use liqo_e2e::wait_for;
+use serde_json::json;
+
+use crate::provider_hardening::{PODS, RBAC, Tally, from, make_twin, pod};
+
+const CLAIMS: &str = "ValidatingAdmissionPolicy 'liqo-peer-claims'";
+const QUOTA: &str = "exceeded quota";
+const TWIN: &str = "vault-consumer-1";
+
+/// A claim of the peer's of `size`, changed by `change` on its JSON.
+fn claim(
+    name: &str,
+    size: &str,
+    change: impl FnOnce(&mut serde_json::Value),
+) -> PersistentVolumeClaim {
+    let mut v = json!({
+        "metadata": { "name": name },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "standard",
+            "resources": { "requests": { "storage": size } },
+        },
+    });
+    change(&mut v);
+    from(v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()> {
+    let mut t = Tally::default();
+    let pair = Pair::at(Stage::Installed).await?;
+    let prov = &pair.provider_client;
+    let pp = PostParams::default();
+    // The provider's classes: `standard` (its default) for peers, `gold`
+    // not; and a volume of its own, Available, that names the node's root,
+    // of no class (as pre-provisioned volumes often are). A volume of a
+    // class offered to peers would be theirs to claim: docs/storage.md.
+    for (name, default) in [("standard", "true"), ("gold", "false")] {
+        Api::<StorageClass>::all(prov.clone())
+            .create(
+                &pp,
+                &from(json!({
+                    "metadata": { "name": name, "annotations": {
+                        "storageclass.kubernetes.io/is-default-class": default,
+                    } },
+                    "provisioner": "example.com/none",
+                    "volumeBindingMode": "WaitForFirstConsumer",
+                    "allowVolumeExpansion": true,
+                })),
+            )
+            .await?;
+    }
+    Api::<PersistentVolume>::all(prov.clone())
+        .create(
+            &pp,
+            &from(json!({
+                "metadata": { "name": "vault-root" },
+                "spec": {
+                    "capacity": { "storage": "10Gi" }, "accessModes": ["ReadWriteOnce"],
+                    "hostPath": { "path": "/" },
+                },
+            })),
+        )
+        .await?;
+    pair.on_provider(&[
+        "sharing-policy",
+        "set",
+        "--storage=1Gi",
+        "--claims=2",
+        "--storage-classes=standard",
+    ])
+    .success();
+    let remote = pair.provider().kubeconfig_path().to_str().context("path")?;
+    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
+        .success();
+    liqo_e2e::virtual_node_ready(&pair.consumer_client, PROVIDER_ID, WAIT).await?;
+    let one = liqo_e2e::peer_client(pair.consumer(), &pair.consumer_client, PROVIDER_ID).await?;
+    make_twin(&mut t, &one, prov, TWIN, "consumer-1", "baseline").await?;
+    // Its twin's share holds its storage.
+    let quotas: Api<ResourceQuota> = Api::namespaced(prov.clone(), TWIN);
+    wait_for("the share to hold the storage granted", WAIT, || async {
+        let hard = quotas
+            .get(SHARE_QUOTA)
+            .await?
+            .status
+            .and_then(|s| s.hard)
+            .unwrap_or_default();
+        Ok(
+            hard.get("persistentvolumeclaims").map(|q| q.0.as_str()) == Some("2")
+                && hard.get("requests.storage").is_some_and(|q| q.0 != "0"),
+        )
+    })
+    .await?;
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(one.clone(), TWIN);
+    t.allowed(
+        "a claim of the class it is given",
+        claims
+            .create(&pp, &claim("ok-standard", "300Mi", |_| {}))
+            .await,
+    );
+    t.refused(
+        "a claim beyond the storage of its grant",
+        QUOTA,
+        claims.create(&pp, &claim("esc-big", "2Gi", |_| {})).await,
+    );
+    t.allowed(
+        "a claim naming no class (the provider's default is filled in)",
+        claims
+            .create(
+                &pp,
+                &claim("ok-default", "300Mi", |c| {
+                    c["spec"]
+                        .as_object_mut()
+                        .map(|s| s.remove("storageClassName"));
+                }),
+            )
+            .await,
+    );
+    t.refused(
+        "a claim naming the provider's volume",
+        CLAIMS,
+        claims
+            .create(
+                &pp,
+                &claim("esc-name", "100Mi", |c| {
+                    c["spec"]["volumeName"] = json!("vault-root");
+                }),
+            )
+            .await,
+    );
+    t.refused(
+        "a claim selecting volumes by label",
+        CLAIMS,
+        claims
+            .create(
+                &pp,
+                &claim("esc-select", "100Mi", |c| {
+                    c["spec"]["selector"] = json!({ "matchLabels": { "any": "x" } });
+                }),
+            )
+            .await,
+    );
+    t.refused(
+        "a claim of a class off its list",
+        CLAIMS,
+        claims
+            .create(
+                &pp,
+                &claim("esc-gold", "100Mi", |c| {
+                    c["spec"]["storageClassName"] = json!("gold");
+                }),
+            )
+            .await,
+    );
+    t.refused(
+        "a claim of no class at all (it would bind to any Available volume)",
+        CLAIMS,
+        claims
+            .create(
+                &pp,
+                &claim("esc-none", "100Mi", |c| {
+                    c["spec"]["storageClassName"] = json!("");
+                }),
+            )
+            .await,
+    );
+    t.refused(
+        "binding its own claim to the provider's volume afterwards",
+        CLAIMS,
+        claims
+            .patch(
+                "ok-standard",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "volumeName": "vault-root" } })),
+            )
+            .await,
+    );
+    t.refused(
+        "a third claim, beyond the two of its grant",
+        QUOTA,
+        claims.create(&pp, &claim("esc-third", "1Mi", |_| {})).await,
+    );
+    t.refused(
+        "a volume of its own",
+        RBAC,
+        Api::<PersistentVolume>::all(one.clone())
+            .create(
+                &pp,
+                &from(json!({ "metadata": { "name": "esc-pv" }, "spec": {
+                    "capacity": { "storage": "1Gi" }, "accessModes": ["ReadWriteOnce"],
+                    "local": { "path": "/" }, "storageClassName": "standard",
+                    "nodeAffinity": { "required": { "nodeSelectorTerms": [{ "matchExpressions": [
+                        { "key": "kubernetes.io/hostname", "operator": "Exists" }] }] } },
+                } })),
+            )
+            .await,
+    );
+    t.refused(
+        "reading the provider's volumes",
+        RBAC,
+        Api::<PersistentVolume>::all(one.clone())
+            .get("vault-root")
+            .await,
+    );
+    let pods: Api<Pod> = Api::namespaced(one.clone(), TWIN);
+    t.allowed(
+        "a pod mounting its own claim",
+        pods.create(
+            &pp,
+            &pod("ok-mount", |p| {
+                p["spec"]["volumes"] =
+                    json!([{ "name": "d", "persistentVolumeClaim": { "claimName": "ok-standard" } }]);
+            }),
+        )
+        .await,
+    );
+    t.refused_pods(
+        &pods,
+        vec![(
+            "a generic ephemeral volume (its claim made by the provider's controller)",
+            PODS,
+            pod("esc-ephemeral", |p| {
+                p["spec"]["volumes"] = json!([{ "name": "e", "ephemeral": { "volumeClaimTemplate": { "spec": {
+                    "accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
+                    "resources": { "requests": { "storage": "1Mi" } },
+                } } } }]);
+            }),
+        )],
+    )
+    .await;
+    // Nothing of the peer's reached the provider's volume.
+    let root = Api::<PersistentVolume>::all(prov.clone())
+        .get("vault-root")
+        .await?;
+    assert!(
+        root.spec.and_then(|s| s.claim_ref).is_none(),
+        "the provider's volume was claimed"
+    );
+    t.at_least(10, 5);
+    Ok(())
+}
