@@ -305,8 +305,8 @@ async fn run_unoffload(
             RemoteData::Delete if of_ns > 0 => {
                 kept_claims::forget_volumes(cluster, Some(ns), None).await?;
                 printer.info(format!(
-                    "  the data of {of_ns} claims of {ns} is deleted: the claims say Lost; \
-                     delete them (a StatefulSet makes new ones)"
+                    "  the data of {of_ns} claims of {ns} is deleted; delete the claims (their \
+                     volumes here go with them; a StatefulSet makes new ones)"
                 ));
             }
             _ => {}

@@ -239,8 +239,8 @@ async fn said_of_data(
             let forgotten = kept_claims::forget_volumes(consumer, None, Some(provider)).await?;
             if forgotten > 0 {
                 printer.info(format!(
-                    "  the data of {forgotten} claims kept on {provider} is deleted: the claims \
-                     say Lost; delete them (a StatefulSet makes new ones)"
+                    "  the data of {forgotten} claims kept on {provider} is deleted; delete the \
+                     claims (their volumes here go with them; a StatefulSet makes new ones)"
                 ));
             }
         }

@@ -166,8 +166,8 @@ pub fn refusal(what: &str, kept: &[Kept]) -> UserError {
 }
 
 /// Deletes the consumer's volumes of claims whose data was deleted on the
-/// provider (of `namespace`, on `provider`, when given): their claims then
-/// say they lost their volume.
+/// provider (of `namespace`, on `provider`, when given): Kubernetes keeps
+/// each until its claim is deleted too.
 pub async fn forget_volumes(
     cluster: &ClusterClient,
     namespace: Option<&str>,

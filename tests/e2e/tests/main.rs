@@ -36,6 +36,7 @@ mod provider_hardening_storage;
 mod provider_hardening_terms;
 mod provider_hardening_workloads;
 mod real_node_storage;
+mod real_node_storage_offloaded;
 mod real_nodes;
 mod reflection;
 mod sharing_policy;

@@ -342,6 +342,21 @@ impl TwinNamespaces {
             twin: twin.to_owned(),
             source,
         };
+        // A twin already going (or gone, or not ours) is deleted as usual.
+        let namespaces: Api<Namespace> = Api::all(provider.clone());
+        match namespaces.get_opt(twin).await {
+            Ok(Some(ns))
+                if ns.metadata.deletion_timestamp.is_none()
+                    && forge_off::is_our_twin(&ns, &self.peering.consumer.cluster_id, local_ns) => {
+            }
+            Ok(_) => return Ok(false),
+            Err(source) => {
+                return Err(Error::ReadTwin {
+                    twin: twin.to_owned(),
+                    source,
+                });
+            }
+        }
         let ours = ListParams::default().labels(&crate::forge::reflected::remote_selector());
         let claims = Api::<PersistentVolumeClaim>::namespaced(provider.clone(), twin)
             .list(&ours)
