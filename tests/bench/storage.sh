@@ -88,7 +88,7 @@ spec:
   containers:
     - name: dd
       image: liqo.test/toolbox:1
-      command: [sh, -c, 'dd if=/dev/zero of=/data/f bs=1M count=1024 conv=fsync 2>&1 | tail -n 1']
+      command: [sh, -c, 's=\$(cut -d" " -f1 /proc/uptime); dd if=/dev/zero of=/data/f bs=1M count=1024 conv=fsync 2>/dev/null; e=\$(cut -d" " -f1 /proc/uptime); awk -v s="\$s" -v e="\$e" "BEGIN { printf \\"%.0f MiB/s (%.2f s)\\", 1024 / (e - s), e - s }"']
       volumeMounts: [{ name: data, mountPath: /data }]
       $container_secure
   volumes: [{ name: data, persistentVolumeClaim: { claimName: dd } }]
