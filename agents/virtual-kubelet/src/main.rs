@@ -542,6 +542,7 @@ async fn reflect(wiring: Wiring) {
             token_wake.clone(),
             event_wake.clone(),
             ns_server_wake.clone(),
+            claims_wake.clone(),
         ];
         let mut rx = twins_rx;
         async move {

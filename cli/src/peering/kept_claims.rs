@@ -118,22 +118,34 @@ pub async fn on_provider(
         .iter()
         .filter_map(|n| n.metadata.name.as_deref())
     {
-        let claims = Api::<PersistentVolumeClaim>::namespaced(cluster.client.clone(), twin)
-            .list(&ListParams::default().labels(&format!(
-                "{}={},{}",
-                labels::MANAGED_BY,
-                labels::MANAGED_BY_VALUE,
-                labels::ORIGIN_NAMESPACE
-            )))
-            .await
-            .map_err(|e| cluster.explain(e, &format!("listing the claims of {twin}")))?;
-        kept.extend(claims.items.iter().map(|c| Kept {
+        kept.extend(in_twin(cluster, twin).await?.iter().map(|c| Kept {
             claim: format!("{twin}/{}", c.metadata.name.clone().unwrap_or_default()),
             provider: cluster.name.clone(),
             size: size_of(c.status.as_ref().and_then(|s| s.capacity.as_ref())),
         }));
     }
     Ok(kept)
+}
+
+/// The claims kept for a consumer in the twin namespace `twin` (labelled
+/// ours, with their origin), on the provider `cluster`.
+pub async fn in_twin(
+    cluster: &ClusterClient,
+    twin: &str,
+) -> anyhow::Result<Vec<PersistentVolumeClaim>> {
+    let ours = format!(
+        "{}={},{}",
+        labels::MANAGED_BY,
+        labels::MANAGED_BY_VALUE,
+        labels::ORIGIN_NAMESPACE
+    );
+    Ok(
+        Api::<PersistentVolumeClaim>::namespaced(cluster.client.clone(), twin)
+            .list(&ListParams::default().labels(&ours))
+            .await
+            .map_err(|e| cluster.explain(e, &format!("listing the claims of {twin}")))?
+            .items,
+    )
 }
 
 fn size_of(capacity: Option<&std::collections::BTreeMap<String, Quantity>>) -> String {

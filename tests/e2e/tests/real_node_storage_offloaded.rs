@@ -1,7 +1,8 @@
 //! Claims of an offloaded namespace kept on the provider's real storage
 //! (docs/storage.md), on two real-node clusters with identical pod CIDRs:
 //! a StatefulSet of 3 with claims runs on the provider, its data outlives
-//! its pods and a scale down and up; a claim over the grant or of a class
+//! its pods and a scale down and up; a claim grows only where the
+//! provider's class lets it; a claim over the grant or of a class
 //! the provider does not allow is said on the claim; a claim bound to a
 //! local volume keeps its pod home; unoffload refuses while claims hold
 //! data, keeps them when told and finds them again; unpeer with
@@ -247,6 +248,25 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
     ready(&pods, &["db-2"]).await?;
     ensure!(id_of(&pods, "db-2").await? == before, "db-2 lost its data");
     ensure!(kept(&fc).await?.len() == 3, "claims were made again");
+
+    // Grown here, the claim grows there where the provider's class lets
+    // it: local-path does not, and the provider's reason is said here.
+    claims
+        .patch(
+            "data-db-0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({ "spec": { "resources": { "requests": { "storage": "128Mi" } } } }),
+            ),
+        )
+        .await?;
+    wait_for("the resize's refusal said", WAIT, || async {
+        Ok(warnings(&hc, NS, "data-db-0")
+            .await?
+            .iter()
+            .any(|w| w.starts_with("VolumeResizeFailed") && w.contains("resize")))
+    })
+    .await?;
 
     // Over the grant, and a class the provider does not allow: said on
     // the claim, which stays Pending, as does its pod.

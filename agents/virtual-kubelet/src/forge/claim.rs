@@ -299,6 +299,33 @@ pub fn warning(
     }
 }
 
+/// The copy on the consumer's `claim` of the provider's Warning Event
+/// `remote` about its claim there: named after it, so that it is copied
+/// once, and saying where it comes from.
+pub fn copied_warning(claim: &PersistentVolumeClaim, remote: &Event, node_name: &str) -> Event {
+    let uid = remote.metadata.uid.clone().unwrap_or_default();
+    let mut copy = warning(
+        claim,
+        remote.reason.as_deref().unwrap_or("Warning"),
+        &format!(
+            "on the provider: {}",
+            remote.message.as_deref().unwrap_or_default()
+        ),
+        node_name,
+        remote
+            .last_timestamp
+            .clone()
+            .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now())),
+    );
+    copy.metadata.name = Some(format!(
+        "{}.{}",
+        claim.metadata.name.clone().unwrap_or_default(),
+        uid.chars().take(13).collect::<String>()
+    ));
+    copy.count = remote.count;
+    copy
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,6 +414,30 @@ mod tests {
         assert_eq!(made.metadata.namespace.as_deref(), Some("shop-home"));
         let kept = made.metadata.labels.expect("labels");
         assert_eq!(kept.get("app").map(String::as_str), Some("db"));
+    }
+
+    #[test]
+    fn a_providers_warning_is_copied_once_and_says_where_it_comes_from() {
+        let local = claim("liqo", None, Some("liqo-prov"));
+        let remote: Event = serde_json::from_value(json!({
+            "metadata": { "name": "data-db-0.1", "namespace": "shop-home", "uid": "abcdef12-3456-7890" },
+            "involvedObject": { "kind": "PersistentVolumeClaim", "name": "data-db-0" },
+            "reason": "ProvisioningFailed", "message": "no space left", "type": "Warning", "count": 3,
+        }))
+        .expect("event");
+        let copy = copied_warning(&local, &remote, "liqo-prov");
+        assert_eq!(
+            copy.metadata.name.as_deref(),
+            Some("data-db-0.abcdef12-3456")
+        );
+        assert_eq!(copy.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(copy.reason.as_deref(), Some("ProvisioningFailed"));
+        assert_eq!(
+            copy.message.as_deref(),
+            Some("on the provider: no space left")
+        );
+        assert_eq!(copy.count, Some(3));
+        assert_eq!(copy.involved_object.uid.as_deref(), Some("0123456789ab"));
     }
 
     #[test]

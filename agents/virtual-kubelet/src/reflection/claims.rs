@@ -23,19 +23,21 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher;
 use liqo_agent_runtime::follow::Followed;
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use super::namespace::{PeeringContext, Twins};
-use super::stores::{Clients, PerNamespace};
+use super::stores::{Clients, PerNamespace, follow_twins, keys_in_twins};
 use super::{Error, Kind, Next, NotYet, ObjectKey};
 use crate::forge::claim;
 use crate::forge::reflected;
 use crate::tenancy::Terms;
 
+/// The most Events of a provider's claim copied onto the consumer's.
+const COPIED_WARNINGS: usize = 10;
 /// The field manager of what this writes on claims and volumes.
 const FIELD_MANAGER: &str = "liqo-virtual-kubelet-claims";
 
@@ -117,6 +119,36 @@ impl Claims {
         }
     }
 
+    /// Copies the provider's Warning Events about its claim `name` (read
+    /// with `api`'s client) onto the consumer's `local` claim, each once.
+    async fn copy_warnings(
+        &self,
+        local: &PersistentVolumeClaim,
+        api: &Api<PersistentVolumeClaim>,
+        name: &str,
+    ) {
+        let Some(twin) = api.namespace() else { return };
+        let Ok(provider) = self.peering.provider_client() else {
+            return;
+        };
+        let remote_events: Api<Event> = Api::namespaced(provider, twin);
+        let about = ListParams::default().fields(&format!(
+            "involvedObject.kind=PersistentVolumeClaim,involvedObject.name={name},type=Warning"
+        ));
+        let Ok(list) = remote_events.list(&about).await else {
+            return;
+        };
+        let ns = local.namespace().unwrap_or_default();
+        let events: Api<Event> = Api::namespaced(self.peering.local.clone(), &ns);
+        for remote in list.items.iter().take(COPIED_WARNINGS) {
+            let copy = claim::copied_warning(local, remote, &self.peering.node_name);
+            match events.create(&PostParams::default(), &copy).await {
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(error) => tracing::debug!(%error, "copying a claim's Event"),
+            }
+        }
+    }
+
     /// Keeps the consumer's claim `local` in `twin`: its claim there, its
     /// volume here, its size both ways.
     async fn keep(
@@ -183,6 +215,12 @@ impl Claims {
                 name,
             }
             .into());
+        }
+        // While the provider's claim waits, what the provider says of it
+        // (a provisioner that fails) is said here too.
+        let pending = remote.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound");
+        if pending {
+            self.copy_warnings(local, &api, &name).await;
         }
         let asked = claim::requested(local).unwrap_or(0);
         // Grown here: grown there (a claim never shrinks).
@@ -306,26 +344,18 @@ impl Kind for Claims {
 
     fn prepare(&self) {
         let twins = self.twins.borrow().clone();
-        self.local
-            .follow_only(Some((self.peering.local.clone(), 0)), twins.keys().cloned());
-        self.remote
-            .follow_only(self.clients.current(), twins.values().cloned());
+        follow_twins(
+            &self.local,
+            &self.remote,
+            &self.peering.local,
+            &self.clients,
+            &twins,
+        );
     }
 
     fn keys(&self) -> Vec<Self::Key> {
         let twins = self.twins.borrow().clone();
-        let mut keys: Vec<Self::Key> = Vec::new();
-        for (local_ns, twin) in &twins {
-            let ns: Arc<str> = Arc::from(local_ns.as_str());
-            for name in self
-                .local
-                .names(local_ns)
-                .into_iter()
-                .chain(self.remote.names(twin))
-            {
-                keys.push((ns.clone(), name));
-            }
-        }
+        let mut keys = keys_in_twins(&self.local, &self.remote, &twins);
         // Volumes whose claims are gone from a namespace still offloaded.
         for volume in self.volumes.store.state() {
             if let Some((ns, name)) = claim::claim_of(&volume)

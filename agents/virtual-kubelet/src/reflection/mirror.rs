@@ -20,7 +20,7 @@ use kube::runtime::watcher;
 use tokio::sync::{Notify, watch};
 
 use super::namespace::{PeeringContext, Twins};
-use super::stores::{Clients, PerNamespace};
+use super::stores::{Clients, PerNamespace, follow_twins, keys_in_twins};
 use super::{Error, Kind, Next, NotYet, ObjectKey};
 use crate::forge::reflected::{self, Reflected};
 
@@ -77,29 +77,17 @@ impl<K: Reflected> Kind for Reflector<K> {
 
     fn prepare(&self) {
         let twins = self.twins.borrow().clone();
-        self.local
-            .follow_only(Some((self.peering.local.clone(), 0)), twins.keys().cloned());
-        self.remote
-            .follow_only(self.clients.current(), twins.values().cloned());
+        follow_twins(
+            &self.local,
+            &self.remote,
+            &self.peering.local,
+            &self.clients,
+            &twins,
+        );
     }
 
     fn keys(&self) -> Vec<Self::Key> {
-        let twins = self.twins.borrow().clone();
-        let mut keys: Vec<Self::Key> = Vec::new();
-        for (local_ns, twin) in &twins {
-            let ns: Arc<str> = Arc::from(local_ns.as_str());
-            for name in self
-                .local
-                .names(local_ns)
-                .into_iter()
-                .chain(self.remote.names(twin))
-            {
-                keys.push((ns.clone(), name));
-            }
-        }
-        keys.sort();
-        keys.dedup();
-        keys
+        keys_in_twins(&self.local, &self.remote, &self.twins.borrow())
     }
 
     async fn converge(&self, (ns, name): &Self::Key) -> Result<Next, Error> {

@@ -260,3 +260,43 @@ impl Clients {
         Some((client, *version))
     }
 }
+
+/// A kind kept in the twins, followed on both sides: the consumer's
+/// offloaded namespaces (`local`, with its own client) and their twins on
+/// the provider (`remote`, with the provider's current client).
+pub fn follow_twins<K, S>(
+    local: &PerNamespace<K, S>,
+    remote: &PerNamespace<K, S>,
+    local_client: &kube::Client,
+    clients: &Clients,
+    twins: &super::namespace::Twins,
+) where
+    K: Namespaced,
+    S: PartialEq + Send + Sync + 'static,
+{
+    local.follow_only(Some((local_client.clone(), 0)), twins.keys().cloned());
+    remote.follow_only(clients.current(), twins.values().cloned());
+}
+
+/// Every object of either side of [`follow_twins`], keyed by its local
+/// namespace and name, sorted, once each.
+pub fn keys_in_twins<K, S>(
+    local: &PerNamespace<K, S>,
+    remote: &PerNamespace<K, S>,
+    twins: &super::namespace::Twins,
+) -> Vec<super::ObjectKey>
+where
+    K: Namespaced,
+    S: PartialEq + Send + Sync + 'static,
+{
+    let mut keys = Vec::new();
+    for (local_ns, twin) in twins {
+        let ns: Arc<str> = Arc::from(local_ns.as_str());
+        for name in local.names(local_ns).into_iter().chain(remote.names(twin)) {
+            keys.push((ns.clone(), name));
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    keys
+}

@@ -132,7 +132,10 @@ pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
         if ends.keep_claims {
             let mut without = Vec::new();
             for name in live {
-                if !holds_claims(provider, &name).await? {
+                if crate::peering::kept_claims::in_twin(provider, &name)
+                    .await?
+                    .is_empty()
+                {
                     without.push(name);
                 }
             }
@@ -163,21 +166,4 @@ pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
         super::gone(ends, provider, namespaces, &ns, &uid).await?;
     }
     Ok(left)
-}
-
-/// Whether twin namespace `twin` holds claims kept for the consumer.
-async fn holds_claims(provider: &ClusterClient, twin: &str) -> anyhow::Result<bool> {
-    let claims = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
-        provider.client.clone(),
-        twin,
-    )
-    .list(&ListParams::default().labels(&format!(
-        "{}={},{}",
-        labels::MANAGED_BY,
-        labels::MANAGED_BY_VALUE,
-        labels::ORIGIN_NAMESPACE
-    )))
-    .await
-    .map_err(|e| provider.explain(e, &format!("listing the claims of {twin}")))?;
-    Ok(!claims.items.is_empty())
 }
