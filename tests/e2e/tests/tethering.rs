@@ -533,6 +533,28 @@ async fn a_cluster_tethers_with_a_token_and_its_anchor_peers_back_with_one() -> 
         },
     )
     .await?;
+    // And the company's garbage collector removes what the laptop's tenant
+    // record owned there (it learns the record's kind within 30 s of the
+    // install, so a quick test may get there first).
+    let laptop_tenancy = peering::tenant_namespace(&ClusterId::new(CONSUMER_ID)?);
+    wait_for(
+        "the laptop's tenancy gone from the company",
+        WAIT,
+        || async {
+            let left = Api::<Namespace>::all(company.clone())
+                .get_opt(&laptop_tenancy)
+                .await?;
+            let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(company.clone())
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("{}={CONSUMER_ID}", names::labels::PEER_CLUSTER_ID)),
+                )
+                .await?
+                .items;
+            Ok(left.is_none() && roles.is_empty())
+        },
+    )
+    .await?;
     for on_consumer in [true, false] {
         let args = ["revoke", "peering-token", "--all", "--yes"];
         if on_consumer {
