@@ -40,6 +40,7 @@ mod real_node_storage_offloaded;
 mod real_nodes;
 mod reflection;
 mod sharing_policy;
+mod storage_kept;
 mod test_network;
 mod testbed_cli;
 mod testbed_pod_network;

@@ -1,0 +1,164 @@
+//! Ending a peering while claims hold data on the provider
+//! (docs/storage.md, "Nothing lost by surprise"): `unpeer` refuses on the
+//! consumer's side and on the provider's (`--tenant`), naming the claims;
+//! the provider's administrator keeps them with `--keep-remote-data`, and
+//! the twin namespace holding them stays while the rest of the tenancy
+//! goes. On the testbed's kwok nodes: what is checked is where the claims
+//! are kept, not their bytes (`real_node_storage_offloaded` does that).
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use liqo_api::ClusterId;
+use liqo_api::names::{labels, peering};
+use liqo_e2e::fixture::{CONSUMER_ID, PROVIDER_ID, Pair, Stage, WAIT};
+use liqo_e2e::wait_for;
+use serde_json::json;
+
+const NS: &str = "vault";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
+    let pair = Pair::at(Stage::Installed).await?;
+    let (home, prov) = (&pair.consumer_client, &pair.provider_client);
+    let pp = PostParams::default();
+    Api::<StorageClass>::all(prov.clone())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": { "name": "standard" },
+                "provisioner": "example.com/none",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            }))?,
+        )
+        .await?;
+    pair.on_provider(&[
+        "sharing-policy",
+        "set",
+        "--storage=1Gi",
+        "--claims=4",
+        "--storage-classes=standard",
+    ])
+    .success();
+    let remote = pair.provider().kubeconfig_path().to_str().context("path")?;
+    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
+        .success();
+    liqo_e2e::virtual_node_ready(home, PROVIDER_ID, WAIT).await?;
+    Api::<Namespace>::all(home.clone())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
+        )
+        .await?;
+    pair.on_consumer(&[
+        "offload",
+        "namespace",
+        NS,
+        "--pod-offloading-strategy=Remote",
+        "--wait",
+    ])
+    .success();
+
+    // A claim that names no class, and a pod that uses it: the claim goes
+    // to the provider with the pod.
+    Api::<PersistentVolumeClaim>::namespaced(home.clone(), NS)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": { "name": "data" },
+                "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "100Mi" } } },
+            }))?,
+        )
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(home.clone(), NS);
+    pods.create(
+        &pp,
+        &serde_json::from_value(liqo_e2e::restricted(json!({
+            "metadata": { "name": "user" },
+            "spec": {
+                "automountServiceAccountToken": false,
+                "containers": [{ "name": "c", "image": "nginx",
+                                 "volumeMounts": [{ "name": "d", "mountPath": "/d" }] }],
+                "volumes": [{ "name": "d", "persistentVolumeClaim": { "claimName": "data" } }],
+            },
+        })))?,
+    )
+    .await?;
+    let kept_volumes = || async {
+        Ok::<_, anyhow::Error>(
+            Api::<PersistentVolume>::all(home.clone())
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("{}={PROVIDER_ID}", labels::PEER_CLUSTER_ID)),
+                )
+                .await?
+                .items,
+        )
+    };
+    wait_for("the claim kept on the provider", WAIT, || async {
+        let twins_claims = Api::<PersistentVolumeClaim>::all(prov.clone())
+            .list(&ListParams::default().labels(labels::ORIGIN_NAMESPACE))
+            .await?
+            .items;
+        Ok(kept_volumes().await?.len() == 1 && twins_claims.len() == 1)
+    })
+    .await?;
+    pods.delete("user", &DeleteParams::default()).await?;
+    pair.on_consumer(&["unoffload", "namespace", NS, "--keep-remote-data"])
+        .success();
+
+    // Refused on both sides while the claim holds data, naming it.
+    let refused = pair
+        .on_consumer(&["unpeer", "--remote-kubeconfig", remote])
+        .user_error(6);
+    let line = refused.error_line();
+    ensure!(
+        line.contains("vault/data") && line.contains("--keep-remote-data"),
+        "{line}"
+    );
+    let refused = pair
+        .on_provider(&["unpeer", "--tenant", CONSUMER_ID, "--yes"])
+        .user_error(6);
+    let line = refused.error_line();
+    ensure!(
+        line.contains("/data") && line.contains("--delete-remote-data"),
+        "{line}"
+    );
+    ensure!(
+        kept_volumes().await?.len() == 1,
+        "a refusal changed something"
+    );
+
+    // Kept by the provider's administrator: the twin holding the claim
+    // stays, the rest of the tenancy goes.
+    pair.on_provider(&[
+        "unpeer",
+        "--tenant",
+        CONSUMER_ID,
+        "--keep-remote-data",
+        "--yes",
+    ])
+    .success();
+    let tenancy = peering::tenant_namespace(&ClusterId::new(CONSUMER_ID)?);
+    wait_for("the tenancy gone, its kept claim left", WAIT, || async {
+        let left = Api::<Namespace>::all(prov.clone())
+            .get_opt(&tenancy)
+            .await?;
+        let claims = Api::<PersistentVolumeClaim>::all(prov.clone())
+            .list(&ListParams::default().labels(labels::ORIGIN_NAMESPACE))
+            .await?
+            .items;
+        Ok(left.is_none() && claims.len() == 1)
+    })
+    .await?;
+    let twins = Api::<Namespace>::all(prov.clone())
+        .list(&ListParams::default().labels(&format!("{}={CONSUMER_ID}", labels::TENANT)))
+        .await?
+        .items;
+    ensure!(
+        twins.len() == 1 && twins[0].metadata.deletion_timestamp.is_none(),
+        "the twin holding the claim is gone"
+    );
+    Ok(())
+}
