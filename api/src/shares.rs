@@ -64,6 +64,25 @@ pub fn exposure_hard(terms: &Admission, grant: &Grant) -> BTreeMap<String, Quant
             hard.insert(counted.quota_key().to_owned(), Quantity("0".to_owned()));
         }
     }
+    // Each class the terms allow, counted on its own (what the claims of
+    // each take shows in the quota's status), within the grant; the
+    // others are refused by admission (`liqo-peer-claims`), which also
+    // knows classes made later.
+    for class in &terms.storage_classes {
+        let key = |k: &str| format!("{class}.storageclass.storage.k8s.io/{k}");
+        if grant.storage {
+            hard.insert(
+                key("requests.storage"),
+                Quantity(grant.amounts.storage_bytes.to_string()),
+            );
+        }
+        if grant.claims {
+            hard.insert(
+                key("persistentvolumeclaims"),
+                Quantity(grant.amounts.claims.to_string()),
+            );
+        }
+    }
     hard.extend(
         COUNTED_OBJECTS
             .iter()
@@ -714,6 +733,28 @@ mod tests {
         let hard = exposure_hard(&terms, &with_storage);
         assert!(
             !hard.contains_key("requests.storage") && !hard.contains_key("persistentvolumeclaims")
+        );
+        // Each allowed class counted on its own, within the grant.
+        let with_classes = Admission {
+            storage_classes: vec!["standard".to_owned()],
+            ..terms.clone()
+        };
+        let granted = Grant {
+            amounts: Amounts {
+                storage_bytes: 1 << 30,
+                claims: 4,
+                ..Amounts::default()
+            },
+            ..with_storage
+        };
+        let hard = exposure_hard(&with_classes, &granted);
+        assert_eq!(
+            hard.get("standard.storageclass.storage.k8s.io/requests.storage"),
+            Some(&Quantity((1u64 << 30).to_string()))
+        );
+        assert_eq!(
+            hard.get("standard.storageclass.storage.k8s.io/persistentvolumeclaims"),
+            Some(&Quantity("4".to_owned()))
         );
     }
 

@@ -196,6 +196,24 @@ async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()>
         QUOTA,
         claims.create(&pp, &claim("esc-third", "1Mi", |_| {})).await,
     );
+    // Its share counts each allowed class on its own.
+    wait_for(
+        "the share to count the claims of standard",
+        WAIT,
+        || async {
+            let used = quotas
+                .get(SHARE_QUOTA)
+                .await?
+                .status
+                .and_then(|s| s.used)
+                .unwrap_or_default();
+            Ok(used
+                .get("standard.storageclass.storage.k8s.io/persistentvolumeclaims")
+                .map(|q| q.0.as_str())
+                == Some("2"))
+        },
+    )
+    .await?;
     t.refused(
         "a volume of its own",
         RBAC,
