@@ -530,7 +530,12 @@ async fn reflect(wiring: Wiring) {
             }
         }
     };
-    let keep_demands = reflection::demand::keep(peering.clone(), pods.clone(), twins_rx.clone());
+    let keep_demands = reflection::demand::keep(
+        peering.clone(),
+        pods.clone(),
+        claims.demand(),
+        twins_rx.clone(),
+    );
     let say_no_room = reflection::no_room::keep(peering.clone(), twins_rx.clone());
     let twins_changed = {
         let wakes = [

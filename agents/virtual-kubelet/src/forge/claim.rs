@@ -95,6 +95,25 @@ pub fn keeps(claim: &PersistentVolumeClaim, node_name: &str, ours: impl Fn(&str)
     }
 }
 
+/// What `claims` of a namespace that this node keeps ask together: their
+/// storage, and their number.
+pub fn demand<'a>(
+    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
+    node_name: &str,
+    ours: impl Fn(&str) -> bool,
+) -> liqo_api::sharing::Amounts {
+    let mut total = liqo_api::sharing::Amounts::default();
+    for c in claims {
+        if c.metadata.deletion_timestamp.is_none() && keeps(c, node_name, &ours) {
+            total.storage_bytes = total
+                .storage_bytes
+                .saturating_add(requested(c).unwrap_or(0));
+            total.claims += 1;
+        }
+    }
+    total
+}
+
 /// The provider's class for `claim`: the one its annotation names, if the
 /// provider allows it, else the first the provider allows.
 pub fn remote_class(claim: &PersistentVolumeClaim, allowed: &[String]) -> Result<String, String> {
@@ -373,6 +392,19 @@ mod tests {
         for (c, want) in table {
             assert_eq!(keeps(&c, "liqo-prov", mine), want, "{:?}", c.spec);
         }
+    }
+
+    #[test]
+    fn the_demand_counts_the_claims_this_node_keeps() {
+        let mine = |v: &str| v == "liqo-0123456789ab";
+        let claims = [
+            claim("liqo", None, Some("liqo-prov")),
+            claim("liqo", Some("liqo-0123456789ab"), None),
+            claim("liqo", None, Some("liqo-other")),
+            claim("local-path", None, Some("liqo-prov")),
+        ];
+        let d = demand(claims.iter(), "liqo-prov", mine);
+        assert_eq!((d.storage_bytes, d.claims), (2 << 30, 2));
     }
 
     #[test]

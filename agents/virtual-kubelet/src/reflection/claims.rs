@@ -53,6 +53,37 @@ pub struct Claims {
     /// This node's volumes.
     volumes: Followed<PersistentVolume>,
     clients: Clients,
+    /// Woken whenever a local claim changes, for the demand.
+    demand_wake: Arc<Notify>,
+}
+
+/// What the claims this node keeps ask, per local namespace, for the
+/// twins' demand ([`super::demand`]).
+#[allow(missing_debug_implementations)]
+#[derive(Clone)]
+pub struct ClaimDemand {
+    local: Arc<PerNamespace<PersistentVolumeClaim>>,
+    volumes: Followed<PersistentVolume>,
+    node_name: String,
+    /// Woken whenever a local claim changes.
+    pub changed: Arc<Notify>,
+}
+
+impl ClaimDemand {
+    /// The storage and claims of the claims this node keeps in `local_ns`
+    /// (those scheduled here and not yet kept included: the twin's share
+    /// must hold them before they are made there).
+    pub fn of(&self, local_ns: &str) -> liqo_api::sharing::Amounts {
+        let Some(local) = self.local.current(local_ns) else {
+            return liqo_api::sharing::Amounts::default();
+        };
+        let ours = |volume: &str| self.volumes.store.get("", volume).is_some();
+        claim::demand(
+            local.store.state().iter().map(|c| &**c),
+            &self.node_name,
+            ours,
+        )
+    }
 }
 
 impl Claims {
@@ -62,10 +93,11 @@ impl Claims {
         volumes: Followed<PersistentVolume>,
         wake: &Arc<Notify>,
     ) -> Self {
+        let demand_wake = Arc::new(Notify::new());
         let local = Arc::new(PerNamespace::new(
             "local claims",
             watcher::Config::default(),
-            vec![wake.clone()],
+            vec![wake.clone(), demand_wake.clone()],
         ));
         let remote = Arc::new(PerNamespace::new(
             "remote claims",
@@ -80,6 +112,17 @@ impl Claims {
             remote,
             volumes,
             clients,
+            demand_wake,
+        }
+    }
+
+    /// What the claims this node keeps ask, for the twins' demand.
+    pub fn demand(&self) -> ClaimDemand {
+        ClaimDemand {
+            local: self.local.clone(),
+            volumes: self.volumes.clone(),
+            node_name: self.peering.node_name.clone(),
+            changed: self.demand_wake.clone(),
         }
     }
 

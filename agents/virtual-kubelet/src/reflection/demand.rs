@@ -1,4 +1,5 @@
-//! What the pods of each offloaded namespace request, stated on its twin
+//! What the pods of each offloaded namespace request (and the claims kept
+//! for it, [`super::claims`]), stated on its twin
 //! on the provider (the annotation `liqo.io/demand`), so that the
 //! provider's gateway divides the tenant's grant between the twins as the
 //! pods need it (docs/offloading.md, "The grant across twin namespaces").
@@ -52,6 +53,7 @@ pub fn demands<'a>(pods: impl IntoIterator<Item = &'a LocalPod>) -> BTreeMap<Str
 pub async fn keep(
     peering: PeeringContext,
     pods: Followed<LocalPod>,
+    claims: super::claims::ClaimDemand,
     mut twins: watch::Receiver<Twins>,
 ) {
     let mut pod_state = pods.state.clone();
@@ -62,6 +64,7 @@ pub async fn keep(
     loop {
         tokio::select! {
             _ = pod_state.changed() => {}
+            () = claims.changed.notified() => {}
             _ = twins.changed() => {}
             () = tokio::time::sleep(wait) => {}
         }
@@ -74,7 +77,11 @@ pub async fn keep(
         let demands = demands(pods.store.state().iter().map(|p| &**p));
         written.retain(|twin, _| twins_now.values().any(|t| t == twin));
         for (local_ns, twin) in &twins_now {
-            let text = demand_annotation(&demands.get(local_ns).copied().unwrap_or_default());
+            let mut demand = demands.get(local_ns).copied().unwrap_or_default();
+            let stored = claims.of(local_ns);
+            demand.storage_bytes = stored.storage_bytes;
+            demand.claims = stored.claims;
+            let text = demand_annotation(&demand);
             if written
                 .get(twin)
                 .is_some_and(|(t, at)| *t == text && at.elapsed() < REWRITE)
