@@ -104,6 +104,25 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         Ok(kept_volumes().await?.len() == 1 && twins_claims.len() == 1)
     })
     .await?;
+    // The twin's demand counts the claim, so that its share holds it.
+    wait_for("the twin's demand to count the claim", WAIT, || async {
+        let twins = Api::<Namespace>::all(prov.clone())
+            .list(&ListParams::default().labels(&format!("{}={CONSUMER_ID}", labels::TENANT)))
+            .await?
+            .items;
+        let demand = twins
+            .first()
+            .and_then(|t| t.metadata.annotations.as_ref())
+            .and_then(|a| a.get(liqo_api::shares::DEMAND_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        let demand = liqo_api::shares::demand_of(Some(&std::collections::BTreeMap::from([(
+            liqo_api::shares::DEMAND_ANNOTATION.to_owned(),
+            demand,
+        )])));
+        Ok(demand.storage_bytes == 100 << 20 && demand.claims == 1)
+    })
+    .await?;
     pods.delete("user", &DeleteParams::default()).await?;
     pair.on_consumer(&["unoffload", "namespace", NS, "--keep-remote-data"])
         .success();
