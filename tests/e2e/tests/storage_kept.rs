@@ -1,15 +1,17 @@
-//! Ending a peering while claims hold data on the provider
+//! A claim kept on the provider that grows, and ending a peering while
+//! claims hold data there
 //! (docs/storage.md, "Nothing lost by surprise"): `unpeer` refuses on the
 //! consumer's side and on the provider's (`--tenant`), naming the claims;
 //! the provider's administrator keeps them with `--keep-remote-data`, and
 //! the twin namespace holding them stays while the rest of the tenancy
-//! goes. On the testbed's kwok nodes: what is checked is where the claims
+//! goes; the consumer keeps its side too, and a later peering and offload
+//! of the same namespace find the claim again. On the testbed's kwok nodes: what is checked is where the claims
 //! are kept, not their bytes (`real_node_storage_offloaded` does that).
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{labels, peering};
 use liqo_e2e::fixture::{CONSUMER_ID, PROVIDER_ID, Pair, Stage, WAIT};
@@ -30,6 +32,7 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
                 "metadata": { "name": "standard" },
                 "provisioner": "example.com/none",
                 "volumeBindingMode": "WaitForFirstConsumer",
+                "allowVolumeExpansion": true,
             }))?,
         )
         .await?;
@@ -123,6 +126,91 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         Ok(demand.storage_bytes == 100 << 20 && demand.claims == 1)
     })
     .await?;
+    // A claim grows where the provider's class lets it: the provider's
+    // claim (bound here by hand to a volume, as its provisioner would) is
+    // asked for more, and the size the provider gives comes back.
+    let twin = Api::<Namespace>::all(prov.clone())
+        .list(&ListParams::default().labels(&format!("{}={CONSUMER_ID}", labels::TENANT)))
+        .await?
+        .items
+        .first()
+        .and_then(|n| n.metadata.name.clone())
+        .context("the twin")?;
+    let remote_claims: Api<PersistentVolumeClaim> = Api::namespaced(prov.clone(), &twin);
+    let remote_uid = remote_claims
+        .get("data")
+        .await?
+        .metadata
+        .uid
+        .context("uid")?;
+    Api::<PersistentVolume>::all(prov.clone())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": { "name": "vault-data" },
+                "spec": {
+                    "capacity": { "storage": "100Mi" }, "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "standard", "hostPath": { "path": "/tmp/vault-data" },
+                    "claimRef": { "namespace": twin, "name": "data", "uid": remote_uid },
+                },
+            }))?,
+        )
+        .await?;
+    wait_for("the provider's claim bound", WAIT, || async {
+        Ok(remote_claims
+            .get("data")
+            .await?
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Bound"))
+    })
+    .await?;
+    let claims_here: Api<PersistentVolumeClaim> = Api::namespaced(home.clone(), NS);
+    claims_here
+        .patch(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({ "spec": { "resources": { "requests": { "storage": "200Mi" } } } }),
+            ),
+        )
+        .await?;
+    let size = |c: &PersistentVolumeClaim| {
+        c.spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .and_then(|q| liqo_api::sharing::parse_bytes(&q.0))
+    };
+    wait_for("the provider's claim asked for more", WAIT, || async {
+        Ok(size(&remote_claims.get("data").await?) == Some(200 << 20))
+    })
+    .await?;
+    remote_claims
+        .patch_status(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "capacity": { "storage": "200Mi" } } })),
+        )
+        .await?;
+    wait_for("the size given here too", WAIT, || async {
+        let given = claims_here
+            .get("data")
+            .await?
+            .status
+            .and_then(|s| s.capacity)
+            .and_then(|c| c.get("storage").cloned())
+            .and_then(|q| liqo_api::sharing::parse_bytes(&q.0));
+        let volume = kept_volumes().await?;
+        let volume_size = volume
+            .first()
+            .and_then(|v| v.spec.as_ref()?.capacity.as_ref()?.get("storage").cloned())
+            .and_then(|q| liqo_api::sharing::parse_bytes(&q.0));
+        Ok(given == Some(200 << 20) && volume_size == Some(200 << 20))
+    })
+    .await?;
     pods.delete("user", &DeleteParams::default()).await?;
     pair.on_consumer(&["unoffload", "namespace", NS, "--keep-remote-data"])
         .success();
@@ -178,6 +266,75 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
     ensure!(
         twins.len() == 1 && twins[0].metadata.deletion_timestamp.is_none(),
         "the twin holding the claim is gone"
+    );
+    let kept_uid = Api::<PersistentVolumeClaim>::all(prov.clone())
+        .list(&ListParams::default().labels(labels::ORIGIN_NAMESPACE))
+        .await?
+        .items
+        .first()
+        .and_then(|c| c.metadata.uid.clone())
+        .context("the kept claim")?;
+
+    // The consumer keeps its side too; a later peering and offload of the
+    // same namespace find the claim again, and its pod goes back to it.
+    pair.on_consumer(&[
+        "unpeer",
+        "--remote-kubeconfig",
+        remote,
+        "--keep-remote-data",
+    ])
+    .success();
+    ensure!(kept_volumes().await?.len() == 1, "the volume here is gone");
+    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
+        .success();
+    liqo_e2e::virtual_node_ready(home, PROVIDER_ID, WAIT).await?;
+    pair.on_consumer(&[
+        "offload",
+        "namespace",
+        NS,
+        "--pod-offloading-strategy=Remote",
+        "--wait",
+    ])
+    .success();
+    pods.create(
+        &pp,
+        &serde_json::from_value(liqo_e2e::restricted(json!({
+            "metadata": { "name": "again" },
+            "spec": {
+                "automountServiceAccountToken": false,
+                "containers": [{ "name": "c", "image": "nginx",
+                                 "volumeMounts": [{ "name": "d", "mountPath": "/d" }] }],
+                "volumes": [{ "name": "d", "persistentVolumeClaim": { "claimName": "data" } }],
+            },
+        })))?,
+    )
+    .await?;
+    let node = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
+    wait_for(
+        "the pod back on the provider, with its claim",
+        WAIT,
+        || async {
+            let bound = pods
+                .get_opt("again")
+                .await?
+                .and_then(|p| p.spec?.node_name)
+                .is_some_and(|n| n == node);
+            let remote_pods = Api::<Pod>::all(prov.clone())
+                .list(&ListParams::default().labels("liqo.io/local-pod-uid"))
+                .await?
+                .items;
+            Ok(bound && !remote_pods.is_empty())
+        },
+    )
+    .await?;
+    let claims = Api::<PersistentVolumeClaim>::all(prov.clone())
+        .list(&ListParams::default().labels(labels::ORIGIN_NAMESPACE))
+        .await?
+        .items;
+    ensure!(
+        claims.len() == 1 && claims[0].metadata.uid.as_deref() == Some(kept_uid.as_str()),
+        "the kept claim was not found again: {} claims",
+        claims.len()
     );
     Ok(())
 }
