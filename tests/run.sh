@@ -56,7 +56,9 @@ CARGO_TARGET_DIR=target/lints nice -n 19 \
   cargo clippy --workspace --all-targets --locked -- -D warnings >"$lints_log" 2>&1 &
 lints=$!
 set +e
-cargo test --workspace --locked "$@" 2>&1 | tee "$log"
+# Every test binary, also after one fails: a failure of the end-to-end
+# tests does not hide the crates' own.
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 wait "$lints"
 lints_status=$?
