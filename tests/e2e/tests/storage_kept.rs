@@ -20,6 +20,19 @@ use serde_json::json;
 
 const NS: &str = "vault";
 
+/// A pod that mounts the claim `data`.
+fn user_of_data(name: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(liqo_e2e::restricted(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "automountServiceAccountToken": false,
+            "containers": [{ "name": "c", "image": "nginx",
+                             "volumeMounts": [{ "name": "d", "mountPath": "/d" }] }],
+            "volumes": [{ "name": "d", "persistentVolumeClaim": { "claimName": "data" } }],
+        },
+    })))?)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
@@ -75,19 +88,7 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         )
         .await?;
     let pods: Api<Pod> = Api::namespaced(home.clone(), NS);
-    pods.create(
-        &pp,
-        &serde_json::from_value(liqo_e2e::restricted(json!({
-            "metadata": { "name": "user" },
-            "spec": {
-                "automountServiceAccountToken": false,
-                "containers": [{ "name": "c", "image": "nginx",
-                                 "volumeMounts": [{ "name": "d", "mountPath": "/d" }] }],
-                "volumes": [{ "name": "d", "persistentVolumeClaim": { "claimName": "data" } }],
-            },
-        })))?,
-    )
-    .await?;
+    pods.create(&pp, &user_of_data("user")?).await?;
     let kept_volumes = || async {
         Ok::<_, anyhow::Error>(
             Api::<PersistentVolume>::all(home.clone())
@@ -296,19 +297,7 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         "--wait",
     ])
     .success();
-    pods.create(
-        &pp,
-        &serde_json::from_value(liqo_e2e::restricted(json!({
-            "metadata": { "name": "again" },
-            "spec": {
-                "automountServiceAccountToken": false,
-                "containers": [{ "name": "c", "image": "nginx",
-                                 "volumeMounts": [{ "name": "d", "mountPath": "/d" }] }],
-                "volumes": [{ "name": "d", "persistentVolumeClaim": { "claimName": "data" } }],
-            },
-        })))?,
-    )
-    .await?;
+    pods.create(&pp, &user_of_data("again")?).await?;
     let node = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
     wait_for(
         "the pod back on the provider, with its claim",
