@@ -87,9 +87,10 @@ pub fn corefile() -> String {
     )
 }
 
-/// Creates CoreDNS's objects; returns without waiting for it to be
-/// Ready (tests that resolve names wait for an answer).
-pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr) -> Result<(), Error> {
+/// Creates CoreDNS's objects, its pod on the real node `node` (a kwok
+/// node would say it runs and serve nothing); returns without waiting for
+/// it to be Ready (tests that resolve names wait for an answer).
+pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr, node: &str) -> Result<(), Error> {
     for crd in MCS_CRDS {
         let crd: Value = serde_yaml::from_str(crd)
             .map_err(|e| Error::Spec(format!("the MCS API's CRDs: {e}")))?;
@@ -137,7 +138,7 @@ pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr) -> Result<(), Er
     .await?;
     create_or_keep::<Deployment>(
         Api::namespaced(client.clone(), NAMESPACE),
-        deployment(&labels),
+        deployment(&labels, node),
         OBJECTS,
     )
     .await?;
@@ -162,8 +163,8 @@ pub(crate) async fn deploy(client: &kube::Client, ip: Ipv4Addr) -> Result<(), Er
 }
 
 /// kubeadm's CoreDNS Deployment, with one replica (the testbed's
-/// clusters have one real node).
-fn deployment(labels: &Value) -> Value {
+/// clusters have one real node), on `node`.
+fn deployment(labels: &Value, node: &str) -> Value {
     json!({
         "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE, "labels": labels},
         "spec": {
@@ -173,6 +174,7 @@ fn deployment(labels: &Value) -> Value {
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": DEPLOYMENT,
+                    "nodeSelector": {"kubernetes.io/hostname": node},
                     "priorityClassName": "system-cluster-critical",
                     "dnsPolicy": "Default",
                     "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],

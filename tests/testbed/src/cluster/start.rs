@@ -269,7 +269,7 @@ impl Cluster {
             };
             let node = config.node_name.clone();
             cluster.start_real_node(config, &client).await?;
-            crate::dns::deploy(&client, crate::dns::service_ip(&spec)?).await?;
+            crate::dns::deploy(&client, crate::dns::service_ip(&spec)?, &node).await?;
             // The volumes' folders: the node's, on this machine.
             let storage = absolute(&crate::storage::folder(dir))?;
             std::fs::create_dir_all(&storage).map_err(io_error(&storage))?;
