@@ -255,10 +255,15 @@ async fn run_unoffload(
     // Nothing is deleted by surprise: the data of claims kept on
     // providers goes only when told.
     let data = RemoteData::of(args.keep_remote_data, args.delete_remote_data);
-    let mut kept = Vec::new();
-    for ns in &args.names {
-        kept.extend(kept_claims::on_consumer(cluster, Some(ns), None).await?);
-    }
+    let kept: Vec<_> = kept_claims::on_consumer(cluster, None, None)
+        .await?
+        .into_iter()
+        .filter(|k| {
+            args.names
+                .iter()
+                .any(|ns| k.claim.starts_with(&format!("{ns}/")))
+        })
+        .collect();
     if !kept.is_empty() && data == RemoteData::Unsaid {
         return Err(kept_claims::refusal(
             &format!("unoffloading {}", args.names.join(", ")),

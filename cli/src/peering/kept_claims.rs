@@ -51,13 +51,13 @@ pub struct Kept {
     pub size: String,
 }
 
-/// The claims of the consumer `cluster` kept on providers: those of
-/// namespace `namespace`, on provider `provider`, when given.
-pub async fn on_consumer(
+/// The consumer's volumes of claims kept on providers (on `provider`,
+/// when given) whose claim is of `namespace` (when given).
+async fn kept_volumes(
     cluster: &ClusterClient,
     namespace: Option<&str>,
     provider: Option<&ClusterId>,
-) -> anyhow::Result<Vec<Kept>> {
+) -> anyhow::Result<Vec<PersistentVolume>> {
     let mut selector = format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE);
     match provider {
         Some(id) => selector.push_str(&format!(",{}={id}", labels::PEER_CLUSTER_ID)),
@@ -72,22 +72,38 @@ pub async fn on_consumer(
         Err(kube::Error::Api(s)) if s.code == 403 => Vec::new(),
         Err(e) => return Err(cluster.explain(e, "listing the volumes of kept claims")),
     };
-    let mut kept: Vec<Kept> = volumes
-        .iter()
+    Ok(volumes
+        .into_iter()
         .filter(|v| {
-            v.metadata
+            let claim_ns = v
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|c| c.namespace.as_deref());
+            let ours = v
+                .metadata
                 .annotations
                 .as_ref()
-                .is_some_and(|a| a.contains_key(REMOTE_CLAIM))
+                .is_some_and(|a| a.contains_key(REMOTE_CLAIM));
+            ours && namespace.is_none_or(|n| claim_ns == Some(n))
         })
+        .collect())
+}
+
+/// The claims of the consumer `cluster` kept on providers: those of
+/// namespace `namespace`, on provider `provider`, when given.
+pub async fn on_consumer(
+    cluster: &ClusterClient,
+    namespace: Option<&str>,
+    provider: Option<&ClusterId>,
+) -> anyhow::Result<Vec<Kept>> {
+    let mut kept: Vec<Kept> = kept_volumes(cluster, namespace, provider)
+        .await?
+        .iter()
         .filter_map(|v| {
             let claim = v.spec.as_ref()?.claim_ref.as_ref()?;
-            let ns = claim.namespace.clone()?;
-            if namespace.is_some_and(|n| n != ns) {
-                return None;
-            }
             Some(Kept {
-                claim: format!("{ns}/{}", claim.name.clone()?),
+                claim: format!("{}/{}", claim.namespace.clone()?, claim.name.clone()?),
                 provider: v
                     .metadata
                     .labels
@@ -186,38 +202,9 @@ pub async fn forget_volumes(
     provider: Option<&ClusterId>,
 ) -> anyhow::Result<usize> {
     let api: Api<PersistentVolume> = Api::all(cluster.client.clone());
-    let selector = match provider {
-        Some(id) => format!(
-            "{}={},{}={id}",
-            labels::MANAGED_BY,
-            labels::MANAGED_BY_VALUE,
-            labels::PEER_CLUSTER_ID
-        ),
-        None => format!(
-            "{}={},{}",
-            labels::MANAGED_BY,
-            labels::MANAGED_BY_VALUE,
-            labels::PEER_CLUSTER_ID
-        ),
-    };
-    let volumes = api
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| cluster.explain(e, "listing the volumes of kept claims"))?;
     let mut deleted = 0;
-    for v in volumes.items {
-        let claim_ns = v
-            .spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .and_then(|c| c.namespace.as_deref());
-        let of_ns = namespace.is_none_or(|n| claim_ns == Some(n));
-        let ours = v
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(REMOTE_CLAIM));
-        let Some(name) = v.metadata.name.as_deref().filter(|_| of_ns && ours) else {
+    for v in kept_volumes(cluster, namespace, provider).await? {
+        let Some(name) = v.metadata.name.as_deref() else {
             continue;
         };
         match api.delete(name, &DeleteParams::default()).await {

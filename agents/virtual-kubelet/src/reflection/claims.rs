@@ -162,18 +162,15 @@ impl Claims {
         }
     }
 
-    /// Copies the provider's Warning Events about its claim `name` (read
-    /// with `api`'s client) onto the consumer's `local` claim, each once.
+    /// Copies the provider's Warning Events about its claim `name` in
+    /// `twin` onto the consumer's `local` claim, each once.
     async fn copy_warnings(
         &self,
         local: &PersistentVolumeClaim,
-        api: &Api<PersistentVolumeClaim>,
+        provider: kube::Client,
+        twin: &str,
         name: &str,
     ) {
-        let Some(twin) = api.namespace() else { return };
-        let Ok(provider) = self.peering.provider_client() else {
-            return;
-        };
         let remote_events: Api<Event> = Api::namespaced(provider, twin);
         let about = ListParams::default().fields(&format!(
             "involvedObject.kind=PersistentVolumeClaim,involvedObject.name={name},type=Warning"
@@ -216,7 +213,7 @@ impl Claims {
             why,
         };
         let provider = self.peering.provider_client()?;
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(provider, twin);
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(provider.clone(), twin);
         let Some(remote) = remote else {
             let Some(allowed) = self.allowed_classes() else {
                 return Err(NotYet::Mirrored {
@@ -263,7 +260,7 @@ impl Claims {
         // (a provisioner that fails) is said here too.
         let pending = remote.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound");
         if pending {
-            self.copy_warnings(local, &api, &name).await;
+            self.copy_warnings(local, provider, twin, &name).await;
         }
         let asked = claim::requested(local).unwrap_or(0);
         // Grown here: grown there (a claim never shrinks).
