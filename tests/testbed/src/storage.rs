@@ -169,12 +169,12 @@ fn config_map(folder: &Path) -> Result<Value, Error> {
     let folder_pod = serde_yaml::to_string(&json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "helper-pod"},
+        "metadata": {"name": "volume-folder"},
         "spec": {
             "priorityClassName": "system-node-critical",
             "tolerations": [{"key": "node.kubernetes.io/disk-pressure", "operator": "Exists",
                              "effect": "NoSchedule"}],
-            "containers": [{"name": "helper-pod", "image": "busybox",
+            "containers": [{"name": "volume-folder", "image": "busybox",
                             "imagePullPolicy": "IfNotPresent"}],
         },
     }))
