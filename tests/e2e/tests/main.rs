@@ -35,6 +35,7 @@ mod provider_hardening_doors;
 mod provider_hardening_storage;
 mod provider_hardening_terms;
 mod provider_hardening_workloads;
+mod real_node_faults;
 mod real_node_storage;
 mod real_node_storage_offloaded;
 mod real_nodes;

@@ -36,8 +36,21 @@ use super::in_netns;
 pub(crate) const RELAY_PORT: u16 = 1;
 
 /// The mark of the relay's own connections inside a namespace, which the
-/// redirection lets through ("lq").
-const MARK: u32 = 0x6c71;
+/// redirection lets through. Clear of kube-proxy's masquerade and drop
+/// bits (0x4000 and 0x8000, its defaults): a connection marked with the
+/// first is masqueraded to the node's address on its way to loopback, gets
+/// no answer, and the relay's connect hangs for minutes before it fails,
+/// which is how every node's reconnection to its API server after a pause
+/// once hung.
+const MARK: u32 = 0x1c71;
+
+/// How long a connect inside the namespace may take before the host's
+/// namespace is tried.
+const INSIDE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// kube-proxy's masquerade and drop bits, which [`MARK`] must not carry.
+#[cfg(test)]
+const KUBE_PROXY_BITS: u32 = 0x4000 | 0x8000;
 
 /// The `kubernetes` Service of a real node's cluster: connections to its
 /// ClusterIP on port 443 go to the API server.
@@ -157,12 +170,20 @@ async fn carry(
         tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
         return Ok(());
     }
-    let mut upstream = match connect_inside(ns, target).await {
-        Ok(stream) => stream,
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+    // Loopback answers at once, with a SYN-ACK or a reset; no answer in a
+    // second means something of the namespace took the packet, and the
+    // host's namespace is tried as for a refusal.
+    let inside = tokio::time::timeout(INSIDE_PATIENCE, connect_inside(ns, target)).await;
+    let mut upstream = match inside {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
             TcpStream::connect(target).await?
         }
-        Err(e) => return Err(e),
+        Err(_elapsed) => {
+            tracing::warn!(%target, "relay: no answer inside the namespace; connecting from the host's");
+            TcpStream::connect(target).await?
+        }
+        Ok(Err(e)) => return Err(e),
     };
     tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
     Ok(())
@@ -202,10 +223,15 @@ mod tests {
             with_service.contains("ip daddr 10.96.0.1 tcp dport 443 redirect to :1"),
             "{with_service}"
         );
-        let mark = rules.find("meta mark 0x6c71 return").expect("mark rule");
+        let mark = rules.find("meta mark 0x1c71 return").expect("mark rule");
         let redirect = rules
             .find("ip daddr 127.0.0.0/8 tcp dport != 1 redirect to :1")
             .expect("redirect rule");
         assert!(mark < redirect, "{rules}");
+    }
+
+    #[test]
+    fn the_relays_mark_is_none_of_kube_proxys() {
+        assert_eq!(MARK & KUBE_PROXY_BITS, 0, "{MARK:#x}");
     }
 }
