@@ -352,7 +352,34 @@ pub struct InfoArgs {
     #[command(subcommand)]
     pub command: Option<InfoCommand>,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub output: InfoOutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct InfoOutputArgs {
+    /// Output format: `wide` adds columns to the tables (cluster IDs, cost,
+    /// tenant namespaces, certificate expiry, offloading details), which
+    /// otherwise fit the terminal.
+    #[arg(long, short = 'o', value_enum)]
+    pub output: Option<InfoFormat>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InfoFormat {
+    Wide,
+    Json,
+    Yaml,
+}
+
+impl InfoFormat {
+    /// The structured format it names, if it is one.
+    pub fn structured(self) -> Option<OutputFormat> {
+        match self {
+            Self::Wide => None,
+            Self::Json => Some(OutputFormat::Json),
+            Self::Yaml => Some(OutputFormat::Yaml),
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -3,7 +3,6 @@
 //! and the offloaded namespaces, as tables or as JSON/YAML; and
 //! `liqoctl info peer NAME`, one peering in detail.
 
-use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeSelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -19,7 +18,7 @@ use liqo_api::offloading::{ClusterOffloadingStatus, NamespaceOffloading};
 use liqo_api::sharing::{Cost, Resources};
 use serde::Serialize;
 
-use crate::cli::{GlobalArgs, InfoArgs, InfoCommand};
+use crate::cli::{GlobalArgs, InfoArgs, InfoCommand, InfoFormat};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::agents::deployment_ready;
@@ -28,7 +27,6 @@ use crate::peering::refused::{self, Refusing};
 use crate::peering::tether::State;
 use crate::peering::tokens::{TokenView, tokens_of};
 use crate::printer::Printer;
-use crate::show::{show_cost, show_resources};
 use clusterset::ClustersetView;
 
 #[derive(Serialize, Debug)]
@@ -225,10 +223,12 @@ pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyh
     if let Some(InfoCommand::Peer(peer)) = &args.command {
         let all = peerings(&cluster).await?;
         let found = matching(&all, &peer.name)?;
-        if let Some(format) = peer.output.output.or(args.output.output) {
+        let parent = args.output.output.and_then(InfoFormat::structured);
+        if let Some(format) = peer.output.output.or(parent) {
             return printer.structured(&found, format);
         }
-        let details: Vec<String> = found.iter().map(render_one).collect();
+        let layout = Layout::for_output(false);
+        let details: Vec<String> = found.iter().map(|p| render_one(p, layout)).collect();
         printer.result(details.join("\n\n"));
         return Ok(());
     }
@@ -241,10 +241,12 @@ pub async fn run(args: &InfoArgs, global: &GlobalArgs, printer: Printer) -> anyh
         peering_tokens: tokens_of(&cluster).await?,
         clusterset: ClustersetView::read(&cluster).await?,
     };
-    if let Some(format) = args.output.output {
-        return printer.structured(&info, format);
+    let format = args.output.output;
+    if let Some(structured) = format.and_then(InfoFormat::structured) {
+        return printer.structured(&info, structured);
     }
-    printer.result(render(&info));
+    let wide = format == Some(InfoFormat::Wide);
+    printer.result(render(&info, Layout::for_output(wide)));
     Ok(())
 }
 
@@ -527,309 +529,8 @@ async fn offloaded(cluster: &ClusterClient) -> anyhow::Result<Vec<Offloaded>> {
     Ok(out)
 }
 
-fn render(info: &Info) -> String {
-    let table = |header: &[&str]| {
-        let mut t = Table::new();
-        t.load_style(UTF8_BORDERS_ONLY).set_header(header.to_vec());
-        t
-    };
-    let id = &info.identity;
-    let mut identity = table(&["Local cluster", ""]);
-    identity.add_row(vec!["Cluster ID", id.cluster_id.as_str()]);
-    identity.add_row(vec!["Name", &id.cluster_name]);
-    let labels: Vec<String> = id.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    identity.add_row(vec!["Labels".to_owned(), labels.join("\n")]);
-    identity.add_row(vec!["Pod CIDR".to_owned(), id.pod_cidr.to_string()]);
-    identity.add_row(vec!["Service CIDR".to_owned(), id.service_cidr.to_string()]);
-    identity.add_row(vec!["Version", &id.version]);
-    identity.add_row(vec!["Mode", &info.mode]);
-
-    let mut agents = table(&["Agent", "Ready", "Image"]);
-    for a in &info.agents {
-        let state = format!(
-            "{}/{}{}",
-            a.ready_replicas,
-            a.replicas,
-            if a.ready { "" } else { " (not ready)" }
-        );
-        agents.add_row(vec![a.name.clone(), state, a.image.clone()]);
-    }
-
-    let mut out = format!("{identity}\n\n{agents}\n\n");
-    if info.peerings.is_empty() {
-        out.push_str("No peerings.\n");
-    } else {
-        let mut peerings = table(&[
-            "Peer",
-            "Cluster ID",
-            "Direction",
-            "Status",
-            "Network",
-            "Grant",
-            "Cost",
-            "Tenant namespace",
-            "Certificate expiry",
-        ]);
-        for p in &info.peerings {
-            peerings.add_row(vec![
-                p.name.clone(),
-                p.cluster_id.clone(),
-                p.direction.clone(),
-                status_detail(p),
-                p.network.as_ref().map_or("-".to_owned(), NetworkView::line),
-                grant_cell(p),
-                p.cost
-                    .as_ref()
-                    .map_or("-".to_owned(), |c| show_cost(c).replace(", ", "\n")),
-                p.tenant_namespace.clone().unwrap_or_else(|| "-".into()),
-                p.certificate_expiry.clone().unwrap_or_else(|| "-".into()),
-            ]);
-        }
-        out.push_str(&format!("{peerings}\n"));
-    }
-    if info.offloaded_namespaces.is_empty() {
-        out.push_str("No offloaded namespaces.");
-    } else {
-        let mut offloaded = table(&[
-            "Offloaded namespace",
-            "Pods",
-            "Mapping",
-            "Selector",
-            "Peer",
-            "Remote namespace",
-            "Status",
-        ]);
-        for o in &info.offloaded_namespaces {
-            let terms = o
-                .cluster_selector
-                .iter()
-                .flat_map(|s| &s.node_selector_terms)
-                .map(liqo_api::offloading::term_to_string)
-                .collect::<Vec<_>>();
-            let selector = if terms.is_empty() {
-                "(all peers)".to_owned()
-            } else {
-                terms.join("\n")
-            };
-            let head = vec![
-                o.namespace.clone(),
-                match &o.pod_security {
-                    Some(level) => format!("{}\n{level}", o.pod_offloading_strategy),
-                    None => o.pod_offloading_strategy.clone(),
-                },
-                o.namespace_mapping_strategy.clone(),
-                selector,
-            ];
-            // Pods being refused: the namespace is not ready, whatever its
-            // twins say.
-            let refusing = (o.refusing.pods > 0).then(|| {
-                format!(
-                    "Not ready: {} pod{} refused: {}",
-                    o.refusing.pods,
-                    if o.refusing.pods == 1 { "" } else { "s" },
-                    o.refusing.why.as_deref().unwrap_or("")
-                )
-            });
-            if o.clusters.is_empty() {
-                let mut row = head.clone();
-                let status = refusing
-                    .clone()
-                    .unwrap_or_else(|| "no peer has reported".into());
-                row.extend(["-".into(), "-".into(), status]);
-                offloaded.add_row(row);
-            }
-            // One row per peer; the namespace's columns only on the first.
-            for (i, c) in o.clusters.iter().enumerate() {
-                let mut row = if i == 0 {
-                    head.clone()
-                } else {
-                    vec![String::new(); 4]
-                };
-                let status = if let Some(refusing) = refusing.clone().filter(|_| i == 0) {
-                    refusing
-                } else if c.ready {
-                    "Ready".to_owned()
-                } else {
-                    let why = [c.reason.as_deref(), c.message.as_deref()];
-                    let why: Vec<&str> = why.into_iter().flatten().collect();
-                    format!("Not ready: {}", why.join(": "))
-                };
-                row.extend([c.cluster_id.to_string(), c.remote_namespace.clone(), status]);
-                offloaded.add_row(row);
-            }
-        }
-        out.push_str(&format!("\n{offloaded}"));
-    }
-    if !info.peering_tokens.is_empty() {
-        let mut tokens = table(&["PeeringView token", "Expires", "Tenant", "Claimed by"]);
-        for t in &info.peering_tokens {
-            for (i, tenant) in t.tenants.iter().enumerate() {
-                let head = if i == 0 {
-                    let expires = if t.expired {
-                        format!("{} (expired)", t.expires)
-                    } else {
-                        t.expires.clone()
-                    };
-                    vec![t.id.clone(), expires]
-                } else {
-                    vec![String::new(), String::new()]
-                };
-                let mut row = head;
-                row.push(tenant.tenant.clone());
-                row.push(tenant.claimed_by.clone().unwrap_or_else(|| "-".into()));
-                tokens.add_row(row);
-            }
-        }
-        out.push_str(&format!("\n\n{tokens}"));
-    }
-    out.push_str(&format!("\n\n{}", info.clusterset.lines().join("\n")));
-    out
-}
-
-/// A peering's state in a few words: its virtual node's readiness for an
-/// outgoing one; for an incoming one, whether its grant is recorded.
-/// The grant, a resource a line, and the Pod Security level its pods
-/// run at there.
-fn grant_cell(p: &PeeringView) -> String {
-    let mut lines: Vec<String> = p
-        .grant
-        .as_ref()
-        .map(|g| show_resources(g).split(", ").map(str::to_owned).collect())
-        .unwrap_or_default();
-    if let Some(a) = &p.admission {
-        lines.push(format!("pod security {}", a.pod_security));
-    }
-    if lines.is_empty() {
-        "-".to_owned()
-    } else {
-        lines.join("\n")
-    }
-}
-
-fn status_line(p: &PeeringView) -> String {
-    match &p.ready {
-        Some(r) if r.status == "True" => "Ready".to_owned(),
-        Some(r) if r.reason.is_empty() => "Not ready".to_owned(),
-        Some(r) => format!("Not ready: {}", r.reason),
-        None if p.grant.is_some() => "Granted".to_owned(),
-        None => "-".to_owned(),
-    }
-}
-
-/// The status line, and below it why when something is wrong: the
-/// virtual node's message and the conditions that do not hold, so that
-/// the overview alone tells what to fix.
-fn status_detail(p: &PeeringView) -> String {
-    let mut lines = vec![status_line(p)];
-    if let Some(r) = &p.ready
-        && r.status != "True"
-        && !r.message.is_empty()
-    {
-        lines.push(r.message.clone());
-    }
-    lines.extend(
-        p.conditions
-            .iter()
-            .filter(|c| c.status != "True")
-            .map(|c| format!("{}={} ({})", c.type_, c.status, c.reason)),
-    );
-    lines.join("\n")
-}
-
-/// One peering in detail, for `info peer NAME`.
-fn render_one(p: &PeeringView) -> String {
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY)
-        .set_header(vec![format!("PeeringView with {}", p.name), String::new()]);
-    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
-    let mut row = |k: &str, v: String| {
-        t.add_row(vec![k.to_owned(), v]);
-    };
-    row("Cluster ID", p.cluster_id.clone());
-    row("Direction", p.direction.clone());
-    if let Some(node) = &p.virtual_node {
-        row("Virtual node", node.clone());
-    }
-    row("Status", status_line(p));
-    if let Some(r) = &p.ready {
-        row("Ready", r.status.clone());
-        row(
-            "Reason",
-            if r.reason.is_empty() {
-                "-".into()
-            } else {
-                r.reason.clone()
-            },
-        );
-        row(
-            "Message",
-            if r.message.is_empty() {
-                "-".into()
-            } else {
-                r.message.clone()
-            },
-        );
-    }
-    let conditions: Vec<String> = p
-        .conditions
-        .iter()
-        .map(|c| {
-            let mut line = format!("{}={}", c.type_, c.status);
-            if !c.reason.is_empty() {
-                line.push_str(&format!(" ({})", c.reason));
-            }
-            if !c.last_transition_time.is_empty() {
-                line.push_str(&format!(" since {}", c.last_transition_time));
-            }
-            if !c.message.is_empty() {
-                line.push_str(&format!(": {}", c.message));
-            }
-            line
-        })
-        .collect();
-    row(
-        "Conditions",
-        if conditions.is_empty() {
-            "-".into()
-        } else {
-            conditions.join("\n")
-        },
-    );
-    row("Requested", dash(p.request.as_ref().map(show_resources)));
-    row("Granted", dash(p.grant.as_ref().map(show_resources)));
-    row(
-        "Largest free node",
-        dash(p.largest_free_node.as_ref().map(show_resources)),
-    );
-    row("Cost", dash(p.cost.as_ref().map(show_cost)));
-    row("Tenant namespace", dash(p.tenant_namespace.clone()));
-    row(
-        "Admits",
-        dash(p.admission.as_ref().map(Admission::describe)),
-    );
-    if p.direction != "incoming" {
-        row("Certificate expiry", dash(p.certificate_expiry.clone()));
-    }
-    if let Some(user) = &p.user {
-        row("Consumer's user", user.clone());
-    }
-    match &p.network {
-        None => row("Network", "not linked (`liqoctl network connect`)".into()),
-        Some(n) => {
-            row("Network", n.line());
-            row("Tunnel endpoint", dash(n.endpoint.clone()));
-            row("Tunnel interface", dash(n.interface.clone()));
-            row("Peer's pods seen as", dash(n.peer_pods_seen_as.clone()));
-            row("Last handshake", dash(n.last_handshake.clone()));
-            row(
-                "Traffic",
-                format!("{} bytes sent, {} received", n.tx_bytes, n.rx_bytes),
-            );
-        }
-    }
-    t.to_string()
-}
-
 mod clusterset;
+mod render;
+use render::{Layout, render, render_one};
 #[cfg(test)]
 mod tests;
