@@ -21,7 +21,7 @@ use crate::printer::Printer;
 fn main() -> ExitCode {
     let cli = parse_args();
     init_logging(cli.global.verbose);
-    let printer = Printer::new(cli.global.quiet);
+    let printer = Printer::new(cli.global.quiet).timed(cli.global.verbose > 0);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -30,8 +30,12 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return error::report(&e.into()),
     };
+    let started = std::time::Instant::now();
     match runtime.block_on(run(cli, printer)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => {
+            printer.total("done", started);
+            ExitCode::SUCCESS
+        }
         Err(e) => error::report(&e),
     }
 }

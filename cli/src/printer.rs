@@ -3,7 +3,7 @@
 //! with `--quiet`. Commands never print directly.
 
 use std::io::IsTerminal;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -15,6 +15,8 @@ pub struct Printer {
     quiet: bool,
     /// Spinners and prompts only make sense when a person watches stderr.
     interactive: bool,
+    /// Each finished step says how long it took (`-v`).
+    timed: bool,
 }
 
 impl Printer {
@@ -22,6 +24,21 @@ impl Printer {
         Self {
             quiet,
             interactive: std::io::stderr().is_terminal(),
+            timed: false,
+        }
+    }
+
+    /// The same, each finished step saying how long it took, and the
+    /// command its total ([`Self::total`]).
+    pub fn timed(self, timed: bool) -> Self {
+        Self { timed, ..self }
+    }
+
+    /// With `-v`, the time since `started`, the start of the command, as
+    /// its last line on stderr (`done in 1.84 s`).
+    pub fn total(&self, what: &str, started: Instant) {
+        if self.timed && !self.quiet {
+            eprintln!("{what} in {}", seconds(started.elapsed()));
         }
     }
 
@@ -81,7 +98,18 @@ impl Printer {
             bar,
             message,
             quiet: self.quiet,
+            started: self.timed.then(Instant::now),
         }
+    }
+}
+
+/// A duration as a person reads it: `0.42 s`, `12.3 s`.
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 10.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{s:.1} s")
     }
 }
 
@@ -107,6 +135,8 @@ pub struct Step {
     bar: Option<ProgressBar>,
     message: String,
     quiet: bool,
+    /// When it started, if it is to say how long it took.
+    started: Option<Instant>,
 }
 
 impl Step {
@@ -129,11 +159,14 @@ impl Step {
     }
 
     fn finish(mut self, mark: &str, outcome: &str) {
-        let line = if outcome.is_empty() {
+        let mut line = if outcome.is_empty() {
             format!("{mark} {}", self.message)
         } else {
             format!("{mark} {}: {outcome}", self.message)
         };
+        if let Some(started) = self.started {
+            line.push_str(&format!(" ({})", seconds(started.elapsed())));
+        }
         match self.bar.take() {
             Some(bar) => {
                 bar.set_style(

@@ -132,6 +132,26 @@ fn archive_digest(path: &std::path::Path) -> Result<String> {
     anyhow::bail!("{} has no index.json", path.display())
 }
 
+/// The digest of the configuration of the image in the OCI archive at
+/// `path`: the image ID a container runtime reports for a container of it
+/// (`imageID` in a pod's status, where no registry digest is known).
+pub(crate) fn archive_image_id(path: &std::path::Path) -> Result<String> {
+    let manifest = archive_digest(path)?;
+    let blob = format!("blobs/{}", manifest.replacen(':', "/", 1));
+    let mut archive = tar::Archive::new(std::fs::File::open(path)?);
+    for entry in archive.entries()? {
+        let entry = entry?;
+        if entry.path()?.as_os_str() == blob.as_str() {
+            let manifest: serde_json::Value = serde_json::from_reader(entry)?;
+            return manifest["config"]["digest"]
+                .as_str()
+                .map(str::to_owned)
+                .context("no config in the manifest");
+        }
+    }
+    anyhow::bail!("{} has no manifest {manifest}", path.display())
+}
+
 /// Needs the archives of a release build (about half an hour of the
 /// test command's two cores): `bash tests/images.sh` builds them and runs it.
 #[test]

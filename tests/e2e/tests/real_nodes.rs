@@ -11,9 +11,14 @@
 //! were before the peering. Once with
 //! disjoint pod CIDRs (peered with two kubeconfigs), once with the same
 //! (NAT, peered with a token). Needs root, containerd, runc, CNI plugins.
+//!
+//! With `LIQO_AGENT_IMAGES` naming a folder of the shipped image archives
+//! (`cargo run -p liqo-images` writes them; `bash tests/images.sh` runs the
+//! mission so), the nodes hold those instead of images made from this
+//! build's binaries, and the mission checks that the agents run them.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -35,10 +40,35 @@ fn spec(name: &str, index: u8, pod_cidr: Option<&str>) -> ClusterSpec {
     spec.nodes = 0;
     spec.real_node = true;
     spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    spec.agent_images = shipped_images();
     if let Some(cidr) = pod_cidr {
         spec.pod_cidr = cidr.to_owned();
     }
     spec
+}
+
+/// The folder of the shipped image archives the nodes hold, if the mission
+/// runs with them.
+fn shipped_images() -> Option<PathBuf> {
+    std::env::var_os("LIQO_AGENT_IMAGES").map(PathBuf::from)
+}
+
+/// Checks that the container of pod `pod` (a JSON object) runs the shipped
+/// image of `program`, when the mission runs with the shipped images.
+fn runs_the_shipped_image(pod: &serde_json::Value, program: &str) -> Result<()> {
+    let Some(folder) = shipped_images() else {
+        return Ok(());
+    };
+    let archive = folder.join(format!("{program}-{}.oci.tar", liqo_api::VERSION));
+    let digest = super::images::archive_image_id(&archive)?;
+    let image_id = pod["status"]["containerStatuses"][0]["imageID"]
+        .as_str()
+        .unwrap_or_default();
+    ensure!(
+        image_id.ends_with(&digest),
+        "{program} runs {image_id:?}, not the shipped image {digest}"
+    );
+    Ok(())
 }
 
 fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<Run> {
@@ -271,6 +301,7 @@ impl Mission<'_> {
             "the gateway's container has no image digest: {}",
             gw["status"]
         );
+        runs_the_shipped_image(gw, "liqo-gateway")?;
 
         // 2. Peer.
         let foreign_before = snapshot(&fc).await?;
@@ -284,6 +315,19 @@ impl Mission<'_> {
             "the virtual kubelet is not a running pod: {}",
             vk.stdout
         );
+        let agents = kubectl(home, &["-n", "liqo", "get", "pods", "-o", "json"])?.success();
+        let agents: serde_json::Value = serde_json::from_str(&agents.stdout)?;
+        let vk = agents["items"]
+            .as_array()
+            .and_then(|a| {
+                a.iter().find(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("liqo-vk-"))
+                })
+            })
+            .context("the virtual kubelet's pod")?;
+        runs_the_shipped_image(vk, "liqo-virtual-kubelet")?;
 
         // 3. Offload; the web Deployment runs on the provider's real node.
         kubectl(home, &["create", "namespace", OFFLOADED])?.success();

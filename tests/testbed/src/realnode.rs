@@ -78,6 +78,9 @@ pub(crate) struct RealNodeConfig {
     pub(crate) ca_crt: PathBuf,
     /// Where the agents' binaries are, for their images and the CNI plugin.
     pub(crate) agent_bin_dir: PathBuf,
+    /// The shipped images' archives, imported instead of images made from
+    /// `agent_bin_dir` ([`crate::ClusterSpec::agent_images`]).
+    pub(crate) agent_images: Option<PathBuf>,
     /// The `kubernetes` Service, which pods are carried to.
     pub(crate) service: ApiService,
     /// The socket of the API server's egress selection.
@@ -298,13 +301,24 @@ impl RealNode {
             node.ensure_running()?;
             std::thread::sleep(Duration::from_millis(100));
         }
+        let agents_from_binaries = match &config.agent_images {
+            Some(_) => None,
+            None => Some(config.agent_bin_dir.as_path()),
+        };
         for archive in
-            images::write_all(&dir.join("images"), &config.agent_bin_dir, &config.add_ons)?
+            images::write_all(&dir.join("images"), agents_from_binaries, &config.add_ons)?
         {
             containerd
                 .import(&archive)
                 .map_err(|e| Error::Spec(format!("real node {}: {e}", node.name)))?;
             let _ = std::fs::remove_file(&archive);
+        }
+        if let Some(folder) = &config.agent_images {
+            for archive in images::shipped(folder)? {
+                containerd
+                    .import(&archive)
+                    .map_err(|e| Error::Spec(format!("real node {}: {e}", node.name)))?;
+            }
         }
         Ok(node)
     }

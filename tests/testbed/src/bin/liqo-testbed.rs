@@ -170,6 +170,11 @@ struct UpArgs {
     /// "Real nodes"). Needs root.
     #[arg(long)]
     real_node: bool,
+    /// With --real-node: import the agents' images from the archives in DIR,
+    /// as `cargo run -p liqo-images` writes them (the shipped, static
+    /// images), instead of making them from the agent folder's binaries.
+    #[arg(long, value_name = "DIR", requires = "real_node")]
+    agent_images: Option<PathBuf>,
     /// The controller-managers' client rate limit in requests per second
     /// (burst twice that) [default: theirs, 20 with a burst of 30].
     #[arg(long, value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..))]
@@ -237,6 +242,7 @@ impl UpArgs {
                 }
                 spec.pod_network = self.pod_network;
                 spec.real_node = self.real_node;
+                spec.agent_images.clone_from(&self.agent_images);
                 spec.controller_manager_qps = self.controller_manager_qps;
                 spec.without_mutating_admission_policy = self.without_mutating_admission_policy;
                 spec.profiling = self.profiling;
@@ -409,6 +415,9 @@ fn up(args: &UpArgs) -> Result<()> {
         }
         if args.real_node {
             cmd.arg("--real-node");
+        }
+        if let Some(folder) = &args.agent_images {
+            cmd.arg("--agent-images").arg(std::path::absolute(folder)?);
         }
         if let Some(qps) = args.controller_manager_qps {
             cmd.arg(format!("--controller-manager-qps={qps}"));

@@ -52,6 +52,11 @@ pub struct ClusterSpec {
     /// Needs root, Debian's containerd, runc and CNI plugins.
     #[serde(default)]
     pub real_node: bool,
+    /// A folder of the agents' image archives as `liqo-images` writes them
+    /// (the shipped, static images): a real node imports these instead of
+    /// the images made from `agent_bin_dir`'s binaries.
+    #[serde(default)]
+    pub agent_images: Option<PathBuf>,
     /// The real node has no `/dev/net/tun`, as a node without the tun
     /// module (hidden in its mount namespace only).
     #[serde(default)]
@@ -90,6 +95,7 @@ impl ClusterSpec {
             host_images: crate::default_host_images(),
             pod_network: false,
             real_node: false,
+            agent_images: None,
             real_node_without_tun: false,
             controller_manager_qps: None,
             without_mutating_admission_policy: false,

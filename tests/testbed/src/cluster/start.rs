@@ -257,6 +257,7 @@ impl Cluster {
                 kubeconfig: absolute(kubeconfig)?,
                 ca_crt: absolute(&ca_crt)?,
                 agent_bin_dir: absolute(bin_dir)?,
+                agent_images: spec.agent_images.as_deref().map(absolute).transpose()?,
                 service,
                 egress_socket: absolute(&egress_socket)?,
                 api_port,

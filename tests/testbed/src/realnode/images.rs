@@ -30,10 +30,10 @@ const NETSHOOT_IMAGE: &str = "docker.io/nicolaka/netshoot:v0.15";
 
 /// Writes the node's image archives into `dir` and returns their paths:
 /// pause, toolbox, the cluster's add-ons (from the toolchain's binaries),
-/// and the agents of `agent_bin_dir` that were built.
+/// and, with `agent_bin_dir`, the agents of that folder that were built.
 pub(crate) fn write_all(
     dir: &Path,
-    agent_bin_dir: &Path,
+    agent_bin_dir: Option<&Path>,
     add_ons: &AddOns,
 ) -> Result<Vec<PathBuf>, Error> {
     std::fs::create_dir_all(dir).map_err(crate::io_error(dir))?;
@@ -74,8 +74,10 @@ pub(crate) fn write_all(
         .map_err(|e| failed("the local-path provisioner's busybox", &e))?,
     ];
     images.extend(conformance_images(&applets).map_err(|e| failed("the MCS suite's images", &e))?);
-    for program in Program::ALL {
-        let binary = agent_bin_dir.join(program.name());
+    for (program, binary) in agent_bin_dir
+        .into_iter()
+        .flat_map(|dir| Program::ALL.map(|p| (p, dir.join(p.name()))))
+    {
         if !binary.exists() {
             continue;
         }
@@ -98,6 +100,24 @@ pub(crate) fn write_all(
         paths.push(path);
     }
     Ok(paths)
+}
+
+/// The image archives of `folder` (`*.oci.tar`, as `liqo-images` writes
+/// them), sorted; an error if there is none.
+pub(crate) fn shipped(folder: &Path) -> Result<Vec<PathBuf>, Error> {
+    let mut archives: Vec<PathBuf> = std::fs::read_dir(folder)
+        .map_err(crate::io_error(folder))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.to_string_lossy().ends_with(".oci.tar"))
+        .collect();
+    archives.sort();
+    if archives.is_empty() {
+        return Err(Error::Spec(format!(
+            "{} holds no image archive (*.oci.tar); build them with `cargo run -p liqo-images`",
+            folder.display()
+        )));
+    }
+    Ok(archives)
 }
 
 /// CoreDNS's image: its static binary at `/coredns`, run as CoreDNS's
