@@ -441,10 +441,18 @@ pub fn step(grant: &Grant, holders: &[Holder]) -> Vec<Write> {
             raised[i].insert(*r, target.min(*bound + take).max(written[i][r]));
         }
     }
+    // Only the granted resources are compared: a share also holds zeros
+    // for what is not granted (storage, claims), which no round writes.
+    let granted = |spec: &BTreeMap<Counted, u64>| -> BTreeMap<Counted, u64> {
+        spec.iter()
+            .filter(|(r, _)| counted.contains(r))
+            .map(|(r, v)| (*r, *v))
+            .collect()
+    };
     holders
         .iter()
         .enumerate()
-        .filter(|(i, h)| h.quota.as_ref().map(|q| &q.spec) != Some(&raised[*i]))
+        .filter(|(i, h)| h.quota.as_ref().map(|q| granted(&q.spec)) != Some(raised[*i].clone()))
         .map(|(i, _)| Write {
             holder: i,
             hard: raised[i].clone(),

@@ -387,3 +387,30 @@ fn quotas_are_read_as_written() {
         Quantity("2000m".into())
     );
 }
+
+#[test]
+fn a_share_at_its_target_is_not_written_again_for_the_zeros_of_what_is_not_granted() {
+    // The shares hold `requests.storage: 0` and `persistentvolumeclaims: 0`
+    // where storage is not granted; a round that compared them with the
+    // granted resources alone wrote the same share again and again.
+    let g = grant(4000, 4 << 30, 20);
+    let with_zeros = |h: Holder| {
+        let mut q = h.quota.expect("a quota");
+        for r in [Counted::Storage, Counted::Claims] {
+            q.spec.insert(r, 0);
+            q.enforced.insert(r, 0);
+            q.used.insert(r, 0);
+        }
+        Holder {
+            quota: Some(q),
+            ..h
+        }
+    };
+    let settled = [tenant_ns([4000, 4 << 30, 20], [0, 0, 0])];
+    assert_eq!(step(&g, &settled), Vec::new(), "the share is where it should be");
+    let settled = settled.map(with_zeros);
+    assert_eq!(step(&g, &settled), Vec::new(), "zeros of what is not granted");
+    // A change of a granted resource is still written.
+    let lower = [with_zeros(tenant_ns([4000, 4 << 30, 30], [0, 0, 0]))];
+    assert_eq!(step(&g, &lower).len(), 1);
+}
