@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Offloading on real nodes (docs/testbed.md, "Real nodes"), side by side
-# with the same work done directly on the provider, in the same run:
-# - start latency: 50 pods of a Deployment until all are Ready, through
+# Offloading on real nodes (docs/testbed.md, "Real nodes") with the images
+# users get: the release, static images `liqo-images` writes (built first,
+# cached in target/images), imported into each node's containerd. Side by
+# side with the same work done directly on the provider, in the same run:
+# - peer and unpeer with network (`liqoctl peer -v` prints each phase's
+#   time), three runs;
+# - start latency: N pods of a Deployment until all are Ready, through
 #   the virtual node (home's Deployment, its pods offloaded to foreign's
 #   real node) and directly on foreign's real node;
-# - TCP throughput (iperf3, 10 s): from a pod of home to an offloaded pod on
-#   foreign (through the two gateways' WireGuard tunnel), and between two
-#   pods of foreign's node.
-#   bash tests/bench/real-nodes.sh [--pods N]
+# - TCP throughput (iperf3, 10 s, one stream and four): from a pod of home
+#   to an offloaded pod on foreign (through the two gateways' WireGuard
+#   tunnel), and between two pods of foreign's node; with the CPU time of
+#   the whole machine per Gbit carried.
+#   bash tests/bench/real-nodes.sh [--pods N]     # default 50
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source tests/bench/lib.sh
@@ -19,16 +24,43 @@ while [ $# -gt 0 ]; do
   esac
 done
 command -v iperf3 >/dev/null || { echo "error: iperf3 is needed (tests/setup.sh)" >&2; exit 1; }
+rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$' \
+  || rustup target add x86_64-unknown-linux-musl
+command -v musl-gcc >/dev/null || {
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends musl-tools
+}
+cargo run --locked -q -p liqo-images >/dev/null
+images=$PWD/target/images
 bench_build debug
 trap bench_cleanup EXIT
-"$testbed" up --dir "$dir/tb" -c home -c foreign --nodes 0 --real-node >/dev/null
+"$testbed" up --dir "$dir/tb" -c home -c foreign --nodes 0 --real-node --agent-images "$images" >/dev/null
 home=$(kubeconfig home)
 foreign=$(kubeconfig foreign)
 for c in "$home" "$foreign"; do
   "$liqoctl" --kubeconfig "$c" install --yes >"$dir/install.log" 2>&1 || { cat "$dir/install.log" >&2; exit 1; }
 done
-"$liqoctl" --kubeconfig "$home" peer --remote-kubeconfig "$foreign" --pods $((pods + 10)) --yes \
-  >"$dir/peer.log" 2>&1 || { cat "$dir/peer.log" >&2; exit 1; }
+
+# Peer and unpeer three times, each phase timed by `-v`; the last peering
+# stays for what follows.
+peer() {
+  "$liqoctl" --kubeconfig "$home" -v peer --remote-kubeconfig "$foreign" --pods $((pods + 10)) --yes
+}
+unpeer() { "$liqoctl" --kubeconfig "$home" -v unpeer --remote-kubeconfig "$foreign" --yes; }
+# The timed lines of a -v run: "✔ Phase…: detail (0.12 s)" as "Phase 0.12",
+# and "done in 1.84 s" as "total 1.84".
+phases() {
+  sed -n -E 's/^✔ ([A-Z][a-z]+)[^(]*\(([0-9.]+) s\)$/\1 \2/p; s/^done in ([0-9.]+) s$/total \1/p' "$1"
+}
+for run in 1 2 3; do
+  peer >"$dir/peer.log" 2>&1 || { cat "$dir/peer.log" >&2; exit 1; }
+  phases "$dir/peer.log" | awk -v r="$run" '{ printf "%s%s %s", (NR > 1 ? ", " : "peer run " r ": "), $1, $2 } END { print "" }' \
+    >>"$dir/peer-times"
+  [ "$run" = 3 ] && break
+  unpeer >"$dir/unpeer.log" 2>&1 || { cat "$dir/unpeer.log" >&2; exit 1; }
+  phases "$dir/unpeer.log" | awk -v r="$run" '$1 == "total" { print "unpeer run " r ": " $2 " s" }' \
+    >>"$dir/peer-times"
+done
 "$kubectl" --kubeconfig "$home" create namespace bench >/dev/null
 "$liqoctl" --kubeconfig "$home" offload namespace bench --pod-offloading-strategy Remote --wait \
   >"$dir/offload.log" 2>&1 || { cat "$dir/offload.log" >&2; exit 1; }
@@ -86,16 +118,30 @@ deployment "$foreign" direct 1 client "sleep 3600"
 "$kubectl" --kubeconfig "$home" rollout status deployment/client --timeout=120s >/dev/null
 "$kubectl" --kubeconfig "$foreign" -n direct rollout status deployment/client --timeout=120s >/dev/null
 server_ip() { "$kubectl" --kubeconfig "$1" -n "$2" get pods -l app=server -o jsonpath='{.items[0].status.podIP}'; }
-# Gbit/s received, from iperf3's JSON.
+# Gbit/s received with $4 streams, from iperf3's JSON, and the CPU
+# seconds the whole machine spent per Gbit meanwhile (/proc/stat).
+busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 gbits() {
-  "$kubectl" --kubeconfig "$1" -n "$2" exec deploy/client -- iperf3 -c "$3" -p 5201 -t 10 -J \
-    | awk -F: '/"sum_received"/ { s = 1 } s && /"bits_per_second"/ { gsub(/[ ,]/, "", $2); printf "%.2f", $2 / 1e9; exit }'
+  local before after json
+  before=$(busy)
+  json=$("$kubectl" --kubeconfig "$1" -n "$2" exec deploy/client -- iperf3 -c "$3" -p 5201 -t 10 -P "$4" -J)
+  after=$(busy)
+  awk -F: -v ticks="$((after - before))" -v hz="$(getconf CLK_TCK)" '
+    /"sum_received"/ { s = 1 }
+    s && /"bits_per_second"/ { gsub(/[ ,]/, "", $2); g = $2 / 1e9; exit }
+    END { printf "%.2f Gb/s %.2f CPU-s/Gbit", g, (ticks / hz) / (g * 10) }' <<<"$json"
 }
-across=$(gbits "$home" default "$(server_ip "$home" bench)")
-inside=$(gbits "$foreign" direct "$(server_ip "$foreign" direct)")
+server_home=$(server_ip "$home" bench)
+server_foreign=$(server_ip "$foreign" direct)
+across1=$(gbits "$home" default "$server_home" 1)
+inside1=$(gbits "$foreign" direct "$server_foreign" 1)
+across4=$(gbits "$home" default "$server_home" 4)
+inside4=$(gbits "$foreign" direct "$server_foreign" 4)
 
-echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); agents and testbed: debug build"
-printf '%-48s %12s %12s\n' "" "virtual" "direct"
-printf '%-48s %11ss %11ss\n' "start of $pods pods, until all Ready" "$virtual" "$direct"
-printf '%-48s %12s %12s\n' "" "across" "inside"
-printf '%-48s %7s Gb/s %7s Gb/s\n' "TCP pod to pod (iperf3, 10 s)" "$across" "$inside"
+echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); agents: the release images of target/images"
+cat "$dir/peer-times"
+printf '%-40s %12s %12s\n' "" "virtual" "direct"
+printf '%-40s %11ss %11ss\n' "start of $pods pods, until all Ready" "$virtual" "$direct"
+printf '%-40s %28s %28s\n' "" "across the tunnel" "inside foreign"
+printf '%-40s %28s %28s\n' "TCP pod to pod, iperf3 10 s, 1 stream" "$across1" "$inside1"
+printf '%-40s %28s %28s\n' "TCP pod to pod, iperf3 10 s, 4 streams" "$across4" "$inside4"
