@@ -11,7 +11,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # the end-to-end tests, which mostly wait on API servers and timers, at the
 # lowest priority and in a target folder of their own (cargo locks its
 # folder while it builds).
+# Where the time goes, printed last: each phase's seconds.
+times=()
+mark=$SECONDS
+phase() { times+=("$1 $((SECONDS - mark)) s"); mark=$SECONDS; }
 bash tests/setup.sh --without-toolchain
+phase setup
 log=$(mktemp)
 toolchain_out=$(mktemp)
 toolchain_err=$(mktemp)
@@ -38,13 +43,16 @@ trap 'stop_toolchain_build; stop_lints; rm -f "$log" "$toolchain_out" "$toolchai
 cargo fmt --all --check
 # The end-to-end tests run the binaries as users do.
 cargo build --workspace --bins --locked
+phase "build"
 cargo test --workspace --locked --no-run
+phase "test build"
 if ! wait "$toolchain_build"; then
   cat "$toolchain_err" >&2
   echo "error: building the test clusters' binaries failed (tests/toolchain/build.sh)" >&2
   exit 1
 fi
 toolchain_build=""
+phase "waiting for the clusters' binaries"
 cat "$toolchain_err" >&2
 export LIQO_TOOLCHAIN_DIR
 LIQO_TOOLCHAIN_DIR=$(tail -n 1 "$toolchain_out")
@@ -60,9 +68,11 @@ set +e
 # tests does not hide the crates' own.
 cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+phase tests
 wait "$lints"
 lints_status=$?
 lints=""
+phase "waiting for the lints"
 set -e
 if [ "$lints_status" -ne 0 ]; then
   cat "$lints_log" >&2
@@ -73,4 +83,5 @@ fi
 # the last of which is often a crate's empty doc-test run.
 awk '/^test result:/ { passed += $4; failed += $6; ignored += $8 }
      END { printf "tests: %d passed, %d failed, %d skipped\n", passed, failed, ignored }' "$log"
+(IFS=,; echo "time: ${times[*]}; total $SECONDS s" | sed 's/,/, /g')
 exit "$status"
