@@ -92,11 +92,13 @@ YAML
 done
 
 # The PID of agent $2 (liqo-gateway, liqo-virtual-kubelet) of cluster $1:
-# the process whose HOSTNAME is one of that cluster's pods in liqo.
+# the process of the image's program (not the gateway's tunnel process,
+# `liqo-gateway tunnel`) whose HOSTNAME is one of that cluster's pods in
+# liqo.
 agent_pid() {
   local pods pid name
   pods=$(k "$1" -n liqo get pods -o name | sed 's|pod/||')
-  for pid in $(pgrep -x "$2" || true); do
+  for pid in $(pgrep -f "^/usr/local/bin/$2 --" || true); do
     name=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^HOSTNAME=//p')
     if grep -qx "$name" <<<"$pods"; then echo "$pid"; return; fi
   done

@@ -407,9 +407,17 @@ fn a_share_at_its_target_is_not_written_again_for_the_zeros_of_what_is_not_grant
         }
     };
     let settled = [tenant_ns([4000, 4 << 30, 20], [0, 0, 0])];
-    assert_eq!(step(&g, &settled), Vec::new(), "the share is where it should be");
+    assert_eq!(
+        step(&g, &settled),
+        Vec::new(),
+        "the share is where it should be"
+    );
     let settled = settled.map(with_zeros);
-    assert_eq!(step(&g, &settled), Vec::new(), "zeros of what is not granted");
+    assert_eq!(
+        step(&g, &settled),
+        Vec::new(),
+        "zeros of what is not granted"
+    );
     // A change of a granted resource is still written.
     let lower = [with_zeros(tenant_ns([4000, 4 << 30, 30], [0, 0, 0]))];
     assert_eq!(step(&g, &lower).len(), 1);
