@@ -27,6 +27,11 @@
 #       ms, from the API server's admission histogram), for the virtual
 #       run and for the direct one with a quota: what every create in a
 #       twin namespace, which has the share's quota, waits for;
+#       And the start latency of every pod of the burst, from its create
+#       (first seen) to Running, through the virtual node (on the
+#       consumer) against the direct Deployment with a quota (on the
+#       provider): p50 and p99 of each, and how much the first's p99
+#       exceeds the second's (target: at most 100 ms);
 #   (c) the virtual kubelet's peak resident memory (VmHWM in
 #       /proc/PID/status) with N offloaded pods Running, and with 10,000
 #       when --with-10k is given (long: the clusters are sized for it),
@@ -210,6 +215,17 @@ added() {
       }
     }' "$dir/$app.local.w" "$dir/$app.rs.w" "$dir/$app.remote.w" >"$dir/$app.added"
 }
+# Per pod of watch file $1 (lines: time uid node phase): seconds from its
+# first line (its create) to its first Running, one per line, sorted.
+start_latencies() {
+  awk '!($2 in seen) { seen[$2] = $1 } $4 == "Running" && !($2 in run) { run[$2] = $1 }
+    END { for (u in run) printf "%.3f\n", run[u] - seen[u] }' "$1" | sort -n
+}
+# Percentile $2 (in ms) of the sorted seconds of file $1.
+pct_of() {
+  awk -v p="$2" '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } i = int((NR - 1) * p / 100) + 1; printf "%.0f", v[i] * 1000 }' "$1"
+}
+
 # Percentile $2 of column $3 of the added latencies of app $1 (column 1:
 # total, 2: bound to first remote object, 3: remote Running to local Running).
 pct() {
@@ -279,6 +295,8 @@ added bench
 measured=$(wc -l <"$dir/bench.added")
 p50=$(pct bench 50 1)
 p99=$(pct bench 99 1)
+start_latencies "$dir/bench.local.w" >"$dir/start.virtual"
+start_latencies "$dir/bench-direct-quota.w" >"$dir/start.direct-quota"
 
 rss_10k="not measured (--with-10k)"
 rss_10k_restart=$rss_10k
@@ -314,6 +332,9 @@ printf '%-52s %s\n' "(b) added start latency p50 ($measured pods)" "$p50"
 printf '%-52s %s\n' "(b) added start latency p99 (target <= 100 ms)" "$p99"
 printf '%-52s %s\n' "(b)   of which bound -> remote object seen, p50 / p99" "$(pct bench 50 2) / $(pct bench 99 2)"
 printf '%-52s %s\n' "(b)   of which remote Running -> local Running, p50 / p99" "$(pct bench 50 3) / $(pct bench 99 3)"
+printf '%-52s %s\n' "(b) start, create -> Running: virtual p50 / p99" "$(pct_of "$dir/start.virtual" 50) / $(pct_of "$dir/start.virtual" 99) ms"
+printf '%-52s %s\n' "(b) the same, direct with a quota: p50 / p99" "$(pct_of "$dir/start.direct-quota" 50) / $(pct_of "$dir/start.direct-quota" 99) ms"
+printf '%-52s %s\n' "(b) virtual p99 over direct p99 (target <= 100 ms)" "$(( $(pct_of "$dir/start.virtual" 99) - $(pct_of "$dir/start.direct-quota" 99) )) ms"
 echo "(b) the burst's slowest 1 % (added = to remote object + to local Running):"
 slowest bench
 if [ -n "$agent_log" ]; then
