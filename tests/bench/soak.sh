@@ -93,14 +93,14 @@ done
 
 # The PID of agent $2 (liqo-gateway, liqo-virtual-kubelet) of cluster $1:
 # the process of the image's program (not the gateway's tunnel process,
-# `liqo-gateway tunnel`) whose HOSTNAME is one of that cluster's pods in
-# liqo.
+# `liqo-gateway tunnel`) whose KUBERNETES_SERVICE_HOST is that cluster's
+# (the gateway runs in the node's network, so its HOSTNAME is the node's).
 agent_pid() {
-  local pods pid name
-  pods=$(k "$1" -n liqo get pods -o name | sed 's|pod/||')
+  local api pid host
+  api=$(k "$1" get service kubernetes -o jsonpath='{.spec.clusterIP}')
   for pid in $(pgrep -f "^/usr/local/bin/$2 --" || true); do
-    name=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^HOSTNAME=//p')
-    if grep -qx "$name" <<<"$pods"; then echo "$pid"; return; fi
+    host=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^KUBERNETES_SERVICE_HOST=//p')
+    if [ "$host" = "$api" ]; then echo "$pid"; return; fi
   done
 }
 rss() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo "-"; }
@@ -127,8 +127,8 @@ while [ "$(date +%s)" -lt "$end" ]; do
   app=$([ $((RANDOM % 2)) = 0 ] && echo web || echo worker)
   case $((RANDOM % 10)) in
     0|1|2) k "$home" -n "$ns" scale deployment "$app" --replicas $((RANDOM % 8)) >/dev/null 2>&1 || true ;;
-    3|4) pod=$(k "$home" -n "$ns" get pods -l "app=$app" -o name 2>/dev/null | head -n 1)
-         [ -z "$pod" ] || k "$home" -n "$ns" delete "$pod" --wait=false >/dev/null 2>&1 || true ;;
+    3|4) pod=$(k "$home" -n "$ns" get pods -l "app=$app" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true)
+         [ -z "$pod" ] || k "$home" -n "$ns" delete pod "$pod" --wait=false >/dev/null 2>&1 || true ;;
     5) if $offloaded_b; then
          "$liqoctl" --kubeconfig "$home" unoffload namespace soak-b --yes >/dev/null 2>&1 && offloaded_b=false
        else
