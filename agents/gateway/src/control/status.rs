@@ -59,16 +59,21 @@ impl Counters {
     }
 
     /// What `tunnel --report` calls every tick: prints a line about once
-    /// a second.
+    /// a second, and at once when the tunnel comes up or goes down, so
+    /// that its Connection says so without waiting.
     pub fn printer() -> impl FnMut(&Stats) + Send {
         use std::io::Write as _;
-        let mut last: Option<Instant> = None;
+        let mut last: Option<(Instant, bool)> = None;
         move |stats| {
-            if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            let counters = Counters::of(stats);
+            let established = counters.established();
+            if last
+                .is_some_and(|(t, was)| was == established && t.elapsed() < Duration::from_secs(1))
+            {
                 return;
             }
-            last = Some(Instant::now());
-            let line = serde_json::to_string(&Counters::of(stats)).unwrap_or_default();
+            last = Some((Instant::now(), established));
+            let line = serde_json::to_string(&counters).unwrap_or_default();
             let mut out = std::io::stdout().lock();
             // The agent reading it is gone: nothing to tell anyone.
             let _ = writeln!(out, "{line}").and_then(|()| out.flush());

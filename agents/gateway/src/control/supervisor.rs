@@ -15,7 +15,7 @@ use liqo_agent_runtime::follow::Followed;
 use liqo_api::ClusterIdentity;
 use liqo_api::networking::{Connection, ConnectionStatus};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::Settings;
 use super::pins::Pins;
@@ -92,6 +92,9 @@ pub struct Tunnels {
     pub observed: Observed,
     /// The pod CIDR each tenant's Connection must name.
     pins: Pins,
+    /// Told when a tunnel's report says it came up or went down, so that
+    /// its status is written at once rather than at the next second.
+    came_up_or_down: Arc<Notify>,
 }
 
 impl Tunnels {
@@ -106,6 +109,7 @@ impl Tunnels {
             written: HashMap::new(),
             ended: HashMap::new(),
             observed: Observed::default(),
+            came_up_or_down: Arc::new(Notify::new()),
         }
     }
 
@@ -276,11 +280,17 @@ impl Tunnels {
         drop(stdin);
         let stdout = process.stdout.take().ok_or(StartError::NoPipe("output"))?;
         let (tell, reports) = watch::channel(None);
+        let came_up_or_down = self.came_up_or_down.clone();
         tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(stdout).lines();
+            let mut was_established = false;
             while let Ok(Some(line)) = lines.next_line().await {
                 match serde_json::from_str::<Counters>(&line) {
                     Ok(report) => {
+                        if report.established() != was_established {
+                            was_established = report.established();
+                            came_up_or_down.notify_one();
+                        }
                         tell.send_replace(Some(report));
                     }
                     Err(e) => tracing::debug!(error = %e, "an unreadable report"),
@@ -366,6 +376,7 @@ pub async fn run_tunnels(
 ) {
     let mut identity_state = identity.state.clone();
     let mut service_state = service.as_ref().map(|s| s.state.clone());
+    let came_up_or_down = tunnels.came_up_or_down.clone();
     loop {
         // Only from a complete list: a tunnel is never stopped because
         // the store has not seen its Connection yet.
@@ -388,9 +399,11 @@ pub async fn run_tunnels(
                 .converge(&local, &connections.store.state(), exposure.as_deref())
                 .await;
         }
-        // Counters and exited processes are looked at every second too.
+        // Counters and exited processes are looked at every second too,
+        // and at once when a tunnel comes up or goes down.
         tokio::select! {
             _ = stop.changed() => break,
+            () = came_up_or_down.notified() => {}
             _ = connections.state.changed() => {}
             _ = identity_state.changed() => {}
             Some(_) = async {

@@ -4,16 +4,29 @@
 use std::io;
 use std::sync::Mutex;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use super::udp::{Outgoing, Udp};
 use super::{OnStats, lock};
 use crate::tunnel::{Peer, SESSION, TICK};
 
+/// How often the timers run until the first handshake completes, for the
+/// first [`QUICK_FOR`] of a tunnel: the handshake starts at once and the
+/// tunnel is told up within this of it (a peering waits for it).
+const QUICK_TICK: Duration = Duration::from_millis(20);
+const QUICK_FOR: Duration = Duration::from_secs(3);
+
 pub(super) fn timers(udp: &Udp, peer: &Mutex<Peer>, mut report: OnStats) -> io::Result<()> {
     let mut due = Outgoing::new();
     let mut handshaken = false;
+    let started = Instant::now();
+    let mut first = true;
     loop {
-        thread::sleep(TICK);
+        if !first {
+            let quick = !handshaken && started.elapsed() < QUICK_FOR;
+            thread::sleep(if quick { QUICK_TICK } else { TICK });
+        }
+        first = false;
         let (to, stats) = {
             let mut peer = lock(peer);
             peer.tick(|d| due.push(d));
