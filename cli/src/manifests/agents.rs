@@ -407,7 +407,10 @@ pub(crate) fn agent_container(specific: Container) -> Container {
             container_port: names::HEALTH_PORT.into(),
             ..Default::default()
         }]),
-        readiness_probe: Some(probe("/readyz", 2, None)),
+        // Every second: a peering waits for the virtual kubelet's pod to
+        // be ready, which the kubelet sees at the first probe after the
+        // agent is (at a 2 s period, most of `peer`'s time).
+        readiness_probe: Some(probe("/readyz", 1, None)),
         liveness_probe: Some(probe("/healthz", 10, Some(3))),
         resources: Some(ResourceRequirements {
             requests: Some(quantities(&[("cpu", "50m"), ("memory", "32Mi")])),
