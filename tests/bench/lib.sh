@@ -19,6 +19,20 @@ bench_build() {
   dir=$(mktemp -d)
 }
 
+# Builds the shipped images (release, static: `liqo-images`) into
+# target/images, installing the musl target and musl-tools first if
+# needed; sets `images` to that folder.
+shipped_images() {
+  rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$' \
+    || rustup target add x86_64-unknown-linux-musl
+  command -v musl-gcc >/dev/null || {
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends musl-tools
+  }
+  cargo run --locked -q -p liqo-images >/dev/null
+  images=$PWD/target/images
+}
+
 # Stops the watches and the testbed's clusters, and removes the scratch
 # folder: each benchmark's EXIT trap.
 bench_cleanup() {

@@ -24,14 +24,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 command -v iperf3 >/dev/null || { echo "error: iperf3 is needed (tests/setup.sh)" >&2; exit 1; }
-rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$' \
-  || rustup target add x86_64-unknown-linux-musl
-command -v musl-gcc >/dev/null || {
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends musl-tools
-}
-cargo run --locked -q -p liqo-images >/dev/null
-images=$PWD/target/images
+shipped_images
 bench_build debug
 trap bench_cleanup EXIT
 "$testbed" up --dir "$dir/tb" -c home -c foreign --nodes 0 --real-node --agent-images "$images" >/dev/null

@@ -31,17 +31,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 RANDOM=$seed
-rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$' \
-  || rustup target add x86_64-unknown-linux-musl
-command -v musl-gcc >/dev/null || {
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends musl-tools
-}
-cargo run --locked -q -p liqo-images >/dev/null
+shipped_images
 bench_build debug
 trap bench_cleanup EXIT
 "$testbed" up --dir "$dir/tb" -c home -c foreign --nodes 0 --real-node \
-  --agent-images "$PWD/target/images" >/dev/null
+  --agent-images "$images" >/dev/null
 home=$(kubeconfig home)
 foreign=$(kubeconfig foreign)
 k() { local c=$1; shift; "$kubectl" --kubeconfig "$c" "$@"; }

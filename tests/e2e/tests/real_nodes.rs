@@ -71,6 +71,24 @@ fn runs_the_shipped_image(pod: &serde_json::Value, program: &str) -> Result<()> 
     Ok(())
 }
 
+/// The pod of namespace `liqo` of `cluster` whose name starts with
+/// `prefix`, as kubectl prints it in JSON.
+fn liqo_pod(cluster: &Cluster, prefix: &str) -> Result<serde_json::Value> {
+    let listed = kubectl(cluster, &["-n", "liqo", "get", "pods", "-o", "json"])?.success();
+    let pods: serde_json::Value = serde_json::from_str(&listed.stdout)?;
+    pods["items"]
+        .as_array()
+        .and_then(|a| {
+            a.iter().find(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+        })
+        .cloned()
+        .with_context(|| format!("no pod {prefix}… in namespace liqo"))
+}
+
 fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<Run> {
     let mut cmd = std::process::Command::new(Toolchain::locate()?.binary("kubectl"));
     cmd.arg("--kubeconfig")
@@ -277,18 +295,7 @@ impl Mission<'_> {
             args.extend(extra.iter().map(String::as_str));
             liqoctl(Some(cluster.kubeconfig_path()), &args).success();
         }
-        let gateway = kubectl(home, &["-n", "liqo", "get", "pods", "-o", "json"])?.success();
-        let pods: serde_json::Value = serde_json::from_str(&gateway.stdout)?;
-        let gw = pods["items"]
-            .as_array()
-            .and_then(|a| {
-                a.iter().find(|p| {
-                    p["metadata"]["name"]
-                        .as_str()
-                        .is_some_and(|n| n.starts_with("liqo-gateway"))
-                })
-            })
-            .context("the gateway pod")?;
+        let gw = &liqo_pod(home, "liqo-gateway")?;
         ensure!(
             gw["spec"]["nodeName"] == home.real_node_name().unwrap_or("?"),
             "the gateway runs on {}",
@@ -315,19 +322,7 @@ impl Mission<'_> {
             "the virtual kubelet is not a running pod: {}",
             vk.stdout
         );
-        let agents = kubectl(home, &["-n", "liqo", "get", "pods", "-o", "json"])?.success();
-        let agents: serde_json::Value = serde_json::from_str(&agents.stdout)?;
-        let vk = agents["items"]
-            .as_array()
-            .and_then(|a| {
-                a.iter().find(|p| {
-                    p["metadata"]["name"]
-                        .as_str()
-                        .is_some_and(|n| n.starts_with("liqo-vk-"))
-                })
-            })
-            .context("the virtual kubelet's pod")?;
-        runs_the_shipped_image(vk, "liqo-virtual-kubelet")?;
+        runs_the_shipped_image(&liqo_pod(home, "liqo-vk-")?, "liqo-virtual-kubelet")?;
 
         // 3. Offload; the web Deployment runs on the provider's real node.
         kubectl(home, &["create", "namespace", OFFLOADED])?.success();

@@ -167,9 +167,19 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
     assert_eq!(hard.get("pods").map(|q| q.0.as_str()), Some("7"));
     assert_eq!(hard.get("requests.cpu").map(|q| q.0.as_str()), Some("2"));
 
-    // info on the consumer: the outgoing peering, as a table and as JSON.
+    // info on the consumer: the outgoing peering, as a table (the cost,
+    // the cluster ID and the tenant namespace with -o wide) and as JSON.
     let table = on_consumer(&["info"]).success();
     eprintln!("{}", table.stdout);
+    for want in ["provider", "outgoing", "Ready", "pods 7"] {
+        assert!(table.stdout.contains(want), "{want}:\n{}", table.stdout);
+    }
+    assert!(
+        !table.stdout.contains("USD"),
+        "the cost is a column of -o wide:\n{}",
+        table.stdout
+    );
+    let wide = on_consumer(&["info", "-o", "wide"]).success();
     for want in [
         "provider-1",
         "outgoing",
@@ -178,7 +188,7 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
         "0.05 USD per CPU-hour",
         &tenant_ns,
     ] {
-        assert!(table.stdout.contains(want), "{want}:\n{}", table.stdout);
+        assert!(wide.stdout.contains(want), "{want}:\n{}", wide.stdout);
     }
     let info = json(&on_consumer(&["info", "-o", "json"]).success().stdout)?;
     let p = &info["peerings"][0];
@@ -211,8 +221,9 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
     let out = on_consumer(&["info", "peer", "nope"]).user_error(7);
     assert!(out.error_line().contains("provider-1"), "{}", out.stderr);
 
-    // info on the provider: the incoming tenant.
-    let table = on_provider(&["info"]).success();
+    // info on the provider: the incoming tenant (its cluster ID and tenant
+    // namespace with -o wide).
+    let table = on_provider(&["info", "-o", "wide"]).success();
     eprintln!("{}", table.stdout);
     for want in ["consumer-1", "incoming", &tenant_ns] {
         assert!(table.stdout.contains(want), "{want}:\n{}", table.stdout);
