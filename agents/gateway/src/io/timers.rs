@@ -20,13 +20,7 @@ pub(super) fn timers(udp: &Udp, peer: &Mutex<Peer>, mut report: OnStats) -> io::
     let mut due = Outgoing::new();
     let mut handshaken = false;
     let started = Instant::now();
-    let mut first = true;
     loop {
-        if !first {
-            let quick = !handshaken && started.elapsed() < QUICK_FOR;
-            thread::sleep(if quick { QUICK_TICK } else { TICK });
-        }
-        first = false;
         let (to, stats) = {
             let mut peer = lock(peer);
             peer.tick(|d| due.push(d));
@@ -42,5 +36,7 @@ pub(super) fn timers(udp: &Udp, peer: &Mutex<Peer>, mut report: OnStats) -> io::
             Some(to) => due.flush(udp, to),
             None => due.clear(),
         }
+        let quick = !handshaken && started.elapsed() < QUICK_FOR;
+        thread::sleep(if quick { QUICK_TICK } else { TICK });
     }
 }
