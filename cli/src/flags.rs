@@ -7,22 +7,28 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Toleration;
 use liqo_api::sharing::{self, Amounts};
 
+use crate::cli::NodePlacementArgs;
 use crate::error::UserError;
 
-/// `--node-selector`: `None` when not given.
-pub fn node_selector_flag(
-    values: &[String],
-) -> Result<Option<BTreeMap<String, String>>, UserError> {
-    (!values.is_empty())
-        .then(|| parse_pairs("--node-selector", values))
-        .transpose()
+/// `--node-selector` and `--toleration`, parsed: each `None` when not
+/// given.
+#[derive(Debug, Clone, Default)]
+pub struct NodePlacement {
+    pub node_selector: Option<BTreeMap<String, String>>,
+    pub tolerations: Option<Vec<Toleration>>,
 }
 
-/// `--toleration`: `None` when not given.
-pub fn tolerations_flag(values: &[String]) -> Result<Option<Vec<Toleration>>, UserError> {
-    (!values.is_empty())
-        .then(|| parse_tolerations(values))
-        .transpose()
+impl NodePlacementArgs {
+    pub fn parse(&self) -> Result<NodePlacement, UserError> {
+        Ok(NodePlacement {
+            node_selector: (!self.node_selector.is_empty())
+                .then(|| parse_pairs("--node-selector", &self.node_selector))
+                .transpose()?,
+            tolerations: (!self.tolerations.is_empty())
+                .then(|| parse_tolerations(&self.tolerations))
+                .transpose()?,
+        })
+    }
 }
 
 /// Parses `key=value` pairs; keys and values checked as the API server

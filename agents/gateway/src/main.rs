@@ -24,13 +24,11 @@ mod announce;
 mod clusterset;
 mod control;
 mod flags;
-mod grant_shares;
-mod grants;
 mod io;
 mod metrics;
 mod nat;
 mod netcheck;
-mod tenants;
+mod tenancy;
 mod tunnel;
 
 use anyhow::Context as _;
@@ -122,10 +120,10 @@ async fn run_agent(args: GatewayFlags) -> anyhow::Result<()> {
         .context("the gateway's key")?;
     tracing::info!(public_key = %key.public_of_private(), "key pair ready");
     // On a provider: the tenants' grants, split across their namespaces.
-    let (tenancies, follow_tenancies) = tenants::follow(client.clone());
-    let keep_shares = grant_shares::keep(client.clone(), tenancies.clone());
+    let (tenancies, follow_tenancies) = tenancy::follow(client.clone());
+    let keep_shares = tenancy::shares::keep(client.clone(), tenancies.clone());
     // On a provider: the tenants' grants follow its free capacity.
-    let follow_load = grants::follow_load(client.clone(), tenancies);
+    let follow_load = tenancy::grant::follow_load(client.clone(), tenancies);
     // The clusterset's Services (docs/services.md).
     let keep_clusterset = clusterset::keep(
         client.clone(),

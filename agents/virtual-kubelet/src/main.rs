@@ -21,6 +21,7 @@ mod placement;
 mod provider;
 mod reflection;
 mod tenancy;
+mod tls_server;
 
 use std::path::PathBuf;
 
@@ -153,7 +154,7 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let (client_tx, client_rx) =
-        watch::channel(Err("the provider kubeconfig is not read yet".to_owned()));
+        watch::channel(Err(Arc::new(provider::KubeconfigError::NotReadYet)));
     let (health_tx, health_rx) = watch::channel(provider::Health::default());
     let (registered_tx, registered_rx) = watch::channel(None);
     // Where no webhook is served, nothing of it gates readiness.

@@ -24,23 +24,27 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, Secret,
     Toleration,
 };
 use kube::Api;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use liqo_agent_runtime::follow::Followed;
 use liqo_api::names::{self, labels};
 use liqo_api::offloading::NamespaceOffloading;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use serde_json::{Value, json};
 use tokio::net::TcpListener;
+
+use crate::tls_server::{self, ConnectionError, TlsStream};
 use tokio::sync::watch;
 
 /// The Secret in `liqo` with the webhook's serving certificate.
@@ -49,7 +53,6 @@ pub const TLS_SECRET: &str = "liqo-placement-tls";
 /// `liqoctl install`), and how soon while there is none.
 const TLS_REFRESH: Duration = Duration::from_secs(60);
 const TLS_RETRY: Duration = Duration::from_secs(3);
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// What is logged once where the webhook is not installed.
 const NOT_INSTALLED: &str = "not installed";
 /// The largest AdmissionReview read.
@@ -75,7 +78,7 @@ impl Strategy {
 /// The JSON patch that places `pod` as `strategy` and the offloading's
 /// `selector` say (empty: nothing to change). Each changed field is
 /// written whole (`add` replaces a member that exists).
-pub fn patch(pod: &Pod, strategy: Strategy, selector: Option<&NodeSelector>) -> Vec<Value> {
+pub fn patch(pod: &Pod, strategy: Strategy, selector: Option<&NodeSelector>) -> json_patch::Patch {
     let spec = pod.spec.clone().unwrap_or_default();
     let mut ops = Vec::new();
     let taint = names::VIRTUAL_NODE_TAINT;
@@ -88,13 +91,13 @@ pub fn patch(pod: &Pod, strategy: Strategy, selector: Option<&NodeSelector>) -> 
             effect: Some("NoExecute".to_owned()),
             toleration_seconds: None,
         });
-        ops.push(json!({ "op": "add", "path": "/spec/tolerations", "value": tolerations }));
+        ops.push(add_to_spec("tolerations", &tolerations));
     }
     if strategy == Strategy::Remote {
         let mut selector = spec.node_selector.clone().unwrap_or_default();
         if selector.get(labels::VIRTUAL_NODE).map(String::as_str) != Some("true") {
             selector.insert(labels::VIRTUAL_NODE.to_owned(), "true".to_owned());
-            ops.push(json!({ "op": "add", "path": "/spec/nodeSelector", "value": selector }));
+            ops.push(add_to_spec("nodeSelector", &selector));
         }
     }
     let terms = selector
@@ -144,7 +147,7 @@ pub fn patch(pod: &Pod, strategy: Strategy, selector: Option<&NodeSelector>) -> 
         room.iter().all(|r| expressions.contains(r))
     });
     if placed {
-        return ops;
+        return json_patch::Patch(ops);
     }
     // Terms are ORed: the pod must satisfy one of its own and one of ours,
     // that is one of each pair joined.
@@ -167,8 +170,17 @@ pub fn patch(pod: &Pod, strategy: Strategy, selector: Option<&NodeSelector>) -> 
         node_affinity: Some(NodeAffinity { ..node }),
         ..affinity
     };
-    ops.push(json!({ "op": "add", "path": "/spec/affinity", "value": affinity }));
-    ops
+    ops.push(add_to_spec("affinity", &affinity));
+    json_patch::Patch(ops)
+}
+
+/// The operation that writes `value` as the pod spec's field `field`
+/// (`add` replaces a member that exists).
+fn add_to_spec(field: &str, value: &impl serde::Serialize) -> PatchOperation {
+    PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(["spec", field]),
+        value: serde_json::to_value(value).unwrap_or_default(),
+    })
 }
 
 fn join<T: Clone>(a: &Option<Vec<T>>, b: &Option<Vec<T>>) -> Option<Vec<T>> {
@@ -179,34 +191,26 @@ fn join<T: Clone>(a: &Option<Vec<T>>, b: &Option<Vec<T>>) -> Option<Vec<T>> {
 /// The AdmissionReview answering `review` for `strategy`, with the
 /// offloadings `offloading_of` finds by namespace.
 pub fn review(
-    review: &Value,
+    review: AdmissionReview<Pod>,
     strategy: Strategy,
     offloading_of: impl Fn(&str) -> Option<Arc<NamespaceOffloading>>,
-) -> Value {
-    let request = &review["request"];
-    let uid = request["uid"].clone();
-    let namespace = request["namespace"].as_str().unwrap_or_default();
-    let answer = |response: Value| {
-        json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "response": response,
-        })
+) -> AdmissionReview<DynamicObject> {
+    let request: AdmissionRequest<Pod> = match review.try_into() {
+        Ok(request) => request,
+        Err(e) => return AdmissionResponse::invalid(e).into_review(),
     };
     let refuse = |code: u16, message: String| {
-        answer(json!({
-            "uid": uid,
-            "allowed": false,
-            "status": { "code": code, "message": message },
-        }))
+        let mut response = AdmissionResponse::from(&request).deny(message);
+        response.result.code = code;
+        response.into_review()
     };
-    let pod: Pod = match serde_json::from_value(request["object"].clone()) {
-        Ok(pod) => pod,
-        Err(e) => return refuse(400, format!("not a pod: {e}")),
+    let Some(pod) = &request.object else {
+        return refuse(400, "the request has no pod".to_owned());
     };
     // Without its offloading, the pod would be placed without its
     // selector: refused (its controller tries again), as the policies'
     // `parameterNotFoundAction: Deny` does.
+    let namespace = request.namespace.as_deref().unwrap_or_default();
     let Some(offloading) = offloading_of(namespace) else {
         return refuse(
             409,
@@ -216,14 +220,15 @@ pub fn review(
             ),
         );
     };
-    let ops = patch(&pod, strategy, offloading.spec.cluster_selector.as_ref());
-    let mut response = json!({ "uid": uid, "allowed": true });
-    if !ops.is_empty() {
-        let text = serde_json::to_vec(&ops).unwrap_or_default();
-        response["patchType"] = json!("JSONPatch");
-        response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+    let ops = patch(pod, strategy, offloading.spec.cluster_selector.as_ref());
+    let response = AdmissionResponse::from(&request);
+    if ops.0.is_empty() {
+        return response.into_review();
     }
-    answer(response)
+    match response.with_patch(ops) {
+        Ok(response) => response.into_review(),
+        Err(e) => refuse(500, format!("the placement's patch: {e}")),
+    }
 }
 
 /// Serves the webhook on `listener` for ever, once a certificate is
@@ -241,23 +246,16 @@ pub async fn serve(
 ) {
     let (tls_tx, tls) = watch::channel(None);
     let keep = keep_tls(client, tls_tx, able);
-    let accept =
-        crate::kubelet_api::accept_tls(listener, tls, "placement webhook", |tcp, config| {
-            connection(tcp, config, offloadings.clone())
-        });
+    let accept = tls_server::serve(listener, tls, "placement webhook", move |stream| {
+        connection(stream, offloadings.clone())
+    });
     tokio::join!(keep, accept);
 }
 
 async fn connection(
-    tcp: tokio::net::TcpStream,
-    config: Arc<rustls::ServerConfig>,
+    stream: TlsStream,
     offloadings: Followed<NamespaceOffloading>,
-) -> Result<(), String> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
-        .await
-        .map_err(|_| "TLS handshake timed out".to_owned())?
-        .map_err(|e| format!("TLS handshake: {e}"))?;
+) -> Result<(), ConnectionError> {
     let service = hyper::service::service_fn(move |req| {
         let offloadings = offloadings.clone();
         async move { Ok::<_, Infallible>(handle(req, &offloadings).await) }
@@ -265,7 +263,7 @@ async fn connection(
     hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(stream), service)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(ConnectionError::Http)
 }
 
 async fn handle(
@@ -294,10 +292,10 @@ async fn handle(
         Ok(body) => body.to_bytes(),
         Err(_) => return reply(StatusCode::BAD_REQUEST, b"{}".to_vec()),
     };
-    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+    let Ok(request) = serde_json::from_slice::<AdmissionReview<Pod>>(&body) else {
         return reply(StatusCode::BAD_REQUEST, b"{}".to_vec());
     };
-    let answer = review(&request, strategy, |ns| {
+    let answer = review(request, strategy, |ns| {
         offloadings.store.get(ns, names::NAMESPACE_OFFLOADING)
     });
     reply(
@@ -331,17 +329,14 @@ async fn keep_tls(
                 continue;
             }
             Ok(Some(s)) => Ok(s),
-            Err(e) => Err(format!(
-                "reading the Secret {}/{TLS_SECRET}: {e}",
-                names::NAMESPACE
-            )),
+            Err(e) => Err(CertificateError::Read(e)),
         };
         let read = read.and_then(|s| {
             let data = s.data.unwrap_or_default();
-            let get = |k: &str| {
+            let get = |k: &'static str| {
                 data.get(k)
                     .map(|b| b.0.clone())
-                    .ok_or_else(|| format!("the Secret {TLS_SECRET} has no {k}"))
+                    .ok_or(CertificateError::Missing(k))
             };
             Ok((get("tls.crt")?, get("tls.key")?))
         });
@@ -354,9 +349,9 @@ async fn keep_tls(
                     last = Some(pair);
                     logged = None;
                 }
-                Err(why) => log_once(&mut logged, why),
+                Err(why) => log_once(&mut logged, &why),
             },
-            Err(why) => log_once(&mut logged, why),
+            Err(why) => log_once(&mut logged, &why),
         }
         // A certificate that cannot be read again is still served.
         able.send_replace(tx.borrow().is_some());
@@ -369,26 +364,46 @@ async fn keep_tls(
     }
 }
 
-fn log_once(last: &mut Option<String>, why: String) {
+/// Why the webhook has no serving certificate.
+#[derive(Debug, thiserror::Error)]
+enum CertificateError {
+    #[error("reading the Secret {}/{TLS_SECRET}", names::NAMESPACE)]
+    Read(#[source] kube::Error),
+    #[error("the Secret {TLS_SECRET} has no {0}")]
+    Missing(&'static str),
+    #[error("the certificate is not PEM")]
+    CertificateNotPem(#[source] rustls::pki_types::pem::Error),
+    #[error("the key is not PEM")]
+    KeyNotPem(#[source] rustls::pki_types::pem::Error),
+    #[error("the TLS provider's protocol versions")]
+    Protocols(#[source] rustls::Error),
+    #[error("the certificate and key do not go together")]
+    Mismatch(#[source] rustls::Error),
+}
+
+fn log_once(last: &mut Option<String>, why: &CertificateError) {
+    let why = liqo_agent_runtime::error_chain(why);
     if last.as_ref() != Some(&why) {
         tracing::warn!(%why, "placement webhook: no serving certificate");
         *last = Some(why);
     }
 }
 
-fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, String> {
+fn server_config(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<Arc<rustls::ServerConfig>, CertificateError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("the certificate is not PEM: {e}"))?;
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("the key is not PEM: {e}"))?;
+        .map_err(CertificateError::CertificateNotPem)?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(CertificateError::KeyNotPem)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(CertificateError::Protocols)?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| format!("the certificate and key do not go together: {e}"))?;
+        .map_err(CertificateError::Mismatch)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -396,6 +411,7 @@ fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerCo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
     fn pod(spec: Value) -> Pod {
         serde_json::from_value(json!({
@@ -409,14 +425,10 @@ mod tests {
         serde_json::from_value(json!({ "nodeSelectorTerms": terms })).expect("a selector")
     }
 
-    /// The pod once `ops` are applied, as the API server would.
-    fn applied(pod: &Pod, ops: &[Value]) -> Value {
+    /// The pod's spec once `ops` are applied, as the API server would.
+    fn applied(pod: &Pod, ops: &json_patch::Patch) -> Value {
         let mut value = serde_json::to_value(pod).expect("json");
-        for op in ops {
-            let path = op["path"].as_str().expect("a path");
-            let field = path.trim_start_matches("/spec/");
-            value["spec"][field] = op["value"].clone();
-        }
+        json_patch::patch(&mut value, ops).expect("the patch applies");
         value["spec"].clone()
     }
 
@@ -454,7 +466,7 @@ mod tests {
         let spec = applied(&own, &ops);
         assert_eq!(spec["tolerations"].as_array().map(Vec::len), Some(2));
         assert_eq!(spec["nodeSelector"]["disk"], "ssd");
-        assert!(patch(&pod(spec), Strategy::Remote, None).is_empty());
+        assert!(patch(&pod(spec), Strategy::Remote, None).0.is_empty());
     }
 
     #[test]
@@ -528,36 +540,56 @@ mod tests {
 
     #[test]
     fn reviews_answer_with_a_patch_or_a_refusal() {
-        let request = json!({
+        // As the API server sends it.
+        let request: AdmissionReview<Pod> = serde_json::from_value(json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
             "request": {
                 "uid": "u-1",
+                "kind": { "group": "", "version": "v1", "kind": "Pod" },
+                "resource": { "group": "", "version": "v1", "resource": "pods" },
+                "requestKind": { "group": "", "version": "v1", "kind": "Pod" },
+                "requestResource": { "group": "", "version": "v1", "resource": "pods" },
                 "namespace": "shop",
-                "object": { "metadata": { "name": "p" }, "spec": { "containers": [{ "name": "c" }] } },
+                "operation": "CREATE",
+                "userInfo": { "username": "system:serviceaccount:kube-system:replicaset-controller" },
+                "object": {
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": { "name": "p", "namespace": "shop" },
+                    "spec": { "containers": [{ "name": "c" }] },
+                },
+                "dryRun": false,
             },
-        });
+        }))
+        .expect("a review");
         let offloading: NamespaceOffloading = serde_json::from_value(json!({
             "metadata": { "name": "offloading", "namespace": "shop" },
             "spec": {},
         }))
         .expect("an offloading");
         let offloading = Arc::new(offloading);
-        let answer = review(&request, Strategy::Remote, |_| Some(offloading.clone()));
+        let answer = serde_json::to_value(review(request.clone(), Strategy::Remote, |_| {
+            Some(offloading.clone())
+        }))
+        .expect("json");
         assert_eq!(answer["response"]["uid"], "u-1");
         assert_eq!(answer["response"]["allowed"], true);
         assert_eq!(answer["response"]["patchType"], "JSONPatch");
-        let patch = base64::engine::general_purpose::STANDARD
-            .decode(answer["response"]["patch"].as_str().expect("a patch"))
-            .expect("base64");
+        // Bytes, as kube writes them (a JSON array, which the API server
+        // reads into its []byte as it reads base64).
+        let patch: Vec<u8> =
+            serde_json::from_value(answer["response"]["patch"].clone()).expect("a patch");
         let ops: Vec<Value> = serde_json::from_slice(&patch).expect("json");
         assert_eq!(
             ops.len(),
             3,
             "tolerations, node selector, affinity: {ops:?}"
         );
-        let answer = review(&request, Strategy::Remote, |_| None);
+        let answer =
+            serde_json::to_value(review(request, Strategy::Remote, |_| None)).expect("json");
+        assert_eq!(answer["response"]["uid"], "u-1");
         assert_eq!(answer["response"]["allowed"], false);
+        assert_eq!(answer["response"]["status"]["code"], 409);
         assert!(
             answer["response"]["status"]["message"]
                 .as_str()

@@ -5,6 +5,7 @@
 //! names. Pod offloading will use the same client.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -35,6 +36,8 @@ pub const FRESHNESS: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
+    #[error("the provider kubeconfig is not read yet")]
+    NotReadYet,
     #[error("cannot read the provider kubeconfig {path}")]
     Read {
         path: PathBuf,
@@ -62,8 +65,9 @@ impl KubeconfigError {
     }
 }
 
-/// The client for the provider, or why there is none.
-pub type ProviderClient = Result<kube::Client, String>;
+/// The client for the provider, or why there is none (shared: every task
+/// that waits for a client reads the same reason).
+pub type ProviderClient = Result<kube::Client, Arc<KubeconfigError>>;
 
 /// Keeps `tx` holding a client built from the kubeconfig at `path`,
 /// rebuilding it when the file's content changes. A file that cannot be
@@ -99,7 +103,7 @@ pub async fn keep_client(path: PathBuf, tx: watch::Sender<ProviderClient>) {
                     last = Some(content);
                     logged_error = None;
                 }
-                Err(e) => report(&tx, &mut logged_error, e.chain()),
+                Err(e) => report(&tx, &mut logged_error, e),
             },
             Err(source) => report(
                 &tx,
@@ -107,8 +111,7 @@ pub async fn keep_client(path: PathBuf, tx: watch::Sender<ProviderClient>) {
                 KubeconfigError::Read {
                     path: path.clone(),
                     source,
-                }
-                .chain(),
+                },
             ),
         }
         tokio::time::sleep(KUBECONFIG_POLL).await;
@@ -117,16 +120,21 @@ pub async fn keep_client(path: PathBuf, tx: watch::Sender<ProviderClient>) {
 
 /// Logs a kubeconfig problem once, and only replaces the client when there
 /// was none usable anyway.
-fn report(tx: &watch::Sender<ProviderClient>, logged: &mut Option<String>, why: String) {
-    if logged.as_ref() != Some(&why) {
-        tracing::warn!(%why, "the provider kubeconfig cannot be used");
-        *logged = Some(why.clone());
+fn report(
+    tx: &watch::Sender<ProviderClient>,
+    logged: &mut Option<String>,
+    error: KubeconfigError,
+) {
+    let why = error.chain();
+    if logged.as_ref() == Some(&why) {
+        return;
     }
+    tracing::warn!(%why, "the provider kubeconfig cannot be used");
+    *logged = Some(why);
     tx.send_if_modified(|current| match current {
         Ok(_) => false,
-        Err(old) if *old == why => false,
         Err(old) => {
-            *old = why;
+            *old = Arc::new(error);
             true
         }
     });
@@ -200,7 +208,7 @@ pub async fn keep_checking(
                 "the ForeignCluster {} is not known yet",
                 fc_ref.name
             ))),
-            (Err(why), Some(_)) => Err(ProviderState::Unreachable(why)),
+            (Err(why), Some(_)) => Err(ProviderState::Unreachable(why.chain())),
             (Ok(client), Some(expected)) => check(client, &expected).await,
         };
         wait = if result.is_ok() {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 
-use super::{ListenAddr, PortRange, env, parse_args};
+use super::{DEFAULT_HEALTH_ADDR, ListenAddr, PortRange, env, parse_args};
 use crate::names;
 use crate::networking::GatewayServiceType;
 
@@ -28,7 +28,7 @@ pub const NODE_ADDRESS: &str = "$(HOST_IP)";
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct GatewayFlags {
     /// Where to serve /healthz and /readyz.
-    #[arg(long, env = env::HEALTH_ADDR, default_value = "0.0.0.0:8081")]
+    #[arg(long, env = env::HEALTH_ADDR, default_value_t = DEFAULT_HEALTH_ADDR)]
     pub health_addr: ListenAddr,
     /// The namespace of liqo-rs's objects (the pod's own).
     #[arg(long, env = env::POD_NAMESPACE, default_value = names::NAMESPACE)]
@@ -51,10 +51,9 @@ pub struct GatewayFlags {
     /// unless --endpoint-address names one).
     #[arg(long, value_name = "NodePort|LoadBalancer")]
     pub expose: Option<GatewayServiceType>,
-    /// The UDP ports the tunnels of incoming peerings listen on, one each.
-    /// Always set when parsed (its default); liqoctl leaves it out unless
-    /// told.
-    #[arg(long, value_name = "FIRST-LAST", default_value = "51820-51899")]
+    /// The UDP ports the tunnels of incoming peerings listen on, one each
+    /// (51820-51899 unless given: `tunnel_ports()`).
+    #[arg(long, value_name = "FIRST-LAST")]
     pub tunnel_ports: Option<PortRange>,
     /// Where the CIDRs that overlapping peers are seen under are taken from.
     /// Its default when parsed; liqoctl leaves it out when empty.
@@ -132,9 +131,6 @@ impl GatewayFlags {
     pub fn from_args(args: &[String]) -> Result<Self, clap::Error> {
         let given = |flag: &str| args.iter().any(|a| a.starts_with(flag));
         let mut flags: Self = parse_args("liqo-gateway", args)?;
-        if !given("--tunnel-ports") {
-            flags.tunnel_ports = None;
-        }
         if !given("--remap-pool") {
             flags.remap_pool.clear();
         }

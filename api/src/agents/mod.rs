@@ -9,8 +9,15 @@ pub mod gateway;
 pub mod virtual_kubelet;
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::str::FromStr;
+
+/// Where an agent serves `/healthz` and `/readyz` unless told: port 8081
+/// on every address.
+pub const DEFAULT_HEALTH_ADDR: ListenAddr = ListenAddr::Socket(SocketAddr::V4(SocketAddrV4::new(
+    Ipv4Addr::UNSPECIFIED,
+    8081,
+)));
 
 /// The environment variables the agents read, as liqoctl sets them.
 pub mod env {

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use super::{ListenAddr, env};
+use super::{DEFAULT_HEALTH_ADDR, ListenAddr, env};
 
 /// The port of the kubelet API on the agent's pod IP.
 pub const KUBELET_PORT: u16 = 10250;
@@ -34,7 +34,7 @@ pub struct VirtualKubeletFlags {
     #[arg(long, env = env::NODE_NAME)]
     pub node_name: String,
     /// Where to serve /healthz and /readyz.
-    #[arg(long, env = env::HEALTH_ADDR, default_value = "0.0.0.0:8081")]
+    #[arg(long, env = env::HEALTH_ADDR, default_value_t = DEFAULT_HEALTH_ADDR)]
     pub health_addr: ListenAddr,
     /// The consumer's API as the provider's pods reach it (`host:port`),
     /// given to offloaded pods that mount their service account token;

@@ -187,7 +187,36 @@ pub enum Command {
     Completion(CompletionArgs),
 }
 
+/// `--node-selector` and `--toleration`: the nodes a command's pods may
+/// run on (parsed by `NodePlacementArgs::parse`). Each command that takes
+/// them says what leaving them out means, with `mut_arg`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct NodePlacementArgs {
+    /// Run only on nodes with these labels (repeatable).
+    #[arg(
+        long = "node-selector",
+        value_name = "KEY=VALUE[,KEY=VALUE]",
+        value_delimiter = ','
+    )]
+    pub node_selector: Vec<String>,
+    /// Tolerate this taint: KEY[=VALUE][:EFFECT], as `kubectl taint` writes
+    /// it (repeatable).
+    #[arg(long = "toleration", value_name = "KEY[=VALUE][:EFFECT]")]
+    pub tolerations: Vec<String>,
+}
+
 #[derive(Args, Debug)]
+#[command(
+    mut_arg("node_selector", |a| a.help(
+        "Run the agents only on nodes with these labels (repeatable); kept from the \
+         installation when not given, cleared by an empty value"
+    )),
+    mut_arg("tolerations", |a| a.help(
+        "Let the agents run on nodes with this taint: KEY[=VALUE][:EFFECT], as `kubectl taint` \
+         writes it (repeatable); kept from the installation when not given, cleared by an \
+         empty value"
+    )),
+)]
 pub struct InstallArgs {
     /// The cluster's ID (a DNS label); random at first install, kept afterwards.
     #[arg(long, value_name = "ID")]
@@ -208,19 +237,8 @@ pub struct InstallArgs {
     /// The service CIDR; found from the ServiceCIDR API when not given.
     #[arg(long, value_name = "CIDR")]
     pub service_cidr: Option<String>,
-    /// Run the agents only on nodes with these labels (repeatable); kept from the
-    /// installation when not given, cleared by an empty value.
-    #[arg(
-        long = "node-selector",
-        value_name = "KEY=VALUE[,KEY=VALUE]",
-        value_delimiter = ','
-    )]
-    pub node_selector: Vec<String>,
-    /// Let the agents run on nodes with this taint: KEY[=VALUE][:EFFECT], as
-    /// `kubectl taint` writes it (repeatable); kept from the installation when
-    /// not given, cleared by an empty value.
-    #[arg(long = "toleration", value_name = "KEY[=VALUE][:EFFECT]")]
-    pub tolerations: Vec<String>,
+    #[command(flatten)]
+    pub placement: NodePlacementArgs,
     /// Announce the cluster on the nodes' LAN with mDNS, from the gateway
     /// (docs/discovery.md); kept from the installation when not given,
     /// stopped by --announce=false.
@@ -316,24 +334,23 @@ pub enum TestCommand {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    mut_arg("node_selector", |a| a.help(
+        "Run the local test pods on nodes with these labels (repeatable); by default where the \
+         gateway runs"
+    )),
+    mut_arg("tolerations", |a| a.help(
+        "Let the test pods run on nodes with this taint, KEY[=VALUE][:EFFECT] (repeatable; the \
+         providers' pods get it too); by default the gateway's tolerations"
+    )),
+)]
 pub struct TestNetworkArgs {
     /// Check only the peering with this provider (repeatable); by default
     /// every outgoing peering.
     #[arg(long = "cluster-id", value_name = "ID")]
     pub cluster_ids: Vec<String>,
-    /// Run the local test pods on nodes with these labels (repeatable); by
-    /// default where the gateway runs.
-    #[arg(
-        long = "node-selector",
-        value_name = "KEY=VALUE[,KEY=VALUE]",
-        value_delimiter = ','
-    )]
-    pub node_selector: Vec<String>,
-    /// Let the test pods run on nodes with this taint, KEY[=VALUE][:EFFECT]
-    /// (repeatable; the providers' pods get it too); by default the
-    /// gateway's tolerations.
-    #[arg(long = "toleration", value_name = "KEY[=VALUE][:EFFECT]")]
-    pub tolerations: Vec<String>,
+    #[command(flatten)]
+    pub placement: NodePlacementArgs,
     /// The image of the test pods: one with `liqo-gateway netcheck`.
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,

@@ -5,6 +5,27 @@
 pub mod fixture;
 pub mod netns;
 
+pub use liqo_e2e_macros::test;
+pub use liqo_testbed::failure;
+
+/// Whether a test's outcome is a failure, as `#[liqo_e2e::test]` reads it
+/// (a panic is seen on its own).
+pub trait Outcome {
+    fn failed(&self) -> bool;
+}
+
+impl Outcome for () {
+    fn failed(&self) -> bool {
+        false
+    }
+}
+
+impl<T, E> Outcome for Result<T, E> {
+    fn failed(&self) -> bool {
+        self.is_err()
+    }
+}
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -45,7 +45,7 @@ async fn data(configmaps: &Api<ConfigMap>) -> Result<Option<BTreeMap<String, Str
     Ok(configmaps.get("kept").await?.data)
 }
 
-#[tokio::test]
+#[liqo_e2e::test]
 async fn the_apiserver_pauses_resumes_stops_and_starts_again_on_the_same_url() -> Result<()> {
     let mut testbed = Testbed::start(vec![ClusterSpec {
         nodes: 1,

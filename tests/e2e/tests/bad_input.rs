@@ -103,7 +103,7 @@ async fn nothing_installed(cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
     let testbed = Testbed::start_default(1).await?;
     let cluster = &testbed.clusters()[0];
@@ -296,7 +296,7 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn liqoctl_finds_its_cluster_like_kubectl_and_runs_as_a_plugin() -> Result<()> {
     let testbed = Testbed::start_default(1).await?;
     let cluster = &testbed.clusters()[0];
@@ -397,7 +397,7 @@ fn what_must_stay_is_not_offloaded_and_zero_asks_for_nothing() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_cidr_nothing_tells_is_asked_for_and_nothing_is_written() -> Result<()> {
     // No node at all: neither a node's spec.podCIDR nor a kube-proxy
     // ConfigMap nor a controller-manager pod says the pod CIDR.

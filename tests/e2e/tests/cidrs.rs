@@ -22,7 +22,7 @@ fn dry_run(kubeconfig: &std::path::Path) -> (String, String, String) {
     (value("pod-cidr"), value("service-cidr"), out.stderr)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_cidr_comes_from_the_controller_manager_kubeadm_kube_proxy_or_the_nodes() -> Result<()>
 {
     let mut spec = ClusterSpec::new("cidrs", 1);

@@ -49,7 +49,7 @@ async fn condition(
         .map(|c| (c.status, c.reason)))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_imports_what_it_exports_and_says_why_an_export_is_not_valid() -> Result<()> {
     let mut spec = ClusterSpec::new("home", 1);
     spec.nodes = 1;

@@ -300,7 +300,7 @@ fn liqoctl_here(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
     tokio::task::block_in_place(|| liqoctl(kubeconfig, args))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<()> {
     let testbed = one_cluster("dns", 1).await?;
     let cluster = testbed.cluster("dns");
@@ -500,7 +500,7 @@ fn relay(ns: &NetNs, listen: SocketAddr, to: SocketAddr) -> Result<()> {
 /// The gateway agent with `--announce`, as `liqoctl install --announce`
 /// runs it, but in a network namespace of the test's: it announces the
 /// cluster's identity and re-announces it when the identity changes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_agent_announces_the_identity_and_follows_it() -> Result<()> {
     let testbed = one_cluster("lan", 2).await?;
     let cluster = testbed.cluster("lan");

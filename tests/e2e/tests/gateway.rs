@@ -26,7 +26,7 @@ async fn wait_readyz(http: &reqwest::Client, url: &str, want: u16, why: &str) ->
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_converges_across_api_restarts_and_identity_deletion() -> Result<()> {
     let mut spec = ClusterSpec::new("gw", 1);
     spec.nodes = 1;

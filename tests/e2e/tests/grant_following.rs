@@ -106,7 +106,7 @@ async fn grant_events(pair: &Pair) -> Result<(Vec<Event>, Vec<Event>)> {
     Ok((provider, consumer))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_virtual_node_grows_when_the_provider_gains_nodes() -> Result<()> {
     // The default policy: half of each free resource.
     let pair = Pair::at(Stage::Peered).await?;
@@ -171,7 +171,7 @@ fn offloaded_pod(name: &str, cpu: &str) -> Result<Pod> {
     on_virtual_node("shop", name, cpu, "64Mi")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_providers_own_pods_shrink_the_virtual_node_and_evict_nothing() -> Result<()> {
     let pair = Pair::at(Stage::Offloaded("shop")).await?;
     let pods: Api<Pod> = Api::namespaced(pair.consumer_client.clone(), "shop");
@@ -266,7 +266,7 @@ async fn the_providers_own_pods_shrink_the_virtual_node_and_evict_nothing() -> R
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_absolute_offer_never_moves_while_a_share_beside_it_does() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     pair.on_provider(&[
@@ -297,7 +297,7 @@ async fn an_absolute_offer_never_moves_while_a_share_beside_it_does() -> Result<
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_survives_restarts_and_changes_once() -> Result<()> {
     let mut pair = Pair::at(Stage::Peered).await?;
     let before = capacity(&pair).await?;

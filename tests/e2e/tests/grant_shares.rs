@@ -117,7 +117,7 @@ async fn checked_shares(prov: &kube::Client) -> Result<BTreeMap<String, (u64, Op
     Ok(s)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_grant_bounds_every_twin_together() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());

@@ -593,7 +593,7 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
     Ok(vec![leftover_pid])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_node_runs_agent_pods_as_processes() -> Result<()> {
     let bin = liqo_e2e::ScriptDir::new("hostnode", &[("test-agent", AGENT)])?;
     let gate = bin.0.join("go");

@@ -33,7 +33,7 @@ async fn gateway_image(client: &kube::Client) -> Result<(String, String)> {
     ))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_the_nodes_cannot_pull_is_told_and_loading_it_resumes_the_install() -> Result<()> {
     let bin = tempfile::tempdir()?;
     let mut spec = ClusterSpec::new("images", 1);

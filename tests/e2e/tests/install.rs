@@ -208,7 +208,7 @@ fn assert_holds(text: &str, want: &str) {
     assert!(text.contains(want), "{want:?} missing from:\n{text}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it() -> Result<()> {
     let home = Home::start().await?;
     let (cluster, client, install) = (home.cluster(), &home.client, home.install());
@@ -352,7 +352,7 @@ async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it()
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installing_again_changes_nothing_and_a_conflicting_cluster_id_is_refused() -> Result<()> {
     let home = Home::start().await?;
     let (cluster, client, install) = (home.cluster(), &home.client, home.install());
@@ -412,7 +412,7 @@ async fn installing_again_changes_nothing_and_a_conflicting_cluster_id_is_refuse
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_refuses_while_in_use_and_otherwise_leaves_nothing() -> Result<()> {
     let home = Home::start().await?;
     let (cluster, client, install) = (home.cluster(), &home.client, home.install());
@@ -586,7 +586,7 @@ async fn uninstall_tries_a_failed_crd_removal_again(
 /// one that is missing and leaves one installed by someone else as it is;
 /// `uninstall --purge` removes its own only once no object uses it, and
 /// says what it left.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_shares_the_multicluster_services_crds() -> Result<()> {
     let home = Home::start().await?;
     let (cluster, client, install) = (home.cluster(), &home.client, home.install());

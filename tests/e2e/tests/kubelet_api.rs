@@ -216,7 +216,7 @@ impl Offloaded {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_logs_reads_tails_and_follows_the_remote_container() -> Result<()> {
     let offloaded = Offloaded::start().await?;
     let provider = offloaded.pair.provider();
@@ -266,7 +266,7 @@ async fn kubectl_logs_reads_tails_and_follows_the_remote_container() -> Result<(
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_exec_runs_in_the_remote_container_with_its_input_and_status() -> Result<()> {
     let offloaded = Offloaded::start().await?;
     let provider = offloaded.pair.provider();
@@ -353,7 +353,7 @@ async fn kubectl_exec_runs_in_the_remote_container_with_its_input_and_status() -
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelet_api_refuses_anonymous_callers_and_callers_without_nodes_proxy() -> Result<()> {
     let offloaded = Offloaded::start().await?;
     let consumer = offloaded.pair.consumer();

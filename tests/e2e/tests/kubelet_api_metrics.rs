@@ -451,7 +451,7 @@ async fn kubectl_top(
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_proxy_serves_the_providers_figures_and_kubectl_top_shows_them() -> Result<()> {
     let offloaded = Offloaded::start().await?;
     let (consumer, provider) = (offloaded.pair.consumer(), offloaded.pair.provider());

@@ -42,7 +42,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// The namespace of the Services each side exports.
 const CLUSTERSET_NS: &str = "shop";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
     let a = Site::new("na", &[CONSUMER_POD])?;
     let b = Site::new("nb", &[PROVIDER_POD])?;

@@ -68,7 +68,7 @@ async fn local_pods(api: &Api<Pod>) -> Result<Vec<Pod>> {
         .collect())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offloaded_pods_run_on_the_provider() -> Result<()> {
     let pair = Pair::at(Stage::Peered).await?;
     let consumer = pair.consumer();

@@ -49,7 +49,7 @@ fn job() -> Job {
     .expect("job")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_to_completion_on_the_provider() -> Result<()> {
     let pair = Pair::at(Stage::Offloaded(NS)).await?;
     let local = pair.consumer_client.clone();

@@ -85,7 +85,7 @@ async fn entry(
     }))
 }
 
-#[tokio::test]
+#[liqo_e2e::test]
 async fn the_agent_reads_offloaded_namespaces_only() -> Result<()> {
     let pair = Pair::at(Stage::Peered).await?;
     let provider = pair.provider();

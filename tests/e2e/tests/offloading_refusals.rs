@@ -89,7 +89,7 @@ async fn level_read(pair: &Pair, level: &str) -> Result<()> {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workload_the_terms_refuse_is_refused_at_creation_and_said_by_info() -> Result<()> {
     let pair = Pair::at(Stage::Peered).await?;
     let client = &pair.consumer_client;

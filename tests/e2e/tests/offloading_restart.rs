@@ -267,7 +267,7 @@ async fn assert_one_each(pods: &Api<Pod>, remote: &Remote, want: usize) -> Resul
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_in_the_middle_of_a_500_pod_scale_up() -> Result<()> {
     let (testbed, local, prov, node_name) = peered_and_offloaded().await?;
     let deployments: Api<Deployment> = Api::namespaced(local.clone(), NS);
@@ -335,7 +335,7 @@ async fn killed_in_the_middle_of_a_500_pod_scale_up() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_paused_for_a_minute() -> Result<()> {
     const PODS: i32 = 20;
     let (mut testbed, local, prov, node_name) = peered_and_offloaded().await?;

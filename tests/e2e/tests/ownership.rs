@@ -276,7 +276,7 @@ fn install(kubeconfig: &std::path::Path) -> liqo_e2e::Run {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_refuses_and_uninstall_leaves_what_liqoctl_did_not_create() -> Result<()> {
     let mut spec = ClusterSpec::new("owner", 1);
     spec.nodes = 1;

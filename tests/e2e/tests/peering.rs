@@ -54,7 +54,7 @@ async fn offloading_gone(
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_refuses_what_it_cannot_peer_with_before_writing_anything() -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
@@ -130,7 +130,7 @@ async fn peer_refuses_what_it_cannot_peer_with_before_writing_anything() -> Resu
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters_as_they_were()
 -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
@@ -337,7 +337,7 @@ async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenancy_ended_by_the_provider_or_a_forced_unpeer_leaves_both_clusters_as_they_were()
 -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
@@ -445,7 +445,7 @@ async fn a_tenancy_ended_by_the_provider_or_a_forced_unpeer_leaves_both_clusters
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_both_ways_gives_each_cluster_a_virtual_node_and_unpeer_undoes_it() -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());

@@ -220,7 +220,7 @@ fn failed_naming(out: &Run, names: &[&str]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Result<()> {
     let pair = Pair::with_nodes(1, 1, Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
@@ -435,7 +435,7 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
 /// rollback puts them back as they were, not merely deletes what it made.
 /// Once the failure's cause is gone, the same command changes them for
 /// good (so the change did happen, and was undone).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_peer_puts_back_what_it_changed() -> Result<()> {
     use k8s_openapi::api::core::v1::ResourceQuota;
     use liqo_e2e::fixture::{CONSUMER_ID, PROVIDER_ID, Pair, Stage};

@@ -90,7 +90,7 @@ fn tolerates_virtual_nodes(p: &Pod) -> bool {
         .any(|t| t.key.as_deref() == Some(names::VIRTUAL_NODE_TAINT))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()> {
     let pair = Pair::with_nodes(2, 1, Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());

@@ -57,7 +57,7 @@ fn levels_written(p: &Pod) -> Option<Vec<String>> {
         .and_then(|r| r.values.clone())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_below_its_providers_level_is_kept_off_the_virtual_node() -> Result<()> {
     let pair = Pair::at(Stage::Peered).await?;
     let client = &pair.consumer_client;

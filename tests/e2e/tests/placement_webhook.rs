@@ -89,7 +89,7 @@ async fn placement_ca(client: &kube::Client) -> Result<Option<String>> {
         .map(|b| String::from_utf8_lossy(&b.0).into_owned()))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Result<()> {
     let mut consumer_spec = ClusterSpec::new("consumer", 1);
     consumer_spec.nodes = 1;

@@ -230,7 +230,7 @@ pub(crate) async fn consumer_one_with_twin(t: &mut Tally) -> Result<(Pair, kube:
 }
 
 /// Namespaces: the Pod Security labels of its level, fixed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_change_the_pod_security_labels_of_its_twin_namespaces() -> Result<()> {
     let (pair, one) = consumer_one().await?;
     let prov = pair.provider_client.clone();
@@ -359,7 +359,7 @@ async fn a_tenant_cannot_change_the_pod_security_labels_of_its_twin_namespaces()
 }
 
 /// RBAC: nothing beyond its own role in its own namespaces.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_bind_more_than_its_own_role_in_its_own_namespaces() -> Result<()> {
     let mut t = Tally::default();
     let (_pair, one) = consumer_one_with_twin(&mut t).await?;
@@ -409,7 +409,7 @@ async fn a_tenant_cannot_bind_more_than_its_own_role_in_its_own_namespaces() -> 
 }
 
 /// The consumer's virtual kubelet sends only what its terms admit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_virtual_kubelet_refuses_on_the_consumer_a_pod_its_terms_refuse() -> Result<()> {
     let pair = Pair::at(Stage::Peered).await?;
     pair.on_provider(&["sharing-policy", "set", "--pod-security=restricted"])
@@ -493,7 +493,7 @@ async fn the_virtual_kubelet_refuses_on_the_consumer_a_pod_its_terms_refuse() ->
 
 /// A twin of an earlier version: brought under the rules by install, its
 /// running pods reported, not killed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_brings_the_twins_of_an_earlier_version_under_the_rules() -> Result<()> {
     let pair = Pair::at(Stage::Peered).await?;
     let provider = pair.provider();

@@ -71,7 +71,7 @@ fn pod_spec(change: impl FnOnce(&mut Value)) -> Value {
 }
 
 /// Volumes, tokens and resources: what a pod may mount and ask for.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result<()> {
     let mut t = Tally::default();
     let (pair, one) = at_default_terms(&mut t).await?;
@@ -420,7 +420,7 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
 }
 
 /// Names, labels and the tunnel's network.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_takes_no_reserved_name_no_label_and_cannot_move_its_tunnel() -> Result<()> {
     let mut t = Tally::default();
     let (pair, one) = at_default_terms(&mut t).await?;

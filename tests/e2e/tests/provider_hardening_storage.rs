@@ -40,7 +40,7 @@ fn claim(
     from(v)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()> {
     let mut t = Tally::default();
     let pair = Pair::at(Stage::Installed).await?;

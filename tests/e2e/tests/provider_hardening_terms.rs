@@ -79,7 +79,7 @@ async fn two_consumers() -> Result<(Testbed, kube::Client, kube::Client, kube::C
 
 /// consumer-2, on the same provider, under the terms it was given (and
 /// given later), while consumer-1 stays under its own.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_consumer_is_held_to_the_terms_its_provider_gave_it_alone() -> Result<()> {
     let (testbed, prov, one, two) = two_consumers().await?;
     let consumer = testbed.cluster("consumer");

@@ -56,7 +56,7 @@ fn slice(name: &str, address_type: &str, endpoints: Value) -> EndpointSlice {
 }
 
 /// Pods at `restricted`: each escape, then the pod that is fine.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_runs_only_the_pods_its_restricted_terms_admit() -> Result<()> {
     let mut t = Tally::default();
     let (_pair, one) = consumer_one_with_twin(&mut t).await?;
@@ -251,7 +251,7 @@ async fn a_tenant_runs_only_the_pods_its_restricted_terms_admit() -> Result<()> 
 }
 
 /// Pod templates: refused at once, not pod by pod.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_create_workloads_whose_pod_templates_its_terms_refuse() -> Result<()> {
     let mut t = Tally::default();
     let (_pair, one) = consumer_one_with_twin(&mut t).await?;
@@ -306,7 +306,7 @@ async fn a_tenant_cannot_create_workloads_whose_pod_templates_its_terms_refuse()
 
 /// Services: never external IPs; NodePort and LoadBalancer only where its
 /// terms allow them (not for consumer-1).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_services_get_no_external_ips_node_ports_or_load_balancers() -> Result<()> {
     let mut t = Tally::default();
     let (_pair, one) = consumer_one_with_twin(&mut t).await?;
@@ -358,7 +358,7 @@ async fn a_tenants_services_get_no_external_ips_node_ports_or_load_balancers() -
 
 /// EndpointSlices: only its own pods, where the provider sees them (its
 /// end of the tunnel says where).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_endpoint_slices_hold_only_its_own_pods_addresses() -> Result<()> {
     let mut t = Tally::default();
     let (pair, one) = consumer_one_with_twin(&mut t).await?;
@@ -430,7 +430,7 @@ async fn a_tenants_endpoint_slices_hold_only_its_own_pods_addresses() -> Result<
 
 /// Everything else the tenant may touch: no tokens of the provider's, no
 /// ServiceAccounts, Events or pods outside its twins, no looser terms.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_mint_tokens_forge_events_or_loosen_its_own_terms() -> Result<()> {
     let mut t = Tally::default();
     let (_pair, one) = consumer_one_with_twin(&mut t).await?;

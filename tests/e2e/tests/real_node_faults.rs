@@ -73,7 +73,7 @@ async fn node_works_again(cluster: &Cluster, fault: &str, old: &str, new: &str) 
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_node_reaches_its_api_server_again_after_a_pause_a_stop_and_a_restart() -> Result<()>
 {
     let mut spec = ClusterSpec::new("faults", 1);

@@ -53,7 +53,7 @@ async fn deleted(pods: &Api<Pod>, name: &str) -> Result<()> {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_with_no_class_gets_a_local_path_volume_that_outlives_its_pods() -> Result<()> {
     let mut spec = ClusterSpec::new("storage", 1);
     spec.nodes = 0;

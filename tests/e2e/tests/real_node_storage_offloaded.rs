@@ -136,7 +136,7 @@ async fn warnings(home: &kube::Client, ns: &str, claim: &str) -> Result<Vec<Stri
         .collect())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> {
     let testbed = Testbed::start(vec![spec("home", 1), spec("foreign", 2)]).await?;
     let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);

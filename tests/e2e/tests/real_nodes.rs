@@ -738,7 +738,7 @@ fn path(p: &Path) -> Result<&str> {
     p.to_str().context("a UTF-8 path")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mission_runs_on_real_nodes_with_disjoint_pod_cidrs() -> Result<()> {
     let testbed = home_and_foreign("10.201.0.0/16", "10.202.0.0/16").await?;
     let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
@@ -801,7 +801,7 @@ fn udp_socket_in(netns: &str) -> Result<std::net::UdpSocket> {
     .map_err(|_| anyhow::anyhow!("the thread binding the socket panicked"))?
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mission_runs_on_real_nodes_with_identical_pod_cidrs_through_nat() -> Result<()> {
     let testbed = home_and_foreign("10.200.0.0/16", "10.200.0.0/16").await?;
     let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
@@ -834,7 +834,7 @@ async fn the_mission_runs_on_real_nodes_with_identical_pod_cidrs_through_nat() -
 /// with what to do: a node without `/dev/net/tun` (the other cluster's
 /// node has it, and installs), and an image no node has; the same command
 /// resumes once the image is loaded.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_real_nodes_a_missing_tun_device_or_image_is_told_in_one_line() -> Result<()> {
     let mut no_tun = spec("no-tun", 1, None);
     no_tun.real_node_without_tun = true;

@@ -130,7 +130,7 @@ impl Shop {
 
 /// ConfigMaps and Secrets: copied with our labels, updated, put back,
 /// removed when opted out or deleted; what is not ours is left alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -> Result<()> {
     let shop = Shop::at(Stage::Peered).await?;
     let Shop {
@@ -319,7 +319,7 @@ async fn config_maps_and_secrets_follow_their_local_objects_and_nothing_else() -
 
 /// Pods that reference a missing ConfigMap wait as on a kubelet, an
 /// optional reference holds nothing back, and they start once it exists.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_that_need_a_missing_config_map_wait_until_it_exists() -> Result<()> {
     let shop = Shop::at(Stage::Offloaded(NS)).await?;
     let Shop {
@@ -427,7 +427,7 @@ async fn pods_that_need_a_missing_config_map_wait_until_it_exists() -> Result<()
 
 /// A Service gets its remote copy, and its endpoints on either cluster
 /// appear in the other's EndpointSlices.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_is_copied_and_its_endpoints_are_seen_on_both_sides() -> Result<()> {
     let shop = Shop::at(Stage::Offloaded(NS)).await?;
     let (pods, local, prov) = (&shop.pods, shop.local(), shop.provider());
@@ -543,7 +543,7 @@ async fn a_service_is_copied_and_its_endpoints_are_seen_on_both_sides() -> Resul
 
 /// A pod that mounts its service account token gets a Secret in the twin
 /// whose token authenticates on the consumer's API, gone with the pod.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_mounts_its_token_gets_one_of_the_consumer_that_works_there() -> Result<()> {
     let shop = Shop::at(Stage::Offloaded(NS)).await?;
     let Shop {
@@ -674,7 +674,7 @@ async fn a_pod_that_mounts_its_token_gets_one_of_the_consumer_that_works_there()
 /// Events of the remote pod come back onto the local pod, counts
 /// included; settled copies and statuses are put back; a restarted
 /// virtual kubelet duplicates nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_events_and_status_come_back_and_a_restart_copies_nothing_twice() -> Result<()> {
     let shop = Shop::at(Stage::Offloaded(NS)).await?;
     let Shop { pods, events, .. } = &shop;

@@ -18,7 +18,7 @@ fn json(stdout: &str) -> Result<serde_json::Value> {
     serde_json::from_str(stdout).with_context(|| format!("not JSON:\n{stdout}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
@@ -276,7 +276,7 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
 /// one above the other is refused with one line and nothing written; a
 /// ceiling lowers a share, a floor raises it, and `peer` grants the bounded
 /// offer (the virtual node's capacity).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_floor_and_a_ceiling_bound_the_offer_and_the_grant() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     let policies: Api<SharingPolicy> = Api::all(pair.provider_client.clone());

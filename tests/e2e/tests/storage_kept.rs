@@ -33,7 +33,7 @@ fn user_of_data(name: &str) -> Result<Pod> {
     })))?)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     let (home, prov) = (&pair.consumer_client, &pair.provider_client);

@@ -46,7 +46,7 @@ async fn test_namespaces(client: &kube::Client) -> Result<Vec<String>> {
         .collect())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_network_crosses_both_ways_and_tells_where_it_breaks() -> Result<()> {
     let testbed = Testbed::start(vec![spec("consumer", 1), spec("provider", 2)]).await?;
     let consumer = &testbed.clusters()[0];

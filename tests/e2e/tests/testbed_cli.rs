@@ -32,7 +32,7 @@ fn pids(state: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
-#[tokio::test]
+#[liqo_e2e::test]
 async fn a_killed_supervisor_takes_its_clusters_along_and_up_starts_afresh() -> Result<()> {
     let root = std::env::temp_dir().join(format!("liqo-testbed-cli-{}", std::process::id()));
     let dir = root.join("tb");
@@ -280,7 +280,7 @@ fn mounts_under(dir: &Path) -> Vec<String> {
     found.into_iter().collect()
 }
 
-#[tokio::test]
+#[liqo_e2e::test]
 async fn a_killed_supervisor_takes_its_real_node_and_containers_along() -> Result<()> {
     let root = std::env::temp_dir().join(format!("liqo-testbed-real-{}", std::process::id()));
     let dir = root.join("tb");

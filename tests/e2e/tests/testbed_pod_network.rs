@@ -220,7 +220,7 @@ fn dead_pid() -> Result<u32> {
         .context("every pid is taken")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_get_namespaces_addresses_services_and_an_internet() -> Result<()> {
     let bin =
         liqo_e2e::ScriptDir::new("podnet", &[("podnet-server", SERVER), ("podnet-say", SAY)])?;

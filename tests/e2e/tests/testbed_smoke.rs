@@ -341,7 +341,7 @@ async fn admin_of_x_trusting(x: &Cluster, server: &Cluster) -> Result<kube::Clie
     Ok(kube::Client::try_from(config)?)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_run_workloads_issue_certificates_and_stop_clean() -> Result<()> {
     let testbed = Testbed::start_default(2).await?;
     let [a, b] = testbed.clusters() else {

@@ -131,7 +131,7 @@ async fn taints(client: &kube::Client) -> Result<BTreeMap<String, BTreeSet<Strin
         .collect())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tethered_cluster_is_scheduled_by_its_anchor_until_untethered() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     let (laptop, company) = (&pair.consumer_client, &pair.provider_client);
@@ -295,7 +295,7 @@ async fn a_tethered_cluster_is_scheduled_by_its_anchor_until_untethered() -> Res
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_that_provides_for_another_peer_is_not_tethered() -> Result<()> {
     let mut laptop = liqo_testbed::ClusterSpec::new("laptop", 1);
     let mut company = liqo_testbed::ClusterSpec::new("company", 2);
@@ -400,7 +400,7 @@ fn token_for(
     Ok(path.to_str().context("path")?.to_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_tethers_with_a_token_and_its_anchor_peers_back_with_one() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     let (laptop, company) = (&pair.consumer_client, &pair.provider_client);

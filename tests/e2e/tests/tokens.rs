@@ -104,7 +104,7 @@ fn token_request(bound: Option<(&str, &str)>) -> TokenRequest {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as_they_were()
 -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
@@ -275,7 +275,7 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
@@ -565,7 +565,7 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_through_request_and_response_files() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());

@@ -9,7 +9,7 @@ use liqo_api::authentication::Tenant;
 use liqo_api::core::ForeignCluster;
 use liqo_e2e::fixture::{Pair, Stage};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_tunnel_port_is_told_and_freeing_it_lets_the_same_peer_through() -> Result<()> {
     // Another program holds the one port the provider's tunnels may use.
     let squatter = std::net::UdpSocket::bind("0.0.0.0:0")?;

@@ -58,7 +58,7 @@ fn refused<T: std::fmt::Debug>(code: u16, what: &str, r: Result<T, kube::Error>)
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
     let pair = Pair::with_nodes(1, 1, Stage::Installed).await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());

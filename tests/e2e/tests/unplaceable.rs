@@ -158,7 +158,7 @@ async fn waits_for_room(pods: &Api<Pod>, events: &Api<Event>, name: &str) -> Res
     Ok(said().await?.unwrap_or_default())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_no_provider_node_can_hold_is_not_bound_and_one_that_fits_runs() -> Result<()> {
     // Two nodes open to peers: the provider's kwok node of 4 CPUs and
     // one of 6 (its host-process node is tainted for the testbed's
@@ -231,7 +231,7 @@ async fn a_pod_no_provider_node_can_hold_is_not_bound_and_one_that_fits_runs() -
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_the_provider_cannot_schedule_is_failed_here_after_the_timeout() -> Result<()> {
     // One node with the CPU (6, 1Gi), the other with the memory (4, 16Gi).
     let pair = peered_with(("provider-cpu", "6", "1Gi")).await?;

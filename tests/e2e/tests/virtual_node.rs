@@ -179,7 +179,7 @@ async fn agent_ran_throughout(consumer: &kube::Client) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_virtual_node_is_registered_resized_and_removed_as_its_foreign_cluster_says()
 -> Result<()> {
     let testbed = start().await?;
@@ -292,7 +292,7 @@ async fn registered_resized_and_removed(testbed: &Testbed) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_virtual_node_is_not_ready_while_the_providers_api_hangs_or_is_gone() -> Result<()> {
     let mut testbed = start().await?;
     let result = not_ready_while_the_provider_is_unreachable(&mut testbed).await;
@@ -353,7 +353,7 @@ async fn not_ready_while_the_provider_is_unreachable(testbed: &mut Testbed) -> R
     agent_ran_throughout(&consumer).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_virtual_node_picks_up_a_renewed_identity_and_is_not_ready_while_forbidden()
 -> Result<()> {
     let testbed = start().await?;

@@ -17,7 +17,7 @@ mod cluster;
 mod containerd;
 pub mod dirs;
 pub mod dns;
-mod failure;
+pub mod failure;
 mod hostnode;
 mod pki;
 mod podnet;
@@ -281,7 +281,7 @@ pub struct Testbed {
     clusters: Vec<Cluster>,
     root: PathBuf,
     /// Set when the testbed made its own folder, which goes with it
-    /// (unless the thread is panicking: a failed test keeps it).
+    /// (unless its test fails: [`failure`]).
     tempdir: Option<tempfile::TempDir>,
 }
 
@@ -293,9 +293,18 @@ impl Testbed {
             .tempdir()
             .map_err(io_error(&std::env::temp_dir()))?;
         dirs::claim(tempdir.path())?;
-        let mut testbed = Self::start_in(tempdir.path(), specs).await?;
-        testbed.tempdir = Some(tempdir);
-        Ok(testbed)
+        match Self::start_in(tempdir.path(), specs).await {
+            Ok(mut testbed) => {
+                testbed.tempdir = Some(tempdir);
+                Ok(testbed)
+            }
+            // What started is stopped; its logs say why the rest did not.
+            Err(e) => {
+                let root = tempdir.path().to_path_buf();
+                failure::leave(&root, Some(tempdir));
+                Err(e)
+            }
+        }
     }
 
     /// Starts the clusters in parallel, each in a folder of `root` named
@@ -402,14 +411,12 @@ impl Testbed {
 }
 
 impl Drop for Testbed {
-    /// A test that panics keeps the folder and prints the logs' tails; the
-    /// clusters' processes are stopped either way (their own drop).
+    /// A failed test keeps the folder and prints the logs' tails
+    /// ([`failure`]); the clusters' processes are stopped either way (their
+    /// own drop).
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            if let Some(tempdir) = self.tempdir.take() {
-                let _ = tempdir.keep();
-            }
-            failure::report(&self.root);
-        }
+        // Stopped first: a real node unmounts what it bound in the folder.
+        self.clusters.clear();
+        failure::leave(&self.root, self.tempdir.take());
     }
 }

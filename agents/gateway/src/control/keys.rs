@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};
 use liqo_api::names;
@@ -105,16 +106,22 @@ pub async fn ensure_key(client: &kube::Client, namespace: &str) -> Result<Key, K
             name: names::GATEWAY_CONFIGMAP,
         });
     }
-    let map = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": { "name": names::GATEWAY_CONFIGMAP, "labels": our_labels() },
-        "data": { names::GATEWAY_PUBLIC_KEY: key.public_of_private() },
-    });
+    let map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(names::GATEWAY_CONFIGMAP.to_owned()),
+            labels: Some(our_labels()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            names::GATEWAY_PUBLIC_KEY.to_owned(),
+            key.public_of_private(),
+        )])),
+        ..ConfigMap::default()
+    };
     maps.patch(
         names::GATEWAY_CONFIGMAP,
         &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(map),
+        &Patch::Apply(&map),
     )
     .await
     .map_err(KeysError::Publish)?;

@@ -32,7 +32,6 @@ use liqo_api::networking::GatewayServiceType;
 pub use endpoints::listen_address;
 pub use keys::ensure_key;
 pub use readiness::ReadinessInputs;
-pub use status::Counters;
 pub use supervisor::{Observed, TUNNEL_FAILED, Tunnels, run_tunnels};
 
 /// The field manager of what the gateway writes.

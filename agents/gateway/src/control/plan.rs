@@ -16,6 +16,7 @@ use liqo_api::ClusterIdentity;
 use liqo_api::networking::{Connection, device_name, overlap};
 
 use super::Settings;
+use crate::tunnel::Key;
 
 /// What the gateway decided for one connection.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +31,7 @@ pub struct Planned {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TunnelPlan {
     pub device: String,
-    pub peer_public_key: String,
+    pub peer_public_key: Key,
     /// Where to dial (the dialing side); none on the listening side.
     pub endpoint: Option<String>,
     /// The UDP port to listen on: 0 (any) when dialing.
@@ -136,6 +137,9 @@ pub fn plan(
                         c.spec.pod_cidr
                     ));
                 }
+                let peer_public_key: Key = c.spec.public_key.parse().map_err(|e| {
+                    format!("the peer's public key is not a WireGuard key: {e}")
+                })?;
                 let peer_cidr =
                     liqo_api::networking::parse_cidr("the peer's pod CIDR", &c.spec.pod_cidr)?;
                 if let Some(what) = liqo_api::networking::reserved_overlap(&peer_cidr) {
@@ -187,7 +191,7 @@ pub fn plan(
                 taken.push(seen_as);
                 Ok(TunnelPlan {
                     device,
-                    peer_public_key: c.spec.public_key.clone(),
+                    peer_public_key,
                     endpoint,
                     port,
                     peer_cidr,

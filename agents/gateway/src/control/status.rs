@@ -1,9 +1,7 @@
-//! What each tunnel reports and what is written of it: every tunnel
-//! process prints its counters once a second ([`Counters`]); a Connection's
-//! status is written when a condition or decision changes, and the
-//! counters at most every [`COUNTERS_EVERY`].
+//! What is written of each tunnel: a Connection's status, written when a
+//! condition or decision changes, and the counters its process reports
+//! ([`Counters`]) at most every [`COUNTERS_EVERY`].
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
@@ -13,81 +11,14 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use liqo_api::networking::{Connection, ConnectionStatus, conditions};
-use serde::{Deserialize, Serialize};
 
 use super::endpoints::published_endpoint;
 use super::plan::Planned;
 use super::supervisor::{RESTART_BACKOFF, Tunnels};
-use crate::tunnel::{SESSION, Stats};
+use crate::tunnel::Counters;
 
 /// The most often counters alone are written to a status.
 pub const COUNTERS_EVERY: Duration = Duration::from_secs(10);
-/// A tunnel is established while the peer was heard from this recently
-/// (three keepalives) and its session is current.
-const HEARD_WITHIN: Duration = Duration::from_secs(30);
-
-/// A tunnel's counters, as its process prints them (one JSON object a
-/// line) and the agent reads them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Counters {
-    pub since_handshake_ms: Option<u64>,
-    pub tx_bytes: u64,
-    pub rx_bytes: u64,
-    pub dropped: u64,
-    pub endpoint: Option<SocketAddr>,
-    pub handshake_rtt_ms: Option<u64>,
-    #[serde(default)]
-    pub since_heard_ms: Option<u64>,
-    /// The last probe's round trip through the tunnel, in milliseconds.
-    #[serde(default)]
-    pub probe_rtt_ms: Option<f64>,
-}
-
-impl Counters {
-    fn of(stats: &Stats) -> Self {
-        Self {
-            since_handshake_ms: stats.since_last_handshake.map(|d| d.as_millis() as u64),
-            tx_bytes: stats.tx_bytes,
-            rx_bytes: stats.rx_bytes,
-            dropped: stats.dropped,
-            endpoint: stats.endpoint,
-            handshake_rtt_ms: stats.handshake_rtt.map(|d| d.as_millis() as u64),
-            since_heard_ms: stats.since_heard.map(|d| d.as_millis() as u64),
-            probe_rtt_ms: stats.probe_rtt.map(|d| d.as_secs_f64() * 1000.0),
-        }
-    }
-
-    /// What `tunnel --report` calls every tick: prints a line about once
-    /// a second, and at once when the tunnel comes up or goes down, so
-    /// that its Connection says so without waiting.
-    pub fn printer() -> impl FnMut(&Stats) + Send {
-        use std::io::Write as _;
-        let mut last: Option<(Instant, bool)> = None;
-        move |stats| {
-            let counters = Counters::of(stats);
-            let established = counters.established();
-            if last
-                .is_some_and(|(t, was)| was == established && t.elapsed() < Duration::from_secs(1))
-            {
-                return;
-            }
-            last = Some((Instant::now(), established));
-            let line = serde_json::to_string(&counters).unwrap_or_default();
-            let mut out = std::io::stdout().lock();
-            // The agent reading it is gone: nothing to tell anyone.
-            let _ = writeln!(out, "{line}").and_then(|()| out.flush());
-        }
-    }
-
-    pub fn established(&self) -> bool {
-        let within = |ms: Option<u64>, limit: Duration| {
-            ms.is_some_and(|ms| Duration::from_millis(ms) < limit)
-        };
-        within(self.since_handshake_ms, SESSION) && within(self.since_heard_ms, HEARD_WITHIN)
-    }
-}
-
 impl Tunnels {
     /// `process`: whether a process runs, and why the last one ended if
     /// none has reported since.
@@ -254,41 +185,5 @@ impl Tunnels {
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => tracing::warn!(connection = %object, error = %e, "cannot write the status"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reports_round_trip_and_tell_a_live_session() {
-        let report = Counters {
-            since_handshake_ms: Some(1_000),
-            tx_bytes: 10,
-            rx_bytes: 20,
-            dropped: 0,
-            endpoint: Some("127.0.0.1:51820".parse().expect("addr")),
-            handshake_rtt_ms: Some(3),
-            since_heard_ms: Some(500),
-            probe_rtt_ms: Some(0.25),
-        };
-        let line = serde_json::to_string(&report).expect("json");
-        assert_eq!(
-            serde_json::from_str::<Counters>(&line).expect("back"),
-            report
-        );
-        assert!(report.established());
-        let old = Counters {
-            since_handshake_ms: Some(181_000),
-            ..report.clone()
-        };
-        assert!(!old.established());
-        let silent = Counters {
-            since_heard_ms: Some(31_000),
-            ..report
-        };
-        assert!(!silent.established(), "a peer not heard from for 30 s");
-        assert!(!Counters::default().established());
     }
 }

@@ -20,8 +20,8 @@ use tokio::sync::{Notify, watch};
 use super::Settings;
 use super::pins::Pins;
 use super::plan::{LocalNetworks, Planned, TunnelPlan, node_networks, plan};
-use super::status::Counters;
-use crate::tunnel::Key;
+use crate::flags::TunnelArgs;
+use crate::tunnel::{Counters, Key};
 use liqo_agent_runtime::error_chain as chain;
 
 /// The least time between two starts of one tunnel's process.
@@ -222,25 +222,18 @@ impl Tunnels {
 
     async fn start(&self, plan: &TunnelPlan) -> Result<Child, StartError> {
         let exe = std::env::current_exe().map_err(StartError::OwnBinary)?;
-        let mut command = tokio::process::Command::new(exe);
-        command
-            .arg("tunnel")
-            .arg(format!("--interface={}", plan.device))
-            .arg(format!("--mtu={}", self.settings.mtu))
-            .arg(format!(
-                "--listen={}",
-                SocketAddr::new(self.settings.listen_address, plan.port)
-            ))
-            .arg("--private-key-file=-")
-            .arg(format!("--peer-public-key={}", plan.peer_public_key))
-            .arg(format!("--peer-cidr={}", plan.peer_cidr))
-            .arg("--report");
-        if plan.seen_as != plan.peer_cidr {
-            command.arg(format!("--peer-remapped-cidr={}", plan.seen_as));
-        }
-        if let Some(local) = plan.local_cidr {
-            command.arg(format!("--local-cidr={local}"));
-        }
+        // The key is handed over on standard input, never in a flag.
+        let mut args = TunnelArgs::new(
+            plan.device.clone(),
+            "-".into(),
+            plan.peer_public_key.clone(),
+        );
+        args.mtu = self.settings.mtu;
+        args.listen = SocketAddr::new(self.settings.listen_address, plan.port);
+        args.peer_cidr = Some(plan.peer_cidr);
+        args.local_cidr = plan.local_cidr;
+        args.peer_remapped_cidr = Some(plan.seen_as).filter(|seen_as| *seen_as != plan.peer_cidr);
+        args.report = true;
         if let Some(endpoint) = &plan.endpoint {
             let resolved = tokio::net::lookup_host(endpoint)
                 .await
@@ -250,10 +243,11 @@ impl Tunnels {
                 })?
                 .next()
                 .ok_or_else(|| StartError::Unresolved(endpoint.clone()))?;
-            command
-                .arg(format!("--peer-endpoint={resolved}"))
-                .arg(format!("--persistent-keepalive={KEEPALIVE_SECONDS}"));
+            args.peer_endpoint = Some(resolved);
+            args.persistent_keepalive = Some(KEEPALIVE_SECONDS);
         }
+        let mut command = tokio::process::Command::new(exe);
+        command.arg("tunnel").args(args.to_args());
         command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

@@ -4,12 +4,13 @@
 //! tests and the benchmark run it against standard WireGuard.
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use liqo_api::networking::RemapError;
 
 use crate::flags::TunnelArgs;
-use crate::{control, nat, tunnel};
+use crate::{nat, tunnel};
 
 /// Why the tunnel process could not start or stopped. Its chain of
 /// causes is the one line the agent keeps as the reason the tunnel ended;
@@ -119,7 +120,7 @@ pub async fn run(args: TunnelArgs) -> Result<(), ProcessError> {
         peer = peer.with_probes(local.network(), theirs.network());
     }
     let report: super::OnStats = if args.report {
-        Box::new(control::Counters::printer())
+        Box::new(printer())
     } else {
         Box::new(|_: &tunnel::Stats| {})
     };
@@ -189,6 +190,26 @@ fn peer_pods(args: &TunnelArgs) -> Result<Option<nat::PeerPods>, ProcessError> {
         peer,
         seen_as,
     }))
+}
+
+/// What `tunnel --report` calls every tick: prints the tunnel's
+/// [`tunnel::Counters`] about once a second, and at once when the tunnel
+/// comes up or goes down, so that its Connection says so without waiting.
+fn printer() -> impl FnMut(&tunnel::Stats) + Send {
+    use std::io::Write as _;
+    let mut last: Option<(Instant, bool)> = None;
+    move |stats| {
+        let counters = tunnel::Counters::of(stats);
+        let established = counters.established();
+        if last.is_some_and(|(t, was)| was == established && t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        last = Some((Instant::now(), established));
+        let line = serde_json::to_string(&counters).unwrap_or_default();
+        let mut out = std::io::stdout().lock();
+        // The agent reading it is gone: nothing to tell anyone.
+        let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+    }
 }
 
 #[cfg(test)]

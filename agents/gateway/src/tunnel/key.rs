@@ -7,7 +7,7 @@ use boringtun::x25519::{PublicKey, StaticSecret};
 
 /// A key in WireGuard's text form (32 bytes, base64), as `wg genkey` and
 /// `wg pubkey` write them.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Key(pub(super) [u8; 32]);
 
 impl std::fmt::Debug for Key {

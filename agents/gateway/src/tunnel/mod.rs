@@ -13,16 +13,14 @@
 //!
 //! - [`key`]: WireGuard's keys in their text form;
 //! - [`peer`]: one peer's protocol state, its counters and what it drops;
-//! - [`probe`]: the round-trip probes the peers answer themselves.
+//! - [`probe`]: the round-trip probes the peers answer themselves;
+//! - [`report`]: what a tunnel process reports of its tunnel to the agent.
 
 mod key;
 mod peer;
 mod probe;
+mod report;
 
 pub use key::{Key, KeyError};
 pub use peer::{Peer, PeerConfig, SESSION, Stats, TICK};
-
-/// WireGuard's overhead on a packet: outer IPv4 (20) or IPv6 (40), UDP
-/// (8), and the data message's header and tag (32). The tunnel's MTU is
-/// the link's minus the IPv6 figure, as WireGuard's own default does.
-pub const OVERHEAD_V6: u16 = liqo_api::agents::gateway::WIREGUARD_OVERHEAD;
+pub use report::Counters;

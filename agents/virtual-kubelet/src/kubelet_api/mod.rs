@@ -30,6 +30,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::api::{Api, ListParams, LogParams};
 use liqo_agent_runtime::follow::Followed;
 use tokio::net::TcpListener;
@@ -39,11 +40,11 @@ use crate::forge::pod as forge_pod;
 use crate::provider::ProviderClient;
 use crate::reflection::namespace::Twins;
 use crate::reflection::pod::LocalPod;
+use crate::tls_server::{self, ConnectionError, TlsStream};
 use auth::User;
 use route::Endpoint;
 
 /// How long a TLS handshake may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a call to the provider (other than a log stream) may take.
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -73,70 +74,22 @@ pub async fn serve(
     tls: watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
     api: Arc<KubeletApi>,
 ) {
-    accept_tls(listener, tls, "kubelet API", move |tcp, config| {
-        connection(tcp, config, api.clone())
+    tls_server::serve(listener, tls, "kubelet API", move |stream| {
+        connection(stream, api.clone())
     })
     .await;
 }
 
-/// Accepts connections on `listener` for ever, once `tls` holds a
-/// configuration (the newest for each connection), and runs `handle` on
-/// each in a task of its own; `what` names the server in logs.
-pub async fn accept_tls<F, Fut>(
-    listener: TcpListener,
-    mut tls: watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
-    what: &'static str,
-    handle: F,
-) where
-    F: Fn(tokio::net::TcpStream, Arc<rustls::ServerConfig>) -> Fut,
-    Fut: Future<Output = Result<(), String>> + Send + 'static,
-{
-    if tls.wait_for(Option::is_some).await.is_err() {
-        return;
-    }
-    loop {
-        let (tcp, peer) = match listener.accept().await {
-            Ok(conn) => conn,
-            Err(error) => {
-                tracing::warn!(%error, "{what}: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Some(config) = tls.borrow().clone() else {
-            continue;
-        };
-        let connection = handle(tcp, config);
-        tokio::spawn(async move {
-            if let Err(why) = connection.await {
-                tracing::debug!(%peer, %why, "{what}: connection ended");
-            }
-        });
-    }
-}
-
-async fn connection(
-    tcp: tokio::net::TcpStream,
-    config: Arc<rustls::ServerConfig>,
-    api: Arc<KubeletApi>,
-) -> Result<(), String> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
-        .await
-        .map_err(|_| "TLS handshake timed out".to_owned())?
-        .map_err(|e| format!("TLS handshake: {e}"))?;
+async fn connection(stream: TlsStream, api: Arc<KubeletApi>) -> Result<(), ConnectionError> {
     // The verifier checked the chain; the leaf names the user.
     let cert_user = stream
         .get_ref()
         .1
         .peer_certificates()
         .and_then(|certs| certs.first())
-        .map(|leaf| auth::user_from_certificate(leaf));
-    let cert_user = match cert_user {
-        None => None,
-        Some(Ok(user)) => Some(user),
-        Some(Err(e)) => return Err(e.to_string()),
-    };
+        .map(|leaf| auth::user_from_certificate(leaf))
+        .transpose()
+        .map_err(ConnectionError::Certificate)?;
     let service = hyper::service::service_fn(move |req| {
         let api = api.clone();
         let cert_user = cert_user.clone();
@@ -146,7 +99,7 @@ async fn connection(
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades()
         .await
-        .map_err(|e| e.to_string())
+        .map_err(ConnectionError::Http)
 }
 
 fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
@@ -265,7 +218,7 @@ async fn handle(
 /// The pods bound to this node, as a kubelet's `/pods` gives them: read
 /// from the API (the agent's store keeps no spec), without their
 /// managedFields ([`liqo_agent_runtime::lean`]).
-async fn pod_list(api: &KubeletApi) -> Result<serde_json::Value, kube::Error> {
+async fn pod_list(api: &KubeletApi) -> Result<k8s_openapi::List<Pod>, kube::Error> {
     let pods = liqo_agent_runtime::lean::api(Api::<Pod>::all(api.local.clone()));
     let mut pods: Vec<Pod> = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={}", api.node_name)))
@@ -277,12 +230,10 @@ async fn pod_list(api: &KubeletApi) -> Result<serde_json::Value, kube::Error> {
     pods.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
-    Ok(serde_json::json!({
-        "kind": "PodList",
-        "apiVersion": "v1",
-        "metadata": {},
-        "items": pods,
-    }))
+    Ok(k8s_openapi::List {
+        items: pods,
+        metadata: ListMeta::default(),
+    })
 }
 
 fn has_container(pod: &Pod, name: &str) -> bool {

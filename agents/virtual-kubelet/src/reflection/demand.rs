@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::namespace::{PeeringContext, Twins};
+use super::Error;
 use super::pod::LocalPod;
 
 /// Changes closer together than this are stated once.
@@ -95,6 +96,7 @@ pub async fn keep(
                     failing = None;
                 }
                 Err(error) => {
+                    let error = error.chain();
                     if failing.as_ref() != Some(&error) {
                         tracing::warn!(%twin, %error, "cannot state the twin's demand");
                         failing = Some(error);
@@ -106,14 +108,17 @@ pub async fn keep(
     }
 }
 
-async fn state(peering: &PeeringContext, twin: &str, text: &str) -> Result<(), String> {
-    let provider = peering.provider_client().map_err(|e| e.to_string())?;
+async fn state(peering: &PeeringContext, twin: &str, text: &str) -> Result<(), Error> {
+    let provider = peering.provider_client()?;
     let patch = json!({ "metadata": { "annotations": { DEMAND_ANNOTATION: text } } });
     Api::<Namespace>::all(provider)
         .patch(twin, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
-        .map_err(|e| format!("annotating namespace {twin} on the provider: {e}"))
+        .map_err(|source| Error::StateDemand {
+            twin: twin.to_owned(),
+            source,
+        })
 }
 
 #[cfg(test)]

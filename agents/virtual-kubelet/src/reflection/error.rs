@@ -3,6 +3,8 @@
 //! chain, each cause once), and [`NotYet`] for what a key waits for.
 //! Every error is retried with backoff; none is fatal.
 
+use std::sync::Arc;
+
 use crate::forge::pod::Wrapper;
 
 /// What went wrong converging one key; it is retried with backoff.
@@ -73,10 +75,11 @@ pub enum Error {
     WriteOffloadingStatus(#[source] kube::Error),
     #[error("updating the offloading's finalizers")]
     UpdateOffloadingFinalizers(#[source] kube::Error),
-    /// Cannot happen for the review this agent forms; logged as a wait,
-    /// as it always was.
-    #[error("forming an access review")]
-    FormAccessReview(#[source] serde_json::Error),
+    #[error("annotating namespace {twin} on the provider with its demand")]
+    StateDemand {
+        twin: String,
+        source: kube::Error,
+    },
     #[error("reviewing this agent's rights in {namespace}")]
     ReviewRights {
         namespace: String,
@@ -217,7 +220,7 @@ impl Error {
     /// Whether it says the key waits for something rather than that a
     /// request failed: logged at debug, not as a warning.
     pub fn is_waiting(&self) -> bool {
-        matches!(self, Self::NotYet(_) | Self::FormAccessReview(_))
+        matches!(self, Self::NotYet(_))
     }
 
     /// The error and its causes on one line, for the log.
@@ -230,8 +233,8 @@ impl Error {
 #[derive(Debug, thiserror::Error)]
 pub enum NotYet {
     /// No client for the provider: why (its kubeconfig cannot be used).
-    #[error("{0}")]
-    ProviderClient(String),
+    #[error("no client for the provider")]
+    ProviderClient(#[source] Arc<crate::provider::KubeconfigError>),
     #[error("the provider's terms for this cluster are not read yet")]
     ProviderTerms,
     #[error("the ForeignCluster {0} is not known yet")]

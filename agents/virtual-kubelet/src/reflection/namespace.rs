@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -229,12 +231,18 @@ impl TwinNamespaces {
         &self,
         local_ns: &str,
     ) -> Result<Result<(), (&'static str, String)>, Error> {
-        let review: SelfSubjectAccessReview = serde_json::from_value(json!({
-            "spec": { "resourceAttributes": {
-                "namespace": local_ns, "verb": "list", "resource": "secrets",
-            } },
-        }))
-        .map_err(Error::FormAccessReview)?;
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(local_ns.to_owned()),
+                    verb: Some("list".to_owned()),
+                    resource: Some("secrets".to_owned()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
         let answer = Api::<SelfSubjectAccessReview>::all(self.peering.local.clone())
             .create(&PostParams::default(), &review)
             .await

@@ -26,7 +26,7 @@ use serde_json::json;
 use crate::cli::{GlobalArgs, InstallArgs, OutputFormat};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::flags::{node_selector_flag, parse_pairs, tolerations_flag};
+use crate::flags::parse_pairs;
 use crate::kube::agents::{self, Readiness};
 use crate::kube::apply::{self, Change};
 use crate::kube::cluster::{
@@ -381,14 +381,15 @@ impl Flags {
         if let Some(labels) = &labels {
             identity::check_labels(labels).map_err(|e| usage(format!("--cluster-labels: {e}")))?;
         }
+        let placement = args.placement.parse()?;
         Ok(Self {
             cluster_id,
             cluster_name: args.cluster_name.clone(),
             labels,
             pod_cidr: cidr("--pod-cidr", &args.pod_cidr)?,
             service_cidr: cidr("--service-cidr", &args.service_cidr)?,
-            node_selector: node_selector_flag(&args.node_selector)?,
-            tolerations: tolerations_flag(&args.tolerations)?,
+            node_selector: placement.node_selector,
+            tolerations: placement.tolerations,
             announce: args.announce,
             advertise_address: args
                 .advertise_address

@@ -36,7 +36,6 @@ use tokio::time::Instant;
 use crate::cli::{GlobalArgs, TestNetworkArgs};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::flags::{node_selector_flag, tolerations_flag};
 use crate::kube::cluster::{installed, installed_pod_placement};
 use crate::kube::cluster_dns::DnsState;
 use crate::peering::consumer::bind_virtual_kubelets;
@@ -166,10 +165,11 @@ impl Flags {
                 "--timeout must be at least 1 second".into(),
             ));
         }
+        let placement = args.placement.parse()?;
         Ok(Self {
             cluster_ids,
-            node_selector: node_selector_flag(&args.node_selector)?,
-            tolerations: tolerations_flag(&args.tolerations)?,
+            node_selector: placement.node_selector,
+            tolerations: placement.tolerations,
         })
     }
 }

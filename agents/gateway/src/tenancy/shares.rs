@@ -14,7 +14,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, ResourceQuotaSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -22,10 +24,9 @@ use liqo_agent_runtime::follow::{Followed, follow};
 use liqo_api::authentication::Tenant;
 use liqo_api::names::labels;
 use liqo_api::shares::{self, Grant, Holder, QuotaState, SHARE_QUOTA};
-use serde_json::json;
 
+use super::Tenants;
 use crate::control;
-use crate::tenants::{self, Tenants};
 use liqo_agent_runtime::error_chain as chain;
 
 /// Why a round could not read or write the shares. Where the API's error
@@ -66,6 +67,24 @@ fn share_labels(tenant: &str) -> BTreeMap<String, String> {
     let mut l = control::our_labels();
     l.insert(labels::PEER_CLUSTER_ID.to_owned(), tenant.to_owned());
     l
+}
+
+/// The share quota of `tenant` in `namespace` bounding `hard`, as one
+/// field manager applies it (the grant's parts, or the exposure bounds).
+fn share_quota(namespace: &str, tenant: &str, hard: BTreeMap<String, Quantity>) -> ResourceQuota {
+    ResourceQuota {
+        metadata: ObjectMeta {
+            name: Some(SHARE_QUOTA.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(share_labels(tenant)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ResourceQuotaSpec {
+            hard: Some(hard),
+            ..ResourceQuotaSpec::default()
+        }),
+        status: None,
+    }
 }
 
 fn is_ours(quota: &ResourceQuota) -> bool {
@@ -207,12 +226,11 @@ impl Keeper {
             for holder in due.exposure {
                 let (namespace, _) = &due.holders[holder];
                 let id = tenant.spec.cluster_id.to_string();
-                let quota = json!({
-                    "apiVersion": "v1",
-                    "kind": "ResourceQuota",
-                    "metadata": { "name": SHARE_QUOTA, "namespace": namespace, "labels": share_labels(&id) },
-                    "spec": { "hard": shares::exposure_hard(&tenant.spec.admission, &grant) },
-                });
+                let quota = share_quota(
+                    namespace,
+                    &id,
+                    shares::exposure_hard(&tenant.spec.admission, &grant),
+                );
                 let written = Api::<ResourceQuota>::namespaced(self.client.clone(), namespace)
                     .patch(
                         SHARE_QUOTA,
@@ -244,12 +262,7 @@ impl Keeper {
         tenant: &str,
         hard: &BTreeMap<shares::Counted, u64>,
     ) -> Result<(), kube::Error> {
-        let quota = json!({
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": { "name": SHARE_QUOTA, "namespace": namespace, "labels": share_labels(tenant) },
-            "spec": { "hard": shares::hard_quantities(hard) },
-        });
+        let quota = share_quota(namespace, tenant, shares::hard_quantities(hard));
         Api::<ResourceQuota>::namespaced(self.client.clone(), namespace)
             .patch(
                 SHARE_QUOTA,
@@ -293,7 +306,7 @@ fn tenant_shares(
             .find(|q| q.meta().namespace.as_deref() == Some(ns))
             .map(|q| (*q).clone())
     };
-    let mut mine: Vec<&Namespace> = tenants::twins_of(twins, &id).collect();
+    let mut mine: Vec<&Namespace> = super::twins_of(twins, &id).collect();
     // The oldest twins, up to the terms' number, get a share; one beyond
     // it holds nothing (it keeps a share it has: a number lowered stops
     // nothing that runs).
@@ -367,6 +380,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
     use liqo_api::authentication::TenantSpec;
+    use serde_json::json;
 
     fn tenant(namespaces: u32) -> Tenant {
         let spec: TenantSpec = serde_json::from_value(json!({

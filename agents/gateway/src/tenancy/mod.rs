@@ -1,6 +1,9 @@
 //! On a provider: its tenants and their twin namespaces, followed once for
 //! the two tasks that keep their grants: the split into shares
-//! (`grant_shares`) and the grant that follows the load (`grants`).
+//! ([`shares`]) and the grant that follows the load ([`grant`]).
+
+pub mod grant;
+pub mod shares;
 
 use std::sync::Arc;
 

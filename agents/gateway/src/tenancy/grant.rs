@@ -5,7 +5,7 @@
 //! `liqo_api::following::next`, and this is its IO.
 //!
 //! A change is written to the Tenant record (`spec.grant`, which the
-//! shares in `grant_shares` and so the API server's quotas follow), with
+//! shares ([`super::shares`]) and so the API server's quotas follow), with
 //! its time and reason in the record's `Granted` condition and an Event
 //! of the tenant's share quota, in the tenant namespace. The consumer's virtual kubelet reads the
 //! record and resizes its node. Nothing is kept here between rounds: the
@@ -35,7 +35,7 @@ use liqo_api::names::labels;
 use liqo_api::sharing::{self, Amounts, SharingPolicy, SharingPolicySpec};
 use serde_json::json;
 
-use crate::tenants::{self, Tenants};
+use super::Tenants;
 
 /// The field manager of the grants the gateway writes.
 const MANAGER: &str = "liqo-gateway-grants";
@@ -225,7 +225,7 @@ impl Follower {
                 .or_else(|| policies.iter().find(|p| p.name_any() == "default"))
                 .map_or_else(sharing::default_policy, |p| p.spec.clone());
             let mut own = BTreeSet::from([tenant.spec.namespace.clone()]);
-            own.extend(tenants::twins_of(&twins, &id).map(|n| n.name_any()));
+            own.extend(super::twins_of(&twins, &id).map(|n| n.name_any()));
             match look(&tenant, &policy, &nodes, &pods, &own) {
                 Ok(Look::Keep) => {}
                 Ok(Look::Later(after)) => next = next.min(after),
