@@ -120,11 +120,7 @@ pub async fn keep_client(path: PathBuf, tx: watch::Sender<ProviderClient>) {
 
 /// Logs a kubeconfig problem once, and only replaces the client when there
 /// was none usable anyway.
-fn report(
-    tx: &watch::Sender<ProviderClient>,
-    logged: &mut Option<String>,
-    error: KubeconfigError,
-) {
+fn report(tx: &watch::Sender<ProviderClient>, logged: &mut Option<String>, error: KubeconfigError) {
     let why = error.chain();
     if logged.as_ref() == Some(&why) {
         return;

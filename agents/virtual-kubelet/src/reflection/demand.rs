@@ -23,8 +23,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::namespace::{PeeringContext, Twins};
 use super::Error;
+use super::namespace::{PeeringContext, Twins};
 use super::pod::LocalPod;
 
 /// Changes closer together than this are stated once.

@@ -76,10 +76,7 @@ pub enum Error {
     #[error("updating the offloading's finalizers")]
     UpdateOffloadingFinalizers(#[source] kube::Error),
     #[error("annotating namespace {twin} on the provider with its demand")]
-    StateDemand {
-        twin: String,
-        source: kube::Error,
-    },
+    StateDemand { twin: String, source: kube::Error },
     #[error("reviewing this agent's rights in {namespace}")]
     ReviewRights {
         namespace: String,
