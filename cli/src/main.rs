@@ -49,7 +49,7 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
         Command::Peer(args) => match &args.exchange {
             Some(exchange) => commands::exchange::run(exchange, &cli.global, printer).await,
             None if args.token.is_some() || args.token_file.is_some() => {
-                commands::token::peer(args, &cli.global, printer).await
+                commands::peering_token::peer(args, &cli.global, printer).await
             }
             None => commands::peer::run(args, &cli.global, printer).await,
         },
@@ -77,13 +77,13 @@ async fn run(cli: Cli, printer: Printer) -> anyhow::Result<()> {
             commands::test_network::run(args, &cli.global, printer).await
         }
         Command::Generate(GenerateCommand::PeeringToken(args)) => {
-            commands::token::generate(args, &cli.global, printer).await
+            commands::peering_token::generate(args, &cli.global, printer).await
         }
         Command::Generate(GenerateCommand::DnsRecords(args)) => {
             commands::generate_dns::run(args, &cli.global, printer).await
         }
         Command::Revoke(RevokeCommand::PeeringToken(args)) => {
-            commands::token::revoke(args, &cli.global, printer).await
+            commands::peering_token::revoke(args, &cli.global, printer).await
         }
         Command::Version(args) => commands::version::run(args, &cli.global, printer).await,
         Command::Completion(args) => {

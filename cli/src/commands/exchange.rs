@@ -29,11 +29,12 @@ use crate::factory::ClusterClient;
 use crate::flags::parse_request;
 use crate::kube::apply;
 use crate::kube::cluster::installed;
+use crate::manifests::peering_token as token;
 use crate::manifests::{Manifest, common_labels};
 use crate::peering::agreement::Agreement;
 use crate::peering::phases::{self, ACCEPT, BY_RESPONSE, Credentials, Granted, Peering};
 use crate::peering::report::print_reports;
-use crate::peering::{PEER_AGAIN, check_compatible, identity, refuse_foreign, token};
+use crate::peering::{PEER_AGAIN, check_compatible, identity, refuse_foreign};
 use crate::printer::Printer;
 use crate::show::show_resources;
 

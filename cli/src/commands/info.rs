@@ -21,11 +21,11 @@ use serde::Serialize;
 use crate::cli::{GlobalArgs, InfoArgs, InfoCommand, InfoFormat};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::kube::agents::deployment_ready;
 use crate::kube::cluster::read_identity;
+use crate::kube::rollout::deployment_ready;
+use crate::peering::held_tokens::{TokenView, tokens_of};
 use crate::peering::refused::{self, Refusing};
 use crate::peering::tether::State;
-use crate::peering::tokens::{TokenView, tokens_of};
 use crate::printer::Printer;
 use clusterset::ClustersetView;
 
@@ -357,7 +357,7 @@ async fn peerings(cluster: &ClusterClient) -> anyhow::Result<Vec<PeeringView>> {
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(crate::peering::token::TOKEN_LABEL))
+            .and_then(|l| l.get(crate::manifests::peering_token::TOKEN_LABEL))
             .cloned();
         let mut p = incoming(t);
         // Its end is in its tenant namespace, whatever ID it wrote there.
@@ -395,7 +395,7 @@ async fn token_claims(cluster: &ClusterClient) -> std::collections::BTreeMap<Str
     use k8s_openapi::api::core::v1::Secret;
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), names::NAMESPACE);
     let Ok(list) = secrets
-        .list(&ListParams::default().labels(crate::peering::token::TOKEN_LABEL))
+        .list(&ListParams::default().labels(crate::manifests::peering_token::TOKEN_LABEL))
         .await
     else {
         return Default::default();
@@ -408,7 +408,7 @@ async fn token_claims(cluster: &ClusterClient) -> std::collections::BTreeMap<Str
                 .metadata
                 .labels
                 .as_ref()?
-                .get(crate::peering::token::TENANT_ANNOTATION)?
+                .get(crate::manifests::peering_token::TENANT_ANNOTATION)?
                 .clone();
             let name = s.data.as_ref()?.get("clusterName")?;
             Some((tenant, String::from_utf8_lossy(&name.0).into_owned()))

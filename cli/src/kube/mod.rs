@@ -4,11 +4,11 @@
 //! ready ([`agents`]); and what commands read of an installation
 //! ([`cluster`]) and of its DNS ([`cluster_dns`]).
 
-pub mod agents;
 pub mod apply;
 pub mod cluster;
 pub mod cluster_dns;
 pub mod ownership;
+pub mod rollout;
 pub mod wait;
 
 use kube::api::{Api, DynamicObject};

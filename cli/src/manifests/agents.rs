@@ -1,7 +1,7 @@
 //! The agents install runs: the gateway (its account, rights, Deployment
 //! and the Service in front of its tunnels, with the flags install reads
 //! back to keep them), and what every agent's pod has in common, which the
-//! virtual kubelets' Deployments share (`crate::peering::virtual_kubelet`).
+//! virtual kubelets' Deployments share (`crate::manifests::virtual_kubelet`).
 
 use std::collections::BTreeMap;
 

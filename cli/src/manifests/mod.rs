@@ -3,8 +3,11 @@
 //! in the order it is applied, and the helpers every object uses (labels,
 //! metadata, typed [`rbac`] and [`validation`] pieces). One file per
 //! concern: the [`agents`], the admission policies ([`peer_admission`], [`twin_namespaces`],
-//! [`peering_token`], [`placement`]), the placement [`webhook`], and the
-//! Multi-Cluster Services API's CRDs ([`mcs`]), which install shares.
+//! [`token_admission`], [`placement`]), the placement [`webhook`], and the
+//! Multi-Cluster Services API's CRDs ([`mcs`]), which install shares; and
+//! what the other commands make: a consumer's objects on its provider
+//! ([`tenant`]), a peering token's ([`peering_token`]), and an outgoing
+//! peering's virtual kubelet ([`virtual_kubelet`]).
 //! `manifests/` holds these objects rendered with the default options, and
 //! a test fails when it drifts from them.
 
@@ -15,8 +18,11 @@ pub mod peering_token;
 pub mod placement;
 pub mod rbac;
 pub mod storage;
+pub mod tenant;
+pub mod token_admission;
 pub mod twin_namespaces;
 pub mod validation;
+pub mod virtual_kubelet;
 pub mod webhook;
 
 use std::collections::BTreeMap;
@@ -253,7 +259,7 @@ pub fn render(options: &Options) -> Vec<Manifest> {
     out.extend(agents::gateway(options));
     out.extend(twin_namespaces::twin_namespace_policies());
     out.extend(peer_admission::policies());
-    out.extend(peering_token::peering_token_policy());
+    out.extend(token_admission::peering_token_policy());
     out.push(storage::storage_class());
     if !options.without_placement_policy {
         out.extend(placement::placement_policies());

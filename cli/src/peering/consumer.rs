@@ -7,13 +7,14 @@ use kube::api::Api;
 use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
 
-use super::{refuse_foreign, virtual_kubelet};
+use super::refuse_foreign;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
-use crate::kube::agents::{self, Readiness};
 use crate::kube::apply;
+use crate::kube::rollout::{self, Readiness};
 use crate::kube::wait::{self, Waited};
 use crate::manifests::Manifest;
+use crate::manifests::virtual_kubelet;
 use crate::printer::Printer;
 
 /// Waits until the virtual node of `provider` is Ready and its agent's pod
@@ -32,7 +33,7 @@ pub(crate) async fn wait_for_virtual_node(
     // pod passes its readiness probe about then; `info` shows both, so
     // both are waited for.
     let vk = peering::virtual_kubelet(provider);
-    let ready = match agents::wait_ready(consumer, &vk, wait::left(deadline)).await? {
+    let ready = match rollout::wait_ready(consumer, &vk, wait::left(deadline)).await? {
         Readiness::Ready => {
             let nodes: Api<Node> = Api::all(consumer.client.clone());
             let waited = wait::until(

@@ -3,15 +3,17 @@
 //! a failed run, and backwards to unpeer.
 //!
 //! Before anything is written, the provider's [`agreement`] is checked;
-//! the phases then build their objects with pure functions ([`tenant`],
-//! [`virtual_kubelet`], [`token`], [`identity`]) and wait
-//! for the [`consumer`]'s virtual node; the [`report`] says what was made.
+//! the phases then build their objects with pure functions (in
+//! `crate::manifests`: `tenant`, `virtual_kubelet`, `peering_token`; and
+//! [`identity`]) and wait for the [`consumer`]'s virtual node; the
+//! [`report`] says what was made.
 
 pub mod agreement;
 pub mod by_kubeconfigs;
 pub mod by_token;
 pub mod capacity;
 pub mod consumer;
+pub mod held_tokens;
 pub mod identity;
 pub mod journal;
 pub mod kept_claims;
@@ -21,12 +23,8 @@ pub mod outgoing;
 pub mod phases;
 pub mod refused;
 pub mod report;
-pub mod tenant;
 pub mod terms;
 pub mod tether;
-pub mod token;
-pub mod tokens;
-pub mod virtual_kubelet;
 
 use crate::error::UserError;
 use crate::factory::ClusterClient;

@@ -22,8 +22,8 @@ use serde_json::json;
 use crate::factory::ClusterClient;
 use crate::kube::ownership::FIELD_MANAGER;
 use crate::kube::wait::{self, Waited};
+use crate::manifests::virtual_kubelet;
 use crate::peering::consumer::bind_virtual_kubelets;
-use crate::peering::virtual_kubelet;
 
 /// The providers of this cluster's outgoing peerings, from their virtual
 /// kubelets' ServiceAccounts.

@@ -8,10 +8,10 @@ use liqo_api::ClusterId;
 use liqo_api::core::ForeignCluster;
 use liqo_api::names::{self, peering};
 
-use super::token;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::ownership;
+use crate::manifests::peering_token as token;
 
 /// An outgoing peering, and the provider reached with its identity.
 pub(crate) struct Outgoing {

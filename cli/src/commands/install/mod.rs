@@ -27,12 +27,12 @@ use crate::cli::{GlobalArgs, InstallArgs, OutputFormat};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::flags::parse_pairs;
-use crate::kube::agents::{self, Readiness};
 use crate::kube::apply::{self, Change};
 use crate::kube::cluster::{
     installed_gateway, placement_of, read_identity, serves_mutating_admission_policy,
 };
 use crate::kube::ownership::{self, Ownership};
+use crate::kube::rollout::{self, Readiness};
 use crate::kube::wait::{self, Waited};
 use crate::manifests::{self, Manifest, Options};
 use crate::peering::{offloading, terms};
@@ -235,7 +235,7 @@ pub async fn run(args: &InstallArgs, global: &GlobalArgs, printer: Printer) -> a
     offloading::follow_levels(&cluster, &BTreeMap::new()).await?;
 
     let step = printer.step("Waiting for the gateway to be ready");
-    match agents::wait_ready(&cluster, names::GATEWAY, wait::left(deadline)).await? {
+    match rollout::wait_ready(&cluster, names::GATEWAY, wait::left(deadline)).await? {
         Readiness::Ready => step.done(""),
         Readiness::TimedOut => {
             step.fail("timed out");

@@ -23,9 +23,10 @@ use crate::factory::ClusterClient;
 use crate::kube::apply;
 use crate::kube::cluster::installed;
 use crate::manifests::Manifest;
+use crate::manifests::peering_token as token;
+use crate::peering::held_tokens::mint;
 use crate::peering::outgoing::{Identity, identity_of};
-use crate::peering::tokens::mint;
-use crate::peering::{PEER_AGAIN, check_compatible, identity, refuse_foreign, token};
+use crate::peering::{PEER_AGAIN, check_compatible, identity, refuse_foreign};
 
 /// How long a tenant's credential lives when `peer --certificate-lifetime`
 /// does not say: a year, as a kubeadm signer's certificates.

@@ -1,6 +1,6 @@
 //! The tenant phase, on the provider with its administrator's
 //! credentials: the consumer's tenant namespace, rights, quota and Tenant
-//! record (built by [`crate::peering::tenant`]), the record's status, and
+//! record (built by [`crate::manifests::tenant`]), the record's status, and
 //! twin namespaces of earlier terms brought under the current ones.
 //! Removed with whatever the consumer left there: twin namespaces, and a
 //! certificate request of an interrupted run.
@@ -17,8 +17,9 @@ use serde_json::json;
 
 use super::{Credentials, Ends, Peering};
 use crate::factory::ClusterClient;
+use crate::manifests::tenant;
 use crate::peering::journal::Journal;
-use crate::peering::{PEER_AGAIN, refuse_foreign, tenant, terms};
+use crate::peering::{PEER_AGAIN, refuse_foreign, terms};
 use crate::show::show_resources;
 
 pub(super) async fn apply(run: &mut Peering<'_>, journal: &mut Journal) -> anyhow::Result<()> {

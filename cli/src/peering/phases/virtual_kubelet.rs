@@ -1,6 +1,6 @@
 //! The virtual-kubelet phase, on the consumer: the ForeignCluster that
 //! records the peering (with the grant in its status), and the virtual
-//! kubelet it owns (built by [`crate::peering::virtual_kubelet`]), with its
+//! kubelet it owns (built by [`crate::manifests::virtual_kubelet`]), with its
 //! rights in the namespaces offloaded already. Removed with the virtual
 //! node, waiting until the node and the record are gone.
 
@@ -21,9 +21,10 @@ use super::{Ends, Peering};
 use crate::factory::ClusterClient;
 use crate::kube::cluster::installed_pod_placement;
 use crate::kube::ownership;
+use crate::manifests::virtual_kubelet;
 use crate::manifests::{Manifest, common_labels};
 use crate::peering::journal::Journal;
-use crate::peering::{PEER_AGAIN, refuse_foreign, virtual_kubelet};
+use crate::peering::{PEER_AGAIN, refuse_foreign};
 use crate::show::show_resources;
 
 pub(super) async fn apply(run: &mut Peering<'_>, journal: &mut Journal) -> anyhow::Result<()> {

@@ -11,9 +11,9 @@ use liqo_api::names::{self, labels};
 use liqo_api::token::{self as tokens, objects};
 use serde::Serialize;
 
-use super::token;
 use crate::factory::ClusterClient;
 use crate::kube::ownership;
+use crate::manifests::peering_token as token;
 
 /// A peering token of this cluster, as `liqoctl info` shows it.
 #[derive(Debug, Serialize)]

@@ -27,12 +27,13 @@ use crate::flags::parse_request;
 use crate::kube::apply::{self, Deletion};
 use crate::kube::cluster::installed;
 use crate::manifests::Manifest;
+use crate::manifests::peering_token::new_id;
+use crate::manifests::{peering_token as token, tenant};
 use crate::peering::agreement::grant_for;
+use crate::peering::held_tokens::{Held, claimed, held, mint, token_secrets};
 use crate::peering::journal::Journal;
 use crate::peering::report::print_reports;
-use crate::peering::token::new_id;
-use crate::peering::tokens::{Held, claimed, held, mint, token_secrets};
-use crate::peering::{PEER_AGAIN, by_token, identity, refuse_foreign, tenant, token};
+use crate::peering::{PEER_AGAIN, by_token, identity, refuse_foreign};
 use crate::printer::Printer;
 use crate::show::show_resources;
 
