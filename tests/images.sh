@@ -5,7 +5,7 @@
 # theirs (tests/e2e/tests/images.rs); then the mission on two clusters of
 # real nodes holding them (kubelet, containerd, runc, CNI): install, peer,
 # offload, requests both ways across the tunnel, unpeer
-# (tests/e2e/tests/real_nodes.rs, with LIQO_AGENT_IMAGES). Installs what
+# (tests/e2e/tests/real_nodes/, with LIQO_AGENT_IMAGES). Installs what
 # it needs first: the musl target, Debian's musl-tools, containerd and
 # runc, and the test clusters' binaries.
 #   bash tests/images.sh
