@@ -33,6 +33,23 @@ fn user_of_data(name: &str) -> Result<Pod> {
     })))?)
 }
 
+/// Peers the consumer with the provider (`remote`, its kubeconfig) and
+/// offloads `NS`, which exists, its pods to the provider only.
+async fn peer_and_offload(pair: &Pair, remote: &str) -> Result<()> {
+    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
+        .success();
+    liqo_e2e::virtual_node_ready(&pair.consumer_client, PROVIDER_ID, WAIT).await?;
+    pair.on_consumer(&[
+        "offload",
+        "namespace",
+        NS,
+        "--pod-offloading-strategy=Remote",
+        "--wait",
+    ])
+    .success();
+    Ok(())
+}
+
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
@@ -58,23 +75,13 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
     ])
     .success();
     let remote = pair.provider().kubeconfig_path().to_str().context("path")?;
-    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
-        .success();
-    liqo_e2e::virtual_node_ready(home, PROVIDER_ID, WAIT).await?;
     Api::<Namespace>::all(home.clone())
         .create(
             &pp,
             &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
         )
         .await?;
-    pair.on_consumer(&[
-        "offload",
-        "namespace",
-        NS,
-        "--pod-offloading-strategy=Remote",
-        "--wait",
-    ])
-    .success();
+    peer_and_offload(&pair, remote).await?;
 
     // A claim that names no class, and a pod that uses it: the claim goes
     // to the provider with the pod.
@@ -286,17 +293,7 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
     ])
     .success();
     ensure!(kept_volumes().await?.len() == 1, "the volume here is gone");
-    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
-        .success();
-    liqo_e2e::virtual_node_ready(home, PROVIDER_ID, WAIT).await?;
-    pair.on_consumer(&[
-        "offload",
-        "namespace",
-        NS,
-        "--pod-offloading-strategy=Remote",
-        "--wait",
-    ])
-    .success();
+    peer_and_offload(&pair, remote).await?;
     pods.create(&pp, &user_of_data("again")?).await?;
     let node = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
     wait_for(
