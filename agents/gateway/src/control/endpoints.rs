@@ -5,6 +5,35 @@
 use k8s_openapi::api::core::v1::Service;
 use liqo_api::networking::GatewayServiceType;
 
+/// Why a listening tunnel has no endpoint to publish: what the Service in
+/// front of the tunnels lacks, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotExposed {
+    #[error("Service {} does not exist: install again", liqo_api::names::GATEWAY)]
+    NoService,
+    #[error(
+        "Service {} is of type {actual}, not {}: install again",
+        liqo_api::names::GATEWAY,
+        wanted.as_str()
+    )]
+    WrongType {
+        actual: String,
+        wanted: GatewayServiceType,
+    },
+    #[error(
+        "Service {} has no UDP port {port}: install again with the same --tunnel-ports",
+        liqo_api::names::GATEWAY
+    )]
+    NoPort { port: u16 },
+    #[error("Service {} has no node port for {port} yet", liqo_api::names::GATEWAY)]
+    NoNodePort { port: u16 },
+    #[error(
+        "waiting for Service {}'s load balancer to be given an address",
+        liqo_api::names::GATEWAY
+    )]
+    NoAddress,
+}
+
 /// Where peers dial a listening tunnel on `port`: `host` at that port, or,
 /// with a Service in front (`exposed`), at the node port it maps the port
 /// to (NodePort), or at the load balancer's address unless `host` names
@@ -14,19 +43,18 @@ pub fn published_endpoint(
     host: Option<&str>,
     exposed: Option<(GatewayServiceType, Option<&Service>)>,
     port: u16,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, NotExposed> {
     let Some((kind, service)) = exposed else {
         return Ok(host.map(|h| join_host_port(h, port)));
     };
-    let name = format!("Service {}", liqo_api::names::GATEWAY);
-    let service = service.ok_or_else(|| format!("{name} does not exist: install again"))?;
+    let service = service.ok_or(NotExposed::NoService)?;
     let spec = service.spec.as_ref();
     let actual = spec.and_then(|s| s.type_.as_deref()).unwrap_or("ClusterIP");
     if actual != kind.as_str() {
-        return Err(format!(
-            "{name} is of type {actual}, not {}: install again",
-            kind.as_str()
-        ));
+        return Err(NotExposed::WrongType {
+            actual: actual.to_owned(),
+            wanted: kind,
+        });
     }
     let entry = spec
         .and_then(|s| s.ports.as_ref())
@@ -35,15 +63,13 @@ pub fn published_endpoint(
                 p.port == i32::from(port) && p.protocol.as_deref().unwrap_or("TCP") == "UDP"
             })
         })
-        .ok_or_else(|| {
-            format!("{name} has no UDP port {port}: install again with the same --tunnel-ports")
-        })?;
+        .ok_or(NotExposed::NoPort { port })?;
     match kind {
         GatewayServiceType::NodePort => {
             let node_port = entry
                 .node_port
                 .and_then(|p| u16::try_from(p).ok())
-                .ok_or_else(|| format!("{name} has no node port for {port} yet"))?;
+                .ok_or(NotExposed::NoNodePort { port })?;
             Ok(host.map(|h| join_host_port(h, node_port)))
         }
         GatewayServiceType::LoadBalancer => {
@@ -57,9 +83,7 @@ pub fn published_endpoint(
                 .and_then(|lb| lb.ingress.as_ref())
                 .and_then(|i| i.first())
                 .and_then(|i| i.ip.clone().or_else(|| i.hostname.clone()))
-                .ok_or_else(|| {
-                    format!("waiting for {name}'s load balancer to be given an address")
-                })?;
+                .ok_or(NotExposed::NoAddress)?;
             Ok(Some(join_host_port(&ingress, port)))
         }
     }
@@ -177,15 +201,17 @@ mod tests {
         for (host, exposed, port, want) in cases {
             let got = published_endpoint(host, exposed, port);
             assert_eq!(
-                got.as_ref().map(|e| e.as_deref()).map_err(String::as_str),
-                want,
+                got.as_ref()
+                    .map(|e| e.as_deref())
+                    .map_err(ToString::to_string),
+                want.map_err(str::to_owned),
                 "{host:?} {:?} {port}",
                 exposed.map(|(k, _)| k)
             );
         }
         let wrong = published_endpoint(Some("h"), Some((LoadBalancer, Some(&node_port))), 51820);
         assert_eq!(
-            wrong,
+            wrong.map_err(|e| e.to_string()),
             Err("Service liqo-gateway is of type NodePort, not LoadBalancer: install again".into())
         );
     }

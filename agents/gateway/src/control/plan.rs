@@ -13,10 +13,35 @@ use ipnet::IpNet;
 use kube::ResourceExt as _;
 use kube::runtime::reflector::ObjectRef;
 use liqo_api::ClusterIdentity;
-use liqo_api::networking::{Connection, device_name, overlap};
+use liqo_api::networking::{Connection, RemapError, device_name, overlap};
 
 use super::Settings;
-use crate::tunnel::Key;
+use crate::tunnel::{Key, KeyError};
+
+/// Why a connection's tunnel cannot run, as its status says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("an older connection in {namespace} stands for the same peer: one tunnel per peer")]
+    SamePeer { namespace: String },
+    #[error(
+        "the peer's Connection names pod CIDR {named}, but it peered with {pinned}: only this \
+         cluster's administrator changes that (its Tenant record's spec.podCidr)"
+    )]
+    PodCidrChanged { named: String, pinned: String },
+    #[error("the peer's public key is not a WireGuard key: {0}")]
+    PublicKey(KeyError),
+    /// The pod CIDR does not parse (the message says what to write).
+    #[error("{0}")]
+    PodCidr(String),
+    #[error("the peer's pod CIDR {cidr} overlaps {what}")]
+    Reserved { cidr: IpNet, what: &'static str },
+    #[error(transparent)]
+    Remap(RemapError),
+    #[error("the cluster's identity is not known")]
+    IdentityUnknown,
+    #[error("every port of {first}-{last} is taken: widen --tunnel-ports")]
+    PortsTaken { first: u16, last: u16 },
+}
 
 /// What the gateway decided for one connection.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,7 +49,7 @@ pub struct Planned {
     pub object: ObjectRef<Connection>,
     pub peer_id: String,
     /// The tunnel, or why it cannot run.
-    pub tunnel: Result<TunnelPlan, String>,
+    pub tunnel: Result<TunnelPlan, Refusal>,
 }
 
 /// One tunnel as its process runs it.
@@ -115,10 +140,7 @@ pub fn plan(
                 let namespace = c.namespace().unwrap_or_default();
                 let device = device_name(&settings.instance, &namespace, &c.spec.cluster_id);
                 if !devices.insert(device.clone()) {
-                    return Err(format!(
-                        "an older connection in {namespace} stands for the same peer: \
-                         one tunnel per peer"
-                    ));
+                    return Err(Refusal::SamePeer { namespace });
                 }
                 // Only connections our administrator wrote dial out: a
                 // tenant's connection never makes the provider send anywhere.
@@ -131,19 +153,20 @@ pub fn plan(
                     && let Some(pin) = pinned.get(&namespace)
                     && *pin != c.spec.pod_cidr
                 {
-                    return Err(format!(
-                        "the peer's Connection names pod CIDR {}, but it peered with {pin}: \
-                         only this cluster's administrator changes that (its Tenant record's spec.podCidr)",
-                        c.spec.pod_cidr
-                    ));
+                    return Err(Refusal::PodCidrChanged {
+                        named: c.spec.pod_cidr.clone(),
+                        pinned: pin.clone(),
+                    });
                 }
-                let peer_public_key: Key = c.spec.public_key.parse().map_err(|e| {
-                    format!("the peer's public key is not a WireGuard key: {e}")
-                })?;
+                let peer_public_key: Key = c.spec.public_key.parse().map_err(Refusal::PublicKey)?;
                 let peer_cidr =
-                    liqo_api::networking::parse_cidr("the peer's pod CIDR", &c.spec.pod_cidr)?;
+                    liqo_api::networking::parse_cidr("the peer's pod CIDR", &c.spec.pod_cidr)
+                        .map_err(Refusal::PodCidr)?;
                 if let Some(what) = liqo_api::networking::reserved_overlap(&peer_cidr) {
-                    return Err(format!("the peer's pod CIDR {peer_cidr} overlaps {what}"));
+                    return Err(Refusal::Reserved {
+                        cidr: peer_cidr,
+                        what,
+                    });
                 }
                 let ours: Vec<IpNet> = local.pod_cidr.iter().chain(&taken).copied().collect();
                 let free = |net: &IpNet| !ours.iter().any(|n| overlap(n, net));
@@ -166,9 +189,9 @@ pub fn plan(
                             &settings.remap_pool,
                             &taken,
                         )
-                        .map_err(|e| e.to_string())?
+                        .map_err(Refusal::Remap)?
                         .unwrap_or(peer_cidr),
-                        None => return Err("the cluster's identity is not known".into()),
+                        None => return Err(Refusal::IdentityUnknown),
                     },
                 };
                 let port = match &endpoint {
@@ -177,12 +200,9 @@ pub fn plan(
                         let port = kept_port(c)
                             .filter(|p| !ports.contains(p))
                             .or_else(|| settings.ports.clone().find(|p| !ports.contains(p)))
-                            .ok_or_else(|| {
-                                format!(
-                                    "every port of {}-{} is taken: widen --tunnel-ports",
-                                    settings.ports.start(),
-                                    settings.ports.end()
-                                )
+                            .ok_or(Refusal::PortsTaken {
+                                first: *settings.ports.start(),
+                                last: *settings.ports.end(),
                             })?;
                         ports.insert(port);
                         port
@@ -292,7 +312,7 @@ mod tests {
         s.parse().expect("cidr")
     }
 
-    fn tunnels(planned: &[Planned]) -> Vec<Result<(u16, IpNet), String>> {
+    fn tunnels(planned: &[Planned]) -> Vec<Result<(u16, IpNet), Refusal>> {
         planned
             .iter()
             .map(|p| p.tunnel.clone().map(|t| (t.port, t.seen_as)))
@@ -312,13 +332,24 @@ mod tests {
         let ids: Vec<_> = planned.iter().map(|p| p.peer_id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c", "d"]);
         assert_eq!(
+            Refusal::PortsTaken {
+                first: 51820,
+                last: 51821
+            }
+            .to_string(),
+            "every port of 51820-51821 is taken: widen --tunnel-ports"
+        );
+        assert_eq!(
             tunnels(&planned),
             vec![
                 Ok((51820, net("100.64.0.0/16"))),
                 Ok((51821, net("100.65.0.0/16"))),
                 // Dialing: any port; disjoint: seen as it is.
                 Ok((0, net("10.201.0.0/16"))),
-                Err("every port of 51820-51821 is taken: widen --tunnel-ports".into()),
+                Err(Refusal::PortsTaken {
+                    first: 51820,
+                    last: 51821
+                }),
             ]
         );
     }
@@ -385,7 +416,7 @@ mod tests {
             planned[1]
                 .tunnel
                 .as_ref()
-                .is_err_and(|e| e.contains("one tunnel per peer")),
+                .is_err_and(|e| e.to_string().contains("one tunnel per peer")),
             "{:?}",
             planned[1].tunnel
         );
@@ -400,7 +431,7 @@ mod tests {
             planned[0]
                 .tunnel
                 .as_ref()
-                .is_err_and(|e| e.contains("peered with 10.1.0.0/16")),
+                .is_err_and(|e| e.to_string().contains("peered with 10.1.0.0/16")),
             "{:?}",
             planned[0].tunnel
         );

@@ -9,6 +9,7 @@ use liqo_agent_runtime::Readiness;
 use liqo_agent_runtime::follow::Followed;
 use liqo_api::ClusterIdentity;
 use liqo_api::core::ForeignCluster;
+use liqo_api::core::identity::IdentityError;
 use liqo_api::discovery::{ApiAddress, ClusterRecord};
 use liqo_api::names;
 use liqo_api::networking::Connection;
@@ -25,10 +26,26 @@ pub struct ReadinessInputs {
     pub announcement: Option<(ApiAddress, watch::Sender<Option<ClusterRecord>>)>,
 }
 
+/// Why the gateway has no usable identity.
+#[derive(Debug, thiserror::Error)]
+pub enum NoIdentity {
+    #[error("the ConfigMap {} does not exist", names::IDENTITY_CONFIGMAP)]
+    Missing,
+    #[error("the ConfigMap {} is damaged", names::IDENTITY_CONFIGMAP)]
+    Damaged(#[source] IdentityError),
+}
+
+/// Told apart by what they say: a change of it is logged again.
+impl PartialEq for NoIdentity {
+    fn eq(&self, other: &Self) -> bool {
+        liqo_agent_runtime::error_chain(self) == liqo_agent_runtime::error_chain(other)
+    }
+}
+
 /// What the gateway knows, as it logs it when it changes.
 #[derive(Debug, PartialEq)]
 pub struct Known {
-    pub identity: Result<ClusterIdentity, String>,
+    pub identity: Result<ClusterIdentity, NoIdentity>,
     pub peers: Vec<(String, String)>,
 }
 
@@ -44,7 +61,10 @@ impl ReadinessInputs {
                     Ok(id) => {
                         tracing::info!(cluster_id = %id.cluster_id, name = %id.cluster_name, "identity")
                     }
-                    Err(why) => tracing::warn!(%why, "no usable identity"),
+                    Err(why) => {
+                        let why = liqo_agent_runtime::error_chain(why);
+                        tracing::warn!(%why, "no usable identity");
+                    }
                 }
                 tracing::info!(peers = ?known.peers, "peers");
                 if let Some((api, records)) = &self.announcement {
@@ -77,18 +97,9 @@ impl ReadinessInputs {
             self.identity_ref.namespace.as_deref().unwrap_or_default(),
             &self.identity_ref.name,
         ) {
-            None => Err(format!(
-                "the ConfigMap {} does not exist",
-                names::IDENTITY_CONFIGMAP
-            )),
-            Some(map) => {
-                ClusterIdentity::from_data(&map.data.clone().unwrap_or_default()).map_err(|e| {
-                    format!(
-                        "the ConfigMap {} is damaged: {e}",
-                        names::IDENTITY_CONFIGMAP
-                    )
-                })
-            }
+            None => Err(NoIdentity::Missing),
+            Some(map) => ClusterIdentity::from_data(&map.data.clone().unwrap_or_default())
+                .map_err(NoIdentity::Damaged),
         };
         let mut peers: Vec<(String, String)> = self
             .peers

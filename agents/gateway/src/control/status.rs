@@ -43,7 +43,7 @@ impl Tunnels {
         };
         let (configured, established) = match &p.tunnel {
             Err(why) => (
-                ("False", "Refused", why.clone()),
+                ("False", "Refused", why.to_string()),
                 ("False", "NotConfigured", "the tunnel cannot run".to_owned()),
             ),
             Ok(tunnel) => {
@@ -63,7 +63,7 @@ impl Tunnels {
                 }
                 let (running, ended) = process;
                 let configured = if let Err(why) = exposure {
-                    ("False", "NotExposed", why)
+                    ("False", "NotExposed", why.to_string())
                 } else if let Some(why) = ended {
                     (
                         "False",
