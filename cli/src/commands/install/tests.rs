@@ -1,3 +1,4 @@
+use super::resolve::{covering, default_name, first_cidr, kube_proxy_cidr, kubeadm_pod_subnet};
 use super::*;
 
 #[test]
