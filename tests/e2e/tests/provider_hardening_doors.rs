@@ -75,10 +75,20 @@ fn pod_spec(change: impl FnOnce(&mut Value)) -> Value {
 async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result<()> {
     let mut t = Tally::default();
     let (pair, one) = at_default_terms(&mut t).await?;
-    let prov = &pair.provider_client;
+    provider_root_volume(&pair.provider_client).await?;
+    pods_reach_nothing_of_the_providers(&mut t, &one).await;
+    workload_templates_are_refused_at_once(&mut t, &one).await;
+    subresources_change_nothing_admitted(&mut t, &one).await;
+    no_storage_without_a_grant(&mut t, &one).await;
+    the_share_bounds_storage_services_and_objects(&mut t, &pair, &one).await?;
+    t.at_least(21, 9);
+    Ok(())
+}
+
+/// A volume of the provider's that names the node's root, as a cluster
+/// with a hostPath provisioner holds one.
+async fn provider_root_volume(prov: &kube::Client) -> Result<()> {
     let pp = PostParams::default();
-    // A volume of the provider's that names the node's root, as a cluster
-    // with a hostPath provisioner holds one.
     Api::<PersistentVolume>::all(prov.clone())
         .create(
             &pp,
@@ -91,6 +101,13 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
             })),
         )
         .await?;
+    Ok(())
+}
+
+/// A pod may run as root and mount what pods ordinarily mount, within
+/// the grant; every way out of the twin a pod spec can name is refused.
+async fn pods_reach_nothing_of_the_providers(t: &mut Tally, one: &kube::Client) {
+    let pp = PostParams::default();
     let pods: Api<Pod> = Api::namespaced(one.clone(), TWIN);
     t.allowed(
         "a pod that runs as root (an ordinary image, admitted at baseline)",
@@ -233,7 +250,11 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
         )
         .await,
     );
-    // Templates: refused at once, not pod by pod.
+}
+
+/// Templates: refused at once, not pod by pod.
+async fn workload_templates_are_refused_at_once(t: &mut Tally, one: &kube::Client) {
+    let pp = PostParams::default();
     let template = |change: fn(&mut Value)| -> ReplicaSet {
         from(json!({
             "metadata": { "name": "esc-rs" },
@@ -276,7 +297,12 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
         "a ReplicaSet of an ordinary pod",
         sets.create(&pp, &template(|_| ())).await,
     );
-    // Subresources that would change what was admitted.
+}
+
+/// Subresources that would change what was admitted.
+async fn subresources_change_nothing_admitted(t: &mut Tally, one: &kube::Client) {
+    let pods: Api<Pod> = Api::namespaced(one.clone(), TWIN);
+    let sets: Api<ReplicaSet> = Api::namespaced(one.clone(), TWIN);
     let patch = PatchParams::default();
     t.refused(
         "resize its pod's limits in place past the grant",
@@ -309,8 +335,12 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
         )
         .await,
     );
-    // No storage granted: the quota holds no claim, and the claims policy
-    // refuses a volume named.
+}
+
+/// No storage granted: the quota holds no claim, and the claims policy
+/// refuses a volume named.
+async fn no_storage_without_a_grant(t: &mut Tally, one: &kube::Client) {
+    let pp = PostParams::default();
     t.refused(
         "a claim of its own",
         CLAIMS,
@@ -336,8 +366,17 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
             )
             .await,
     );
-    // Storage and objects are bounded by its share too, whoever makes
-    // them (a controller's claim of a generic ephemeral volume included).
+}
+
+/// Storage and objects are bounded by its share too, whoever makes
+/// them (a controller's claim of a generic ephemeral volume included).
+async fn the_share_bounds_storage_services_and_objects(
+    t: &mut Tally,
+    pair: &Pair,
+    one: &kube::Client,
+) -> Result<()> {
+    let prov = &pair.provider_client;
+    let pp = PostParams::default();
     let share = Api::<ResourceQuota>::namespaced(prov.clone(), TWIN)
         .get(SHARE_QUOTA)
         .await?;
@@ -415,7 +454,6 @@ async fn a_peer_reaches_no_volume_token_or_resource_beyond_its_grant() -> Result
         maps.create(&pp, &from(json!({ "metadata": { "name": "esc-many" } })))
             .await,
     );
-    t.at_least(21, 9);
     Ok(())
 }
 
