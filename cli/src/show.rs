@@ -73,6 +73,19 @@ pub(crate) fn show_cost(c: &Cost) -> String {
     parts.join(", ")
 }
 
+/// `items` joined with commas, or "none": how an error lists what
+/// there is instead of what was asked for.
+pub fn list_or_none(items: &[impl AsRef<str>]) -> String {
+    if items.is_empty() {
+        return "none".to_owned();
+    }
+    items
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

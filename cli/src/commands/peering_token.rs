@@ -337,11 +337,7 @@ pub async fn revoke(
                 return Err(UserError::NotFound(format!(
                     "cluster {} has no peering token {id}; its tokens: {}",
                     provider.name,
-                    if known.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        known.join(", ")
-                    }
+                    crate::show::list_or_none(&known)
                 ))
                 .into());
             };

@@ -288,11 +288,7 @@ async fn end_tenancy(
         return Err(UserError::NotFound(format!(
             "cluster {} has no tenant {consumer}; its tenants: {}",
             provider.name,
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
+            crate::show::list_or_none(&known)
         ))
         .into());
     }
