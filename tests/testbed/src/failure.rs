@@ -40,7 +40,8 @@ impl Left {
     /// Keeps the folder and prints its logs' tails when `failed`; removes
     /// it (if it is the testbed's own) otherwise.
     fn settle(self, failed: bool) {
-        if failed {
+        // A folder already removed (a testbed stopped) has nothing to show.
+        if failed && self.root.exists() {
             if let Some(tempdir) = self.tempdir {
                 let _ = tempdir.keep();
             }

@@ -404,9 +404,12 @@ impl Testbed {
         &self.root
     }
 
-    /// Stops every cluster.
-    pub fn stop(self) {
-        drop(self);
+    /// Stops every cluster and, the test being done with them, removes
+    /// the testbed's own folder now (a drop leaves that to the test's
+    /// outcome: [`failure`]).
+    pub fn stop(mut self) {
+        self.clusters.clear();
+        drop(self.tempdir.take());
     }
 }
 
