@@ -151,8 +151,17 @@ impl Step {
     /// Ends the step as `result` says (done, or failed), and hands the
     /// result on.
     pub fn ended<T>(self, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        self.ended_saying(result, |_| String::new())
+    }
+
+    /// [`Self::ended`], done with what `said` makes of the result.
+    pub fn ended_saying<T>(
+        self,
+        result: anyhow::Result<T>,
+        said: impl FnOnce(&T) -> String,
+    ) -> anyhow::Result<T> {
         match &result {
-            Ok(_) => self.done(""),
+            Ok(t) => self.done(said(t)),
             Err(_) => self.fail(""),
         }
         result

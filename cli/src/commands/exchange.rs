@@ -32,7 +32,7 @@ use crate::kube::cluster::installed;
 use crate::manifests::peering_token as token;
 use crate::manifests::{Manifest, common_labels};
 use crate::peering::agreement::Agreement;
-use crate::peering::phases::{self, ACCEPT, BY_RESPONSE, Credentials, Granted, Peering};
+use crate::peering::phases::{Administrator, Credentials, Granted, Peering, WithResponse};
 use crate::peering::report::print_reports;
 use crate::peering::{PEER_AGAIN, check_compatible, identity, refuse_foreign};
 use crate::printer::Printer;
@@ -204,25 +204,18 @@ async fn accept(
         return Err(UserError::Refused("cancelled; nothing was changed".to_owned()).into());
     }
 
-    let mut run = Peering::new(
-        None,
-        agreement.consumer_id.clone(),
-        Credentials::Administrator {
-            policy: &agreement.policy,
-            renew: true,
-            certificate_lifetime: file.certificate_lifetime,
-            csr: Some(&file.csr),
-        },
-        agreement.granted(),
-        &printer,
-    );
-    run.provider = Some(provider.clone());
-    run.provider_id = Some(agreement.provider_id.clone());
-    run.run(ACCEPT).await?;
-    let certificate = run
-        .certificate
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("invariant: the sign phase signs"))?;
+    let run = Peering {
+        consumer_id: agreement.consumer_id.clone(),
+        granted: agreement.granted(),
+        printer: &printer,
+    };
+    let admin = Administrator {
+        provider: &provider,
+        provider_id: &agreement.provider_id,
+        policy: &agreement.policy,
+        certificate_lifetime: file.certificate_lifetime,
+    };
+    let certificate = run.accept(&admin, &file.csr).await?;
     let response = ResponseFile {
         id: file.id.clone(),
         provider: agreement.provider_id.clone(),
@@ -355,27 +348,25 @@ async fn complete(
     step.done(format!("CA {fingerprint}"));
 
     let expiry = checked.not_after;
-    let mut run = Peering::new(
-        Some(&consumer),
+    let run = Peering {
         consumer_id,
-        Credentials::Response {
-            kubeconfig: &kubeconfig,
-            expiry: &expiry,
-        },
-        Granted {
+        granted: Granted {
             request: None,
             grant: file.grant.clone(),
             cost: file.cost.clone(),
         },
-        &printer,
-    );
-    run.provider = Some(provider);
-    run.provider_id = Some(provider_id.clone());
+        printer: &printer,
+    };
+    let credentials = Credentials::Response(WithResponse {
+        provider: &provider,
+        provider_id,
+        kubeconfig: &kubeconfig,
+        expiry: &expiry,
+    });
     // On failure the identity goes with the rest, and the pending
     // request stays: the same response completes it later.
-    run.run(&phases::with_network(BY_RESPONSE, !args.no_network))
-        .await?;
-    let report = run.finish(deadline, args.timeout).await?;
+    let made = run.run(&consumer, &credentials, !args.no_network).await?;
+    let report = made.finish(&run, &consumer, deadline, args.timeout).await?;
     print_reports(&[report], args.output.output, &printer)?;
     // The key now lives in the identity Secret only.
     let _ = secrets

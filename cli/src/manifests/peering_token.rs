@@ -171,14 +171,14 @@ pub fn unclaimed(tenant: &ClusterId, id: &str, provider: &ClusterIdentity) -> Cl
 
 /// The claim Secret a consumer creates to take tenant `tenant`; it names
 /// the consumer. Its UID binds the tenant's credential.
-pub fn claim(id: &str, tenant: &ClusterId, consumer: &ClusterIdentity) -> Manifest {
+pub fn claim(id: &str, tenant: &ClusterId, consumer: &ClusterIdentity) -> Secret {
     let mut claim_labels = token_labels(id);
     claim_labels.insert(
         labels::PEER_CLUSTER_ID.to_owned(),
         consumer.cluster_id.to_string(),
     );
     claim_labels.insert(TENANT_ANNOTATION.to_owned(), tenant.to_string());
-    Manifest::Secret(Secret {
+    Secret {
         metadata: ObjectMeta {
             name: Some(objects::claim(id, tenant)),
             namespace: Some(names::NAMESPACE.to_owned()),
@@ -191,7 +191,7 @@ pub fn claim(id: &str, tenant: &ClusterId, consumer: &ClusterIdentity) -> Manife
             ("clusterName".to_owned(), consumer.cluster_name.clone()),
         ])),
         ..Default::default()
-    })
+    }
 }
 
 /// An owner reference to a Tenant or a Secret just created.

@@ -2,7 +2,8 @@
 //! direction: `liqoctl peer --remote-kubeconfig` (and `--bidirectional`)
 //! and `liqoctl tether` run it. Checks everything it can before it writes
 //! (both installed, versions, the provider's policy and the grant), then
-//! runs the [`super::phases`] of [`BY_KUBECONFIGS`].
+//! runs the [`super::phases`] of
+//! [`super::phases::BY_KUBECONFIGS`].
 
 use liqo_api::sharing::Amounts;
 
@@ -10,7 +11,7 @@ use crate::factory::ClusterClient;
 use crate::kube::cluster::installed;
 use crate::peering::agreement::Agreement;
 use crate::peering::check_compatible;
-use crate::peering::phases::{self, BY_KUBECONFIGS, Credentials, Peering};
+use crate::peering::phases::{Administrator, Credentials, Peering};
 use crate::peering::report::Report;
 use crate::printer::Printer;
 use crate::show::show_resources;
@@ -51,24 +52,22 @@ pub(crate) async fn peer(
     };
     step.done(format!("grant {}", show_resources(&agreement.grant)));
 
-    let mut run = Peering::new(
-        Some(consumer),
-        agreement.consumer_id.clone(),
-        Credentials::Administrator {
-            policy: &agreement.policy,
-            renew: asked.renew,
-            certificate_lifetime: asked.certificate_lifetime,
-            csr: None,
-        },
-        agreement.granted(),
+    let run = Peering {
+        consumer_id: agreement.consumer_id.clone(),
+        granted: agreement.granted(),
         printer,
-    );
-    run.provider = Some(provider.clone());
-    run.provider_id = Some(agreement.provider_id.clone());
-    run.run(&phases::with_network(BY_KUBECONFIGS, asked.network))
-        .await?;
-
-    run.finish(deadline, asked.timeout).await
+    };
+    let credentials = Credentials::Administrator {
+        admin: Administrator {
+            provider,
+            provider_id: &agreement.provider_id,
+            policy: &agreement.policy,
+            certificate_lifetime: asked.certificate_lifetime,
+        },
+        renew: asked.renew,
+    };
+    let made = run.run(consumer, &credentials, asked.network).await?;
+    made.finish(&run, consumer, deadline, asked.timeout).await
 }
 
 /// Checks the consumer (installed, of a compatible version), then what

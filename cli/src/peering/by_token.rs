@@ -2,7 +2,8 @@
 //! kubeconfig alone (docs/tokens.md): `liqoctl peer --token-file` and
 //! `liqoctl tether --token-file` run it. The token is read and checked
 //! before anything is written ([`Checked`]); the consumer then claims a
-//! tenant with it and runs the [`super::phases`] of [`BY_TOKEN`].
+//! tenant with it and runs the [`super::phases`] of
+//! [`super::phases::BY_TOKEN`].
 
 use std::path::Path;
 
@@ -13,7 +14,7 @@ use liqo_api::token::PeeringToken;
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::peering::identity;
-use crate::peering::phases::{self, BY_TOKEN, Credentials, Granted, Peering};
+use crate::peering::phases::{Credentials, Granted, Peering, WithToken};
 use crate::peering::report::Report;
 use crate::printer::Printer;
 
@@ -122,22 +123,21 @@ pub(crate) async fn peer(
         timeout,
     } = *asked;
     let token = &checked.token;
-    let mut run = Peering::new(
-        Some(consumer),
+    let run = Peering {
         consumer_id,
-        Credentials::Token {
-            token,
-            ca_pem: &checked.ca_pem,
-            fingerprint: &checked.fingerprint,
-            credential_lifetime,
-        },
-        Granted {
+        granted: Granted {
             request: None,
             grant: token.grant.clone(),
             cost: token.cost.clone(),
         },
         printer,
-    );
-    run.run(&phases::with_network(BY_TOKEN, network)).await?;
-    run.finish(deadline, timeout).await
+    };
+    let credentials = Credentials::Token(WithToken {
+        token,
+        ca_pem: &checked.ca_pem,
+        fingerprint: &checked.fingerprint,
+        credential_lifetime,
+    });
+    let made = run.run(consumer, &credentials, network).await?;
+    made.finish(&run, consumer, deadline, timeout).await
 }

@@ -12,8 +12,9 @@ use serde::Serialize;
 use super::consumer::wait_for_virtual_node;
 use super::network;
 use super::offloading;
-use super::phases::Peering;
+use super::phases::{Made, Peering, Reached};
 use crate::cli::OutputFormat;
+use crate::factory::ClusterClient;
 use crate::printer::Printer;
 use crate::show::show_resources;
 
@@ -39,73 +40,64 @@ pub(crate) struct Report {
     pub network: Option<network::Linked>,
 }
 
-impl Peering<'_> {
-    /// Once the phases are done, waits for the virtual node, and reports.
-    /// Past the phases everything is in place: a slow node is waited for
-    /// (until `deadline`; `timeout` seconds, to say so), not rolled back,
-    /// and the same command picks up from here.
+impl Made {
+    /// Once the phases of `run` are done, waits for the virtual node on
+    /// `consumer`, and reports. Past the phases everything is in place: a
+    /// slow node is waited for (until `deadline`; `timeout` seconds, to
+    /// say so), not rolled back, and the same command picks up from here.
     pub(crate) async fn finish(
         &self,
+        run: &Peering<'_>,
+        consumer: &ClusterClient,
         deadline: tokio::time::Instant,
         timeout: u64,
     ) -> anyhow::Result<Report> {
-        let node = wait_for_virtual_node(
-            self.consumer()?,
-            &self.provider_id()?.cluster_id,
-            deadline,
-            timeout,
-            self.printer,
-        )
-        .await?;
+        let provider_id = &self.reached.provider_id.cluster_id;
+        let virtual_node =
+            wait_for_virtual_node(consumer, provider_id, deadline, timeout, run.printer).await?;
         let terms = self.terms().await?;
         // The namespaces offloaded already to every peer hold its pods to
         // its level too, where it is stricter.
         if let Some(terms) = &terms {
             let known = BTreeMap::from([(
-                self.provider_id()?.cluster_id.to_string(),
-                (terms.clone(), self.granted.grant.clone()),
+                provider_id.to_string(),
+                (terms.clone(), run.granted.grant.clone()),
             )]);
-            offloading::follow_levels(self.consumer()?, &known).await?;
+            offloading::follow_levels(consumer, &known).await?;
         }
-        Report::of(self, node, terms)
+        let Reached {
+            provider,
+            tenant,
+            expiry,
+            ..
+        } = &self.reached;
+        Ok(Report {
+            consumer: consumer.name.clone(),
+            // As this run reached it: by its kubeconfig's name, or by the
+            // name it gave itself (token, response).
+            provider: provider.name.clone(),
+            provider_cluster_id: provider_id.to_string(),
+            grant: run.granted.grant.clone(),
+            cost: run.granted.cost.clone(),
+            certificate_expiry: expiry.clone(),
+            tenant_namespace: liqo_api::names::peering::tenant_namespace(tenant),
+            virtual_node,
+            terms,
+            network: self.linked.clone(),
+        })
     }
 
     /// The provider's terms for this cluster, from its Tenant record (the
     /// consumer may read its own); `None` from a provider that states
     /// none.
     async fn terms(&self) -> anyhow::Result<Option<Admission>> {
-        let provider = self.provider()?;
+        let provider = &self.reached.provider;
         let records: Api<Tenant> = Api::all(provider.client.clone());
-        match records.get_opt(self.tenant()?.as_str()).await {
+        match records.get_opt(self.reached.tenant.as_str()).await {
             Ok(record) => Ok(record.map(|r| r.spec.admission)),
             Err(kube::Error::Api(s)) if s.code == 403 => Ok(None),
             Err(e) => Err(provider.explain(e, "reading this cluster's terms")),
         }
-    }
-}
-
-impl Report {
-    /// The report of a peering whose phases are done, with its virtual
-    /// node ready.
-    fn of(
-        run: &Peering<'_>,
-        virtual_node: String,
-        terms: Option<Admission>,
-    ) -> anyhow::Result<Self> {
-        Ok(Self {
-            consumer: run.consumer()?.name.clone(),
-            // As this run reached it: by its kubeconfig's name, or by the
-            // name it gave itself (token, response).
-            provider: run.provider()?.name.clone(),
-            provider_cluster_id: run.provider_id()?.cluster_id.to_string(),
-            grant: run.granted.grant.clone(),
-            cost: run.granted.cost.clone(),
-            certificate_expiry: run.expiry.clone().unwrap_or_default(),
-            tenant_namespace: liqo_api::names::peering::tenant_namespace(run.tenant()?),
-            virtual_node,
-            terms,
-            network: run.linked.clone(),
-        })
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod fixture;
 pub mod netns;
 mod probe;
+pub mod refusal;
 
 pub use probe::least_privilege_probe;
 

@@ -228,11 +228,9 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
         .concat(),
     )
     .user_error(8);
-    assert!(
-        stuck.error_line().contains("not ready after 3s"),
-        "{}",
-        stuck.stderr
-    );
+    // The gateway's wait, or on a loaded machine an earlier one of the
+    // same 3 s: either way the run stopped half-way.
+    assert!(stuck.error_line().contains("after 3s"), "{}", stuck.stderr);
     let pin = format!("--node-selector={}=true", liqo_testbed::HOST_PROCESS_LABEL);
     let tolerate = format!(
         "--toleration={}=true:NoSchedule",

@@ -6,7 +6,8 @@
 //! laptop's scheduler no longer uses; untethered, the laptop's Deployment
 //! runs at home again and nothing of the tether is left. A laptop that
 //! provides for another peer is refused, and so are a second tether and
-//! an untether of a cluster that is not tethered. With a token of the
+//! an untether of a cluster that is not tethered; a tether that fails
+//! half-way leaves nothing behind. With a token of the
 //! anchor's, the laptop makes its side alone and the anchor peers back
 //! with a token of the laptop's; `untether` then needs no kubeconfig.
 
@@ -21,6 +22,7 @@ use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
 use liqo_e2e::fixture::pod::running;
 use liqo_e2e::fixture::{CONSUMER_ID, PROVIDER_ID, Pair, Stage, WAIT};
+use liqo_e2e::refusal::{Refusal, TEST_POLICIES, allow, refuse};
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
 
@@ -291,6 +293,81 @@ async fn a_tethered_cluster_is_scheduled_by_its_anchor_until_untethered() -> Res
     pair.on_provider(&["unoffload", "namespace", "hq"])
         .success();
     pair.assert_as_before(&before, "untether", &["deployments/", "rolebindings/hq/"])
+        .await?;
+    Ok(())
+}
+
+/// A tether that fails half-way removes what it made, newest first, and
+/// leaves both clusters as they were: failing in its hand-over (the
+/// laptop's API server refuses the offloading of one namespace, after an
+/// earlier one was made), and in its restart (it refuses deleting the
+/// pods to restart, after the taints and the marks were made). The same
+/// command finishes it once the cause is gone.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tether_failing_half_way_leaves_both_clusters_as_they_were() -> Result<()> {
+    let pair = Pair::at(Stage::Installed).await?;
+    let laptop = &pair.consumer_client;
+    let laptop_nodes = kwok_nodes(laptop).await?;
+    // Offloaded after `default`, which the hand-over offloads first; a
+    // pod of it runs at home, for the restart.
+    create_namespace(laptop, "shop").await?;
+    Api::<Deployment>::namespaced(laptop.clone(), "shop")
+        .create(&PostParams::default(), &deployment("shop", "web", 1)?)
+        .await?;
+    all_on(laptop, "shop", "web", 1, &laptop_nodes, "web at home").await?;
+    let before = pair.holdings().await?;
+    let taints_before = taints(laptop).await?;
+    let tether = ["tether", "--remote-kubeconfig", &pair.remote(), "--yes"];
+
+    let in_shop = |resource, operation| Refusal {
+        group: if resource == "pods" { "" } else { names::GROUP },
+        version: "*",
+        resource,
+        operation,
+        refuse: "request.namespace == 'shop'".to_owned(),
+        reason: Some("Forbidden"),
+    };
+    for (phase, refusal) in [
+        (
+            "Offloading the namespaces",
+            in_shop("namespaceoffloadings", "CREATE"),
+        ),
+        ("Restarting the workloads' pods", in_shop("pods", "DELETE")),
+    ] {
+        refuse(laptop, &refusal).await?;
+        let failed = pair.on_consumer(&tether);
+        allow(laptop).await?;
+        let failed = failed.user_error(6);
+        assert!(
+            failed.stderr.contains(&format!("✘ {phase}")),
+            "{phase} did not fail:\n{}",
+            failed.stderr
+        );
+        assert!(
+            failed.stderr.contains("✔ Rolling back what this run made"),
+            "{phase}: no complete rollback:\n{}",
+            failed.stderr
+        );
+        assert_eq!(mode(&pair, true)?, "autonomous", "after {phase}");
+        assert_eq!(mode(&pair, false)?, "autonomous", "after {phase}");
+        assert_eq!(taints(laptop).await?, taints_before, "after {phase}");
+        all_on(laptop, "shop", "web", 1, &laptop_nodes, "web still at home").await?;
+        pair.assert_as_before(
+            &before,
+            &format!("a tether failed at {phase}"),
+            &[TEST_POLICIES],
+        )
+        .await?;
+    }
+
+    // Nothing refused: the same command tethers, and untether ends it.
+    pair.on_consumer(&tether).success();
+    assert_eq!(mode(&pair, true)?, format!("tethered to {PROVIDER_ID}"));
+    pair.on_consumer(&["untether", "--remote-kubeconfig", &pair.remote(), "--yes"])
+        .success();
+    assert_eq!(mode(&pair, false)?, "autonomous");
+    all_on(laptop, "shop", "web", 1, &laptop_nodes, "web at home again").await?;
+    pair.assert_as_before(&before, "tether and untether", &[TEST_POLICIES])
         .await?;
     Ok(())
 }

@@ -19,7 +19,7 @@ use liqo_api::authentication::peer_user;
 use liqo_api::names::{self, peering};
 use serde_json::json;
 
-use super::{Credentials, Ends, Peering};
+use super::{Administrator, Ends, Peering, Reached};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::ownership;
@@ -37,18 +37,26 @@ pub(super) fn request_name(consumer: &ClusterId) -> String {
     format!("liqo-peer-{consumer}")
 }
 
-pub(super) async fn apply(run: &mut Peering<'_>, journal: &mut Journal) -> anyhow::Result<()> {
-    let provider = run.provider()?;
+pub(super) async fn apply(
+    run: &Peering<'_>,
+    consumer: &ClusterClient,
+    admin: &Administrator<'_>,
+    renew: bool,
+    journal: &mut Journal,
+) -> anyhow::Result<Reached> {
     let step = run.printer.step(format!(
         "Issuing the identity of cluster {} on cluster {}",
-        run.consumer()?.name,
-        provider.name
+        consumer.name, admin.provider.name
     ));
-    match issue(run, journal).await {
+    match issue(run, consumer, admin, renew, journal).await {
         Ok(expiry) => {
             step.done(format!("valid until {expiry}"));
-            run.expiry = Some(expiry);
-            Ok(())
+            Ok(Reached {
+                provider: admin.provider.clone(),
+                provider_id: admin.provider_id.clone(),
+                tenant: run.consumer_id.cluster_id.clone(),
+                expiry,
+            })
         }
         Err(e) => {
             step.fail("");
@@ -60,13 +68,15 @@ pub(super) async fn apply(run: &mut Peering<'_>, journal: &mut Journal) -> anyho
 /// The consumer's certificate on the provider, kept in a Secret on the
 /// consumer: reused while it is valid for more than a third of its life,
 /// else issued anew from a key made here. Returns its expiry.
-async fn issue(run: &Peering<'_>, journal: &mut Journal) -> anyhow::Result<String> {
-    let Credentials::Administrator { renew, .. } = run.credentials else {
-        anyhow::bail!("invariant: the certificate phase runs with the provider's administrator");
-    };
-    let provider = run.provider()?;
-    let provider_id = &run.provider_id()?.cluster_id;
-    let consumer = run.consumer()?;
+async fn issue(
+    run: &Peering<'_>,
+    consumer: &ClusterClient,
+    admin: &Administrator<'_>,
+    renew: bool,
+    journal: &mut Journal,
+) -> anyhow::Result<String> {
+    let provider = admin.provider;
+    let provider_id = &admin.provider_id.cluster_id;
     let user = peer_user(&run.consumer_id.cluster_id);
     let secret_name = peering::identity_secret(provider_id);
     let secrets: Api<Secret> = Api::namespaced(consumer.client.clone(), names::NAMESPACE);
@@ -82,7 +92,7 @@ async fn issue(run: &Peering<'_>, journal: &mut Journal) -> anyhow::Result<Strin
     }
 
     let request = identity::request(&user)?;
-    let cert_pem = sign_request(run, &request.csr_pem).await?;
+    let cert_pem = sign_request(run, admin, &request.csr_pem).await?;
     let checked = identity::check(cert_pem.as_bytes(), &user, provider.ca_der.as_deref(), &request.key_pem)
         .map_err(|e| {
             UserError::Refused(format!(
@@ -106,19 +116,19 @@ async fn issue(run: &Peering<'_>, journal: &mut Journal) -> anyhow::Result<Strin
 }
 
 /// The sign phase: the consumer's request of `peer accept`, signed.
-pub(super) async fn sign(run: &mut Peering<'_>) -> anyhow::Result<()> {
-    let Credentials::Administrator { csr: Some(csr), .. } = run.credentials else {
-        anyhow::bail!("invariant: the sign phase runs with a certificate request");
-    };
+pub(super) async fn sign(
+    run: &Peering<'_>,
+    admin: &Administrator<'_>,
+    csr: &str,
+) -> anyhow::Result<String> {
     let step = run.printer.step(format!(
         "Signing the certificate of cluster {}",
         run.consumer_id.cluster_name
     ));
-    match sign_request(run, csr).await {
+    match sign_request(run, admin, csr).await {
         Ok(certificate) => {
             step.done("");
-            run.certificate = Some(certificate);
-            Ok(())
+            Ok(certificate)
         }
         Err(e) => {
             step.fail("");
@@ -130,15 +140,12 @@ pub(super) async fn sign(run: &mut Peering<'_>) -> anyhow::Result<()> {
 /// Has the provider sign `csr_pem` for the consumer's user: creates the
 /// CSR, approves it with the provider's credentials, fetches the
 /// certificate, and deletes the CSR. The caller checks the result.
-async fn sign_request(run: &Peering<'_>, csr_pem: &str) -> anyhow::Result<String> {
-    let Credentials::Administrator {
-        certificate_lifetime,
-        ..
-    } = run.credentials
-    else {
-        anyhow::bail!("invariant: signing runs with the provider's administrator");
-    };
-    let provider = run.provider()?;
+async fn sign_request(
+    run: &Peering<'_>,
+    admin: &Administrator<'_>,
+    csr_pem: &str,
+) -> anyhow::Result<String> {
+    let provider = admin.provider;
     let csr_name = request_name(&run.consumer_id.cluster_id);
     let csrs: Api<CertificateSigningRequest> = Api::all(provider.client.clone());
     let explain = |e| provider.explain(e, &format!("requesting a certificate ({csr_name})"));
@@ -161,7 +168,9 @@ async fn sign_request(run: &Peering<'_>, csr_pem: &str) -> anyhow::Result<String
                 "digital signature".to_owned(),
                 "client auth".to_owned(),
             ]),
-            expiration_seconds: certificate_lifetime.and_then(|s| i32::try_from(s).ok()),
+            expiration_seconds: admin
+                .certificate_lifetime
+                .and_then(|s| i32::try_from(s).ok()),
             ..Default::default()
         },
         status: None,
@@ -250,8 +259,10 @@ fn still_good(secret: &Secret, user: &str, ca_der: Option<&[u8]>) -> Option<Stri
 }
 
 /// Removes the consumer's identity Secret (of any phase that made one).
-pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
-    let consumer = ends.consumer()?;
+pub(super) async fn remove(
+    ends: &Ends<'_>,
+    consumer: &ClusterClient,
+) -> anyhow::Result<Vec<String>> {
     let secret = identity::secret(&ends.provider_id, "", Default::default());
     super::delete_all(consumer, &[secret]).await
 }

@@ -17,12 +17,11 @@ use liqo_api::offloading::NamespaceOffloading;
 use liqo_api::token::{PeeringToken, TokenTenant, objects};
 use liqo_api::{ClusterId, ClusterIdentity};
 
-use super::{Credentials, Ends, Peering};
+use super::{Ends, Peering, Reached, WithToken};
 use crate::error::UserError;
 use crate::factory::ClusterClient;
 use crate::kube::apply;
 use crate::kube::cluster::installed;
-use crate::manifests::Manifest;
 use crate::manifests::peering_token as token;
 use crate::peering::held_tokens::mint;
 use crate::peering::outgoing::{Identity, identity_of};
@@ -32,11 +31,12 @@ use crate::peering::{PEER_AGAIN, check_compatible, identity, refuse_foreign};
 /// does not say: a year, as a kubeadm signer's certificates.
 const CREDENTIAL_LIFETIME: u64 = 365 * 24 * 3600;
 
-pub(super) async fn apply(run: &mut Peering<'_>) -> anyhow::Result<()> {
-    let Credentials::Token { token, .. } = run.credentials else {
-        anyhow::bail!("invariant: the claim phase runs with a token");
-    };
-    let consumer = run.consumer()?;
+pub(super) async fn apply(
+    run: &Peering<'_>,
+    consumer: &ClusterClient,
+    with: &WithToken<'_>,
+) -> anyhow::Result<Reached> {
+    let token = with.token;
     // An earlier run's identity is where this one resumes.
     let (tenant, kubeconfig, expiry) =
         match identity_of(consumer, &token.provider_cluster_id).await? {
@@ -53,7 +53,7 @@ pub(super) async fn apply(run: &mut Peering<'_>) -> anyhow::Result<()> {
                 ))
                 .into());
             }
-            Identity::Absent => claim_and_mint(run).await?,
+            Identity::Absent => claim_and_mint(run, consumer, with).await?,
         };
 
     // From here on, everything on the provider is done as the tenant.
@@ -76,27 +76,29 @@ pub(super) async fn apply(run: &mut Peering<'_>) -> anyhow::Result<()> {
         }
     };
     step.done("");
-    run.provider = Some(provider);
-    run.provider_id = Some(provider_id);
-    run.tenant = Some(tenant);
-    run.expiry = Some(expiry);
-    Ok(())
+    Ok(Reached {
+        provider,
+        provider_id,
+        tenant,
+        expiry,
+    })
 }
 
 /// With the token's bootstrap credential: checks the provider is the one
 /// the token names, claims the first tenant still free, mints that
 /// tenant's credential and keeps it. Returns the tenant, its kubeconfig
 /// and when it expires.
-async fn claim_and_mint(run: &Peering<'_>) -> anyhow::Result<(ClusterId, String, String)> {
-    let Credentials::Token {
+async fn claim_and_mint(
+    run: &Peering<'_>,
+    consumer: &ClusterClient,
+    with: &WithToken<'_>,
+) -> anyhow::Result<(ClusterId, String, String)> {
+    let WithToken {
         token,
         ca_pem,
         fingerprint,
         credential_lifetime,
-    } = run.credentials
-    else {
-        anyhow::bail!("invariant: the claim phase runs with a token");
-    };
+    } = *with;
     let step = run.printer.step(format!(
         "Claiming a tenant on cluster {} with token {}",
         token.provider_cluster_name, token.id
@@ -164,8 +166,8 @@ async fn claim_and_mint(run: &Peering<'_>) -> anyhow::Result<(ClusterId, String,
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect(),
         );
-        refuse_foreign(run.consumer()?, std::slice::from_ref(&secret), PEER_AGAIN).await?;
-        apply::apply(run.consumer()?, &secret).await?;
+        refuse_foreign(consumer, std::slice::from_ref(&secret), PEER_AGAIN).await?;
+        apply::apply(consumer, &secret).await?;
         anyhow::Ok((tenant.id, kubeconfig, expiry))
     }
     .await;
@@ -220,10 +222,8 @@ async fn claim(
     let secrets: Api<Secret> = Api::namespaced(bootstrap.client.clone(), names::NAMESPACE);
     for t in &token.tenants {
         let owner = token::owner("Tenant", &Tenant::api_version(&()), t.id.as_str(), &t.uid);
-        let Manifest::Secret(claim) = token::claim(&token.id, &t.id, consumer).owned_by(owner)
-        else {
-            anyhow::bail!("invariant: a claim is a Secret");
-        };
+        let mut claim = token::claim(&token.id, &t.id, consumer);
+        claim.metadata.owner_references = Some(vec![owner]);
         match secrets.create(&PostParams::default(), &claim).await {
             Ok(created) => return Ok((t.clone(), created.metadata.uid.unwrap_or_default())),
             Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -284,8 +284,10 @@ async fn check_tenant(
 /// Tenant record on the provider (the provider's garbage collector
 /// removes everything the record owns: namespace, RBAC, quota, account,
 /// claim), then the consumer's identity Secret.
-pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
-    let consumer = ends.consumer()?;
+pub(super) async fn remove(
+    ends: &Ends<'_>,
+    consumer: &ClusterClient,
+) -> anyhow::Result<Vec<String>> {
     let mut notes = Vec::new();
     if let Some(provider) = ends.provider {
         let provider_id = &ends.provider_id;
@@ -316,7 +318,7 @@ pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
             }
         }
     }
-    notes.extend(super::certificate::remove(ends).await?);
+    notes.extend(super::certificate::remove(ends, consumer).await?);
     Ok(notes)
 }
 

@@ -20,6 +20,12 @@
 //! | `peer accept` (provider) | [`ACCEPT`]: tenant, sign |
 //! | `peer complete` (consumer) | [`BY_RESPONSE`]: response, virtual-kubelet, network |
 //!
+//! The credentials ([`Credentials`]) say which first phases run, and
+//! those hand the later ones the provider as the peering's own identity
+//! reaches it ([`Reached`]): each phase takes what it works with as
+//! arguments. `unpeer` removes by the lists, whose order the runs check
+//! in debug builds.
+//!
 //! `network connect` and `disconnect` use the network phase's pieces
 //! ([`super::network`]) on a peering made already.
 
@@ -130,29 +136,18 @@ impl Phase {
         }
     }
 
-    async fn apply(self, peering: &mut Peering<'_>, journal: &mut Journal) -> anyhow::Result<()> {
-        match self {
-            Self::Tenant => tenant::apply(peering, journal).await,
-            Self::Certificate => certificate::apply(peering, journal).await,
-            Self::Sign => certificate::sign(peering).await,
-            Self::Claim => claim::apply(peering).await,
-            Self::Response => response::apply(peering, journal).await,
-            Self::VirtualKubelet => virtual_kubelet::apply(peering, journal).await,
-            Self::Network => network::apply(peering, journal).await,
-        }
-    }
-
     /// Removes what the phase makes, by name; returns what it has to say
     /// of what it could not remove (objects liqoctl did not make, a
     /// provider that ended the tenancy already).
-    async fn remove(self, ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
+    /// `cluster` is the one of the phase's side ([`Self::removed_on`]).
+    async fn remove(self, ends: &Ends<'_>, cluster: &ClusterClient) -> anyhow::Result<Vec<String>> {
         match self {
-            Self::Tenant => tenant::remove(ends).await,
+            Self::Tenant => tenant::remove(ends, cluster).await,
             Self::Sign => Ok(Vec::new()),
-            Self::Certificate | Self::Response => certificate::remove(ends).await,
-            Self::Claim => claim::remove(ends).await,
-            Self::VirtualKubelet => virtual_kubelet::remove(ends).await,
-            Self::Network => network::remove(ends).await,
+            Self::Certificate | Self::Response => certificate::remove(ends, cluster).await,
+            Self::Claim => claim::remove(ends, cluster).await,
+            Self::VirtualKubelet => virtual_kubelet::remove(ends, cluster).await,
+            Self::Network => network::remove(ends, cluster).await,
         }
     }
 }
@@ -165,127 +160,183 @@ pub(crate) struct Granted {
     pub cost: Option<Cost>,
 }
 
-/// How the consumer gets its identity on the provider: what the first
-/// phases work from.
-pub(crate) enum Credentials<'a> {
-    /// The provider's administrator's: the provider signs the consumer's
-    /// certificate (or the one it holds is still good).
-    Administrator {
-        /// The provider's sharing policy for the consumer.
-        policy: &'a SharingPolicySpec,
-        /// Issue a new certificate whatever the current one's state.
-        renew: bool,
-        certificate_lifetime: Option<u64>,
-        /// With `Sign`: the consumer's request (PEM); the signed
-        /// certificate is put in [`Peering::certificate`].
-        csr: Option<&'a str>,
-    },
-    /// A peering token (its CA checked already, and shown as
-    /// `fingerprint`).
-    Token {
-        token: &'a PeeringToken,
-        ca_pem: &'a str,
-        fingerprint: &'a str,
-        credential_lifetime: Option<u64>,
-    },
-    /// A peering response's, as a kubeconfig, and when it expires.
-    Response {
-        kubeconfig: &'a str,
-        expiry: &'a str,
-    },
+/// The provider as its administrator reaches it: what the tenant,
+/// certificate and sign phases work with.
+pub(crate) struct Administrator<'a> {
+    pub provider: &'a ClusterClient,
+    pub provider_id: &'a ClusterIdentity,
+    /// The provider's sharing policy for the consumer.
+    pub policy: &'a SharingPolicySpec,
+    /// The certificate's lifetime, in seconds; the signer's default
+    /// unless given.
+    pub certificate_lifetime: Option<u64>,
 }
 
-/// One peering being made: who peers, on what terms, and what each phase
-/// hands to the next.
-pub(crate) struct Peering<'a> {
-    /// The consumer; `None` on the provider's side of peering through
-    /// files (`peer accept`).
-    pub consumer: Option<&'a ClusterClient>,
-    pub consumer_id: ClusterIdentity,
-    /// The provider as this run reaches it: with its administrator's
-    /// credentials from the start, or with the peering's own identity once
-    /// a phase has made it (a token's claim, a response).
-    pub provider: Option<ClusterClient>,
-    /// The provider, once known: given, or read with the peering's
-    /// identity.
-    pub provider_id: Option<ClusterIdentity>,
-    pub credentials: Credentials<'a>,
-    pub granted: Granted,
-    pub printer: &'a Printer,
-    /// When the consumer's identity expires (certificate, claim, response).
-    pub expiry: Option<String>,
-    /// The consumer's name on the provider (its cluster ID, or a token's
-    /// tenant), once known.
-    pub tenant: Option<ClusterId>,
-    /// The consumer's certificate (sign).
-    pub certificate: Option<String>,
-    /// The tunnel (network).
+/// A peering token, its CA checked already and shown as `fingerprint`:
+/// what the claim phase works with.
+pub(crate) struct WithToken<'a> {
+    pub token: &'a PeeringToken,
+    pub ca_pem: &'a str,
+    pub fingerprint: &'a str,
+    /// The tenant's credential's lifetime, in seconds.
+    pub credential_lifetime: Option<u64>,
+}
+
+/// A peering response, checked already: the provider as its certificate
+/// reaches it, the certificate as a kubeconfig, and when it expires.
+pub(crate) struct WithResponse<'a> {
+    pub provider: &'a ClusterClient,
+    pub provider_id: &'a ClusterIdentity,
+    pub kubeconfig: &'a str,
+    pub expiry: &'a str,
+}
+
+/// How the consumer gets its identity on the provider: what the first
+/// phases of a peering work from, and so which they are.
+pub(crate) enum Credentials<'a> {
+    /// The provider's administrator's: the provider signs the consumer's
+    /// certificate (or the one it holds is still good; with `renew`, a
+    /// new one whatever its state).
+    Administrator {
+        admin: Administrator<'a>,
+        renew: bool,
+    },
+    Token(WithToken<'a>),
+    Response(WithResponse<'a>),
+}
+
+impl Credentials<'_> {
+    /// The phases a peering with these credentials runs, in order
+    /// ([`BY_KUBECONFIGS`], [`BY_TOKEN`] or [`BY_RESPONSE`]), without the
+    /// network phase unless `network`.
+    pub(crate) fn phases(&self, network: bool) -> Vec<Phase> {
+        let all = match self {
+            Self::Administrator { .. } => BY_KUBECONFIGS,
+            Self::Token(_) => BY_TOKEN,
+            Self::Response(_) => BY_RESPONSE,
+        };
+        with_network(all, network)
+    }
+}
+
+/// The provider as the peering's own identity reaches it: what the first
+/// phases hand to the later ones.
+pub(crate) struct Reached {
+    /// With the administrator's credentials (by kubeconfigs), or with the
+    /// peering's identity (a token's tenant, a response's certificate).
+    pub provider: ClusterClient,
+    pub provider_id: ClusterIdentity,
+    /// The consumer's name on the provider: its cluster ID, or a token's
+    /// tenant.
+    pub tenant: ClusterId,
+    /// When the consumer's identity expires.
+    pub expiry: String,
+}
+
+/// A peering whose phases are done.
+pub(crate) struct Made {
+    pub reached: Reached,
+    /// The tunnel, unless peered without network.
     pub linked: Option<Linked>,
 }
 
-impl<'a> Peering<'a> {
-    /// A peering of `consumer` to be made with `credentials` on `granted`
-    /// terms; the phases find out the rest.
-    pub(crate) fn new(
-        consumer: Option<&'a ClusterClient>,
-        consumer_id: ClusterIdentity,
-        credentials: Credentials<'a>,
-        granted: Granted,
-        printer: &'a Printer,
-    ) -> Self {
-        Self {
-            consumer,
-            consumer_id,
-            provider: None,
-            provider_id: None,
-            credentials,
-            granted,
-            printer,
-            expiry: None,
-            tenant: None,
-            certificate: None,
-            linked: None,
-        }
-    }
+/// One peering being made: who the consumer is, and on what terms.
+pub(crate) struct Peering<'a> {
+    pub consumer_id: ClusterIdentity,
+    pub granted: Granted,
+    pub printer: &'a Printer,
+}
 
-    /// Runs `phases` in order; when one fails, undoes what this run made
-    /// and returns the phase's error.
-    pub(crate) async fn run(&mut self, phases: &[Phase]) -> anyhow::Result<()> {
+impl Peering<'_> {
+    /// Runs the phases of `credentials` in order on `consumer` (and the
+    /// network phase if `network`); when one fails, undoes what this run
+    /// made and returns the phase's error.
+    pub(crate) async fn run(
+        &self,
+        consumer: &ClusterClient,
+        credentials: &Credentials<'_>,
+        network: bool,
+    ) -> anyhow::Result<Made> {
         let mut journal = Journal::default();
-        for phase in phases {
-            tracing::debug!(phase = phase.name(), "peering phase");
-            if let Err(e) = phase.apply(self, &mut journal).await {
-                journal.undo(self.printer).await;
-                return Err(e);
-            }
+        let mut ran = Vec::new();
+        let made = self
+            .forward(consumer, credentials, network, &mut journal, &mut ran)
+            .await;
+        if made.is_err() {
+            journal.undo(self.printer).await;
+        } else {
+            debug_assert_eq!(ran, credentials.phases(network), "the phases as listed");
         }
-        Ok(())
+        made
     }
 
-    /// The consumer, for the phases that work on it.
-    pub(crate) fn consumer(&self) -> anyhow::Result<&'a ClusterClient> {
-        self.consumer
-            .ok_or_else(|| anyhow::anyhow!("invariant: a phase on the consumer runs with one"))
+    async fn forward(
+        &self,
+        consumer: &ClusterClient,
+        credentials: &Credentials<'_>,
+        network: bool,
+        journal: &mut Journal,
+        ran: &mut Vec<Phase>,
+    ) -> anyhow::Result<Made> {
+        let reached = match credentials {
+            Credentials::Administrator { admin, renew } => {
+                begin(ran, Phase::Tenant);
+                tenant::apply(self, admin, journal).await?;
+                begin(ran, Phase::Certificate);
+                certificate::apply(self, consumer, admin, *renew, journal).await?
+            }
+            Credentials::Token(token) => {
+                begin(ran, Phase::Claim);
+                claim::apply(self, consumer, token).await?
+            }
+            Credentials::Response(response) => {
+                begin(ran, Phase::Response);
+                response::apply(self, consumer, response, journal).await?
+            }
+        };
+        begin(ran, Phase::VirtualKubelet);
+        virtual_kubelet::apply(self, consumer, &reached, journal).await?;
+        let linked = if network {
+            begin(ran, Phase::Network);
+            Some(network::apply(self, consumer, &reached, journal).await?)
+        } else {
+            None
+        };
+        Ok(Made { reached, linked })
     }
 
-    /// The provider, as a phase that needs it reaches it.
-    pub(crate) fn provider(&self) -> anyhow::Result<&ClusterClient> {
-        self.provider.as_ref().ok_or_else(|| {
-            anyhow::anyhow!("invariant: a phase before this one reaches the provider")
-        })
+    /// The provider's half of peering through files ([`ACCEPT`]): the
+    /// tenant, then the consumer's request `csr` signed; returns the
+    /// certificate. When a phase fails, undoes what this run made.
+    pub(crate) async fn accept(
+        &self,
+        admin: &Administrator<'_>,
+        csr: &str,
+    ) -> anyhow::Result<String> {
+        let mut journal = Journal::default();
+        let mut ran = Vec::new();
+        let signed = async {
+            begin(&mut ran, Phase::Tenant);
+            tenant::apply(self, admin, &mut journal).await?;
+            begin(&mut ran, Phase::Sign);
+            certificate::sign(self, admin, csr).await
+        }
+        .await;
+        if signed.is_err() {
+            journal.undo(self.printer).await;
+        } else {
+            debug_assert_eq!(ran, ACCEPT, "the phases as listed");
+        }
+        signed
     }
+}
 
-    pub(crate) fn provider_id(&self) -> anyhow::Result<&ClusterIdentity> {
-        self.provider_id
-            .as_ref()
-            .ok_or_else(|| anyhow::anyhow!("invariant: a phase before this one reads the provider"))
-    }
-
-    pub(crate) fn tenant(&self) -> anyhow::Result<&ClusterId> {
-        self.tenant
-            .as_ref()
-            .ok_or_else(|| anyhow::anyhow!("invariant: a phase before this one names the tenant"))
-    }
+/// Says that `phase` begins, and records it in `ran` (which the runs
+/// check against their lists in debug builds: the lists are what
+/// `unpeer` removes).
+fn begin(ran: &mut Vec<Phase>, phase: Phase) {
+    tracing::debug!(phase = phase.name(), "peering phase");
+    ran.push(phase);
 }
 
 /// The two ends of an existing peering, as `unpeer` removes it: enough to
@@ -319,16 +370,16 @@ impl Ends<'_> {
     pub(crate) async fn remove(&self, phases: &[Phase]) -> anyhow::Result<Vec<String>> {
         let lane = |side: Side| async move {
             let mut left = Vec::new();
-            let reached = match side {
-                Side::Consumer => self.consumer.is_some(),
-                Side::Provider => self.provider.is_some(),
+            let cluster = match side {
+                Side::Consumer => self.consumer,
+                Side::Provider => self.provider,
             };
-            if !reached {
+            let Some(cluster) = cluster else {
                 return Ok(left);
-            }
+            };
             for phase in phases.iter().rev().filter(|p| p.removed_on() == side) {
                 tracing::debug!(phase = phase.name(), "removing peering phase");
-                left.extend(phase.remove(self).await?);
+                left.extend(phase.remove(self, cluster).await?);
             }
             anyhow::Ok(left)
         };
@@ -337,16 +388,6 @@ impl Ends<'_> {
         left.extend(provider?);
         left.dedup();
         Ok(left)
-    }
-
-    fn consumer(&self) -> anyhow::Result<&ClusterClient> {
-        self.consumer
-            .ok_or_else(|| anyhow::anyhow!("invariant: the consumer's lane runs with a consumer"))
-    }
-
-    fn provider(&self) -> anyhow::Result<&ClusterClient> {
-        self.provider
-            .ok_or_else(|| anyhow::anyhow!("invariant: the provider's lane runs with a provider"))
     }
 }
 

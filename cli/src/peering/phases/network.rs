@@ -5,28 +5,34 @@
 
 use liqo_api::names::peering::tenant_namespace;
 
-use super::{Ends, Peering};
+use super::{Ends, Peering, Reached};
 use crate::error::UserError;
+use crate::factory::ClusterClient;
 use crate::peering::journal::Journal;
-use crate::peering::network;
+use crate::peering::network::{self, Linked};
 
-pub(super) async fn apply(run: &mut Peering<'_>, journal: &mut Journal) -> anyhow::Result<()> {
-    let linked = network::connect(
-        run.consumer()?,
+pub(super) async fn apply(
+    run: &Peering<'_>,
+    consumer: &ClusterClient,
+    reached: &Reached,
+    journal: &mut Journal,
+) -> anyhow::Result<Linked> {
+    network::connect(
+        consumer,
         &run.consumer_id,
-        run.provider()?,
-        run.provider_id()?,
-        &tenant_namespace(run.tenant()?),
+        &reached.provider,
+        &reached.provider_id,
+        &tenant_namespace(&reached.tenant),
         journal,
         run.printer,
     )
-    .await?;
-    run.linked = Some(linked);
-    Ok(())
+    .await
 }
 
-pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
-    let consumer = ends.consumer()?;
+pub(super) async fn remove(
+    ends: &Ends<'_>,
+    consumer: &ClusterClient,
+) -> anyhow::Result<Vec<String>> {
     let namespace = tenant_namespace(&ends.tenant);
     let provider_end = ends
         .provider

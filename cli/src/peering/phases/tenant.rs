@@ -15,18 +15,19 @@ use liqo_api::following;
 use liqo_api::names::{labels, peering};
 use serde_json::json;
 
-use super::{Credentials, Ends, Peering};
+use super::{Administrator, Ends, Peering};
 use crate::factory::ClusterClient;
 use crate::manifests::tenant;
 use crate::peering::journal::Journal;
 use crate::peering::{PEER_AGAIN, refuse_foreign, terms};
 use crate::show::show_resources;
 
-pub(super) async fn apply(run: &mut Peering<'_>, journal: &mut Journal) -> anyhow::Result<()> {
-    let Credentials::Administrator { policy, .. } = &run.credentials else {
-        anyhow::bail!("invariant: the tenant phase runs with the provider's administrator");
-    };
-    let provider = run.provider()?;
+pub(super) async fn apply(
+    run: &Peering<'_>,
+    admin: &Administrator<'_>,
+    journal: &mut Journal,
+) -> anyhow::Result<()> {
+    let (provider, policy) = (admin.provider, admin.policy);
     let consumer_id = &run.consumer_id;
     let granted = &run.granted;
     let step = run
@@ -63,7 +64,6 @@ pub(super) async fn apply(run: &mut Peering<'_>, journal: &mut Journal) -> anyho
             return Err(e);
         }
     }
-    run.tenant = Some(consumer_id.cluster_id.clone());
     Ok(())
 }
 
@@ -97,8 +97,10 @@ async fn record_grant(run: &Peering<'_>, provider: &ClusterClient) -> anyhow::Re
 /// Deletes the tenant's record, RBAC, quota and namespace, its twin
 /// namespaces and any certificate request of it left over; waits until
 /// the tenant namespace is gone.
-pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
-    let provider = ends.provider()?;
+pub(super) async fn remove(
+    ends: &Ends<'_>,
+    provider: &ClusterClient,
+) -> anyhow::Result<Vec<String>> {
     let consumer = &ends.tenant;
     let left = super::delete_all(provider, &tenant::names_of(consumer)).await?;
     let csrs: Api<CertificateSigningRequest> = Api::all(provider.client.clone());

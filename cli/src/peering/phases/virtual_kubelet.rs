@@ -17,7 +17,7 @@ use liqo_api::names::{labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
 use serde_json::json;
 
-use super::{Ends, Peering};
+use super::{Ends, Peering, Reached};
 use crate::factory::ClusterClient;
 use crate::kube::cluster::installed_pod_placement;
 use crate::kube::ownership;
@@ -27,14 +27,20 @@ use crate::peering::journal::Journal;
 use crate::peering::{PEER_AGAIN, refuse_foreign};
 use crate::show::show_resources;
 
-pub(super) async fn apply(run: &mut Peering<'_>, journal: &mut Journal) -> anyhow::Result<()> {
+pub(super) async fn apply(
+    run: &Peering<'_>,
+    consumer: &ClusterClient,
+    reached: &Reached,
+    journal: &mut Journal,
+) -> anyhow::Result<()> {
     let step = run.printer.step(format!(
         "Starting the virtual kubelet on cluster {}",
-        run.consumer()?.name
+        consumer.name
     ));
+    let provider = &reached.provider_id.cluster_id;
     let started = async {
-        let uid = record(run, journal).await?;
-        start(run, journal, &uid).await
+        let uid = record(run, consumer, reached, journal).await?;
+        start(consumer, provider, journal, &uid).await
     }
     .await;
     match started {
@@ -52,9 +58,13 @@ pub(super) async fn apply(run: &mut Peering<'_>, journal: &mut Journal) -> anyho
 /// The ForeignCluster of the provider on the consumer, with the grant in
 /// its status; returns its UID, which the virtual kubelet's objects name
 /// as their owner.
-async fn record(run: &Peering<'_>, journal: &mut Journal) -> anyhow::Result<String> {
-    let consumer = run.consumer()?;
-    let p = run.provider_id()?;
+async fn record(
+    run: &Peering<'_>,
+    consumer: &ClusterClient,
+    reached: &Reached,
+    journal: &mut Journal,
+) -> anyhow::Result<String> {
+    let p = &reached.provider_id;
     let mut fc_labels = common_labels("peering");
     fc_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), p.cluster_id.to_string());
     let fc = Manifest::ForeignCluster(Box::new(ForeignCluster {
@@ -93,8 +103,8 @@ async fn record(run: &Peering<'_>, journal: &mut Journal) -> anyhow::Result<Stri
     let status = json!({ "status": {
         "grant": run.granted.grant,
         "cost": run.granted.cost,
-        "certificateExpiry": run.expiry,
-        "tenantNamespace": peering::tenant_namespace(run.tenant()?),
+        "certificateExpiry": reached.expiry,
+        "tenantNamespace": peering::tenant_namespace(&reached.tenant),
         "conditions": [condition],
     }});
     let fc = api
@@ -106,11 +116,14 @@ async fn record(run: &Peering<'_>, journal: &mut Journal) -> anyhow::Result<Stri
     Ok(fc.uid().unwrap_or_default())
 }
 
-/// The virtual kubelet of the provider on the consumer, owned by its
+/// The virtual kubelet of `provider` on the consumer, owned by its
 /// ForeignCluster (`uid`).
-async fn start(run: &Peering<'_>, journal: &mut Journal, uid: &str) -> anyhow::Result<()> {
-    let consumer = run.consumer()?;
-    let provider = &run.provider_id()?.cluster_id;
+async fn start(
+    consumer: &ClusterClient,
+    provider: &ClusterId,
+    journal: &mut Journal,
+    uid: &str,
+) -> anyhow::Result<()> {
     let placement = installed_pod_placement(consumer).await?;
     let mut objects = virtual_kubelet::manifests(
         provider,
@@ -150,8 +163,10 @@ async fn start(run: &Peering<'_>, journal: &mut Journal, uid: &str) -> anyhow::R
 /// Removes the virtual kubelet and its rights, releases the offloadings
 /// it held, and deletes the ForeignCluster and the virtual node; waits
 /// until the node and the record are gone.
-pub(super) async fn remove(ends: &Ends<'_>) -> anyhow::Result<Vec<String>> {
-    let consumer = ends.consumer()?;
+pub(super) async fn remove(
+    ends: &Ends<'_>,
+    consumer: &ClusterClient,
+) -> anyhow::Result<Vec<String>> {
     let provider = &ends.provider_id;
     let mut objects = virtual_kubelet::manifests(
         provider,

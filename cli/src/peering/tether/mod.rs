@@ -1,14 +1,15 @@
 //! The pieces of a tether (docs/tethering.md) that `liqoctl tether`,
-//! `untether` and `info` share: what a cluster's tether state is, and each
-//! of the tether's own steps (the peerings are [`super::by_kubeconfigs`]'),
-//! every one of which can be applied again and removed by name.
+//! `untether` and `info` share: what a cluster's tether state is, and the
+//! tether's own phases ([`phases`]; the peerings are
+//! [`super::by_kubeconfigs`]' and [`super::by_token`]'), every one of which
+//! can be applied again and removed by name.
 //!
-//! | step | on | made | removed |
+//! | phase | on | made | removed |
 //! | --- | --- | --- | --- |
 //! | policy | tethered | its SharingPolicy for the anchor offers everything | the policy before it, or none |
+//! | hand-over | tethered | its namespaces offloaded to the anchor alone | the offloadings it made, and its pods on the anchor |
 //! | taint | tethered | its own nodes carry [`tether::taint`] | the taint |
-//! | hand over | tethered | its namespaces offloaded to the anchor alone | the offloadings it made, and its pods on the anchor |
-//! | mark | both | the ForeignClusters say [`Role`] | with the peerings |
+//! | mark | both | the ForeignClusters say [`Role`] | the label |
 //!
 //! The policy is made first and put back last: while it says
 //! [`Role::Tethered`], the cluster is tethered or a tether of it was not
@@ -30,6 +31,10 @@ use liqo_api::offloading::{
 use liqo_api::sharing::{SharingPolicy, SharingPolicySpec};
 use liqo_api::tether::{self, Role};
 use serde_json::json;
+
+mod phases;
+
+pub(crate) use phases::{Anchor, Outcome, Tether};
 
 use super::offloading::{self, Removed};
 use super::terms::policy_for;
@@ -104,16 +109,17 @@ impl State {
     }
 }
 
-/// The policy step: the tethered cluster offers its anchor everything.
-pub(crate) async fn give_everything(
-    cluster: &ClusterClient,
-    anchor: &ClusterId,
-) -> anyhow::Result<()> {
+/// The policy phase: the tethered cluster offers its anchor everything.
+/// Says whether it made the policy so now (not an earlier run).
+async fn give_everything(cluster: &ClusterClient, anchor: &ClusterId) -> anyhow::Result<bool> {
     let api: Api<SharingPolicy> = Api::all(cluster.client.clone());
     let existing = api
         .get_opt(anchor.as_str())
         .await
         .map_err(|e| cluster.explain(e, "reading the sharing policies"))?;
+    let made = existing
+        .as_ref()
+        .is_none_or(|p| Role::of(p.labels()) != Some(Role::Tethered));
     let (base, prior) = match existing {
         Some(p) if !is_ours(&p.metadata) => {
             return Err(UserError::Refused(format!(
@@ -143,16 +149,13 @@ pub(crate) async fn give_everything(
     policy.metadata.labels = Some(policy_labels);
     policy.metadata.annotations = prior.map(|p| BTreeMap::from([(PRIOR_POLICY.to_owned(), p)]));
     apply::apply(cluster, &Manifest::SharingPolicy(Box::new(policy))).await?;
-    Ok(())
+    Ok(made)
 }
 
-/// Removes the policy step: puts back the policy there was before, or
+/// Removes the policy phase: puts back the policy there was before, or
 /// deletes the one the tether made. A policy the tether did not write is
 /// left as it is.
-pub(crate) async fn take_back_everything(
-    cluster: &ClusterClient,
-    anchor: &ClusterId,
-) -> anyhow::Result<()> {
+async fn take_back_everything(cluster: &ClusterClient, anchor: &ClusterId) -> anyhow::Result<()> {
     let api: Api<SharingPolicy> = Api::all(cluster.client.clone());
     let Some(existing) = api
         .get_opt(anchor.as_str())
@@ -186,7 +189,7 @@ pub(crate) async fn take_back_everything(
 }
 
 /// The cluster's own nodes: all but virtual ones.
-pub(crate) async fn own_nodes(cluster: &ClusterClient) -> anyhow::Result<Vec<Node>> {
+async fn own_nodes(cluster: &ClusterClient) -> anyhow::Result<Vec<Node>> {
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     Ok(nodes
         .list(&ListParams::default().labels(&format!("!{}", labels::VIRTUAL_NODE)))
@@ -195,12 +198,9 @@ pub(crate) async fn own_nodes(cluster: &ClusterClient) -> anyhow::Result<Vec<Nod
         .items)
 }
 
-/// The taint step: each of the cluster's own nodes gets the tethered
+/// The taint phase: each of the cluster's own nodes gets the tethered
 /// taint, beside the taints it has. Returns how many nodes it tainted now.
-pub(crate) async fn taint_nodes(
-    cluster: &ClusterClient,
-    anchor_name: &str,
-) -> anyhow::Result<usize> {
+async fn taint_nodes(cluster: &ClusterClient, anchor_name: &str) -> anyhow::Result<usize> {
     let taint = tether::taint(anchor_name);
     retaint_nodes(cluster, "tainting", |taints| {
         if taints.iter().any(|t| t.key == names::TETHERED_TAINT) {
@@ -212,9 +212,9 @@ pub(crate) async fn taint_nodes(
     .await
 }
 
-/// Removes the taint step: the tethered taint goes, the node's other
+/// Removes the taint phase: the tethered taint goes, the node's other
 /// taints stay. Returns how many nodes it untainted.
-pub(crate) async fn untaint_nodes(cluster: &ClusterClient) -> anyhow::Result<usize> {
+async fn untaint_nodes(cluster: &ClusterClient) -> anyhow::Result<usize> {
     retaint_nodes(cluster, "untainting", |taints| {
         let before = taints.len();
         taints.retain(|t| t.key != names::TETHERED_TAINT);
@@ -273,7 +273,7 @@ async fn retaint_nodes(
     Ok(count)
 }
 
-/// What the hand-over step did.
+/// What the hand-over phase did.
 #[derive(Debug, Default)]
 pub(crate) struct HandedOver {
     /// The namespaces offloaded to the anchor by the tether.
@@ -311,13 +311,10 @@ fn hand_over_offloading(ns: &str, anchor: &ClusterId) -> NamespaceOffloading {
     object
 }
 
-/// The hand-over step: every namespace of the cluster's that is not kept
+/// The hand-over phase: every namespace of the cluster's that is not kept
 /// home ([`tether::kept_home`]) nor offloaded already is offloaded to the
 /// anchor alone, with [`PodOffloadingStrategy::Remote`].
-pub(crate) async fn hand_over(
-    cluster: &ClusterClient,
-    anchor: &ClusterId,
-) -> anyhow::Result<HandedOver> {
+async fn hand_over(cluster: &ClusterClient, anchor: &ClusterId) -> anyhow::Result<HandedOver> {
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
     let all = namespaces
         .list(&ListParams::default())
@@ -362,7 +359,7 @@ pub(crate) async fn hand_over(
 }
 
 /// The namespaces the tether offloaded.
-pub(crate) async fn handed_over(cluster: &ClusterClient) -> anyhow::Result<Vec<String>> {
+async fn handed_over(cluster: &ClusterClient) -> anyhow::Result<Vec<String>> {
     let api: Api<NamespaceOffloading> = Api::all(cluster.client.clone());
     let of_tether =
         ListParams::default().labels(&format!("{}={}", labels::TETHER, Role::Tethered.as_str()));
@@ -377,11 +374,11 @@ pub(crate) async fn handed_over(cluster: &ClusterClient) -> anyhow::Result<Vec<S
     })
 }
 
-/// Removes the hand-over step: each namespace the tether offloaded is
+/// Removes the hand-over phase: each namespace the tether offloaded is
 /// offloaded no more, and its pods on the anchor's virtual node are
 /// deleted (their controllers make them again on the cluster's own
 /// nodes). Returns the namespaces, and how many pods were deleted.
-pub(crate) async fn take_back(
+async fn take_back(
     cluster: &ClusterClient,
     anchor: &ClusterId,
     deadline: tokio::time::Instant,
@@ -405,7 +402,7 @@ pub(crate) async fn take_back(
 /// Deletes the pods bound to `node`, in `namespaces` or in every
 /// namespace; with `force`, at once (a node whose agent is gone confirms
 /// nothing). Returns how many.
-pub(crate) async fn delete_pods_on(
+async fn delete_pods_on(
     cluster: &ClusterClient,
     namespaces: Option<&[String]>,
     node: &str,
@@ -434,10 +431,7 @@ pub(crate) async fn delete_pods_on(
 /// the cluster's own nodes and a controller makes again
 /// ([`tether::restarted`]) are deleted, so that they come back through
 /// the anchor. Returns how many.
-pub(crate) async fn restart(
-    cluster: &ClusterClient,
-    namespaces: &[String],
-) -> anyhow::Result<usize> {
+async fn restart(cluster: &ClusterClient, namespaces: &[String]) -> anyhow::Result<usize> {
     let own: BTreeSet<String> = own_nodes(cluster)
         .await?
         .iter()
@@ -479,21 +473,32 @@ async fn delete_pods<'a>(
     Ok(count)
 }
 
-/// The mark step: the ForeignCluster of `peer` on `cluster` says which
-/// end of the tether `cluster` is.
-pub(crate) async fn mark(
-    cluster: &ClusterClient,
-    peer: &ClusterId,
-    role: Role,
-) -> anyhow::Result<()> {
+/// The mark phase: the ForeignCluster of `peer` on `cluster` says which
+/// end of the tether `cluster` is; with `None`, it says so no more (a
+/// peering gone already has nothing to unmark).
+async fn mark(cluster: &ClusterClient, peer: &ClusterId, role: Option<Role>) -> anyhow::Result<()> {
     let fcs: Api<ForeignCluster> = Api::all(cluster.client.clone());
-    let patch = json!({ "metadata": { "labels": { labels::TETHER: role.as_str() } } });
-    fcs.patch(
-        peer.as_str(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(|e| cluster.explain(e, &format!("marking the peering with {peer}")))?;
-    Ok(())
+    let patch = json!({ "metadata": { "labels": { labels::TETHER: role.map(Role::as_str) } } });
+    match fcs
+        .patch(
+            peer.as_str(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 && role.is_none() => Ok(()),
+        Err(e) => Err(cluster.explain(e, &format!("marking the peering with {peer}"))),
+    }
+}
+
+/// Whether `consumer` has an outgoing peering with `provider`.
+async fn peered(consumer: &ClusterClient, provider: &ClusterId) -> anyhow::Result<bool> {
+    let fcs: Api<ForeignCluster> = Api::all(consumer.client.clone());
+    Ok(fcs
+        .get_opt(provider.as_str())
+        .await
+        .map_err(|e| consumer.explain(e, "reading the peerings"))?
+        .is_some())
 }
