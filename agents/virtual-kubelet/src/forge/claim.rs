@@ -114,9 +114,22 @@ pub fn demand<'a>(
     total
 }
 
+/// Why a claim has no class on the provider.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoClass {
+    #[error(
+        "the provider does not allow the storage class {asked} ({annotation} names it; allowed: {allowed})",
+        annotation = names::REMOTE_STORAGE_CLASS_ANNOTATION,
+        allowed = if .allowed.is_empty() { "none".to_owned() } else { .allowed.join(", ") }
+    )]
+    NotAllowed { asked: String, allowed: Vec<String> },
+    #[error("the provider grants no storage (no storage class allowed)")]
+    NoneAllowed,
+}
+
 /// The provider's class for `claim`: the one its annotation names, if the
 /// provider allows it, else the first the provider allows.
-pub fn remote_class(claim: &PersistentVolumeClaim, allowed: &[String]) -> Result<String, String> {
+pub fn remote_class(claim: &PersistentVolumeClaim, allowed: &[String]) -> Result<String, NoClass> {
     let asked = claim
         .metadata
         .annotations
@@ -124,19 +137,11 @@ pub fn remote_class(claim: &PersistentVolumeClaim, allowed: &[String]) -> Result
         .and_then(|a| a.get(names::REMOTE_STORAGE_CLASS_ANNOTATION));
     match asked {
         Some(class) if allowed.contains(class) => Ok(class.clone()),
-        Some(class) => Err(format!(
-            "the provider does not allow the storage class {class} ({} names it; allowed: {})",
-            names::REMOTE_STORAGE_CLASS_ANNOTATION,
-            if allowed.is_empty() {
-                "none".to_owned()
-            } else {
-                allowed.join(", ")
-            }
-        )),
-        None => allowed
-            .first()
-            .cloned()
-            .ok_or_else(|| "the provider grants no storage (no storage class allowed)".to_owned()),
+        Some(class) => Err(NoClass::NotAllowed {
+            asked: class.clone(),
+            allowed: allowed.to_vec(),
+        }),
+        None => allowed.first().cloned().ok_or(NoClass::NoneAllowed),
     }
 }
 
@@ -421,13 +426,17 @@ mod tests {
             names::REMOTE_STORAGE_CLASS_ANNOTATION.to_owned(),
             "gold".to_owned(),
         );
-        let refused = remote_class(&c, &allowed).expect_err("not allowed");
+        let refused = remote_class(&c, &allowed)
+            .expect_err("not allowed")
+            .to_string();
         assert!(
-            refused.contains("does not allow the storage class gold"),
+            refused.contains("does not allow the storage class gold")
+                && refused.contains("allowed: standard, fast"),
             "{refused}"
         );
         let none = remote_class(&claim("liqo", None, None), &[]).expect_err("no class");
-        assert!(none.contains("grants no storage"), "{none}");
+        assert_eq!(none, NoClass::NoneAllowed);
+        assert!(none.to_string().contains("grants no storage"), "{none}");
     }
 
     #[test]

@@ -226,6 +226,7 @@ impl Claims {
             let class = match claim::remote_class(local, &allowed) {
                 Ok(class) => class,
                 Err(why) => {
+                    let why = why.to_string();
                     self.warn(local, "ProvisioningFailed", &why).await;
                     return Err(refused(why));
                 }
