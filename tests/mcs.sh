@@ -7,6 +7,8 @@
 # target/mcs-conformance/<the run's folder name>/ and prints its counts.
 # CI runs it (.ci/run) after the test command:
 #   bash tests/mcs.sh [--clusters 2|3] [--same-pod-cidrs] [--dir DIR] [--down] [-- SUITE FLAGS]
+# With --build-suite, it only builds the suite into its cache (CI does so
+# beside the test command, at the lowest priority).
 # The clusters are left running for a look (but with --down); stop them with
 #   target/debug/liqo-testbed down --dir DIR
 set -euo pipefail
@@ -14,6 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 clusters=2
 same=false
 down=false
+build_only=false
 dir=.liqo-mcs
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -21,29 +24,36 @@ while [ $# -gt 0 ]; do
     --same-pod-cidrs) same=true; shift ;;
     --dir) dir=$2; shift 2 ;;
     --down) down=true; shift ;;
+    --build-suite) build_only=true; shift ;;
     --) shift; break ;;
-    *) echo "usage: $0 [--clusters 2|3] [--same-pod-cidrs] [--dir DIR] [--down] [-- SUITE FLAGS]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--clusters 2|3] [--same-pod-cidrs] [--dir DIR] [--down] [--build-suite] [-- SUITE FLAGS]" >&2; exit 2 ;;
   esac
 done
 case "$clusters" in 2) names=(a b) ;; 3) names=(a b c) ;; *) echo "error: --clusters is 2 or 3" >&2; exit 2 ;; esac
 suite_src=$(cd .. && pwd)/shared/mcs-conformance
 [ -d "$suite_src" ] || { echo "error: the suite is not at $suite_src" >&2; exit 1; }
 
+# The suite, built once into the cache (from a copy: its folder is left
+# as it is; one build at a time).
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/liqo-rs/mcs-conformance
+suite="$cache/$( (cat "$suite_src"/go.mod "$suite_src"/go.sum "$suite_src"/*.go) | sha256sum | cut -c1-16)"
+mkdir -p "$cache"
+(
+  flock 9
+  if [ ! -x "$suite/mcs-conformance" ]; then
+    work=$(mktemp -d)
+    cp -r "$suite_src"/. "$work"
+    (cd "$work" && GOWORK=off go test -c -o "$work/mcs-conformance" .)
+    mkdir -p "$suite"
+    mv "$work/mcs-conformance" "$suite/"
+    rm -rf "$work"
+  fi
+) 9>"$cache/.lock"
+if $build_only; then exit 0; fi
+
 toolchain=$(bash tests/setup.sh | tail -n 1)
 export LIQO_TOOLCHAIN_DIR="$toolchain"
 cargo build --workspace --bins --locked
-# The suite, built once into the cache (from a copy: its folder is left as it is).
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/liqo-rs/mcs-conformance
-suite="$cache/$( (cat "$suite_src"/go.mod "$suite_src"/go.sum "$suite_src"/*.go) | sha256sum | cut -c1-16)"
-if [ ! -x "$suite/mcs-conformance" ]; then
-  work=$(mktemp -d)
-  cp -r "$suite_src"/. "$work"
-  (cd "$work" && go test -c -o "$work/mcs-conformance" .)
-  mkdir -p "$suite"
-  mv "$work/mcs-conformance" "$suite/"
-  rm -rf "$work"
-fi
-
 testbed=target/debug/liqo-testbed
 liqoctl=target/debug/liqoctl
 "$testbed" down --dir "$dir" >/dev/null

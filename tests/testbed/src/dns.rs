@@ -26,7 +26,7 @@ use crate::cluster::ClusterSpec;
 use crate::create_or_keep;
 
 /// The image the node holds CoreDNS in (kubeadm's name for it).
-pub(crate) const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.15.0";
+pub(crate) const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.14.0";
 /// The cluster's DNS domain, the kubelets' `clusterDomain`.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
 /// The Multi-Cluster Services API's domain.
