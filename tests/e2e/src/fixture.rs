@@ -1,6 +1,9 @@
-//! The fixture of the end-to-end tests: a consumer and a provider at the
-//! stage a test starts from (started, installed, peered, a namespace
-//! offloaded), and the waits and pod predicates every test shares.
+//! The fixture of the end-to-end tests: the clusters a test starts (the
+//! specs of [`spec`], one cluster as [`One`], a consumer and a provider as
+//! [`Pair`] at the stage a test starts from: started, installed, peered, a
+//! namespace offloaded), and the waits and pod predicates every test
+//! shares. Every cluster a test starts is held in a [`Testbed`], whose drop
+//! stops it and keeps its folder when the test fails.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -15,7 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
-use liqo_testbed::{Cluster, Testbed};
+use liqo_testbed::{Cluster, ClusterSpec, Testbed};
 
 use crate::{Run, liqoctl};
 
@@ -34,6 +37,62 @@ pub const PROVIDER_ID: &str = "provider-1";
 /// it: consumer first.
 pub type Holdings = (BTreeSet<String>, BTreeSet<String>);
 
+/// A cluster of `nodes` kwok nodes and a host-process node running the
+/// agents of this build; `index` sets its CIDRs (see [`ClusterSpec::new`]).
+/// A test that needs more changes this spec.
+pub fn spec(name: &str, index: u8, nodes: u32) -> ClusterSpec {
+    let mut spec = ClusterSpec::new(name, index);
+    spec.nodes = nodes;
+    spec.agent_bin_dir = Some(crate::bin_dir());
+    spec
+}
+
+/// A cluster whose one node is a real kubelet (the testbed's real-node
+/// mode) holding the agents' images made from this build: no kwok node, so
+/// that every pod runs there.
+pub fn real_node_spec(name: &str, index: u8) -> ClusterSpec {
+    let mut spec = spec(name, index, 0);
+    spec.real_node = true;
+    spec
+}
+
+/// Starts the clusters of `specs` together, in this order: for the tests
+/// that [`One`] and [`Pair`] do not fit (three clusters, say).
+pub async fn start(specs: Vec<ClusterSpec>) -> anyhow::Result<Testbed> {
+    Ok(Testbed::start(specs).await?)
+}
+
+/// One cluster with a client; stopped, and its folder removed, when
+/// dropped (kept when the test fails).
+#[allow(missing_debug_implementations, reason = "kube::Client has no Debug")]
+pub struct One {
+    pub testbed: Testbed,
+    pub client: kube::Client,
+}
+
+impl One {
+    /// Starts the cluster of `spec`.
+    pub async fn start(spec: ClusterSpec) -> anyhow::Result<Self> {
+        let testbed = start(vec![spec]).await?;
+        let client = testbed.clusters()[0].client().await?;
+        Ok(Self { testbed, client })
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.testbed.clusters()[0]
+    }
+
+    /// The cluster, to change (stop or pause its API server).
+    pub fn cluster_mut(&mut self) -> &mut Cluster {
+        &mut self.testbed.clusters_mut()[0]
+    }
+
+    /// Stops the cluster and removes its folder now (see [`Testbed::stop`]).
+    pub fn stop(self) {
+        self.testbed.stop();
+    }
+}
+
 /// Where a test starts.
 #[derive(Debug, Clone, Copy)]
 pub enum Stage<'a> {
@@ -49,9 +108,8 @@ pub enum Stage<'a> {
     Offloaded(&'a str),
 }
 
-/// A consumer and a provider (see [`crate::consumer_and_provider`]) with a
-/// client of each; stopped, and its folder removed, when dropped (kept when
-/// the test fails).
+/// A consumer and a provider with a client of each; stopped, and its
+/// folder removed, when dropped (kept when the test fails).
 #[allow(missing_debug_implementations, reason = "kube::Client has no Debug")]
 pub struct Pair {
     pub testbed: Testbed,
@@ -72,9 +130,24 @@ impl Pair {
         provider_nodes: u32,
         stage: Stage<'_>,
     ) -> anyhow::Result<Self> {
-        let testbed = crate::consumer_and_provider_with(consumer_nodes, provider_nodes).await?;
-        let consumer_client = testbed.cluster("consumer").client().await?;
-        let provider_client = testbed.cluster("provider").client().await?;
+        Self::with_specs(
+            spec("consumer", 1, consumer_nodes),
+            spec("provider", 2, provider_nodes),
+            stage,
+        )
+        .await
+    }
+
+    /// [`Pair::at`], with clusters of these specs (made from [`spec`]),
+    /// whatever their names.
+    pub async fn with_specs(
+        consumer: ClusterSpec,
+        provider: ClusterSpec,
+        stage: Stage<'_>,
+    ) -> anyhow::Result<Self> {
+        let testbed = start(vec![consumer, provider]).await?;
+        let consumer_client = testbed.clusters()[0].client().await?;
+        let provider_client = testbed.clusters()[1].client().await?;
         let pair = Self {
             testbed,
             consumer_client,
@@ -93,11 +166,11 @@ impl Pair {
     }
 
     pub fn consumer(&self) -> &Cluster {
-        self.testbed.cluster("consumer")
+        &self.testbed.clusters()[0]
     }
 
     pub fn provider(&self) -> &Cluster {
-        self.testbed.cluster("provider")
+        &self.testbed.clusters()[1]
     }
 
     /// The provider's kubeconfig, as `--remote-kubeconfig` takes it.

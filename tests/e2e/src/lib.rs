@@ -450,26 +450,6 @@ pub fn install_and_peer(
     Ok(())
 }
 
-/// Two clusters for a peering: `consumer` (one kwok node) and `provider`
-/// (two), each with a host-process node running this build's agents.
-pub async fn consumer_and_provider() -> anyhow::Result<liqo_testbed::Testbed> {
-    consumer_and_provider_with(1, 2).await
-}
-
-/// [`consumer_and_provider`] with these numbers of kwok nodes.
-pub async fn consumer_and_provider_with(
-    consumer_nodes: u32,
-    provider_nodes: u32,
-) -> anyhow::Result<liqo_testbed::Testbed> {
-    let mut consumer = liqo_testbed::ClusterSpec::new("consumer", 1);
-    consumer.nodes = consumer_nodes;
-    consumer.agent_bin_dir = Some(bin_dir());
-    let mut provider = liqo_testbed::ClusterSpec::new("provider", 2);
-    provider.nodes = provider_nodes;
-    provider.agent_bin_dir = Some(bin_dir());
-    Ok(liqo_testbed::Testbed::start(vec![consumer, provider]).await?)
-}
-
 /// A folder of executable scripts that stand for the "binaries" of
 /// test-only images on the host-process node; removed when dropped.
 #[derive(Debug)]

@@ -10,8 +10,9 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use liqo_api::names;
+use liqo_e2e::fixture::{One, spec};
 use liqo_e2e::{liqoctl, run};
-use liqo_testbed::{Cluster, Testbed, Toolchain};
+use liqo_testbed::{Cluster, Toolchain};
 use serde_json::json;
 
 /// A kubeconfig for a service account that may only read (the built-in
@@ -105,8 +106,8 @@ async fn nothing_installed(cluster: &Cluster) -> Result<()> {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
-    let testbed = Testbed::start_default(1).await?;
-    let cluster = &testbed.clusters()[0];
+    let one = One::start(spec("cluster-1", 1, 3)).await?;
+    let cluster = one.cluster();
     let kubeconfig = cluster.kubeconfig_path();
     let scratch = cluster.dir();
 
@@ -296,8 +297,8 @@ async fn bad_input_is_one_line_and_changes_nothing() -> Result<()> {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn liqoctl_finds_its_cluster_like_kubectl_and_runs_as_a_plugin() -> Result<()> {
-    let testbed = Testbed::start_default(1).await?;
-    let cluster = &testbed.clusters()[0];
+    let one = One::start(spec("cluster-1", 1, 3)).await?;
+    let cluster = one.cluster();
     let kubeconfig = cluster.kubeconfig_path();
     let kubectl = Toolchain::locate()?.binary("kubectl");
 
@@ -399,10 +400,10 @@ fn what_must_stay_is_not_offloaded_and_zero_asks_for_nothing() {
 async fn a_pod_cidr_nothing_tells_is_asked_for_and_nothing_is_written() -> Result<()> {
     // No node at all: neither a node's spec.podCIDR nor a kube-proxy
     // ConfigMap nor a controller-manager pod says the pod CIDR.
-    let mut spec = liqo_testbed::ClusterSpec::new("no-cidr", 1);
-    spec.nodes = 0;
-    let testbed = Testbed::start(vec![spec]).await?;
-    let cluster = &testbed.clusters()[0];
+    let mut spec = spec("no-cidr", 1, 0);
+    spec.agent_bin_dir = None;
+    let one = One::start(spec).await?;
+    let cluster = one.cluster();
     let kubeconfig = Some(cluster.kubeconfig_path());
     let out = liqoctl(kubeconfig, &["install", "--timeout=10"]).user_error(7);
     let line = out.error_line();

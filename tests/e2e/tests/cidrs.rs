@@ -4,8 +4,8 @@
 use anyhow::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
+use liqo_e2e::fixture::{One, spec};
 use liqo_e2e::liqoctl;
-use liqo_testbed::{ClusterSpec, Testbed};
 use serde_json::json;
 
 /// The identity a dry run would write: (pod CIDR, service CIDR), and the
@@ -25,12 +25,11 @@ fn dry_run(kubeconfig: &std::path::Path) -> (String, String, String) {
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_cidr_comes_from_the_controller_manager_kubeadm_kube_proxy_or_the_nodes() -> Result<()>
 {
-    let mut spec = ClusterSpec::new("cidrs", 1);
-    spec.nodes = 2;
-    let testbed = Testbed::start(vec![spec]).await?;
-    let cluster = &testbed.clusters()[0];
-    let kubeconfig = cluster.kubeconfig_path();
-    let client = cluster.client().await?;
+    // Only kwok nodes: the pod CIDRs are theirs alone.
+    let mut spec = spec("cidrs", 1, 2);
+    spec.agent_bin_dir = None;
+    let one = One::start(spec).await?;
+    let (kubeconfig, client) = (one.cluster().kubeconfig_path(), one.client.clone());
 
     // Nothing but the nodes: the smallest network holding their /24s. The
     // service CIDR comes from the ServiceCIDR API.

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use liqo_api::clusterset::{ServiceExport, ServiceImport};
+use liqo_e2e::fixture::{One, spec};
 use liqo_e2e::wait_for;
-use liqo_testbed::{ClusterSpec, Testbed};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -51,12 +51,8 @@ async fn condition(
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_imports_what_it_exports_and_says_why_an_export_is_not_valid() -> Result<()> {
-    let mut spec = ClusterSpec::new("home", 1);
-    spec.nodes = 1;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![spec]).await?;
-    let cluster = testbed.cluster("home");
-    let client = cluster.client().await?;
+    let home = One::start(spec("home", 1, 1)).await?;
+    let (cluster, client) = (home.cluster(), home.client.clone());
     liqo_e2e::install(cluster, "home-1", "10.201.0.0/16", &[]).success();
 
     for ns in ["shop", "liqo-tenant-evil"] {

@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use liqo_e2e::fixture::{One, spec};
 use liqo_e2e::netns::{NetNs, Process, link};
 use liqo_e2e::{Run, liqoctl};
-use liqo_testbed::{ClusterSpec, Testbed};
 use serde_json::Value;
 
 /// The clusters that `discover` printed, by cluster ID.
@@ -286,14 +286,6 @@ async fn dns_server(origin: &str, records: &str) -> Result<SocketAddr> {
     Ok(addr)
 }
 
-/// A testbed cluster of one node, running this build's agents.
-async fn one_cluster(name: &str, index: u8) -> Result<Testbed> {
-    let mut spec = ClusterSpec::new(name, index);
-    spec.nodes = 1;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    Ok(Testbed::start(vec![spec]).await?)
-}
-
 /// `liqoctl`, blocking this runtime thread only (the DNS server runs on
 /// the other).
 fn liqoctl_here(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
@@ -302,8 +294,8 @@ fn liqoctl_here(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_records_generated_from_a_cluster_are_found_by_discover() -> Result<()> {
-    let testbed = one_cluster("dns", 1).await?;
-    let cluster = testbed.cluster("dns");
+    let one = One::start(spec("dns", 1, 1)).await?;
+    let cluster = one.cluster();
     let kubeconfig = cluster.kubeconfig_path();
 
     // Not installed yet: nothing to describe.
@@ -502,8 +494,8 @@ fn relay(ns: &NetNs, listen: SocketAddr, to: SocketAddr) -> Result<()> {
 /// cluster's identity and re-announces it when the identity changes.
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_agent_announces_the_identity_and_follows_it() -> Result<()> {
-    let testbed = one_cluster("lan", 2).await?;
-    let cluster = testbed.cluster("lan");
+    let one = One::start(spec("lan", 2, 1)).await?;
+    let cluster = one.cluster();
     let install = |labels: &str| {
         tokio::task::block_in_place(|| {
             liqo_e2e::install(cluster, "lan-cluster-1", "10.202.0.0/16", &[labels])

@@ -9,8 +9,9 @@ use anyhow::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams};
 use liqo_api::names;
+use liqo_e2e::fixture::{One, spec};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
+use liqo_testbed::{Cluster, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT};
 
 /// The gateway's own answer to `/readyz`, asked directly on its pod IP so
 /// that it does not lag behind the kubelet's probe period.
@@ -28,12 +29,9 @@ async fn wait_readyz(http: &reqwest::Client, url: &str, want: u16, why: &str) ->
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_converges_across_api_restarts_and_identity_deletion() -> Result<()> {
-    let mut spec = ClusterSpec::new("gw", 1);
-    spec.nodes = 1;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let mut testbed = Testbed::start(vec![spec]).await?;
-    let kubeconfig = testbed.cluster("gw").kubeconfig_path().to_owned();
-    let client = testbed.cluster("gw").client().await?;
+    let mut gw = One::start(spec("gw", 1, 1)).await?;
+    let kubeconfig = gw.cluster().kubeconfig_path().to_owned();
+    let client = gw.client.clone();
     let selector = format!("--node-selector={HOST_PROCESS_LABEL}=true");
     let toleration = format!("--toleration={HOST_PROCESS_TAINT}=true:NoSchedule");
     let install = [
@@ -66,11 +64,11 @@ async fn gateway_converges_across_api_restarts_and_identity_deletion() -> Result
         Some(200),
         "not ready after install"
     );
-    let pids = gateway_pids(&testbed);
+    let pids = gateway_pids(gw.cluster());
     assert_eq!(pids.len(), 1, "{pids:?}");
 
     // The API server goes away: what the gateway knows is no longer current.
-    testbed.clusters_mut()[0].stop_apiserver().await?;
+    gw.cluster_mut().stop_apiserver().await?;
     wait_readyz(
         &http,
         &url,
@@ -79,7 +77,7 @@ async fn gateway_converges_across_api_restarts_and_identity_deletion() -> Result
     )
     .await?;
     // It comes back at the same address: ready again, by itself.
-    testbed.clusters_mut()[0].start_apiserver().await?;
+    gw.cluster_mut().start_apiserver().await?;
     wait_readyz(
         &http,
         &url,
@@ -88,7 +86,7 @@ async fn gateway_converges_across_api_restarts_and_identity_deletion() -> Result
     )
     .await?;
     // Twice, to show the first recovery left nothing behind.
-    testbed.clusters_mut()[0].restart_apiserver().await?;
+    gw.cluster_mut().restart_apiserver().await?;
     wait_readyz(
         &http,
         &url,
@@ -120,7 +118,7 @@ async fn gateway_converges_across_api_restarts_and_identity_deletion() -> Result
     )
     .await?;
     // Deleted while the API is down, recreated once it is back.
-    testbed.clusters_mut()[0].restart_apiserver().await?;
+    gw.cluster_mut().restart_apiserver().await?;
     liqoctl(Some(&kubeconfig), &install).success();
     wait_readyz(
         &http,
@@ -131,19 +129,23 @@ async fn gateway_converges_across_api_restarts_and_identity_deletion() -> Result
     .await?;
 
     // It converged: the same process throughout, never restarted.
-    assert_eq!(gateway_pids(&testbed), pids, "the gateway was restarted");
+    assert_eq!(
+        gateway_pids(gw.cluster()),
+        pids,
+        "the gateway was restarted"
+    );
     let pod = pods.get(&pod_name).await?;
     let restarts = pod
         .status
         .and_then(|s| s.container_statuses)
         .map(|cs| cs.iter().map(|c| c.restart_count).sum::<i32>());
     assert_eq!(restarts, Some(0));
-    testbed.stop();
+    gw.stop();
     Ok(())
 }
 
-fn gateway_pids(testbed: &Testbed) -> Vec<u32> {
-    liqo_testbed::agent_processes(testbed.cluster("gw").dir())
+fn gateway_pids(cluster: &Cluster) -> Vec<u32> {
+    liqo_testbed::agent_processes(cluster.dir())
         .iter()
         .filter(|p| p.name.contains("gateway"))
         .map(|p| p.pid)

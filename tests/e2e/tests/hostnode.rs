@@ -24,10 +24,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use liqo_e2e::fixture::pod::ready;
+use liqo_e2e::fixture::{One, spec};
 use liqo_e2e::{process_running, wait_for};
-use liqo_testbed::{
-    Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, KWOK_ANNOTATION, Testbed,
-};
+use liqo_testbed::{Cluster, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, KWOK_ANNOTATION};
 use serde_json::json;
 
 use crate::hostnode_failures::fails_like_a_kubelet;
@@ -597,13 +596,12 @@ async fn agent_lifecycle(cluster: &Cluster, gate: &Path) -> Result<Vec<u32>> {
 async fn host_node_runs_agent_pods_as_processes() -> Result<()> {
     let bin = liqo_e2e::ScriptDir::new("hostnode", &[("test-agent", AGENT)])?;
     let gate = bin.0.join("go");
-    let mut spec = ClusterSpec::new("hostnode", 7);
-    spec.nodes = 1;
+    let mut spec = spec("hostnode", 7, 1);
     spec.agent_bin_dir = Some(bin.0.clone());
     spec.host_images
         .insert(AGENT_IMAGE.to_owned(), "test-agent".to_owned());
-    let testbed = Testbed::start(vec![spec]).await?;
-    let cluster = &testbed.clusters()[0];
+    let one = One::start(spec).await?;
+    let cluster = one.cluster();
 
     let result = async {
         host_node_is_registered(cluster).await?;
@@ -619,7 +617,7 @@ async fn host_node_runs_agent_pods_as_processes() -> Result<()> {
         }
     };
 
-    testbed.stop();
+    one.stop();
     for pid in pids {
         assert!(!process_running(pid), "agent {pid} outlived the cluster");
     }

@@ -10,7 +10,7 @@ use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 use liqo_api::names;
-use liqo_testbed::{ClusterSpec, Testbed};
+use liqo_e2e::fixture::{One, spec};
 
 /// The registry the test names the images under; its gateway image stands
 /// for a binary that is not there until the test "loads" it.
@@ -36,16 +36,14 @@ async fn gateway_image(client: &kube::Client) -> Result<(String, String)> {
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_the_nodes_cannot_pull_is_told_and_loading_it_resumes_the_install() -> Result<()> {
     let bin = tempfile::tempdir()?;
-    let mut spec = ClusterSpec::new("images", 1);
-    spec.nodes = 0;
+    let mut spec = spec("images", 1, 0);
     spec.agent_bin_dir = Some(bin.path().to_owned());
     spec.host_images = BTreeMap::from([(
         format!("{REGISTRY}/{}", liqo_api::images::GATEWAY),
         LATE_BINARY.to_owned(),
     )]);
-    let testbed = Testbed::start(vec![spec]).await?;
-    let cluster = &testbed.clusters()[0];
-    let client = cluster.client().await?;
+    let one = One::start(spec).await?;
+    let (cluster, client) = (one.cluster(), one.client.clone());
     let install = |extra: &[&str]| liqo_e2e::install(cluster, "images-1", "10.210.0.0/16", extra);
     let registry = format!("--image-registry={REGISTRY}/");
     let flags = [registry.as_str(), "--image-tag=0.1.0"];

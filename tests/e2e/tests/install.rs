@@ -16,35 +16,29 @@ use kube::discovery::{Discovery, verbs};
 use liqo_api::core::ForeignCluster;
 use liqo_api::names;
 use liqo_api::offloading::NamespaceOffloading;
+use liqo_e2e::fixture::{One, spec};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
+use liqo_testbed::{Cluster, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT};
 use serde_json::json;
 
 /// A cluster of its own for one test, `home`, and how the test installs
 /// liqo there ([`install_args`]). Prints the agents' logs if the test
 /// fails while it is alive.
 struct Home {
-    testbed: Testbed,
-    client: kube::Client,
+    one: One,
     install: Vec<String>,
 }
 
 impl Home {
     async fn start() -> Result<Self> {
-        let mut spec = ClusterSpec::new("home", 1);
-        spec.nodes = 1;
-        spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-        let testbed = Testbed::start(vec![spec]).await?;
-        let client = testbed.cluster("home").client().await?;
         Ok(Self {
-            testbed,
-            client,
+            one: One::start(spec("home", 1, 1)).await?,
             install: install_args(),
         })
     }
 
     fn cluster(&self) -> &Cluster {
-        self.testbed.cluster("home")
+        self.one.cluster()
     }
 
     /// The install command's arguments.
@@ -211,7 +205,7 @@ fn assert_holds(text: &str, want: &str) {
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it() -> Result<()> {
     let home = Home::start().await?;
-    let (cluster, client, install) = (home.cluster(), &home.client, home.install());
+    let (cluster, client, install) = (home.cluster(), &home.one.client, home.install());
     let kubeconfig = cluster.kubeconfig_path();
 
     // A dry run prints the objects and creates none of them.
@@ -355,7 +349,7 @@ async fn install_runs_the_gateway_with_the_rights_it_needs_and_info_reports_it()
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installing_again_changes_nothing_and_a_conflicting_cluster_id_is_refused() -> Result<()> {
     let home = Home::start().await?;
-    let (cluster, client, install) = (home.cluster(), &home.client, home.install());
+    let (cluster, client, install) = (home.cluster(), &home.one.client, home.install());
     let kubeconfig = cluster.kubeconfig_path();
 
     liqoctl(Some(kubeconfig), &install).success();
@@ -415,7 +409,7 @@ async fn installing_again_changes_nothing_and_a_conflicting_cluster_id_is_refuse
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_refuses_while_in_use_and_otherwise_leaves_nothing() -> Result<()> {
     let home = Home::start().await?;
-    let (cluster, client, install) = (home.cluster(), &home.client, home.install());
+    let (cluster, client, install) = (home.cluster(), &home.one.client, home.install());
     let kubeconfig = cluster.kubeconfig_path();
 
     liqoctl(Some(kubeconfig), &install).success();
@@ -589,7 +583,7 @@ async fn uninstall_tries_a_failed_crd_removal_again(
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_shares_the_multicluster_services_crds() -> Result<()> {
     let home = Home::start().await?;
-    let (cluster, client, install) = (home.cluster(), &home.client, home.install());
+    let (cluster, client, install) = (home.cluster(), &home.one.client, home.install());
     let kubeconfig = cluster.kubeconfig_path();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     const EXPORTS: &str = "serviceexports.multicluster.x-k8s.io";

@@ -20,9 +20,9 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::peering;
-use liqo_e2e::fixture::WAIT;
 use liqo_e2e::fixture::pod::running;
-use liqo_e2e::{liqoctl, wait_for};
+use liqo_e2e::fixture::{PROVIDER_ID, Pair, Stage, WAIT, spec};
+use liqo_e2e::wait_for;
 use serde_json::json;
 
 /// The label the virtual kubelet puts on remote ReplicaSets and pods.
@@ -40,39 +40,17 @@ const SCALE_WAIT: Duration = Duration::from_secs(600);
 /// and the provider's clients and the virtual node's name.
 async fn peered_and_offloaded()
 -> Result<(liqo_testbed::Testbed, kube::Client, kube::Client, String)> {
-    let bin = liqo_e2e::bin_dir();
-    let mut consumer = liqo_testbed::ClusterSpec::new("consumer", 1);
-    consumer.nodes = 1;
-    consumer.agent_bin_dir = Some(bin.clone());
-    let mut provider = liqo_testbed::ClusterSpec::new("provider", 2);
-    provider.nodes = 2;
+    let mut provider = spec("provider", 2, 2);
     provider.node_pods = 1000;
     provider.node_cpu = "64".to_owned();
     provider.node_memory = "256Gi".to_owned();
-    provider.agent_bin_dir = Some(bin);
-    let testbed = liqo_testbed::Testbed::start(vec![consumer, provider]).await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
-    liqo_e2e::install_and_peer(consumer, provider)?;
-    let local = consumer.client().await?;
-    let prov = provider.client().await?;
-    let node_name = peering::virtual_node(&ClusterId::new("provider-1")?);
-    let nodes: Api<Node> = Api::all(local.clone());
-    wait_for("the virtual node to be Ready", WAIT, || async {
-        Ok(node_ready(nodes.get_opt(&node_name).await?.as_ref()) == Some(true))
-    })
-    .await?;
-    Api::<Namespace>::all(local.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
-        )
-        .await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["offload", "namespace", NS, "--wait", "--timeout=60"],
-    )
-    .success();
+    let pair = Pair::with_specs(spec("consumer", 1, 1), provider, Stage::Offloaded(NS)).await?;
+    let Pair {
+        testbed,
+        consumer_client: local,
+        provider_client: prov,
+    } = pair;
+    let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
     let remote_namespaces: Api<Namespace> = Api::all(prov.clone());
     wait_for("the twin namespace", WAIT, || async {
         Ok(remote_namespaces.get_opt(TWIN).await?.is_some())

@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::Result;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use liqo_api::names;
+use liqo_e2e::fixture::{One, spec};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
+use liqo_testbed::{HOST_PROCESS_LABEL, HOST_PROCESS_TAINT};
 use serde_json::{Value, json};
 
 /// The field manager of the foreign objects: somebody who is not liqoctl.
@@ -278,12 +279,8 @@ fn install(kubeconfig: &std::path::Path) -> liqo_e2e::Run {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_refuses_and_uninstall_leaves_what_liqoctl_did_not_create() -> Result<()> {
-    let mut spec = ClusterSpec::new("owner", 1);
-    spec.nodes = 1;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![spec]).await?;
-    let cluster = testbed.cluster("owner");
-    let client = cluster.client().await?;
+    let owner = One::start(spec("owner", 1, 1)).await?;
+    let (cluster, client) = (owner.cluster(), owner.client.clone());
     let kubeconfig = cluster.kubeconfig_path();
     let ours_crd = crd(
         "foreignclusters.liqo.io",
@@ -412,6 +409,6 @@ async fn install_refuses_and_uninstall_leaves_what_liqoctl_did_not_create() -> R
         cluster_role.owner_view(&client).await?.is_some(),
         "the foreign ClusterRole was deleted"
     );
-    testbed.stop();
+    owner.stop();
     Ok(())
 }

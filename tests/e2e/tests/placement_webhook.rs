@@ -23,9 +23,8 @@ use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
-use liqo_e2e::fixture::WAIT;
+use liqo_e2e::fixture::{Pair, Stage, WAIT, spec};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{ClusterSpec, Testbed};
 use serde_json::json;
 
 fn pod(name: &str) -> Pod {
@@ -91,16 +90,10 @@ async fn placement_ca(client: &kube::Client) -> Result<Option<String>> {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Result<()> {
-    let mut consumer_spec = ClusterSpec::new("consumer", 1);
-    consumer_spec.nodes = 1;
-    consumer_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let mut consumer_spec = spec("consumer", 1, 1);
     consumer_spec.without_mutating_admission_policy = true;
-    let mut provider_spec = ClusterSpec::new("provider", 2);
-    provider_spec.nodes = 1;
-    provider_spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![consumer_spec, provider_spec]).await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
+    let pair = Pair::with_specs(consumer_spec, spec("provider", 2, 1), Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     // Nothing installed yet: a dry run prints a webhook whose CA was made
     // for that print (its key is never printed), and says so.
     let throwaway = "made for this print only";

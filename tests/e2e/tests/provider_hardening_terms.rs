@@ -12,8 +12,9 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, PostParams};
 use liqo_api::shares::SHARE_QUOTA;
 use liqo_e2e::fixture::WAIT;
+use liqo_e2e::fixture::{self, spec};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{ClusterSpec, Testbed};
+use liqo_testbed::Testbed;
 use serde_json::json;
 
 use crate::provider_hardening::{
@@ -26,14 +27,12 @@ use crate::provider_hardening::{
 /// consumers peer with it. Returns the testbed, the provider's client, and
 /// the credentials of consumer-1 and consumer-2 on the provider.
 async fn two_consumers() -> Result<(Testbed, kube::Client, kube::Client, kube::Client)> {
-    let mut specs = Vec::new();
-    for (name, index, nodes) in [("consumer", 1, 1), ("lab", 3, 1), ("provider", 2, 2)] {
-        let mut spec = ClusterSpec::new(name, index);
-        spec.nodes = nodes;
-        spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-        specs.push(spec);
-    }
-    let testbed = Testbed::start(specs).await?;
+    let specs = vec![
+        spec("consumer", 1, 1),
+        spec("lab", 3, 1),
+        spec("provider", 2, 2),
+    ];
+    let testbed = fixture::start(specs).await?;
     let consumer = testbed.cluster("consumer");
     let lab = testbed.cluster("lab");
     let provider = testbed.cluster("provider");

@@ -14,8 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, PostParams};
 use liqo_e2e::fixture::WAIT;
 use liqo_e2e::fixture::pod::running;
+use liqo_e2e::fixture::{One, real_node_spec};
 use liqo_e2e::wait_for;
-use liqo_testbed::{Cluster, ClusterSpec, TOOLBOX_IMAGE, Testbed};
+use liqo_testbed::{Cluster, TOOLBOX_IMAGE};
 use serde_json::json;
 
 /// Longer than the kubelet's request timeouts and its connections' health
@@ -76,14 +77,10 @@ async fn node_works_again(cluster: &Cluster, fault: &str, old: &str, new: &str) 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_node_reaches_its_api_server_again_after_a_pause_a_stop_and_a_restart() -> Result<()>
 {
-    let mut spec = ClusterSpec::new("faults", 1);
-    spec.nodes = 0;
-    spec.real_node = true;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let mut testbed = Testbed::start(vec![spec]).await?;
+    let mut faults = One::start(real_node_spec("faults", 1)).await?;
     {
-        let cluster = &testbed.clusters()[0];
-        let pods: Api<Pod> = Api::namespaced(cluster.client().await?, "default");
+        let cluster = faults.cluster();
+        let pods: Api<Pod> = Api::namespaced(faults.client.clone(), "default");
         pods.create(&PostParams::default(), &sleeper("first")?)
             .await?;
         wait_for("the first pod to run", WAIT, || async {
@@ -97,7 +94,7 @@ async fn a_real_node_reaches_its_api_server_again_after_a_pause_a_stop_and_a_res
         .await?;
     }
 
-    let cluster = testbed.clusters_mut().first_mut().context("one cluster")?;
+    let cluster = faults.cluster_mut();
     cluster.pause_apiserver()?;
     tokio::time::sleep(PAUSE).await;
     cluster.resume_apiserver()?;

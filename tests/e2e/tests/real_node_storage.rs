@@ -14,8 +14,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use liqo_e2e::fixture::WAIT;
 use liqo_e2e::fixture::pod::{phase, running};
+use liqo_e2e::fixture::{One, real_node_spec};
 use liqo_e2e::wait_for;
-use liqo_testbed::{ClusterSpec, TOOLBOX_IMAGE, Testbed, storage};
+use liqo_testbed::{TOOLBOX_IMAGE, storage};
 use serde_json::json;
 
 const CLAIM: &str = "data";
@@ -55,13 +56,8 @@ async fn deleted(pods: &Api<Pod>, name: &str) -> Result<()> {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_with_no_class_gets_a_local_path_volume_that_outlives_its_pods() -> Result<()> {
-    let mut spec = ClusterSpec::new("storage", 1);
-    spec.nodes = 0;
-    spec.real_node = true;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    let testbed = Testbed::start(vec![spec]).await?;
-    let cluster = &testbed.clusters()[0];
-    let client = cluster.client().await?;
+    let one = One::start(real_node_spec("storage", 1)).await?;
+    let (cluster, client) = (one.cluster(), one.client.clone());
     let folder = cluster
         .storage_dir()
         .context("a real-node cluster has a storage folder")?;

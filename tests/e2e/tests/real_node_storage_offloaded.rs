@@ -15,8 +15,9 @@ use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use liqo_e2e::fixture::pod::running;
+use liqo_e2e::fixture::{Pair, Stage, real_node_spec};
 use liqo_e2e::{Run, liqoctl, run, wait_for};
-use liqo_testbed::{Cluster, ClusterSpec, TOOLBOX_IMAGE, Testbed, Toolchain};
+use liqo_testbed::{Cluster, ClusterSpec, TOOLBOX_IMAGE, Toolchain};
 use serde_json::json;
 
 const NS: &str = "db";
@@ -24,10 +25,7 @@ const LOCAL_NS: &str = "mixed";
 const WAIT: std::time::Duration = std::time::Duration::from_secs(180);
 
 fn spec(name: &str, index: u8) -> ClusterSpec {
-    let mut spec = ClusterSpec::new(name, index);
-    spec.nodes = 0;
-    spec.real_node = true;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let mut spec = real_node_spec(name, index);
     spec.pod_cidr = "10.200.0.0/16".to_owned();
     spec
 }
@@ -138,9 +136,9 @@ async fn warnings(home: &kube::Client, ns: &str, claim: &str) -> Result<Vec<Stri
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> {
-    let testbed = Testbed::start(vec![spec("home", 1), spec("foreign", 2)]).await?;
-    let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
-    let (hc, fc) = (home.client().await?, foreign.client().await?);
+    let pair = Pair::with_specs(spec("home", 1), spec("foreign", 2), Stage::Started).await?;
+    let (home, foreign) = (pair.consumer(), pair.provider());
+    let (hc, fc) = (pair.consumer_client.clone(), pair.provider_client.clone());
     for (cluster, id) in [(home, "home-1"), (foreign, "foreign-1")] {
         let id = format!("--cluster-id={id}");
         let cidr = format!("--pod-cidr={}", cluster.spec().pod_cidr);

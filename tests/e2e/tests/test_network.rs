@@ -14,8 +14,9 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::api::{Api, ListParams};
 use liqo_api::names;
 use liqo_api::networking::Connection;
+use liqo_e2e::fixture::{self, Pair, Stage};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{ClusterSpec, HOST_PROCESS_TAINT, Testbed};
+use liqo_testbed::{ClusterSpec, HOST_PROCESS_TAINT};
 
 /// Both clusters' pods: each sees the other's under the remap pool's
 /// first /16.
@@ -24,13 +25,11 @@ const SEEN_AS: &str = "100.64.";
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 fn spec(name: &str, index: u8) -> ClusterSpec {
-    let mut spec = ClusterSpec::new(name, index);
     // The provider's offloaded pods must run for real: no kwok node for
     // the scheduler to pick instead of the host-process node.
-    spec.nodes = 0;
+    let mut spec = fixture::spec(name, index, 0);
     spec.pod_cidr = POD_CIDR.to_owned();
     spec.pod_network = true;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
     spec
 }
 
@@ -48,9 +47,8 @@ async fn test_namespaces(client: &kube::Client) -> Result<Vec<String>> {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_network_crosses_both_ways_and_tells_where_it_breaks() -> Result<()> {
-    let testbed = Testbed::start(vec![spec("consumer", 1), spec("provider", 2)]).await?;
-    let consumer = &testbed.clusters()[0];
-    let provider = &testbed.clusters()[1];
+    let pair = Pair::with_specs(spec("consumer", 1), spec("provider", 2), Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     liqo_e2e::install(consumer, "consumer-1", POD_CIDR, &[]).success();
     liqo_e2e::install(
         provider,

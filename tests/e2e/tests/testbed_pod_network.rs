@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::api::{Api, DeleteParams, PostParams};
+use liqo_e2e::fixture;
 use liqo_e2e::fixture::pod;
 use liqo_e2e::wait_for;
 use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
@@ -47,8 +48,7 @@ exit "${CODE:-0}"
 "#;
 
 fn spec(name: &str, index: u8, bin_dir: &Path) -> ClusterSpec {
-    let mut spec = ClusterSpec::new(name, index);
-    spec.nodes = 1;
+    let mut spec = fixture::spec(name, index, 1);
     spec.agent_bin_dir = Some(bin_dir.to_owned());
     spec.pod_network = true;
     spec.host_images.extend([
@@ -228,7 +228,7 @@ async fn pods_get_namespaces_addresses_services_and_an_internet() -> Result<()> 
     // it. (Our pid in place of a port: two runs of this test at once.)
     let stale = format!("lqtb-{}-{}-node", dead_pid()?, std::process::id());
     liqo_e2e::netns::ip(&["netns", "add", &stale])?;
-    let testbed = Testbed::start(vec![spec("a", 1, &bin.0), spec("b", 2, &bin.0)]).await?;
+    let testbed = fixture::start(vec![spec("a", 1, &bin.0), spec("b", 2, &bin.0)]).await?;
     let left = Path::new("/run/netns").join(&stale).exists();
     if left {
         let _ = liqo_e2e::netns::ip(&["netns", "del", &stale]);

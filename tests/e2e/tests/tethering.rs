@@ -21,7 +21,7 @@ use kube::api::{Api, ListParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
 use liqo_e2e::fixture::pod::running;
-use liqo_e2e::fixture::{CONSUMER_ID, PROVIDER_ID, Pair, Stage, WAIT};
+use liqo_e2e::fixture::{self, CONSUMER_ID, PROVIDER_ID, Pair, Stage, WAIT, spec};
 use liqo_e2e::refusal::{Refusal, TEST_POLICIES, allow, refuse};
 use liqo_e2e::{liqoctl, wait_for};
 use serde_json::json;
@@ -374,14 +374,12 @@ async fn a_tether_failing_half_way_leaves_both_clusters_as_they_were() -> Result
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_that_provides_for_another_peer_is_not_tethered() -> Result<()> {
-    let mut laptop = liqo_testbed::ClusterSpec::new("laptop", 1);
-    let mut company = liqo_testbed::ClusterSpec::new("company", 2);
-    let mut other = liqo_testbed::ClusterSpec::new("other", 3);
-    for spec in [&mut laptop, &mut company, &mut other] {
-        spec.nodes = 1;
-        spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
-    }
-    let testbed = liqo_testbed::Testbed::start(vec![laptop, company, other]).await?;
+    let specs = vec![
+        spec("laptop", 1, 1),
+        spec("company", 2, 1),
+        spec("other", 3, 1),
+    ];
+    let testbed = fixture::start(specs).await?;
     let [laptop, company, other] = [0, 1, 2].map(|i| &testbed.clusters()[i]);
     for (cluster, id, cidr) in [
         (laptop, "laptop-1", "10.201.0.0/16"),

@@ -29,8 +29,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use liqo_api::core::ForeignCluster;
 use liqo_api::names;
+use liqo_e2e::fixture::{self, spec};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{Cluster, ClusterSpec, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Pair, Testbed};
+use liqo_testbed::{Cluster, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Pair, Testbed};
 use serde_json::json;
 
 const CONSUMER_ID: &str = "vn-consumer";
@@ -45,16 +46,8 @@ const NOT_READY_WITHIN: Duration = Duration::from_secs(40);
 /// Two clusters of one kwok node each, with this build's agents; the
 /// consumer's agent logs are printed by [`finish`] if the test fails.
 async fn start() -> Result<Testbed> {
-    let bin = liqo_e2e::bin_dir();
-    let mut specs = Vec::new();
-    for (name, index) in [("vn-consumer", 1), ("vn-provider", 2)] {
-        let mut spec = ClusterSpec::new(name, index);
-        spec.nodes = 1;
-        // The provider runs its gateway too, for install to complete.
-        spec.agent_bin_dir = Some(bin.clone());
-        specs.push(spec);
-    }
-    Ok(Testbed::start(specs).await?)
+    // The provider runs its gateway too, for install to complete.
+    fixture::start(vec![spec("vn-consumer", 1, 1), spec("vn-provider", 2, 1)]).await
 }
 
 /// Prints the consumer's agent logs if `result` is a failure, and stops

@@ -28,10 +28,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams, PostParams};
-use liqo_e2e::fixture::WAIT;
 use liqo_e2e::fixture::pod::ready;
+use liqo_e2e::fixture::{Pair, Stage, WAIT, real_node_spec};
 use liqo_e2e::{Run, liqoctl, run, snapshot, wait_for};
-use liqo_testbed::{Cluster, ClusterSpec, TOOLBOX_IMAGE, Testbed, Toolchain};
+use liqo_testbed::{Cluster, ClusterSpec, TOOLBOX_IMAGE, Toolchain};
 use serde_json::json;
 
 use mission::Mission;
@@ -44,11 +44,7 @@ const OFFLOADED: &str = "demo";
 const SHARED: &str = "shared";
 
 fn spec(name: &str, index: u8, pod_cidr: Option<&str>) -> ClusterSpec {
-    let mut spec = ClusterSpec::new(name, index);
-    // Every pod runs on the real node: no kwok node to pick instead.
-    spec.nodes = 0;
-    spec.real_node = true;
-    spec.agent_bin_dir = Some(liqo_e2e::bin_dir());
+    let mut spec = real_node_spec(name, index);
     spec.agent_images = shipped_images();
     if let Some(cidr) = pod_cidr {
         spec.pod_cidr = cidr.to_owned();
@@ -57,12 +53,12 @@ fn spec(name: &str, index: u8, pod_cidr: Option<&str>) -> ClusterSpec {
 }
 
 /// Two real-node clusters, `home` and `foreign`, with these pod CIDRs.
-async fn home_and_foreign(home: &str, foreign: &str) -> Result<Testbed> {
-    Ok(Testbed::start(vec![
+async fn home_and_foreign(home: &str, foreign: &str) -> Result<Pair> {
+    let (home, foreign) = (
         spec("home", 1, Some(home)),
         spec("foreign", 2, Some(foreign)),
-    ])
-    .await?)
+    );
+    Pair::with_specs(home, foreign, Stage::Started).await
 }
 
 fn path(p: &Path) -> Result<&str> {
@@ -71,8 +67,8 @@ fn path(p: &Path) -> Result<&str> {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mission_runs_on_real_nodes_with_disjoint_pod_cidrs() -> Result<()> {
-    let testbed = home_and_foreign("10.201.0.0/16", "10.202.0.0/16").await?;
-    let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
+    let pair = home_and_foreign("10.201.0.0/16", "10.202.0.0/16").await?;
+    let (home, foreign) = (pair.consumer(), pair.provider());
     // Another program of the foreign node holds the one port its tunnels
     // may use (the gateway pod is on the node's network): the first peer
     // is refused in one line and undone, and goes through once it is free.
@@ -134,8 +130,8 @@ fn udp_socket_in(netns: &str) -> Result<std::net::UdpSocket> {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mission_runs_on_real_nodes_with_identical_pod_cidrs_through_nat() -> Result<()> {
-    let testbed = home_and_foreign("10.200.0.0/16", "10.200.0.0/16").await?;
-    let (home, foreign) = (&testbed.clusters()[0], &testbed.clusters()[1]);
+    let pair = home_and_foreign("10.200.0.0/16", "10.200.0.0/16").await?;
+    let (home, foreign) = (pair.consumer(), pair.provider());
     let mission = Mission {
         home,
         foreign,
@@ -169,8 +165,8 @@ async fn the_mission_runs_on_real_nodes_with_identical_pod_cidrs_through_nat() -
 async fn on_real_nodes_a_missing_tun_device_or_image_is_told_in_one_line() -> Result<()> {
     let mut no_tun = spec("no-tun", 1, None);
     no_tun.real_node_without_tun = true;
-    let testbed = Testbed::start(vec![no_tun, spec("plain", 2, None)]).await?;
-    let (no_tun, plain) = (&testbed.clusters()[0], &testbed.clusters()[1]);
+    let pair = Pair::with_specs(no_tun, spec("plain", 2, None), Stage::Started).await?;
+    let (no_tun, plain) = (pair.consumer(), pair.provider());
 
     let refused =
         liqoctl(Some(no_tun.kubeconfig_path()), &["install", "--timeout=90"]).user_error(7);
