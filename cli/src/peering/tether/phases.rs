@@ -273,14 +273,8 @@ impl Phase {
 
     /// Removes the phase's part, by name; returns what its step says.
     async fn remove(self, tether: &Tether<'_>, taken: &mut TakenBack) -> anyhow::Result<String> {
-        let Tether {
-            tethered,
-            tethered_id,
-            anchor,
-            deadline,
-            timeout,
-            ..
-        } = tether;
+        let (tethered, tethered_id) = (tether.tethered, tether.tethered_id);
+        let anchor = &tether.anchor;
         let anchor_cluster = anchor.cluster_id();
         match self {
             Self::Policy => {
@@ -311,7 +305,8 @@ impl Phase {
             }
             Self::HandOver => {
                 let (namespaces, moved) =
-                    super::take_back(tethered, anchor_cluster, *deadline, *timeout).await?;
+                    super::take_back(tethered, anchor_cluster, tether.deadline, tether.timeout)
+                        .await?;
                 let said = format!("{}; {moved} pods restarted here", namespaces.join(", "));
                 taken.namespaces = namespaces;
                 Ok(said)
