@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Packages first (a C compiler for jemalloc, among others); then the test
-# clusters' binaries build from their Go modules (about 11 minutes on a new
+# clusters' binaries build from their Go modules (minutes on a new
 # machine, nothing once cached) while cargo builds ours: each build alone
 # leaves part of the machine idle (downloads, links). The lints run beside
 # the end-to-end tests, which mostly wait on API servers and timers, at the
