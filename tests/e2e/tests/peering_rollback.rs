@@ -21,6 +21,20 @@ use liqo_e2e::{Run, liqoctl, wait_for};
 use liqo_testbed::Cluster;
 use serde_json::json;
 
+/// `liqoctl peer` with the provider's kubeconfig `remote`, asking a small
+/// grant.
+fn peer_args(remote: &str) -> [&str; 7] {
+    [
+        "peer",
+        "--remote-kubeconfig",
+        remote,
+        "--cpu=2",
+        "--memory=1Gi",
+        "--pods=10",
+        "--timeout=90",
+    ]
+}
+
 /// Waits until no namespace is terminating: a rolled-back tenant
 /// namespace takes the namespace controller a while.
 async fn no_terminating_namespace(client: &kube::Client) -> Result<()> {
@@ -80,19 +94,10 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
     let remote = provider.kubeconfig_path().to_str().context("path")?;
     let consumer_id = ClusterId::new("consumer-1")?;
     let provider_id = ClusterId::new("provider-1")?;
-    let tenant_ns = peering::tenant_namespace(&consumer_id);
     let vk = peering::virtual_kubelet(&provider_id);
     let secret = peering::identity_secret(&provider_id);
     let csr = format!("liqo-peer-{consumer_id}");
-    let peer_args = [
-        "peer",
-        "--remote-kubeconfig",
-        remote,
-        "--cpu=2",
-        "--memory=1Gi",
-        "--pods=10",
-        "--timeout=90",
-    ];
+    let peer_args = peer_args(remote);
 
     struct Case {
         step: &'static str,
@@ -191,9 +196,30 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
         timings.push((case.step, peer_took, started.elapsed()));
     }
 
-    // The virtual kubelet cannot start: its pods are refused. Everything
-    // else is in place, so the timeout is not rolled back, and the same
-    // command finishes the job once the pods are allowed.
+    for (step, peer, total) in timings {
+        eprintln!("{step}: peer {peer:.1?}, case {total:.1?}");
+    }
+    drop(pair);
+    Ok(())
+}
+
+/// The virtual kubelet cannot start: its pods are refused. Everything
+/// else is in place, so the timeout is not rolled back, and the same
+/// command finishes the job once the pods are allowed; with nothing
+/// refused, unpeer then leaves both clusters as they were.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_node_late_is_kept_and_the_same_peer_resumes() -> Result<()> {
+    let pair = Pair::with_nodes(1, 1, Stage::Installed).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let consumer_client = consumer.client().await?;
+    let provider_client = provider.client().await?;
+    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    let consumer_id = ClusterId::new("consumer-1")?;
+    let provider_id = ClusterId::new("provider-1")?;
+    let tenant_ns = peering::tenant_namespace(&consumer_id);
+    let vk = peering::virtual_kubelet(&provider_id);
+    let secret = peering::identity_secret(&provider_id);
+    let peer_args = peer_args(remote);
     let before = pair.holdings().await?;
     let started = Instant::now();
     refuse(
@@ -251,11 +277,10 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
         .get(&peering::virtual_node(&provider_id))
         .await?;
     assert!(node.status.is_some());
-    timings.push((
-        "virtual node timeout, then resumed",
-        resume_took,
-        started.elapsed(),
-    ));
+    eprintln!(
+        "virtual node timeout, then resumed: peer {resume_took:.1?}, case {:.1?}",
+        started.elapsed()
+    );
 
     // With nothing refused, unpeer leaves both clusters as they were.
     liqoctl(
@@ -275,9 +300,6 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
             .any(|o| o.contains(&tenant_ns)),
         "the tenant namespace is left"
     );
-    for (step, peer, total) in timings {
-        eprintln!("{step}: peer {peer:.1?}, case {total:.1?}");
-    }
     drop(pair);
     Ok(())
 }
