@@ -275,14 +275,15 @@ async fn peer_with_a_token_then_unpeer_from_the_consumer_leaves_both_clusters_as
     Ok(())
 }
 
+/// A token that cannot be used is refused before anything is written,
+/// each with one line: damaged, asked to expire too soon, for the provider
+/// itself, for another consumer, expired.
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Result<()> {
+async fn a_token_that_cannot_be_used_is_refused_before_anything_is_written() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
-    let provider_client = pair.provider_client.clone();
+    let provider = pair.provider();
     let dir = tempfile::tempdir()?;
 
-    // Refused before anything is written, each with one line.
     let out = pair
         .on_consumer(&["peer", "--token", "liqo-token-v1.AAAA"])
         .user_error(2);
@@ -315,11 +316,21 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
         .user_error(6);
     assert!(out.error_line().contains("expired"), "{}", out.stderr);
 
+    Ok(())
+}
+
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Result<()> {
+    let pair = Pair::at(Stage::Installed).await?;
+    let provider = pair.provider();
+    let provider_client = pair.provider_client.clone();
+    let dir = tempfile::tempdir()?;
+
     // The token under test: two uses, bound to nobody.
     let text = generate(provider, &["--uses=2", "--pods=5"]);
     let held = PeeringToken::decode(&text)?;
     assert_eq!(held.tenants.len(), 2);
-    let (first, second) = (&held.tenants[0].id, &held.tenants[1].id);
+    let first = &held.tenants[0].id;
     let boot = bootstrap_client(&held, None)?;
     let in_liqo =
         |c: &kube::Client| -> Api<Secret> { Api::namespaced(c.clone(), names::NAMESPACE) };
@@ -511,6 +522,24 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
         claim.metadata.labels.unwrap_or_default()[names::labels::PEER_CLUSTER_ID],
         "consumer-1"
     );
+
+    Ok(())
+}
+
+/// Revoked, a token stops working and its unclaimed tenants go, while
+/// the peering made with it stays; a tenancy the provider ends alone
+/// leaves the consumer a dead credential, which it cleans up told why.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_and_an_ended_tenancy_are_told_apart() -> Result<()> {
+    let pair = Pair::at(Stage::Installed).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let provider_client = pair.provider_client.clone();
+    let dir = tempfile::tempdir()?;
+    let text = generate(provider, &["--uses=2", "--pods=5"]);
+    let held = PeeringToken::decode(&text)?;
+    let (first, second) = (&held.tenants[0].id, &held.tenants[1].id);
+    let path = save(&dir, "token", &text)?;
+    pair.on_consumer(&["peer", "--token-file", &path]).success();
 
     // Revoked: the bootstrap stops working, the unclaimed tenant goes,
     // the peering made with it stays.
