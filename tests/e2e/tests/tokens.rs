@@ -319,12 +319,13 @@ async fn a_token_that_cannot_be_used_is_refused_before_anything_is_written() -> 
     Ok(())
 }
 
+/// With a token's bootstrap credential, its holder can claim the token's
+/// tenants and do nothing else on the provider.
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Result<()> {
+async fn a_tokens_holder_can_do_nothing_but_claim_its_tenants() -> Result<()> {
     let pair = Pair::at(Stage::Installed).await?;
     let provider = pair.provider();
     let provider_client = pair.provider_client.clone();
-    let dir = tempfile::tempdir()?;
 
     // The token under test: two uses, bound to nobody.
     let text = generate(provider, &["--uses=2", "--pods=5"]);
@@ -485,6 +486,26 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
         &[403],
     );
 
+    Ok(())
+}
+
+/// A tenant claimed with a token cannot be claimed again, nor its
+/// credential minted by another holder of the token. Revoked, the token
+/// stops working and its unclaimed tenants go, while the peering made
+/// with it stays; a tenancy the provider ends alone
+/// leaves the consumer a dead credential, which it cleans up told why.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_tenant_is_its_consumers_alone_until_revoked_or_ended() -> Result<()> {
+    let pair = Pair::at(Stage::Installed).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let provider_client = pair.provider_client.clone();
+    let dir = tempfile::tempdir()?;
+    let text = generate(provider, &["--uses=2", "--pods=5"]);
+    let held = PeeringToken::decode(&text)?;
+    let (first, second) = (&held.tenants[0].id, &held.tenants[1].id);
+    let boot = bootstrap_client(&held, None)?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(boot.clone(), names::NAMESPACE);
+
     // The legitimate use: the consumer takes the first tenant.
     let path = save(&dir, "token", &text)?;
     pair.on_consumer(&["peer", "--token-file", &path]).success();
@@ -492,7 +513,7 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
     // minted again by another holder of the token: the UID is unknown.
     refused(
         "claiming the taken tenant again",
-        in_liqo(&boot)
+        Api::<Secret>::namespaced(boot.clone(), names::NAMESPACE)
             .create(
                 &PostParams::default(),
                 &secret(&objects::claim(&held.id, first), token::CLAIM_SECRET_TYPE),
@@ -522,24 +543,6 @@ async fn a_token_lets_its_holder_claim_its_own_tenant_and_nothing_else() -> Resu
         claim.metadata.labels.unwrap_or_default()[names::labels::PEER_CLUSTER_ID],
         "consumer-1"
     );
-
-    Ok(())
-}
-
-/// Revoked, a token stops working and its unclaimed tenants go, while
-/// the peering made with it stays; a tenancy the provider ends alone
-/// leaves the consumer a dead credential, which it cleans up told why.
-#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_revoked_token_and_an_ended_tenancy_are_told_apart() -> Result<()> {
-    let pair = Pair::at(Stage::Installed).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
-    let provider_client = pair.provider_client.clone();
-    let dir = tempfile::tempdir()?;
-    let text = generate(provider, &["--uses=2", "--pods=5"]);
-    let held = PeeringToken::decode(&text)?;
-    let (first, second) = (&held.tenants[0].id, &held.tenants[1].id);
-    let path = save(&dir, "token", &text)?;
-    pair.on_consumer(&["peer", "--token-file", &path]).success();
 
     // Revoked: the bootstrap stops working, the unclaimed tenant goes,
     // the peering made with it stays.
