@@ -214,49 +214,6 @@ async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters
     ])
     .success();
 
-    // Renewal: a new certificate (here with the shortest lifetime a signer
-    // takes), the Secret updated in place, the agent reloads it and its
-    // node stays Ready throughout.
-    let old = liqo_e2e::identity_kubeconfig(&consumer_client, provider_id.as_str()).await?;
-    pair.on_consumer(&[
-        "peer",
-        "--remote-kubeconfig",
-        remote,
-        "--renew",
-        "--certificate-lifetime=600",
-    ])
-    .success();
-    let new = liqo_e2e::identity_kubeconfig(&consumer_client, provider_id.as_str()).await?;
-    assert_ne!(old, new, "the identity was not renewed");
-    let lifetime = certificate_lifetime(&new)?;
-    assert!(
-        (570..=600).contains(&lifetime),
-        "asked 600 s, {lifetime} s left"
-    );
-    wait_for(
-        "the agent to reload its kubeconfig",
-        Duration::from_secs(15),
-        || async {
-            Ok(consumer
-                .pod_logs()
-                .contains("reloaded the provider kubeconfig"))
-        },
-    )
-    .await?;
-    for _ in 0..6 {
-        let node = Api::<Node>::all(consumer_client.clone())
-            .get(&peering::virtual_node(&provider_id))
-            .await?;
-        let ready = node.status.and_then(|s| s.conditions).unwrap_or_default();
-        assert!(
-            ready
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True"),
-            "NotReady after renewal: {ready:?}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-
     // The identity's key stays on the consumer: the provider holds no Secret with it.
     let secret = Api::<Secret>::namespaced(consumer_client.clone(), names::NAMESPACE)
         .get(&peering::identity_secret(&provider_id))
@@ -334,6 +291,60 @@ async fn peer_confines_the_consumer_to_its_grant_and_unpeer_leaves_both_clusters
         }
     })
     .await?;
+    Ok(())
+}
+
+/// Renewal: `peer --renew` issues a new certificate (here with the
+/// shortest lifetime a signer takes), the Secret is updated in place, the
+/// agent reloads it and its node stays Ready throughout.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_renew_issues_a_new_certificate_that_the_agent_reloads() -> Result<()> {
+    let pair = Pair::at(Stage::Peered).await?;
+    let consumer = pair.consumer();
+    let consumer_client = pair.consumer_client.clone();
+    let remote = pair.remote();
+    let remote = remote.as_str();
+    let provider_id = ClusterId::new("provider-1")?;
+    let old = liqo_e2e::identity_kubeconfig(&consumer_client, provider_id.as_str()).await?;
+    pair.on_consumer(&[
+        "peer",
+        "--remote-kubeconfig",
+        remote,
+        "--renew",
+        "--certificate-lifetime=600",
+    ])
+    .success();
+    let new = liqo_e2e::identity_kubeconfig(&consumer_client, provider_id.as_str()).await?;
+    assert_ne!(old, new, "the identity was not renewed");
+    let lifetime = certificate_lifetime(&new)?;
+    assert!(
+        (570..=600).contains(&lifetime),
+        "asked 600 s, {lifetime} s left"
+    );
+    wait_for(
+        "the agent to reload its kubeconfig",
+        Duration::from_secs(15),
+        || async {
+            Ok(consumer
+                .pod_logs()
+                .contains("reloaded the provider kubeconfig"))
+        },
+    )
+    .await?;
+    for _ in 0..6 {
+        let node = Api::<Node>::all(consumer_client.clone())
+            .get(&peering::virtual_node(&provider_id))
+            .await?;
+        let ready = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert!(
+            ready
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True"),
+            "NotReady after renewal: {ready:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
     Ok(())
 }
 
