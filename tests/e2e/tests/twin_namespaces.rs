@@ -77,7 +77,6 @@ async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
     let peer = liqo_e2e::peer_client(consumer, &consumer_client, "provider-1").await?;
     let namespaces: Api<Namespace> = Api::all(peer.clone());
     let pp = PostParams::default();
-    let role = peering::tenant_role(&ClusterId::new(CONSUMER)?);
 
     // Its own twin namespace, labelled for itself: allowed.
     namespaces
@@ -171,6 +170,61 @@ async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
         )
         .await?;
 
+    // After unpeer: nothing.
+    namespaces
+        .create(&pp, &namespace("after-consumer", Some(CONSUMER)))
+        .await?;
+    liqoctl(
+        Some(consumer.kubeconfig_path()),
+        &["unpeer", "--remote-kubeconfig", remote, "--timeout=90"],
+    )
+    .success();
+    refused(
+        403,
+        "create a twin namespace after unpeer",
+        namespaces
+            .create(&pp, &namespace("late-consumer", Some(CONSUMER)))
+            .await,
+    );
+    refused(
+        403,
+        "delete a twin namespace after unpeer",
+        namespaces
+            .delete("after-consumer", &Default::default())
+            .await,
+    );
+    // Unpeer removed the twin namespace the consumer left behind.
+    let left = Api::<Namespace>::all(provider_client.clone())
+        .get_opt("after-consumer")
+        .await?;
+    assert!(
+        left.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+        "unpeer left a twin namespace"
+    );
+    drop(pair);
+    Ok(())
+}
+
+/// In its own twin namespace, a peer acts only once it bound its
+/// ClusterRole there, to itself; it can bind nothing else, nowhere else,
+/// and acts nowhere else.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_binds_only_its_role_to_itself_in_its_own_twin_namespace() -> Result<()> {
+    let pair = Pair::with_nodes(1, 1, Stage::Peered).await?;
+    let consumer = pair.consumer();
+    let provider_client = pair.provider_client.clone();
+    let peer = liqo_e2e::peer_client(consumer, &pair.consumer_client, "provider-1").await?;
+    let namespaces: Api<Namespace> = Api::all(peer.clone());
+    let pp = PostParams::default();
+    let role = peering::tenant_role(&ClusterId::new(CONSUMER)?);
+    // A namespace of the provider's own, and the peer's twin.
+    Api::<Namespace>::all(provider_client.clone())
+        .create(&pp, &namespace("shop", None))
+        .await?;
+    namespaces
+        .create(&pp, &namespace("shop-consumer", Some(CONSUMER)))
+        .await?;
+
     // Before the binding it cannot act in its namespace.
     let twin_cms: Api<ConfigMap> = Api::namespaced(peer.clone(), "shop-consumer");
     refused(
@@ -246,37 +300,5 @@ async fn a_peer_manages_its_twin_namespaces_and_nothing_else() -> Result<()> {
         .delete("shop-consumer", &Default::default())
         .await?;
 
-    // After unpeer: nothing.
-    namespaces
-        .create(&pp, &namespace("after-consumer", Some(CONSUMER)))
-        .await?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["unpeer", "--remote-kubeconfig", remote, "--timeout=90"],
-    )
-    .success();
-    refused(
-        403,
-        "create a twin namespace after unpeer",
-        namespaces
-            .create(&pp, &namespace("late-consumer", Some(CONSUMER)))
-            .await,
-    );
-    refused(
-        403,
-        "delete a twin namespace after unpeer",
-        namespaces
-            .delete("after-consumer", &Default::default())
-            .await,
-    );
-    // Unpeer removed the twin namespace the consumer left behind.
-    let left = Api::<Namespace>::all(provider_client.clone())
-        .get_opt("after-consumer")
-        .await?;
-    assert!(
-        left.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
-        "unpeer left a twin namespace"
-    );
-    drop(pair);
     Ok(())
 }
