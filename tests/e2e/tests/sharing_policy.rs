@@ -18,14 +18,14 @@ fn json(stdout: &str) -> Result<serde_json::Value> {
     serde_json::from_str(stdout).with_context(|| format!("not JSON:\n{stdout}"))
 }
 
+/// Without liqo-rs there is no policy to set; bad values exit 2 with
+/// one line, and nothing is written.
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
+async fn a_policy_is_refused_without_liqo_rs_or_with_bad_values() -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
-    let on_consumer = |args: &[&str]| pair.on_consumer(args);
+    let provider = pair.provider();
     let on_provider = |args: &[&str]| pair.on_provider(args);
 
-    // Without liqo-rs there is no policy to set.
     let out = on_provider(&["sharing-policy", "show"]).user_error(7);
     assert!(
         out.error_line().contains("liqoctl install"),
@@ -33,17 +33,9 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
         out.stderr
     );
 
-    for (cluster, id, cidr) in [
-        (consumer, "consumer-1", "10.201.0.0/16"),
-        (provider, "provider-1", "10.202.0.0/16"),
-    ] {
-        liqo_e2e::install(cluster, id, cidr, &[]).success();
-    }
-    let consumer_client = consumer.client().await?;
-    let provider_client = provider.client().await?;
-    let policies: Api<SharingPolicy> = Api::all(provider_client.clone());
+    liqo_e2e::install(provider, "provider-1", "10.202.0.0/16", &[]).success();
+    let policies: Api<SharingPolicy> = Api::all(provider.client().await?);
 
-    // Bad values exit 2 with one line, and nothing is written.
     for bad in [
         &["--cpu", "lots"][..],
         &["--memory", "150%"],
@@ -71,6 +63,26 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
     )?;
     assert_eq!(shown["source"], "builtIn", "{shown}");
     assert_eq!(shown["policy"]["cpu"], "50%", "{shown}");
+
+    Ok(())
+}
+
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
+    let pair = Pair::at(Stage::Started).await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
+    let on_consumer = |args: &[&str]| pair.on_consumer(args);
+    let on_provider = |args: &[&str]| pair.on_provider(args);
+
+    for (cluster, id, cidr) in [
+        (consumer, "consumer-1", "10.201.0.0/16"),
+        (provider, "provider-1", "10.202.0.0/16"),
+    ] {
+        liqo_e2e::install(cluster, id, cidr, &[]).success();
+    }
+    let consumer_client = consumer.client().await?;
+    let provider_client = provider.client().await?;
+    let policies: Api<SharingPolicy> = Api::all(provider_client.clone());
 
     // A default policy, and the consumer's own on top of it.
     on_provider(&[
