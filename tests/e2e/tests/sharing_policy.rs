@@ -19,9 +19,10 @@ fn json(stdout: &str) -> Result<serde_json::Value> {
 }
 
 /// Without liqo-rs there is no policy to set; bad values exit 2 with
-/// one line, and nothing is written.
+/// one line, and nothing is written; a policy liqoctl did not make is
+/// left alone.
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_policy_is_refused_without_liqo_rs_or_with_bad_values() -> Result<()> {
+async fn a_policy_is_refused_without_liqo_rs_with_bad_values_or_over_anothers() -> Result<()> {
     let pair = Pair::at(Stage::Started).await?;
     let provider = pair.provider();
     let on_provider = |args: &[&str]| pair.on_provider(args);
@@ -64,6 +65,20 @@ async fn a_policy_is_refused_without_liqo_rs_or_with_bad_values() -> Result<()> 
     assert_eq!(shown["source"], "builtIn", "{shown}");
     assert_eq!(shown["policy"]["cpu"], "50%", "{shown}");
 
+    // A policy liqoctl did not make is left alone.
+    policies
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "apiVersion": "liqo.io/v1alpha1", "kind": "SharingPolicy",
+                "metadata": { "name": "other-1" },
+                "spec": { "cpu": "1" },
+            }))?,
+        )
+        .await?;
+    on_provider(&["sharing-policy", "set", "--peer=other-1", "--cpu=2"]).user_error(6);
+    on_provider(&["sharing-policy", "delete", "--peer=other-1"]).user_error(6);
+    on_provider(&["sharing-policy", "delete", "--peer=nobody-1"]).user_error(7);
     Ok(())
 }
 
@@ -82,7 +97,6 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
     }
     let consumer_client = consumer.client().await?;
     let provider_client = provider.client().await?;
-    let policies: Api<SharingPolicy> = Api::all(provider_client.clone());
 
     // A default policy, and the consumer's own on top of it.
     on_provider(&[
@@ -132,21 +146,6 @@ async fn policies_shape_the_grant_and_info_shows_the_peering() -> Result<()> {
     ] {
         assert!(table.stdout.contains(want), "{want}:\n{}", table.stdout);
     }
-
-    // A policy liqoctl did not make is left alone.
-    policies
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(serde_json::json!({
-                "apiVersion": "liqo.io/v1alpha1", "kind": "SharingPolicy",
-                "metadata": { "name": "other-1" },
-                "spec": { "cpu": "1" },
-            }))?,
-        )
-        .await?;
-    on_provider(&["sharing-policy", "set", "--peer=other-1", "--cpu=2"]).user_error(6);
-    on_provider(&["sharing-policy", "delete", "--peer=other-1"]).user_error(6);
-    on_provider(&["sharing-policy", "delete", "--peer=nobody-1"]).user_error(7);
 
     // Peering without a request gets the consumer's own offer.
     let remote = provider.kubeconfig_path().to_str().context("path")?;
