@@ -117,24 +117,31 @@ async fn checked_shares(prov: &kube::Client) -> Result<BTreeMap<String, (u64, Op
     Ok(s)
 }
 
-#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_grant_bounds_every_twin_together() -> Result<()> {
+/// The pair, peered with a grant of [`GRANT_PODS`] pods, its virtual node
+/// Ready.
+async fn granted() -> Result<Pair> {
     let pair = Pair::at(Stage::Installed).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
-    let remote = provider.kubeconfig_path().to_str().context("path")?;
+    let remote = pair.remote();
     pair.on_consumer(&[
         "peer",
         "--remote-kubeconfig",
-        remote,
+        &remote,
         "--cpu=2",
         "--memory=2Gi",
         &format!("--pods={GRANT_PODS}"),
         "--timeout=90",
     ])
     .success();
+    liqo_e2e::virtual_node_ready(&pair.consumer_client, "provider-1", WAIT).await?;
+    Ok(pair)
+}
+
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grant_bounds_every_twin_together() -> Result<()> {
+    let pair = granted().await?;
+    let (consumer, provider) = (pair.consumer(), pair.provider());
     let local = consumer.client().await?;
     let prov = provider.client().await?;
-    liqo_e2e::virtual_node_ready(&local, "provider-1", WAIT).await?;
     let tenant_ns = peering::tenant_namespace(&ClusterId::new(CONSUMER_ID)?);
 
     // No twin yet: the tenant namespace holds the whole grant.
@@ -248,63 +255,6 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
         "{refusals:?}"
     );
 
-    // Without the gateway, a new twin has no share and admits no pod.
-    let gateway: Api<Deployment> = Api::namespaced(prov.clone(), names::NAMESPACE);
-    let scale = |n: i32| json!({ "spec": { "replicas": n } });
-    gateway
-        .patch(
-            names::GATEWAY,
-            &PatchParams::default(),
-            &Patch::Merge(&scale(0)),
-        )
-        .await?;
-    wait_for("the provider's gateway to stop", WAIT, || async {
-        let pods = Api::<Pod>::namespaced(prov.clone(), names::NAMESPACE)
-            .list(&ListParams::default().labels("app.kubernetes.io/name=liqo-gateway"))
-            .await?;
-        Ok(pods.items.is_empty())
-    })
-    .await?;
-    let twin_c = "c-consumer";
-    Api::<Namespace>::all(peer.clone())
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "metadata": { "name": twin_c, "labels": {
-                    labels::TENANT: CONSUMER_ID,
-                    "pod-security.kubernetes.io/enforce": "baseline",
-                    "pod-security.kubernetes.io/audit": "baseline",
-                    "pod-security.kubernetes.io/warn": "baseline",
-                } },
-            }))?,
-        )
-        .await?;
-    let refused = Api::<Pod>::namespaced(prov.clone(), twin_c)
-        .create(&pp, &direct_pod("first")?)
-        .await;
-    assert!(
-        // The API server answers 422 for a binding whose parameter is
-        // missing.
-        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422
-            && s.message.contains("liqo-twin-share")
-            && s.message.contains("no params found")),
-        "a pod in a twin without a share, even the provider's own: {refused:?}"
-    );
-    gateway
-        .patch(
-            names::GATEWAY,
-            &PatchParams::default(),
-            &Patch::Merge(&scale(1)),
-        )
-        .await?;
-    wait_for("the new twin's share", WAIT, || async {
-        Ok(checked_shares(&prov).await?.contains_key(twin_c))
-    })
-    .await?;
-    Api::<Namespace>::all(peer.clone())
-        .delete(twin_c, &DeleteParams::default())
-        .await?;
-
     // Unoffloading a: its twin and its share go, and b (with what the
     // consumer made there by hand) may have the rest.
     for attempt in 0..9 {
@@ -363,6 +313,74 @@ async fn the_grant_bounds_every_twin_together() -> Result<()> {
         &Patch::Merge(&json!({ "metadata": { "finalizers": null } })),
     )
     .await?;
+    Ok(())
+}
+
+/// Without the provider's gateway, a new twin namespace has no share,
+/// and its API server admits no pod there, not even the provider's own;
+/// the gateway, back, gives it one.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_gateway_a_new_twin_has_no_share_and_admits_no_pod() -> Result<()> {
+    let pair = granted().await?;
+    let prov = pair.provider_client.clone();
+    let peer = liqo_e2e::peer_client(pair.consumer(), &pair.consumer_client, "provider-1").await?;
+    let pp = PostParams::default();
+    let gateway: Api<Deployment> = Api::namespaced(prov.clone(), names::NAMESPACE);
+    let scale = |n: i32| json!({ "spec": { "replicas": n } });
+    gateway
+        .patch(
+            names::GATEWAY,
+            &PatchParams::default(),
+            &Patch::Merge(&scale(0)),
+        )
+        .await?;
+    wait_for("the provider's gateway to stop", WAIT, || async {
+        let pods = Api::<Pod>::namespaced(prov.clone(), names::NAMESPACE)
+            .list(&ListParams::default().labels("app.kubernetes.io/name=liqo-gateway"))
+            .await?;
+        Ok(pods.items.is_empty())
+    })
+    .await?;
+    let twin_c = "c-consumer";
+    Api::<Namespace>::all(peer.clone())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": { "name": twin_c, "labels": {
+                    labels::TENANT: CONSUMER_ID,
+                    "pod-security.kubernetes.io/enforce": "baseline",
+                    "pod-security.kubernetes.io/audit": "baseline",
+                    "pod-security.kubernetes.io/warn": "baseline",
+                } },
+            }))?,
+        )
+        .await?;
+    let refused = Api::<Pod>::namespaced(prov.clone(), twin_c)
+        .create(&pp, &direct_pod("first")?)
+        .await;
+    assert!(
+        // The API server answers 422 for a binding whose parameter is
+        // missing.
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422
+            && s.message.contains("liqo-twin-share")
+            && s.message.contains("no params found")),
+        "a pod in a twin without a share, even the provider's own: {refused:?}"
+    );
+    gateway
+        .patch(
+            names::GATEWAY,
+            &PatchParams::default(),
+            &Patch::Merge(&scale(1)),
+        )
+        .await?;
+    wait_for("the new twin's share", WAIT, || async {
+        Ok(checked_shares(&prov).await?.contains_key(twin_c))
+    })
+    .await?;
+    Api::<Namespace>::all(peer.clone())
+        .delete(twin_c, &DeleteParams::default())
+        .await?;
+
     Ok(())
 }
 
