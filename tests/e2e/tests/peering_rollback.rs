@@ -21,6 +21,34 @@ use liqo_e2e::{Run, liqoctl, wait_for};
 use liqo_testbed::Cluster;
 use serde_json::json;
 
+/// Where the tests of a failing peer start: the pair installed, and the
+/// names of what a peering makes.
+struct Start {
+    pair: Pair,
+    /// The provider's kubeconfig.
+    remote: String,
+    consumer_id: ClusterId,
+    provider_id: ClusterId,
+    /// The virtual kubelet's Deployment, and the identity's Secret.
+    vk: String,
+    secret: String,
+}
+
+impl Start {
+    async fn new() -> Result<Self> {
+        let pair = Pair::with_nodes(1, 1, Stage::Installed).await?;
+        let provider_id = ClusterId::new("provider-1")?;
+        Ok(Self {
+            remote: pair.remote(),
+            consumer_id: ClusterId::new("consumer-1")?,
+            vk: peering::virtual_kubelet(&provider_id),
+            secret: peering::identity_secret(&provider_id),
+            provider_id,
+            pair,
+        })
+    }
+}
+
 /// `liqoctl peer` with the provider's kubeconfig `remote`, asking a small
 /// grant.
 fn peer_args(remote: &str) -> [&str; 7] {
@@ -87,17 +115,19 @@ fn failed_naming(out: &Run, names: &[&str]) {
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Result<()> {
-    let pair = Pair::with_nodes(1, 1, Stage::Installed).await?;
+    let Start {
+        pair,
+        remote,
+        consumer_id,
+        provider_id,
+        vk,
+        secret,
+    } = Start::new().await?;
     let (consumer, provider) = (pair.consumer(), pair.provider());
-    let consumer_client = consumer.client().await?;
-    let provider_client = provider.client().await?;
-    let remote = provider.kubeconfig_path().to_str().context("path")?;
-    let consumer_id = ClusterId::new("consumer-1")?;
-    let provider_id = ClusterId::new("provider-1")?;
-    let vk = peering::virtual_kubelet(&provider_id);
-    let secret = peering::identity_secret(&provider_id);
+    let (consumer_client, provider_client) =
+        (pair.consumer_client.clone(), pair.provider_client.clone());
+    let peer_args = peer_args(&remote);
     let csr = format!("liqo-peer-{consumer_id}");
-    let peer_args = peer_args(remote);
 
     struct Case {
         step: &'static str,
@@ -209,17 +239,19 @@ async fn a_peer_failing_at_any_step_leaves_both_clusters_as_they_were() -> Resul
 /// refused, unpeer then leaves both clusters as they were.
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_virtual_node_late_is_kept_and_the_same_peer_resumes() -> Result<()> {
-    let pair = Pair::with_nodes(1, 1, Stage::Installed).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
-    let consumer_client = consumer.client().await?;
-    let provider_client = provider.client().await?;
-    let remote = provider.kubeconfig_path().to_str().context("path")?;
-    let consumer_id = ClusterId::new("consumer-1")?;
-    let provider_id = ClusterId::new("provider-1")?;
+    let Start {
+        pair,
+        remote,
+        consumer_id,
+        provider_id,
+        vk,
+        secret,
+    } = Start::new().await?;
+    let consumer = pair.consumer();
+    let (consumer_client, provider_client) =
+        (pair.consumer_client.clone(), pair.provider_client.clone());
+    let peer_args = peer_args(&remote);
     let tenant_ns = peering::tenant_namespace(&consumer_id);
-    let vk = peering::virtual_kubelet(&provider_id);
-    let secret = peering::identity_secret(&provider_id);
-    let peer_args = peer_args(remote);
     let before = pair.holdings().await?;
     let started = Instant::now();
     refuse(
@@ -285,7 +317,7 @@ async fn a_virtual_node_late_is_kept_and_the_same_peer_resumes() -> Result<()> {
     // With nothing refused, unpeer leaves both clusters as they were.
     liqoctl(
         Some(consumer.kubeconfig_path()),
-        &["unpeer", "--remote-kubeconfig", remote],
+        &["unpeer", "--remote-kubeconfig", &remote],
     )
     .success();
     no_terminating_namespace(&provider_client).await?;
