@@ -91,16 +91,6 @@ pub(crate) const ACCEPT: &[Phase] = &[Phase::Tenant, Phase::Sign];
 /// `peer complete`: the consumer's half of peering through files.
 pub(crate) const BY_RESPONSE: &[Phase] = &[Phase::Response, Phase::VirtualKubelet, Phase::Network];
 
-/// `phases` without the network phase unless `network` (`peer
-/// --no-network`).
-pub(crate) fn with_network(phases: &[Phase], network: bool) -> Vec<Phase> {
-    phases
-        .iter()
-        .copied()
-        .filter(|p| network || *p != Phase::Network)
-        .collect()
-}
-
 /// Which cluster a phase's removal works on, and so which of the two
 /// lanes `unpeer` runs it in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +205,10 @@ impl Credentials<'_> {
             Self::Token(_) => BY_TOKEN,
             Self::Response(_) => BY_RESPONSE,
         };
-        with_network(all, network)
+        all.iter()
+            .copied()
+            .filter(|p| network || *p != Phase::Network)
+            .collect()
     }
 }
 

@@ -174,9 +174,8 @@ impl Phase {
                     anchor.name(),
                     tethered.name
                 ));
-                let made = super::give_everything(tethered, anchor_cluster).await?;
-                step.done("");
-                Ok(made)
+                let made = super::give_everything(tethered, anchor_cluster).await;
+                step.ended(made)
             }
             Self::FromAnchor => {
                 let Anchor::Reached { client, .. } = anchor else {
@@ -412,7 +411,7 @@ impl Tether<'_> {
 
     /// Its phases: both clusters' with the anchor's kubeconfig, this
     /// cluster's alone otherwise.
-    pub(crate) fn phases(&self) -> &'static [Phase] {
+    fn phases(&self) -> &'static [Phase] {
         match self.anchor {
             Anchor::Reached { .. } => BY_KUBECONFIGS,
             Anchor::Token(_) | Anchor::Named(_) => BY_TOKEN,
