@@ -49,82 +49,70 @@ async fn condition(
         .map(|c| (c.status, c.reason)))
 }
 
-#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_imports_what_it_exports_and_says_why_an_export_is_not_valid() -> Result<()> {
+/// The cluster `home-1`, liqo-rs installed, with the namespace `shop`.
+async fn home() -> Result<One> {
     let home = One::start(spec("home", 1, 1)).await?;
-    let (cluster, client) = (home.cluster(), home.client.clone());
-    liqo_e2e::install(cluster, "home-1", "10.201.0.0/16", &[]).success();
+    liqo_e2e::install(home.cluster(), "home-1", "10.201.0.0/16", &[]).success();
+    namespace(&home.client, "shop").await?;
+    Ok(home)
+}
 
-    for ns in ["shop", "liqo-tenant-evil"] {
-        create(
-            &Api::<Namespace>::all(client.clone()),
-            json!({ "metadata": { "name": ns } }),
-        )
-        .await?;
-    }
-    // A Service whose one endpoint is a pod of this cluster, another with
-    // an endpoint outside its pod CIDR, an ExternalName, and one that
-    // someone imports by hand.
-    for (name, address) in [("web", "10.201.0.9"), ("outside", "192.0.2.7")] {
-        create(&Api::<Service>::namespaced(client.clone(), "shop"),
-            json!({ "metadata": { "name": name }, "spec": { "ports": [{ "name": "http", "port": 80, "targetPort": 8080 }] } }),
-        )
-        .await?;
-        create(&Api::<EndpointSlice>::namespaced(client.clone(), "shop"),
-            json!({
-                "metadata": { "name": format!("{name}-1"), "labels": { "kubernetes.io/service-name": name } },
-                "addressType": "IPv4",
-                "endpoints": [{ "addresses": [address], "conditions": { "ready": true } }],
-                "ports": [{ "name": "http", "port": 8080, "protocol": "TCP" }],
-            }),
-        )
-        .await?;
-    }
+async fn namespace(client: &kube::Client, name: &str) -> Result<()> {
+    create(
+        &Api::<Namespace>::all(client.clone()),
+        json!({ "metadata": { "name": name } }),
+    )
+    .await
+}
+
+/// Service `name` of `shop` whose one endpoint is at `address`.
+async fn service_at(client: &kube::Client, name: &str, address: &str) -> Result<()> {
     create(&Api::<Service>::namespaced(client.clone(), "shop"),
-        json!({ "metadata": { "name": "alias" }, "spec": { "type": "ExternalName", "externalName": "example.com" } }),
+        json!({ "metadata": { "name": name }, "spec": { "ports": [{ "name": "http", "port": 80, "targetPort": 8080 }] } }),
     )
     .await?;
-    create(
-        &Api::<Service>::namespaced(client.clone(), "shop"),
-        json!({ "metadata": { "name": "manual" }, "spec": { "ports": [{ "port": 80 }] } }),
+    create(&Api::<EndpointSlice>::namespaced(client.clone(), "shop"),
+        json!({
+            "metadata": { "name": format!("{name}-1"), "labels": { "kubernetes.io/service-name": name } },
+            "addressType": "IPv4",
+            "endpoints": [{ "addresses": [address], "conditions": { "ready": true } }],
+            "ports": [{ "name": "http", "port": 8080, "protocol": "TCP" }],
+        }),
     )
-    .await?;
-    let by_hand = json!({
-        "apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
-        "metadata": { "name": "manual" },
-        "spec": { "type": "ClusterSetIP", "ips": ["10.101.99.99"], "ports": [{ "port": 80, "protocol": "TCP" }] },
-    });
-    create(
-        &Api::<ServiceImport>::namespaced(client.clone(), "shop"),
-        by_hand,
-    )
-    .await?;
-    for name in ["web", "outside", "ghost", "alias", "manual"] {
+    .await
+}
+
+/// A ServiceExport in `namespace` of each of `names`.
+async fn export_each(client: &kube::Client, namespace: &str, names: &[&str]) -> Result<()> {
+    for name in names {
         create(
-            &Api::<ServiceExport>::namespaced(client.clone(), "shop"),
+            &Api::<ServiceExport>::namespaced(client.clone(), namespace),
             export(name),
         )
         .await?;
     }
-    // An export in a peer's namespace is none of this cluster's.
-    create(
-        &Api::<Service>::namespaced(client.clone(), "liqo-tenant-evil"),
-        json!({ "metadata": { "name": "web" }, "spec": { "ports": [{ "port": 80 }] } }),
-    )
-    .await?;
-    create(
-        &Api::<ServiceExport>::namespaced(client.clone(), "liqo-tenant-evil"),
-        export("web"),
-    )
-    .await?;
+    Ok(())
+}
 
+/// The EndpointSlices of the import of `name`.
+async fn import_slices(slices: &Api<EndpointSlice>, name: &str) -> Result<Vec<EndpointSlice>> {
+    Ok(slices
+        .list(
+            &ListParams::default()
+                .labels(&format!("multicluster.kubernetes.io/service-name={name}")),
+        )
+        .await?
+        .items)
+}
+
+/// The export of `shop/web` is imported: a clusterset IP, which is the
+/// cluster IP of the Service kept beside it; its ports; its endpoint; this
+/// cluster in its status; and it says so in its conditions.
+async fn web_is_imported_as_exported(client: &kube::Client) -> Result<()> {
     let exports: Api<ServiceExport> = Api::namespaced(client.clone(), "shop");
     let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
     let services: Api<Service> = Api::namespaced(client.clone(), "shop");
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "shop");
-
-    // The export is imported: a clusterset IP, which is the cluster IP of
-    // the Service kept beside it; its ports; this cluster in its status.
     wait_for("the import of shop/web", WAIT, || async {
         Ok(imports
             .get_opt("web")
@@ -164,10 +152,7 @@ async fn a_cluster_imports_what_it_exports_and_says_why_an_export_is_not_valid()
             .is_some_and(|s| s.clusters.iter().any(|c| c.cluster == "home-1")))
     })
     .await?;
-    let mcs = slices
-        .list(&ListParams::default().labels("multicluster.kubernetes.io/service-name=web"))
-        .await?
-        .items;
+    let mcs = import_slices(&slices, "web").await?;
     let [slice] = &mcs[..] else {
         anyhow::bail!("one EndpointSlice of the import: {mcs:?}");
     };
@@ -201,33 +186,52 @@ async fn a_cluster_imports_what_it_exports_and_says_why_an_export_is_not_valid()
         })
         .await?;
     }
+    Ok(())
+}
 
-    // An export without a Service, or of an ExternalName, is not valid:
-    // said on it, and nothing imported.
-    for (name, reason) in [("ghost", "NoService"), ("alias", "InvalidServiceType")] {
-        wait_for(&format!("{name} not valid"), WAIT, || async {
-            Ok(condition(&exports, name, "Valid").await?
-                == Some(("False".to_owned(), reason.to_owned())))
-        })
-        .await?;
-        assert!(
-            imports.get_opt(name).await?.is_none(),
-            "{name} is not imported"
-        );
-    }
-    // An endpoint outside the pod CIDR is not exported (no peer reaches it).
-    wait_for("outside's import", WAIT, || async {
-        Ok(imports.get_opt("outside").await?.is_some())
-    })
+/// An export is imported (its clusterset IP the cluster IP of the Service
+/// kept beside it, its ports, its endpoints, this cluster in its status),
+/// and unexported, it goes; an import made by hand and an export in a
+/// peer's namespace are none of the gateway's.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_imports_what_it_exports_and_leaves_alone_what_it_did_not_make() -> Result<()> {
+    let home = home().await?;
+    let client = home.client.clone();
+    // A Service whose one endpoint is a pod of this cluster, and one that
+    // someone imports by hand.
+    service_at(&client, "web", "10.201.0.9").await?;
+    create(
+        &Api::<Service>::namespaced(client.clone(), "shop"),
+        json!({ "metadata": { "name": "manual" }, "spec": { "ports": [{ "port": 80 }] } }),
+    )
     .await?;
-    let outside = slices
-        .list(&ListParams::default().labels("multicluster.kubernetes.io/service-name=outside"))
-        .await?
-        .items;
-    assert!(
-        outside.iter().all(|s| s.endpoints.is_empty()),
-        "{outside:?}"
-    );
+    let by_hand = json!({
+        "apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
+        "metadata": { "name": "manual" },
+        "spec": { "type": "ClusterSetIP", "ips": ["10.101.99.99"], "ports": [{ "port": 80, "protocol": "TCP" }] },
+    });
+    create(
+        &Api::<ServiceImport>::namespaced(client.clone(), "shop"),
+        by_hand,
+    )
+    .await?;
+    export_each(&client, "shop", &["web", "manual"]).await?;
+    // An export in a peer's namespace is none of this cluster's.
+    namespace(&client, "liqo-tenant-evil").await?;
+    create(
+        &Api::<Service>::namespaced(client.clone(), "liqo-tenant-evil"),
+        json!({ "metadata": { "name": "web" }, "spec": { "ports": [{ "port": 80 }] } }),
+    )
+    .await?;
+    export_each(&client, "liqo-tenant-evil", &["web"]).await?;
+
+    let exports: Api<ServiceExport> = Api::namespaced(client.clone(), "shop");
+    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
+    let services: Api<Service> = Api::namespaced(client.clone(), "shop");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "shop");
+
+    web_is_imported_as_exported(&client).await?;
+
     // The import made by hand is left as it was.
     let manual = imports.get("manual").await?;
     assert_eq!(manual.spec.ips, ["10.101.99.99"]);
@@ -254,16 +258,55 @@ async fn a_cluster_imports_what_it_exports_and_says_why_an_export_is_not_valid()
     wait_for("the import to go", WAIT, || async {
         Ok(imports.get_opt("web").await?.is_none()
             && services.get_opt("liqo-mcs-web").await?.is_none()
-            && slices
-                .list(&ListParams::default().labels("multicluster.kubernetes.io/service-name=web"))
-                .await?
-                .items
-                .is_empty())
+            && import_slices(&slices, "web").await?.is_empty())
     })
     .await?;
     assert!(
         imports.get_opt("manual").await?.is_some(),
         "the one made by hand stays"
+    );
+    Ok(())
+}
+
+/// An export without a Service, or of an ExternalName, is not valid: said
+/// on it, and nothing imported; an endpoint outside the pod CIDR is not
+/// exported (no peer reaches it).
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_says_why_an_export_is_not_valid_and_exports_no_endpoint_outside_its_pods()
+-> Result<()> {
+    let home = home().await?;
+    let client = home.client.clone();
+    // A Service with an endpoint outside the pod CIDR, an ExternalName,
+    // and an export of no Service.
+    service_at(&client, "outside", "192.0.2.7").await?;
+    create(&Api::<Service>::namespaced(client.clone(), "shop"),
+        json!({ "metadata": { "name": "alias" }, "spec": { "type": "ExternalName", "externalName": "example.com" } }),
+    )
+    .await?;
+    export_each(&client, "shop", &["outside", "ghost", "alias"]).await?;
+    let exports: Api<ServiceExport> = Api::namespaced(client.clone(), "shop");
+    let imports: Api<ServiceImport> = Api::namespaced(client.clone(), "shop");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "shop");
+
+    for (name, reason) in [("ghost", "NoService"), ("alias", "InvalidServiceType")] {
+        wait_for(&format!("{name} not valid"), WAIT, || async {
+            Ok(condition(&exports, name, "Valid").await?
+                == Some(("False".to_owned(), reason.to_owned())))
+        })
+        .await?;
+        assert!(
+            imports.get_opt(name).await?.is_none(),
+            "{name} is not imported"
+        );
+    }
+    wait_for("outside's import", WAIT, || async {
+        Ok(imports.get_opt("outside").await?.is_some())
+    })
+    .await?;
+    let outside = import_slices(&slices, "outside").await?;
+    assert!(
+        outside.iter().all(|s| s.endpoints.is_empty()),
+        "{outside:?}"
     );
     Ok(())
 }
