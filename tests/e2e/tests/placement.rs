@@ -6,15 +6,16 @@
 //! `unoffload` removing what offload added. Only binding (`spec.nodeName`)
 //! is checked: running the pods is the virtual kubelet's.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
-use liqo_e2e::fixture::{Pair, Stage};
+use liqo_e2e::fixture::{One, Pair, Stage, spec};
 use liqo_e2e::liqoctl;
 use serde_json::json;
 
@@ -90,19 +91,63 @@ fn tolerates_virtual_nodes(p: &Pod) -> bool {
         .any(|t| t.key.as_deref() == Some(names::VIRTUAL_NODE_TAINT))
 }
 
-#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()> {
-    let pair = Pair::with_nodes(2, 1, Stage::Installed).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
-    let kubeconfig = consumer.kubeconfig_path();
-    let client = consumer.client().await?;
+/// Makes each of `names` on the cluster of `client`.
+async fn namespaces(client: &kube::Client, names: &[&str]) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in ["remote", "mixed", "plain", "picky", "negated"] {
+    for ns in names {
         let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns } }))?;
         namespaces.create(&PostParams::default(), &object).await?;
     }
+    Ok(())
+}
 
-    // Checked before the cluster: exit 2; a namespace that is not: exit 7.
+/// The labels of namespace `name`.
+async fn labels_of(client: &kube::Client, name: &str) -> Result<BTreeMap<String, String>> {
+    let namespace = Api::<Namespace>::all(client.clone()).get(name).await?;
+    Ok(namespace.metadata.labels.unwrap_or_default())
+}
+
+/// `liqoctl` on the consumer, which must succeed; the agents' logs are
+/// printed when it does not.
+fn on_consumer_or_logs(pair: &Pair, args: &[&str]) {
+    let out = pair.on_consumer(args);
+    if out.code != 0 {
+        eprintln!("--- agent logs ---\n{}", pair.consumer().pod_logs());
+    }
+    out.success();
+}
+
+/// A consumer of two nodes, with the namespaces `names`, peered with a
+/// provider of one, granted 20 pods; the name of its virtual node.
+async fn peered_with(names: &[&str]) -> Result<(Pair, String)> {
+    let pair = Pair::with_nodes(2, 1, Stage::Installed).await?;
+    namespaces(&pair.consumer_client, names).await?;
+    let remote = pair.remote();
+    on_consumer_or_logs(
+        &pair,
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            &remote,
+            "--pods=20",
+            "--timeout=90",
+        ],
+    );
+    let virtual_node = peering::virtual_node(&ClusterId::new("provider-1")?);
+    Ok((pair, virtual_node))
+}
+
+/// `liqoctl offload namespace` checks its flags before the cluster (exit
+/// 2) and refuses a namespace that is not there (exit 7), and `-o yaml`
+/// prints what it would apply: none of them writes anything.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offload_refused_or_only_printed_writes_nothing() -> Result<()> {
+    let consumer = One::start(spec("consumer", 1, 1)).await?;
+    liqo_e2e::install(consumer.cluster(), "consumer-1", "10.201.0.0/16", &[]).success();
+    let kubeconfig = consumer.cluster().kubeconfig_path();
+    let client = consumer.client.clone();
+    namespaces(&client, &["remote"]).await?;
+
     liqoctl(
         Some(kubeconfig),
         &[
@@ -159,26 +204,21 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
             .is_none(),
         "-o yaml applied"
     );
+    liqoctl(Some(kubeconfig), &["unoffload", "namespace", "missing"]).user_error(7);
+    Ok(())
+}
 
-    let remote = provider.kubeconfig_path().to_str().context("path")?;
-    let out = liqoctl(
-        Some(kubeconfig),
-        &[
-            "peer",
-            "--remote-kubeconfig",
-            remote,
-            "--pods=20",
-            "--timeout=90",
-        ],
-    );
-    if out.code != 0 {
-        eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
-    }
-    out.success();
-    let virtual_node = peering::virtual_node(&ClusterId::new("provider-1")?);
-
-    let out = liqoctl(
-        Some(kubeconfig),
+/// The pods of a namespace offloaded with Remote are bound to the virtual
+/// node every time, those of a LocalAndRemote one whose selector matches
+/// no provider tolerate it but stay local, and those of any other
+/// namespace never tolerate it; unoffloaded, a namespace's new pods stay
+/// local.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()> {
+    let (pair, virtual_node) = peered_with(&["remote", "mixed", "plain"]).await?;
+    let client = pair.consumer_client.clone();
+    on_consumer_or_logs(
+        &pair,
         &[
             "offload",
             "namespace",
@@ -191,20 +231,13 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
             "--timeout=60",
         ],
     );
-    if out.code != 0 {
-        eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
-    }
-    out.success();
-    liqoctl(
-        Some(kubeconfig),
-        &[
-            "offload",
-            "namespace",
-            "mixed",
-            "--selector",
-            "liqo.io/remote-cluster-id=nope",
-        ],
-    )
+    pair.on_consumer(&[
+        "offload",
+        "namespace",
+        "mixed",
+        "--selector",
+        "liqo.io/remote-cluster-id=nope",
+    ])
     .success();
     // --wait returned once the provider's agent reported the twin ready.
     let status = Api::<NamespaceOffloading>::namespaced(client.clone(), "remote")
@@ -221,7 +254,7 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
                 && c.remote_namespace == "remote-consumer"),
         "{status:?}"
     );
-    let twin = Api::<Namespace>::all(provider.client().await?)
+    let twin = Api::<Namespace>::all(pair.provider_client.clone())
         .get("remote-consumer")
         .await?;
     let twin_labels = twin.metadata.labels.unwrap_or_default();
@@ -229,12 +262,7 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
         twin_labels.get(labels::TENANT).map(String::as_str),
         Some("consumer-1")
     );
-    let labelled = namespaces
-        .get("remote")
-        .await?
-        .metadata
-        .labels
-        .unwrap_or_default();
+    let labelled = labels_of(&client, "remote").await?;
     assert_eq!(
         labelled.get(labels::OFFLOADING).map(String::as_str),
         Some("true")
@@ -245,7 +273,7 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
             .map(String::as_str),
         Some("Remote")
     );
-    let info = liqoctl(Some(kubeconfig), &["info", "-o", "json"]).success();
+    let info = pair.on_consumer(&["info", "-o", "json"]).success();
     let info: serde_json::Value = serde_json::from_str(&info.stdout)?;
     let offloaded = info["offloadedNamespaces"].to_string();
     assert!(
@@ -260,33 +288,79 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
         create(&remote_pods, &pod(&name)).await?;
         assert_eq!(bound_to(&remote_pods, &name).await?, virtual_node);
     }
+    let remote_pod = remote_pods.get("r0").await?;
+    let affinity = affinity_of(&remote_pod);
+    assert!(affinity.contains("provider-1"), "{affinity}");
     // LocalAndRemote: tolerates the virtual node, may land anywhere.
     let mixed_pods: Api<Pod> = Api::namespaced(client.clone(), "mixed");
     let mixed = create(&mixed_pods, &pod("m")).await?;
     assert!(tolerates_virtual_nodes(&mixed), "{:?}", mixed.spec);
     // Its selector matches no virtual node: local nodes remain allowed.
-    let affinity = serde_json::to_string(&mixed.spec.as_ref().map(|s| &s.affinity))?;
+    let affinity = affinity_of(&mixed);
     assert!(
         affinity.contains("DoesNotExist") && affinity.contains("nope"),
         "{affinity}"
     );
     assert_ne!(bound_to(&mixed_pods, "m").await?, virtual_node);
-    // A set-based selector that excludes the only provider: the pod gets
-    // the affinity and stays unbound rather than land on an unselected
-    // provider.
-    liqoctl(
-        Some(kubeconfig),
-        &[
+    // Elsewhere: never tolerates, never on the virtual node.
+    let plain_pods: Api<Pod> = Api::namespaced(client.clone(), "plain");
+    for i in 0..3 {
+        let name = format!("p{i}");
+        let created = create(&plain_pods, &pod(&name)).await?;
+        assert!(!tolerates_virtual_nodes(&created), "{:?}", created.spec);
+        assert_ne!(bound_to(&plain_pods, &name).await?, virtual_node);
+    }
+
+    // Unoffload removes the offloading and the labels; new pods stay local.
+    on_consumer_or_logs(
+        &pair,
+        &["unoffload", "namespace", "remote", "mixed", "--timeout=60"],
+    );
+    let labelled = labels_of(&client, "remote").await?;
+    assert!(!labelled.contains_key(labels::OFFLOADING), "{labelled:?}");
+    assert!(!labelled.contains_key(labels::POD_OFFLOADING_STRATEGY));
+    let late = create(&remote_pods, &pod("late")).await?;
+    assert!(!tolerates_virtual_nodes(&late));
+    assert_ne!(bound_to(&remote_pods, "late").await?, virtual_node);
+    Ok(())
+}
+
+/// A namespace's selector and a pod's own required affinity both hold: a
+/// set-based selector that excludes the only provider leaves the pod
+/// unbound rather than on an unselected provider, negations the provider
+/// satisfies put it on the virtual node, and a pod's own affinity is
+/// ANDed with the selector's.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_lands_only_where_its_namespaces_selector_and_its_own_affinity_allow() -> Result<()> {
+    let (pair, virtual_node) = peered_with(&["remote", "picky", "negated"]).await?;
+    let client = pair.consumer_client.clone();
+    for (ns, selector, wait) in [
+        ("remote", "liqo.io/remote-cluster-id=provider-1", true),
+        (
+            "picky",
+            "liqo.io/remote-cluster-id notin (provider-1,other)",
+            false,
+        ),
+        ("negated", "liqo.io/remote-cluster-id!=nope,!zone", false),
+    ] {
+        let mut args = vec![
             "offload",
             "namespace",
-            "picky",
+            ns,
             "--pod-offloading-strategy",
             "Remote",
             "--selector",
-            "liqo.io/remote-cluster-id notin (provider-1,other)",
-        ],
-    )
-    .success();
+            selector,
+        ];
+        if wait {
+            args.extend(["--wait", "--timeout=60"]);
+        }
+        on_consumer_or_logs(&pair, &args);
+    }
+
+    // A set-based selector that excludes the only provider: the pod gets
+    // the affinity and stays unbound rather than land on an unselected
+    // provider.
     let picky_pods: Api<Pod> = Api::namespaced(client.clone(), "picky");
     let picky = create(&picky_pods, &pod("x")).await?;
     let affinity = affinity_of(&picky);
@@ -295,25 +369,13 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
         "{affinity}"
     );
     // Negations that the provider satisfies: its virtual node.
-    liqoctl(
-        Some(kubeconfig),
-        &[
-            "offload",
-            "namespace",
-            "negated",
-            "--pod-offloading-strategy",
-            "Remote",
-            "--selector",
-            "liqo.io/remote-cluster-id!=nope,!zone",
-        ],
-    )
-    .success();
     let negated_pods: Api<Pod> = Api::namespaced(client.clone(), "negated");
     create(&negated_pods, &pod("n")).await?;
     assert_eq!(bound_to(&negated_pods, "n").await?, virtual_node);
     // A pod's own required affinity is ANDed with the selector's: one it
     // shares with the virtual node still lands there, one that excludes
     // the provider leaves no node.
+    let remote_pods: Api<Pod> = Api::namespaced(client.clone(), "remote");
     let own = pod_requiring("own", labels::PEER_CLUSTER_NAME, "Exists", &[]);
     let own = create(&remote_pods, &own).await?;
     let affinity = affinity_of(&own);
@@ -371,39 +433,5 @@ async fn offloaded_pods_land_on_the_virtual_node_and_others_never() -> Result<()
             "{name} was bound"
         );
     }
-    let remote_pod = remote_pods.get("r0").await?;
-    let affinity = serde_json::to_string(&remote_pod.spec.as_ref().map(|s| &s.affinity))?;
-    assert!(affinity.contains("provider-1"), "{affinity}");
-    // Elsewhere: never tolerates, never on the virtual node.
-    let plain_pods: Api<Pod> = Api::namespaced(client.clone(), "plain");
-    for i in 0..3 {
-        let name = format!("p{i}");
-        let created = create(&plain_pods, &pod(&name)).await?;
-        assert!(!tolerates_virtual_nodes(&created), "{:?}", created.spec);
-        assert_ne!(bound_to(&plain_pods, &name).await?, virtual_node);
-    }
-
-    // Unoffload removes the offloading and the labels; new pods stay local.
-    let out = liqoctl(
-        Some(kubeconfig),
-        &["unoffload", "namespace", "remote", "mixed", "--timeout=60"],
-    );
-    if out.code != 0 {
-        eprintln!("--- agent logs ---\n{}", consumer.pod_logs());
-    }
-    out.success();
-    let labelled = namespaces
-        .get("remote")
-        .await?
-        .metadata
-        .labels
-        .unwrap_or_default();
-    assert!(!labelled.contains_key(labels::OFFLOADING), "{labelled:?}");
-    assert!(!labelled.contains_key(labels::POD_OFFLOADING_STRATEGY));
-    let late = create(&remote_pods, &pod("late")).await?;
-    assert!(!tolerates_virtual_nodes(&late));
-    assert_ne!(bound_to(&remote_pods, "late").await?, virtual_node);
-    liqoctl(Some(kubeconfig), &["unoffload", "namespace", "missing"]).user_error(7);
-    drop(pair);
     Ok(())
 }
