@@ -23,8 +23,9 @@ use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::ClusterId;
 use liqo_api::names::{self, peering};
-use liqo_e2e::fixture::{Pair, Stage, WAIT, spec};
+use liqo_e2e::fixture::{One, Pair, Stage, WAIT, spec};
 use liqo_e2e::{liqoctl, wait_for};
+use liqo_testbed::ClusterSpec;
 use serde_json::json;
 
 fn pod(name: &str) -> Pod {
@@ -88,19 +89,40 @@ async fn placement_ca(client: &kube::Client) -> Result<Option<String>> {
         .map(|b| String::from_utf8_lossy(&b.0).into_owned()))
 }
 
+/// A consumer whose API server does not serve MutatingAdmissionPolicy.
+fn consumer_without_policies() -> ClusterSpec {
+    let mut consumer = spec("consumer", 1, 1);
+    consumer.without_mutating_admission_policy = true;
+    consumer
+}
+
+/// The consumer without MutatingAdmissionPolicy peered with a provider;
+/// the name of its virtual node.
+async fn peered() -> Result<(Pair, String)> {
+    let pair = Pair::with_specs(
+        consumer_without_policies(),
+        spec("provider", 2, 1),
+        Stage::Peered,
+    )
+    .await?;
+    Ok((pair, peering::virtual_node(&ClusterId::new("provider-1")?)))
+}
+
+/// `liqoctl install` on a cluster without MutatingAdmissionPolicy makes
+/// the placement webhook, its certificate in a Secret, and keeps that
+/// certificate when run again; a dry run prints a webhook whose CA was
+/// made for that print until one is installed.
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Result<()> {
-    let mut consumer_spec = spec("consumer", 1, 1);
-    consumer_spec.without_mutating_admission_policy = true;
-    let pair = Pair::with_specs(consumer_spec, spec("provider", 2, 1), Stage::Started).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
+async fn install_makes_the_placement_webhook_and_keeps_its_certificate() -> Result<()> {
+    let consumer = One::start(consumer_without_policies()).await?;
+    let (cluster, local) = (consumer.cluster(), consumer.client.clone());
     // Nothing installed yet: a dry run prints a webhook whose CA was made
     // for that print (its key is never printed), and says so.
     let throwaway = "made for this print only";
-    let dry = liqoctl(Some(consumer.kubeconfig_path()), &["install", "--dry-run"]).success();
+    let dry = liqoctl(Some(cluster.kubeconfig_path()), &["install", "--dry-run"]).success();
     assert!(dry.stdout.contains("caBundle"), "{}", dry.stdout);
     assert!(dry.stderr.contains(throwaway), "{}", dry.stderr);
-    let out = liqo_e2e::install(consumer, "consumer-1", "10.201.0.0/16", &[]).success();
+    let out = liqo_e2e::install(cluster, "consumer-1", "10.201.0.0/16", &[]).success();
     assert!(
         out.stdout.contains("with a webhook instead")
             || out.stderr.contains("with a webhook instead"),
@@ -108,8 +130,6 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
         out.stdout,
         out.stderr
     );
-    liqo_e2e::install(provider, "provider-1", "10.202.0.0/16", &[]).success();
-    let local = consumer.client().await?;
     let hooks = Api::<MutatingWebhookConfiguration>::all(local.clone())
         .get("liqo-placement")
         .await?;
@@ -119,29 +139,26 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
         .context("no placement certificate")?;
     assert!(ca.contains("BEGIN CERTIFICATE"));
     // Installed: a dry run prints the CA the Secret holds, and no note.
-    let dry = liqoctl(Some(consumer.kubeconfig_path()), &["install", "--dry-run"]).success();
+    let dry = liqoctl(Some(cluster.kubeconfig_path()), &["install", "--dry-run"]).success();
     assert!(!dry.stderr.contains(throwaway), "{}", dry.stderr);
+    // Installing again keeps the certificate the webhook trusts.
+    liqo_e2e::install(cluster, "consumer-1", "10.201.0.0/16", &[]).success();
+    assert_eq!(placement_ca(&local).await?, Some(ca));
+    Ok(())
+}
 
-    let remote = provider.kubeconfig_path().to_str().context("path")?;
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &["peer", "--remote-kubeconfig", remote, "--timeout=90"],
-    )
-    .success();
-    liqo_e2e::virtual_node_ready(&local, "provider-1", WAIT).await?;
-    let virtual_node = peering::virtual_node(&ClusterId::new("provider-1")?);
-
-    // The testbed's pod IPs are loopback addresses, which EndpointSlices
-    // refuse (docs/testbed.md): the agent serves the webhook at this
-    // machine's own address instead (local delivery, nothing leaves the
-    // host), and the Service's endpoints say so, as a cluster's endpoint
-    // controller would say the pod's.
+/// The testbed's pod IPs are loopback addresses, which EndpointSlices
+/// refuse (docs/testbed.md): the agent of provider-1 on the consumer
+/// (`local`) serves the webhook at this machine's own address instead
+/// (local delivery, nothing leaves the host), and the Service's endpoints
+/// say so, as a cluster's endpoint controller would say the pod's.
+async fn serve_the_webhook_at_the_hosts_address(local: &kube::Client) -> Result<()> {
     let host_ip = liqo_e2e::host_address()?;
     let port = std::net::TcpListener::bind((host_ip.as_str(), 0))?
         .local_addr()?
         .port();
     liqo_e2e::set_agent_args(
-        &local,
+        local,
         "provider-1",
         |a| {
             if a.starts_with("--placement-addr=") {
@@ -185,7 +202,20 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
         WAIT,
         || async { Ok(std::net::TcpStream::connect((host_ip.as_str(), port)).is_ok()) },
     )
-    .await?;
+    .await
+}
+
+/// The unmodified scheduler, with the virtual kubelets' webhook, binds a
+/// plain pod of a `Remote` namespace to the virtual node its selector
+/// matches, where it runs on the provider; a `LocalAndRemote` pod whose
+/// selector matches no provider tolerates the virtual nodes but is bound
+/// to a local node; a pod of a namespace that is not offloaded is never
+/// touched.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_places_offloaded_pods_and_leaves_the_others_alone() -> Result<()> {
+    let (pair, virtual_node) = peered().await?;
+    let (consumer, local) = (pair.consumer(), pair.consumer_client.clone());
+    serve_the_webhook_at_the_hosts_address(&local).await?;
 
     let pp = PostParams::default();
     for ns in ["shop", "both", "private"] {
@@ -196,29 +226,23 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
             )
             .await?;
     }
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
-            "offload",
-            "namespace",
-            "shop",
-            "--pod-offloading-strategy=Remote",
-            "--selector=liqo.io/remote-cluster-id=provider-1",
-            "--wait",
-            "--timeout=60",
-        ],
-    )
+    pair.on_consumer(&[
+        "offload",
+        "namespace",
+        "shop",
+        "--pod-offloading-strategy=Remote",
+        "--selector=liqo.io/remote-cluster-id=provider-1",
+        "--wait",
+        "--timeout=60",
+    ])
     .success();
-    liqoctl(
-        Some(consumer.kubeconfig_path()),
-        &[
-            "offload",
-            "namespace",
-            "both",
-            "--pod-offloading-strategy=LocalAndRemote",
-            "--selector=liqo.io/remote-cluster-id=nobody",
-        ],
-    )
+    pair.on_consumer(&[
+        "offload",
+        "namespace",
+        "both",
+        "--pod-offloading-strategy=LocalAndRemote",
+        "--selector=liqo.io/remote-cluster-id=nobody",
+    ])
     .success();
 
     // Remote: the toleration, the node selector and the selector's
@@ -257,15 +281,17 @@ async fn the_virtual_kubelets_place_pods_where_policies_are_not_served() -> Resu
     let created = private.create(&pp, &pod("db")).await?;
     assert!(!tolerates_virtual_nodes(&created), "{created:?}");
     assert_ne!(bound_to(&private, "db").await?, virtual_node);
+    Ok(())
+}
 
-    // Installing again keeps the certificate the webhook trusts.
-    liqo_e2e::install(consumer, "consumer-1", "10.201.0.0/16", &[]).success();
-    assert_eq!(placement_ca(&local).await?, Some(ca));
-
-    // A virtual kubelet is ready only once its webhook can answer:
-    // started while the certificate cannot be loaded, it runs unready
-    // (so no endpoint of the Service, and no admission sent to it), and
-    // is ready once it can.
+/// A virtual kubelet is ready only once its webhook can answer: started
+/// while the certificate cannot be loaded, it runs unready (so no
+/// endpoint of the Service, and no admission sent to it), and is ready
+/// once it can.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_kubelet_is_ready_only_once_its_webhook_can_answer() -> Result<()> {
+    let (pair, _) = peered().await?;
+    let local = pair.consumer_client.clone();
     let secrets: Api<Secret> = Api::namespaced(local.clone(), names::NAMESPACE);
     let good = secrets
         .get("liqo-placement-tls")
