@@ -50,8 +50,34 @@ async fn peer_and_offload(pair: &Pair, remote: &str) -> Result<()> {
     Ok(())
 }
 
-#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
+/// The consumer's volumes of claims kept on the provider.
+async fn kept_volumes(home: &kube::Client) -> Result<Vec<PersistentVolume>> {
+    Ok(Api::<PersistentVolume>::all(home.clone())
+        .list(&ListParams::default().labels(&format!("{}={PROVIDER_ID}", labels::PEER_CLUSTER_ID)))
+        .await?
+        .items)
+}
+
+/// The provider's claims of twin namespaces.
+async fn twins_claims(prov: &kube::Client) -> Result<Vec<PersistentVolumeClaim>> {
+    Ok(Api::<PersistentVolumeClaim>::all(prov.clone())
+        .list(&ListParams::default().labels(labels::ORIGIN_NAMESPACE))
+        .await?
+        .items)
+}
+
+/// The consumer's twin namespaces on the provider.
+async fn twins(prov: &kube::Client) -> Result<Vec<Namespace>> {
+    Ok(Api::<Namespace>::all(prov.clone())
+        .list(&ListParams::default().labels(&format!("{}={CONSUMER_ID}", labels::TENANT)))
+        .await?
+        .items)
+}
+
+/// The pair, the provider granting 1Gi in 4 claims of its class
+/// `standard`, peered, `NS` offloaded, and in it the claim `data`, which
+/// names no class, used by the pod `user`: the claim kept on the provider.
+async fn a_kept_claim() -> Result<Pair> {
     let pair = Pair::at(Stage::Installed).await?;
     let (home, prov) = (&pair.consumer_client, &pair.provider_client);
     let pp = PostParams::default();
@@ -74,14 +100,13 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         "--storage-classes=standard",
     ])
     .success();
-    let remote = pair.provider().kubeconfig_path().to_str().context("path")?;
     Api::<Namespace>::all(home.clone())
         .create(
             &pp,
             &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
         )
         .await?;
-    peer_and_offload(&pair, remote).await?;
+    peer_and_offload(&pair, &pair.remote()).await?;
 
     // A claim that names no class, and a pod that uses it: the claim goes
     // to the provider with the pod.
@@ -94,33 +119,27 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
             }))?,
         )
         .await?;
-    let pods: Api<Pod> = Api::namespaced(home.clone(), NS);
-    pods.create(&pp, &user_of_data("user")?).await?;
-    let kept_volumes = || async {
-        Ok::<_, anyhow::Error>(
-            Api::<PersistentVolume>::all(home.clone())
-                .list(
-                    &ListParams::default()
-                        .labels(&format!("{}={PROVIDER_ID}", labels::PEER_CLUSTER_ID)),
-                )
-                .await?
-                .items,
-        )
-    };
+    Api::<Pod>::namespaced(home.clone(), NS)
+        .create(&pp, &user_of_data("user")?)
+        .await?;
     wait_for("the claim kept on the provider", WAIT, || async {
-        let twins_claims = Api::<PersistentVolumeClaim>::all(prov.clone())
-            .list(&ListParams::default().labels(labels::ORIGIN_NAMESPACE))
-            .await?
-            .items;
-        Ok(kept_volumes().await?.len() == 1 && twins_claims.len() == 1)
+        Ok(kept_volumes(home).await?.len() == 1 && twins_claims(prov).await?.len() == 1)
     })
     .await?;
-    // The twin's demand counts the claim, so that its share holds it.
+    Ok(pair)
+}
+
+/// The twin's demand counts a kept claim, so that its share holds it; and
+/// the claim grows where the provider's class lets it: the provider's
+/// claim (bound here by hand to a volume, as its provisioner would) is
+/// asked for more, and the size the provider gives comes back.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_claim_counts_in_its_twins_demand_and_grows_as_the_provider_lets_it() -> Result<()> {
+    let pair = a_kept_claim().await?;
+    let (home, prov) = (&pair.consumer_client, &pair.provider_client);
+    let pp = PostParams::default();
     wait_for("the twin's demand to count the claim", WAIT, || async {
-        let twins = Api::<Namespace>::all(prov.clone())
-            .list(&ListParams::default().labels(&format!("{}={CONSUMER_ID}", labels::TENANT)))
-            .await?
-            .items;
+        let twins = twins(prov).await?;
         let demand = twins
             .first()
             .and_then(|t| t.metadata.annotations.as_ref())
@@ -134,13 +153,8 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         Ok(demand.storage_bytes == 100 << 20 && demand.claims == 1)
     })
     .await?;
-    // A claim grows where the provider's class lets it: the provider's
-    // claim (bound here by hand to a volume, as its provisioner would) is
-    // asked for more, and the size the provider gives comes back.
-    let twin = Api::<Namespace>::all(prov.clone())
-        .list(&ListParams::default().labels(&format!("{}={CONSUMER_ID}", labels::TENANT)))
+    let twin = twins(prov)
         .await?
-        .items
         .first()
         .and_then(|n| n.metadata.name.clone())
         .context("the twin")?;
@@ -211,7 +225,7 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
             .and_then(|s| s.capacity)
             .and_then(|c| c.get("storage").cloned())
             .and_then(|q| liqo_api::sharing::parse_bytes(&q.0));
-        let volume = kept_volumes().await?;
+        let volume = kept_volumes(home).await?;
         let volume_size = volume
             .first()
             .and_then(|v| v.spec.as_ref()?.capacity.as_ref()?.get("storage").cloned())
@@ -219,13 +233,27 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         Ok(given == Some(200 << 20) && volume_size == Some(200 << 20))
     })
     .await?;
+    Ok(())
+}
+
+/// `unpeer` refuses on the consumer's side and on the provider's
+/// (`--tenant`) while a kept claim holds data, naming it; the provider's
+/// administrator keeps it with `--keep-remote-data`, and the twin holding
+/// it stays while the rest of the tenancy goes; the consumer keeps its
+/// side too, and a later peering and offload find the claim again.
+#[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unpeer_refuses_while_claims_hold_data_and_keeps_them_when_told() -> Result<()> {
+    let pair = a_kept_claim().await?;
+    let (home, prov) = (&pair.consumer_client, &pair.provider_client);
+    let remote = pair.remote();
+    let pods: Api<Pod> = Api::namespaced(home.clone(), NS);
     pods.delete("user", &DeleteParams::default()).await?;
     pair.on_consumer(&["unoffload", "namespace", NS, "--keep-remote-data"])
         .success();
 
     // Refused on both sides while the claim holds data, naming it.
     let refused = pair
-        .on_consumer(&["unpeer", "--remote-kubeconfig", remote])
+        .on_consumer(&["unpeer", "--remote-kubeconfig", &remote])
         .user_error(6);
     let line = refused.error_line();
     ensure!(
@@ -241,7 +269,7 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         "{line}"
     );
     ensure!(
-        kept_volumes().await?.len() == 1,
+        kept_volumes(home).await?.len() == 1,
         "a refusal changed something"
     );
 
@@ -260,25 +288,16 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         let left = Api::<Namespace>::all(prov.clone())
             .get_opt(&tenancy)
             .await?;
-        let claims = Api::<PersistentVolumeClaim>::all(prov.clone())
-            .list(&ListParams::default().labels(labels::ORIGIN_NAMESPACE))
-            .await?
-            .items;
-        Ok(left.is_none() && claims.len() == 1)
+        Ok(left.is_none() && twins_claims(prov).await?.len() == 1)
     })
     .await?;
-    let twins = Api::<Namespace>::all(prov.clone())
-        .list(&ListParams::default().labels(&format!("{}={CONSUMER_ID}", labels::TENANT)))
-        .await?
-        .items;
+    let twins = twins(prov).await?;
     ensure!(
         twins.len() == 1 && twins[0].metadata.deletion_timestamp.is_none(),
         "the twin holding the claim is gone"
     );
-    let kept_uid = Api::<PersistentVolumeClaim>::all(prov.clone())
-        .list(&ListParams::default().labels(labels::ORIGIN_NAMESPACE))
+    let kept_uid = twins_claims(prov)
         .await?
-        .items
         .first()
         .and_then(|c| c.metadata.uid.clone())
         .context("the kept claim")?;
@@ -288,13 +307,17 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
     pair.on_consumer(&[
         "unpeer",
         "--remote-kubeconfig",
-        remote,
+        &remote,
         "--keep-remote-data",
     ])
     .success();
-    ensure!(kept_volumes().await?.len() == 1, "the volume here is gone");
-    peer_and_offload(&pair, remote).await?;
-    pods.create(&pp, &user_of_data("again")?).await?;
+    ensure!(
+        kept_volumes(home).await?.len() == 1,
+        "the volume here is gone"
+    );
+    peer_and_offload(&pair, &remote).await?;
+    pods.create(&PostParams::default(), &user_of_data("again")?)
+        .await?;
     let node = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
     wait_for(
         "the pod back on the provider, with its claim",
@@ -313,10 +336,7 @@ async fn unpeer_keeps_or_deletes_claims_only_when_told() -> Result<()> {
         },
     )
     .await?;
-    let claims = Api::<PersistentVolumeClaim>::all(prov.clone())
-        .list(&ListParams::default().labels(labels::ORIGIN_NAMESPACE))
-        .await?
-        .items;
+    let claims = twins_claims(prov).await?;
     ensure!(
         claims.len() == 1 && claims[0].metadata.uid.as_deref() == Some(kept_uid.as_str()),
         "the kept claim was not found again: {} claims",
