@@ -23,7 +23,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use liqo_api::clusterset::{LABEL_SERVICE_NAME, ServiceExport, ServiceImport};
 use liqo_api::names;
-use liqo_api::networking::Connection;
+use liqo_api::networking::{Connection, ConnectionStatus};
 use liqo_e2e::fixture::{Pair, Stage};
 use liqo_e2e::netns::{Cluster as Site, NetNs, link, ping, transfer_seen};
 use liqo_e2e::wait_for;
@@ -41,30 +41,89 @@ const CONSUMER_POD_SEEN: &str = "100.64.1.2";
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// The namespace of the Services each side exports.
 const CLUSTERSET_NS: &str = "shop";
+/// The Services each side imports while the networks are linked, sorted.
+const BOTH: [&str; 2] = ["back", "front"];
+
+/// The clusters, installed with their gateways' tunnels in the nodes'
+/// namespaces, and the namespaces of the nodes and their pods. The clusters
+/// stop before the namespaces go.
+struct Net {
+    pair: Pair,
+    /// The consumer's node and pod.
+    a: Site,
+    /// The provider's node and pod.
+    b: Site,
+    /// The consumer's end of the link between the nodes.
+    internet: String,
+    consumer_client: kube::Client,
+    provider_client: kube::Client,
+}
+
+impl Net {
+    async fn start() -> Result<Self> {
+        let a = Site::new("na", &[CONSUMER_POD])?;
+        let b = Site::new("nb", &[PROVIDER_POD])?;
+        let (internet, _) = link(&a.node, "192.168.78.1/24", &b.node, "192.168.78.2/24")?;
+        let pair = Pair::at(Stage::Started).await?;
+        for (cluster, id, address, node) in [
+            (pair.consumer(), "consumer-1", "192.168.78.1", &a.node),
+            (pair.provider(), "provider-1", "192.168.78.2", &b.node),
+        ] {
+            let address = format!("--gateway-address={address}");
+            liqo_e2e::install(cluster, id, POD_CIDR, &[&address]).success();
+            tunnels_in(&cluster.client().await?, node).await?;
+        }
+        Ok(Self {
+            consumer_client: pair.consumer_client.clone(),
+            provider_client: pair.provider_client.clone(),
+            pair,
+            a,
+            b,
+            internet,
+        })
+    }
+
+    /// The Connection of each end: the consumer's, the provider's.
+    async fn ends(&self) -> Result<(Connection, Connection)> {
+        let here = Api::<Connection>::namespaced(self.consumer_client.clone(), names::NAMESPACE)
+            .get("provider-1")
+            .await?;
+        let there =
+            Api::<Connection>::namespaced(self.provider_client.clone(), "liqo-tenant-consumer-1")
+                .get("consumer-1")
+                .await?;
+        Ok((here, there))
+    }
+
+    /// Both clusters, with their names.
+    fn clients(&self) -> [(&kube::Client, &'static str); 2] {
+        [
+            (&self.consumer_client, "consumer"),
+            (&self.provider_client, "provider"),
+        ]
+    }
+}
 
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
-    let a = Site::new("na", &[CONSUMER_POD])?;
-    let b = Site::new("nb", &[PROVIDER_POD])?;
-    let (internet, _) = link(&a.node, "192.168.78.1/24", &b.node, "192.168.78.2/24")?;
+    let net = Net::start().await?;
+    let status = peering_links_the_networks(&net).await?;
+    the_virtual_node_says_whether_the_tunnel_is_up(&net).await?;
+    the_tunnels_health_is_in_its_status_info_and_metrics(&net).await?;
+    a_restarted_gateway_takes_back_its_decisions(&net, &status).await?;
+    each_side_imports_the_services_the_other_exports(&net).await?;
+    disconnect_unlinks_and_withdraws_imports_and_connect_brings_them_back(&net).await?;
+    an_unknown_peer_is_one_clear_line(&net);
+    unpeer_takes_the_tunnel_with_it(&net).await?;
+    Ok(())
+}
 
-    let pair = Pair::at(Stage::Started).await?;
-    let (consumer, provider) = (pair.consumer(), pair.provider());
-    for (cluster, id, address, node) in [
-        (consumer, "consumer-1", "192.168.78.1", &a.node),
-        (provider, "provider-1", "192.168.78.2", &b.node),
-    ] {
-        let address = format!("--gateway-address={address}");
-        liqo_e2e::install(cluster, id, POD_CIDR, &[&address]).success();
-        tunnels_in(&cluster.client().await?, node).await?;
-    }
-    let consumer_client = consumer.client().await?;
-    let provider_client = provider.client().await?;
-
-    // Peering links the networks and says how each side sees the other.
-    let remote = provider.kubeconfig_path().to_str().context("path")?;
-    let out = pair
-        .on_consumer(&["peer", "--remote-kubeconfig", remote])
+/// Peering links the networks and says how each side sees the other, and
+/// pods reach pods both ways; the status of the provider's end.
+async fn peering_links_the_networks(net: &Net) -> Result<ConnectionStatus> {
+    let out = net
+        .pair
+        .on_consumer(&["peer", "--remote-kubeconfig", &net.pair.remote()])
         .success();
     assert!(
         out.stdout.contains(&format!(
@@ -73,43 +132,35 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
         "{}",
         out.stdout
     );
-    let ends = || async {
-        let here = Api::<Connection>::namespaced(consumer_client.clone(), names::NAMESPACE)
-            .get("provider-1")
-            .await?;
-        let there =
-            Api::<Connection>::namespaced(provider_client.clone(), "liqo-tenant-consumer-1")
-                .get("consumer-1")
-                .await?;
-        anyhow::Ok((here, there))
-    };
     wait_for("both ends established", TIMEOUT, || async {
-        let (here, there) = ends().await?;
+        let (here, there) = net.ends().await?;
         Ok(here.is_established() && there.is_established())
     })
     .await?;
-    let (_, there) = ends().await?;
-    let status = there.status.clone().context("no status")?;
+    let (_, there) = net.ends().await?;
+    let status = there.status.context("no status")?;
     assert_eq!(status.endpoint.as_deref(), Some("192.168.78.2:51820"));
     assert_eq!(status.peer_seen_as.as_deref(), Some(SEEN_AS));
     let device = status.interface.clone().context("no interface")?;
     assert!(
-        b.node
+        net.b
+            .node
             .stdout("ip", &["route", "show", "dev", &device])?
             .contains(SEEN_AS),
         "the provider's node routes the consumer's pods into {device}"
     );
-
     // Pods reach pods both ways, each seeing the other at its remapped
     // address, host part kept.
-    reach(&a, &b).await?;
+    reach(&net.a, &net.b).await?;
+    Ok(status)
+}
 
-    // The virtual node tells whether the tunnel is up: cut the link
-    // between the nodes, and NetworkUnavailable turns True once the
-    // provider's gateway has gone unheard (30 s); mend it, and it turns
-    // False again.
+/// The virtual node tells whether the tunnel is up: cut the link between
+/// the nodes, and NetworkUnavailable turns True once the provider's
+/// gateway has gone unheard (30 s); mend it, and it turns False again.
+async fn the_virtual_node_says_whether_the_tunnel_is_up(net: &Net) -> Result<()> {
     let unavailable = |status: &'static str, reason: &'static str| {
-        let client = consumer_client.clone();
+        let client = net.consumer_client.clone();
         async move {
             let node = Api::<Node>::all(client).get("liqo-provider-1").await?;
             Ok(node
@@ -130,41 +181,42 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
         || unavailable("False", "TunnelEstablished"),
     )
     .await?;
-    a.node.ip(&["link", "set", &internet, "down"])?;
+    net.a.node.ip(&["link", "set", &net.internet, "down"])?;
     wait_for("NetworkUnavailable=True (TunnelDown)", TIMEOUT, || {
         unavailable("True", "TunnelDown")
     })
     .await?;
-    a.node.ip(&["link", "set", &internet, "up"])?;
-    let r = wait_for("NetworkUnavailable=False again", TIMEOUT, || {
+    net.a.node.ip(&["link", "set", &net.internet, "up"])?;
+    wait_for("NetworkUnavailable=False again", TIMEOUT, || {
         unavailable("False", "TunnelEstablished")
     })
     .await
     .inspect_err(|_| {
-        eprintln!("consumer's agents:\n{}", consumer.pod_logs());
-        eprintln!("provider's agents:\n{}", provider.pod_logs());
-    });
-    r?;
+        eprintln!("consumer's agents:\n{}", net.pair.consumer().pod_logs());
+        eprintln!("provider's agents:\n{}", net.pair.provider().pod_logs());
+    })
+}
 
-    // The tunnel's health: in the statuses, in info, in the metrics.
+/// The tunnel's health: in the statuses, in info, in the metrics.
+async fn the_tunnels_health_is_in_its_status_info_and_metrics(net: &Net) -> Result<()> {
     wait_for(
         "traffic and a probe's round trip in the status",
         TIMEOUT,
         || async {
-            let (here, _) = ends().await?;
+            let (here, _) = net.ends().await?;
             Ok(here
                 .status
                 .is_some_and(|s| s.rx_bytes > 0 && s.tx_bytes > 0 && s.last_handshake.is_some()))
         },
     )
     .await?;
-    let info = pair.on_consumer(&["info", "-o", "json"]).success();
+    let info = net.pair.on_consumer(&["info", "-o", "json"]).success();
     let info: serde_json::Value = serde_json::from_str(&info.stdout)?;
     let network = &info["peerings"][0]["network"];
     assert_eq!(network["established"], true, "{info:#}");
     assert_eq!(network["peerPodsSeenAs"], SEEN_AS);
     assert_eq!(network["endpoint"], "192.168.78.2:51820");
-    let gateway_ip = gateway_pod_ip(&consumer_client).await?;
+    let gateway_ip = gateway_pod_ip(&net.consumer_client).await?;
     let metrics = reqwest::Client::builder()
         .no_proxy()
         .build()?
@@ -186,11 +238,17 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
         metrics.contains("liqo_gateway_tunnel_transmit_bytes_total{"),
         "{metrics}"
     );
+    Ok(())
+}
 
-    // A gateway that restarts takes back the same decisions (port,
-    // remapped CIDR) from the API, and traffic flows again.
-    let pods: Api<Pod> = Api::namespaced(provider_client.clone(), names::NAMESPACE);
-    let gateway = gateway_pod(&provider_client).await?;
+/// A gateway that restarts takes back the same decisions (port, remapped
+/// CIDR) as `before` from the API, and traffic flows again.
+async fn a_restarted_gateway_takes_back_its_decisions(
+    net: &Net,
+    before: &ConnectionStatus,
+) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(net.provider_client.clone(), names::NAMESPACE);
+    let gateway = gateway_pod(&net.provider_client).await?;
     let old_name = gateway.metadata.name.clone().context("nameless")?;
     // Whole seconds, as the status has them.
     let deleted_at =
@@ -205,7 +263,7 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
             if pods.get_opt(&old_name).await?.is_some() {
                 return Ok(false);
             }
-            let (_, there) = ends().await?;
+            let (_, there) = net.ends().await?;
             let since = there
                 .status
                 .as_ref()
@@ -215,39 +273,43 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
         },
     )
     .await?;
-    let (_, there) = ends().await?;
+    let (_, there) = net.ends().await?;
     let again = there.status.context("no status")?;
-    assert_eq!(again.endpoint, status.endpoint);
-    assert_eq!(again.peer_seen_as, status.peer_seen_as);
-    reach(&a, &b).await?;
+    assert_eq!(again.endpoint, before.endpoint);
+    assert_eq!(again.peer_seen_as, before.peer_seen_as);
+    reach(&net.a, &net.b).await
+}
 
-    // The clusterset: a Service exported on each side (one endpoint, a
-    // pod of its cluster) is imported on both.
+/// The clusterset: a Service exported on each side (one endpoint, a pod
+/// of its cluster) is imported on both.
+async fn each_side_imports_the_services_the_other_exports(net: &Net) -> Result<()> {
     for (client, service, pod) in [
-        (&consumer_client, "front", CONSUMER_POD),
-        (&provider_client, "back", PROVIDER_POD),
+        (&net.consumer_client, "front", CONSUMER_POD),
+        (&net.provider_client, "back", PROVIDER_POD),
     ] {
         export_service(client, service, pod).await?;
     }
-    let both = ["back", "front"];
-    for (client, name) in [
-        (&consumer_client, "consumer"),
-        (&provider_client, "provider"),
-    ] {
+    for (client, name) in net.clients() {
         wait_for(&format!("the {name} imports both"), TIMEOUT, || async {
-            Ok(imported(client).await? == both)
+            Ok(imported(client).await? == BOTH)
         })
         .await?;
     }
+    Ok(())
+}
 
-    // Disconnect removes both ends and what the gateways installed, and
-    // withdraws each side's imports of the other's Services with their
-    // Services and slices; connect brings them back.
-    pair.on_consumer(&["network", "disconnect", "--cluster-id", "provider-1"])
+/// Disconnect removes both ends and what the gateways installed, and
+/// withdraws each side's imports of the other's Services with their
+/// Services and slices; connect brings them back.
+async fn disconnect_unlinks_and_withdraws_imports_and_connect_brings_them_back(
+    net: &Net,
+) -> Result<()> {
+    net.pair
+        .on_consumer(&["network", "disconnect", "--cluster-id", "provider-1"])
         .success();
     for (client, name, own, other) in [
-        (&consumer_client, "consumer", "front", "back"),
-        (&provider_client, "provider", "back", "front"),
+        (&net.consumer_client, "consumer", "front", "back"),
+        (&net.provider_client, "provider", "back", "front"),
     ] {
         wait_for(
             &format!("the {name}'s import of {other} withdrawn"),
@@ -262,7 +324,7 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
         )
         .await?;
     }
-    for (node, name) in [(&a.node, "consumer"), (&b.node, "provider")] {
+    for (node, name) in [(&net.a.node, "consumer"), (&net.b.node, "provider")] {
         wait_for(
             &format!("the {name}'s tunnel device gone"),
             TIMEOUT,
@@ -276,8 +338,9 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
             "the {name}'s NAT table is left"
         );
     }
-    ensure!(ends().await.is_err(), "a Connection is left");
-    let out = pair
+    ensure!(net.ends().await.is_err(), "a Connection is left");
+    let out = net
+        .pair
         .on_consumer(&[
             "network",
             "connect",
@@ -289,21 +352,22 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
         .success();
     let linked: serde_json::Value = serde_json::from_str(&out.stdout)?;
     assert_eq!(linked["providerPodsSeenAs"], SEEN_AS);
-    reach(&a, &b).await?;
-    for (client, name) in [
-        (&consumer_client, "consumer"),
-        (&provider_client, "provider"),
-    ] {
+    reach(&net.a, &net.b).await?;
+    for (client, name) in net.clients() {
         wait_for(
             &format!("the {name} imports both again"),
             TIMEOUT,
-            || async { Ok(imported(client).await? == both) },
+            || async { Ok(imported(client).await? == BOTH) },
         )
         .await?;
     }
+    Ok(())
+}
 
-    // An unknown peer is one clear line.
-    let out = pair
+/// Connecting to an unknown peer is one clear line.
+fn an_unknown_peer_is_one_clear_line(net: &Net) {
+    let out = net
+        .pair
         .on_consumer(&["network", "connect", "--cluster-id", "nobody"])
         .user_error(7);
     assert!(
@@ -311,15 +375,22 @@ async fn peered_pods_reach_each_other_through_the_gateways() -> Result<()> {
         "{}",
         out.stderr
     );
+}
 
-    // Unpeer takes the tunnel with it.
-    pair.on_consumer(&["unpeer", "--remote-kubeconfig", remote])
+/// Unpeer takes the tunnel with it.
+async fn unpeer_takes_the_tunnel_with_it(net: &Net) -> Result<()> {
+    net.pair
+        .on_consumer(&["unpeer", "--remote-kubeconfig", &net.pair.remote()])
         .success();
     wait_for("the consumer's tunnel device gone", TIMEOUT, || async {
-        Ok(!a.node.stdout("ip", &["link", "show"])?.contains("liqo-"))
+        Ok(!net
+            .a
+            .node
+            .stdout("ip", &["link", "show"])?
+            .contains("liqo-"))
     })
     .await?;
-    let left = Api::<Connection>::all(consumer_client.clone())
+    let left = Api::<Connection>::all(net.consumer_client.clone())
         .list(&ListParams::default())
         .await?;
     assert!(left.items.is_empty(), "{:?}", left.items);
