@@ -68,40 +68,73 @@ async fn local_pods(api: &Api<Pod>) -> Result<Vec<Pod>> {
         .collect())
 }
 
+/// What the steps look at: `NS` and its offloading on the consumer, and
+/// its twin on the provider.
+struct Shop {
+    offloadings: Api<NamespaceOffloading>,
+    deployments: Api<Deployment>,
+    pods: Api<Pod>,
+    remote_namespaces: Api<Namespace>,
+    remote_rs: Api<ReplicaSet>,
+    remote_pods: Api<Pod>,
+    /// The remote ReplicaSets and pods the virtual kubelet made.
+    ours: ListParams,
+}
+
+impl Shop {
+    fn of(pair: &Pair) -> Self {
+        let (local, prov) = (&pair.consumer_client, &pair.provider_client);
+        Self {
+            offloadings: Api::namespaced(local.clone(), NS),
+            deployments: Api::namespaced(local.clone(), NS),
+            pods: Api::namespaced(local.clone(), NS),
+            remote_namespaces: Api::all(prov.clone()),
+            remote_rs: Api::namespaced(prov.clone(), TWIN),
+            remote_pods: Api::namespaced(prov.clone(), TWIN),
+            ours: ListParams::default().labels(LOCAL_POD_UID),
+        }
+    }
+}
+
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offloaded_pods_run_on_the_provider() -> Result<()> {
     let pair = Pair::at(Stage::Peered).await?;
-    let consumer = pair.consumer();
-    let local = pair.consumer_client.clone();
-    let prov = pair.provider_client.clone();
-    let provider_id = ClusterId::new(PROVIDER_ID)?;
-    let node_name = peering::virtual_node(&provider_id);
+    let shop = Shop::of(&pair);
+    offload_makes_a_twin_namespace_and_a_ready_entry(&pair, &shop).await?;
+    pods_run_on_the_provider_though_the_agent_is_killed_midway(&pair, &shop).await?;
+    each_pod_is_one_replica_set_of_one_on_a_provider_node(&pair, &shop).await?;
+    a_remote_replica_set_changed_on_the_provider_is_put_back(&shop).await?;
+    scaling_down_removes_remote_replica_sets_and_local_pods(&shop).await?;
+    unoffload_removes_the_twin_namespace(&pair, &shop).await?;
+    Ok(())
+}
 
-    // The offloading: a twin namespace and a ready status entry.
+/// The offloading: a twin namespace, labelled with its tenant and its
+/// origin, and a ready status entry.
+async fn offload_makes_a_twin_namespace_and_a_ready_entry(pair: &Pair, shop: &Shop) -> Result<()> {
+    let provider_id = ClusterId::new(PROVIDER_ID)?;
     let start = Instant::now();
-    let namespaces: Api<Namespace> = Api::all(local.clone());
+    let namespaces: Api<Namespace> = Api::all(pair.consumer_client.clone());
     namespaces
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({ "metadata": { "name": NS } }))?,
         )
         .await?;
-    let offloadings: Api<NamespaceOffloading> = Api::namespaced(local.clone(), NS);
     pair.on_consumer(&["offload", "namespace", NS, "--wait", "--timeout=60"])
         .success();
-    let remote_namespaces: Api<Namespace> = Api::all(prov.clone());
     wait_for("the twin namespace and a ready entry", WAIT, || async {
-        let off = offloadings.get(names::NAMESPACE_OFFLOADING).await?;
+        let off = shop.offloadings.get(names::NAMESPACE_OFFLOADING).await?;
         let ready = off.status.as_ref().is_some_and(|s| {
             s.clusters
                 .iter()
                 .any(|c| c.cluster_id == provider_id && c.ready && c.remote_namespace == TWIN)
         });
-        Ok(ready && remote_namespaces.get_opt(TWIN).await?.is_some())
+        Ok(ready && shop.remote_namespaces.get_opt(TWIN).await?.is_some())
     })
     .await?;
     eprintln!("twin namespace ready in {:?}", start.elapsed());
-    let twin = remote_namespaces.get(TWIN).await?;
+    let twin = shop.remote_namespaces.get(TWIN).await?;
     let twin_labels = twin.metadata.labels.unwrap_or_default();
     assert_eq!(
         twin_labels.get(labels::TENANT).map(String::as_str),
@@ -113,20 +146,23 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
             .map(String::as_str),
         Some(NS)
     );
+    Ok(())
+}
 
-    // Three pods, bound to the virtual node, run on the provider.
+/// Three pods, bound to the virtual node, run on the provider, the local
+/// pods showing the remote pods' status and IPs, though the virtual
+/// kubelet is killed as soon as the first remote ReplicaSet exists.
+async fn pods_run_on_the_provider_though_the_agent_is_killed_midway(
+    pair: &Pair,
+    shop: &Shop,
+) -> Result<()> {
+    let consumer = pair.consumer();
     let start = Instant::now();
-    let deployments: Api<Deployment> = Api::namespaced(local.clone(), NS);
-    deployments
+    shop.deployments
         .create(&PostParams::default(), &deployment(3))
         .await?;
-    let pods: Api<Pod> = Api::namespaced(local.clone(), NS);
-    let remote_rs: Api<ReplicaSet> = Api::namespaced(prov.clone(), TWIN);
-    let remote_pods: Api<Pod> = Api::namespaced(prov.clone(), TWIN);
-    let ours = ListParams::default().labels(LOCAL_POD_UID);
-    // Killed as soon as the first remote ReplicaSet exists: mid-way.
     wait_for("a first remote ReplicaSet", WAIT, || async {
-        Ok(!remote_rs.list(&ours).await?.items.is_empty())
+        Ok(!shop.remote_rs.list(&shop.ours).await?.items.is_empty())
     })
     .await?;
     let killed = liqo_e2e::kill_agent(consumer, liqo_e2e::Agent::VirtualKubelet)?;
@@ -136,9 +172,10 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         "3 local pods Running with the remote pods' IPs",
         Duration::from_secs(120),
         || async {
-            let local_pods = local_pods(&pods).await?;
-            let remote: BTreeMap<String, Pod> = remote_pods
-                .list(&ours)
+            let local_pods = local_pods(&shop.pods).await?;
+            let remote: BTreeMap<String, Pod> = shop
+                .remote_pods
+                .list(&shop.ours)
                 .await?
                 .items
                 .into_iter()
@@ -160,22 +197,32 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         "3 pods Running through the provider in {:?}",
         start.elapsed()
     );
-    liqo_e2e::agent_restarted(consumer, liqo_e2e::Agent::VirtualKubelet, killed, WAIT).await?;
+    liqo_e2e::agent_restarted(consumer, liqo_e2e::Agent::VirtualKubelet, killed, WAIT).await
+}
+
+/// Nothing twice, after the restarted agent's first passes: each local
+/// pod bound to the virtual node is one remote ReplicaSet of one, whose
+/// one pod (made by the virtual kubelet, then adopted by its ReplicaSet)
+/// runs on a kwok node of the provider, without a service account token
+/// and with the pod's environment.
+async fn each_pod_is_one_replica_set_of_one_on_a_provider_node(
+    pair: &Pair,
+    shop: &Shop,
+) -> Result<()> {
+    let node_name = peering::virtual_node(&ClusterId::new(PROVIDER_ID)?);
     // The restarted agent's first passes must not create anything again.
     tokio::time::sleep(Duration::from_secs(3)).await;
-
-    // Bound to the virtual node; remote pods on kwok nodes; nothing twice.
-    let local_pods = local_pods(&pods).await?;
+    let local_pods = local_pods(&shop.pods).await?;
     for p in &local_pods {
         let spec = p.spec.as_ref().context("spec")?;
         assert_eq!(spec.node_name.as_deref(), Some(node_name.as_str()));
     }
-    let rs = remote_rs.list(&ours).await?.items;
+    let rs = shop.remote_rs.list(&shop.ours).await?.items;
     assert_eq!(rs.len(), 3, "one ReplicaSet per pod: {:?}", names_of(&rs));
     for r in &rs {
         assert_eq!(r.spec.as_ref().and_then(|s| s.replicas), Some(1));
     }
-    let remote = remote_pods.list(&ours).await?.items;
+    let remote = shop.remote_pods.list(&shop.ours).await?.items;
     assert_eq!(
         remote.len(),
         3,
@@ -187,14 +234,15 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         "the remote pods adopted by their ReplicaSets",
         WAIT,
         || async {
-            let rs_uids: Vec<String> = remote_rs
-                .list(&ours)
+            let rs_uids: Vec<String> = shop
+                .remote_rs
+                .list(&shop.ours)
                 .await?
                 .items
                 .into_iter()
                 .filter_map(|r| r.metadata.uid)
                 .collect();
-            let pods = remote_pods.list(&ours).await?.items;
+            let pods = shop.remote_pods.list(&shop.ours).await?.items;
             Ok(pods.len() == 3
                 && pods.iter().all(|p| {
                     p.metadata.owner_references.iter().flatten().any(|o| {
@@ -206,9 +254,9 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         },
     )
     .await?;
-    let remote = remote_pods.list(&ours).await?.items;
+    let remote = shop.remote_pods.list(&shop.ours).await?.items;
     assert_eq!(remote.len(), 3, "still one remote pod per pod");
-    let kwok_nodes: Vec<String> = Api::<Node>::all(prov.clone())
+    let kwok_nodes: Vec<String> = Api::<Node>::all(pair.provider_client.clone())
         .list(&ListParams::default())
         .await?
         .items
@@ -223,12 +271,18 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         let env = spec.containers[0].env.clone().unwrap_or_default();
         assert!(env.iter().any(|e| e.name == "GREETING"), "{env:?}");
     }
+    Ok(())
+}
 
-    // A remote ReplicaSet changed on the provider by someone else (scaled
-    // to nothing, its template edited) is put back: one pod again, the
-    // template as the local pod says, the generation it left recorded.
-    let tampered = rs[0].metadata.name.clone().context("nameless")?;
-    let uid = rs[0]
+/// A remote ReplicaSet changed on the provider by someone else (scaled to
+/// nothing, its template edited) is put back: one pod again, the template
+/// as the local pod says, the generation it left recorded.
+async fn a_remote_replica_set_changed_on_the_provider_is_put_back(shop: &Shop) -> Result<()> {
+    let remote_rs = &shop.remote_rs;
+    let rs = remote_rs.list(&shop.ours).await?.items;
+    let first = rs.first().context("no remote ReplicaSet")?;
+    let tampered = first.metadata.name.clone().context("nameless")?;
+    let uid = first
         .metadata
         .labels
         .as_ref()
@@ -265,7 +319,8 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
     })
     .await?;
     wait_for("its pod running again", WAIT, || async {
-        let running = remote_pods
+        let running = shop
+            .remote_pods
             .list(&ListParams::default().labels(&format!("{LOCAL_POD_UID}={uid}")))
             .await?
             .items
@@ -275,11 +330,13 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
             .count();
         Ok(running == 1)
     })
-    .await?;
+    .await
+}
 
-    // Scale to 1: two remote ReplicaSets go, the local pods are removed.
+/// Scaled to 1: two remote ReplicaSets go, the local pods are removed.
+async fn scaling_down_removes_remote_replica_sets_and_local_pods(shop: &Shop) -> Result<()> {
     let start = Instant::now();
-    deployments
+    shop.deployments
         .patch(
             "web",
             &PatchParams::default(),
@@ -287,23 +344,30 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
         )
         .await?;
     wait_for("one remote ReplicaSet and one local pod", WAIT, || async {
-        let rs = remote_rs.list(&ours).await?.items;
-        let all_local = pods
+        let rs = shop.remote_rs.list(&shop.ours).await?.items;
+        let all_local = shop
+            .pods
             .list(&ListParams::default().labels("app=web"))
             .await?
             .items;
         Ok(rs.len() == 1 && all_local.len() == 1)
     })
     .await?;
-    let remote = remote_pods.list(&ours).await?.items;
+    let remote = shop.remote_pods.list(&shop.ours).await?.items;
     assert_eq!(remote.len(), 1, "{:?}", names_of(&remote));
     eprintln!("scaled down in {:?}", start.elapsed());
+    Ok(())
+}
 
-    // Unoffload: the twin namespace goes, and the offloading with it.
+/// Unoffload: the twin namespace goes, and the offloading with it.
+async fn unoffload_removes_the_twin_namespace(pair: &Pair, shop: &Shop) -> Result<()> {
     let start = Instant::now();
-    deployments.delete("web", &DeleteParams::default()).await?;
+    shop.deployments
+        .delete("web", &DeleteParams::default())
+        .await?;
     wait_for("no local pods", WAIT, || async {
-        Ok(pods
+        Ok(shop
+            .pods
             .list(&ListParams::default().labels("app=web"))
             .await?
             .items
@@ -313,8 +377,9 @@ async fn offloaded_pods_run_on_the_provider() -> Result<()> {
     pair.on_consumer(&["unoffload", "namespace", NS, "--timeout=60"])
         .success();
     wait_for("the twin namespace to be gone", WAIT, || async {
-        Ok(remote_namespaces.get_opt(TWIN).await?.is_none()
-            && offloadings
+        Ok(shop.remote_namespaces.get_opt(TWIN).await?.is_none()
+            && shop
+                .offloadings
                 .get_opt(names::NAMESPACE_OFFLOADING)
                 .await?
                 .is_none())
