@@ -7,7 +7,7 @@
 //! Each refusal is paired with the allowed form of the same request (see
 //! `provider_hardening`), and names the rule that made it.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -45,11 +45,29 @@ async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()>
     let mut t = Tally::default();
     let pair = Pair::at(Stage::Installed).await?;
     let prov = &pair.provider_client;
+    provider_classes_and_root_volume(prov).await?;
+    let one = peered_with_storage(&mut t, &pair).await?;
+    claims_stay_within_the_grant_and_its_classes(&mut t, &one, prov).await?;
+    no_volume_of_its_own_and_none_of_the_providers(&mut t, &one).await;
+    pods_mount_its_claims_but_make_none(&mut t, &one).await;
+    // Nothing of the peer's reached the provider's volume.
+    let root = Api::<PersistentVolume>::all(prov.clone())
+        .get("vault-root")
+        .await?;
+    assert!(
+        root.spec.and_then(|s| s.claim_ref).is_none(),
+        "the provider's volume was claimed"
+    );
+    t.at_least(10, 5);
+    Ok(())
+}
+
+/// The provider's classes: `standard` (its default) for peers, `gold`
+/// not; and a volume of its own, Available, that names the node's root,
+/// of no class (as pre-provisioned volumes often are). A volume of a
+/// class offered to peers would be theirs to claim: docs/storage.md.
+async fn provider_classes_and_root_volume(prov: &kube::Client) -> Result<()> {
     let pp = PostParams::default();
-    // The provider's classes: `standard` (its default) for peers, `gold`
-    // not; and a volume of its own, Available, that names the node's root,
-    // of no class (as pre-provisioned volumes often are). A volume of a
-    // class offered to peers would be theirs to claim: docs/storage.md.
     for (name, default) in [("standard", "true"), ("gold", "false")] {
         Api::<StorageClass>::all(prov.clone())
             .create(
@@ -77,6 +95,14 @@ async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()>
             })),
         )
         .await?;
+    Ok(())
+}
+
+/// The consumer peered under a grant of 1Gi in 2 claims of `standard`,
+/// and its twin made, whose share holds the storage granted; the peer's
+/// own credential on the provider.
+async fn peered_with_storage(t: &mut Tally, pair: &Pair) -> Result<kube::Client> {
+    let prov = &pair.provider_client;
     pair.on_provider(&[
         "sharing-policy",
         "set",
@@ -85,12 +111,11 @@ async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()>
         "--storage-classes=standard",
     ])
     .success();
-    let remote = pair.provider().kubeconfig_path().to_str().context("path")?;
-    pair.on_consumer(&["peer", "--remote-kubeconfig", remote])
+    pair.on_consumer(&["peer", "--remote-kubeconfig", &pair.remote()])
         .success();
     liqo_e2e::virtual_node_ready(&pair.consumer_client, PROVIDER_ID, WAIT).await?;
     let one = liqo_e2e::peer_client(pair.consumer(), &pair.consumer_client, PROVIDER_ID).await?;
-    make_twin(&mut t, &one, prov, TWIN, "consumer-1", "baseline").await?;
+    make_twin(t, &one, prov, TWIN, "consumer-1", "baseline").await?;
     // Its twin's share holds its storage.
     let quotas: Api<ResourceQuota> = Api::namespaced(prov.clone(), TWIN);
     wait_for("the share to hold the storage granted", WAIT, || async {
@@ -106,7 +131,19 @@ async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()>
         )
     })
     .await?;
+    Ok(one)
+}
 
+/// Claims of the classes it is given, within the bytes and the number of
+/// its grant, each class counted on its own by its share; none that names
+/// or selects a volume, is of another class or of none, or is bound to
+/// the provider's volume afterwards.
+async fn claims_stay_within_the_grant_and_its_classes(
+    t: &mut Tally,
+    one: &kube::Client,
+    prov: &kube::Client,
+) -> Result<()> {
+    let pp = PostParams::default();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(one.clone(), TWIN);
     t.allowed(
         "a claim of the class it is given",
@@ -197,6 +234,7 @@ async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()>
         claims.create(&pp, &claim("esc-third", "1Mi", |_| {})).await,
     );
     // Its share counts each allowed class on its own.
+    let quotas: Api<ResourceQuota> = Api::namespaced(prov.clone(), TWIN);
     wait_for(
         "the share to count the claims of standard",
         WAIT,
@@ -213,13 +251,17 @@ async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()>
                 == Some("2"))
         },
     )
-    .await?;
+    .await
+}
+
+/// It may neither make a volume nor read the provider's.
+async fn no_volume_of_its_own_and_none_of_the_providers(t: &mut Tally, one: &kube::Client) {
     t.refused(
         "a volume of its own",
         RBAC,
         Api::<PersistentVolume>::all(one.clone())
             .create(
-                &pp,
+                &PostParams::default(),
                 &from(json!({ "metadata": { "name": "esc-pv" }, "spec": {
                     "capacity": { "storage": "1Gi" }, "accessModes": ["ReadWriteOnce"],
                     "local": { "path": "/" }, "storageClassName": "standard",
@@ -236,11 +278,16 @@ async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()>
             .get("vault-root")
             .await,
     );
+}
+
+/// A pod may mount its own claim, but not have a claim made for it (a
+/// generic ephemeral volume, whose claim the provider's controller makes).
+async fn pods_mount_its_claims_but_make_none(t: &mut Tally, one: &kube::Client) {
     let pods: Api<Pod> = Api::namespaced(one.clone(), TWIN);
     t.allowed(
         "a pod mounting its own claim",
         pods.create(
-            &pp,
+            &PostParams::default(),
             &pod("ok-mount", |p| {
                 p["spec"]["volumes"] =
                     json!([{ "name": "d", "persistentVolumeClaim": { "claimName": "ok-standard" } }]);
@@ -262,14 +309,4 @@ async fn a_peer_claims_only_its_grant_in_the_classes_it_is_given() -> Result<()>
         )],
     )
     .await;
-    // Nothing of the peer's reached the provider's volume.
-    let root = Api::<PersistentVolume>::all(prov.clone())
-        .get("vault-root")
-        .await?;
-    assert!(
-        root.spec.and_then(|s| s.claim_ref).is_none(),
-        "the provider's volume was claimed"
-    );
-    t.at_least(10, 5);
-    Ok(())
 }
