@@ -14,7 +14,7 @@ use liqo_api::shares::SHARE_QUOTA;
 use liqo_e2e::fixture::WAIT;
 use liqo_e2e::fixture::{self, spec};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::Testbed;
+use liqo_testbed::{Cluster, Testbed};
 use serde_json::json;
 
 use crate::provider_hardening::{
@@ -76,20 +76,73 @@ async fn two_consumers() -> Result<(Testbed, kube::Client, kube::Client, kube::C
     Ok((testbed, prov, one, two))
 }
 
+/// consumer-2's twin namespace on the provider.
+const T2: &str = "probe-consumer-2";
+
+/// The provider's client, and each consumer's credential there.
+struct Peers {
+    prov: kube::Client,
+    one: kube::Client,
+    two: kube::Client,
+}
+
+impl Peers {
+    /// consumer-1's pods in its twin, and consumer-2's in its own.
+    fn pods(&self) -> (Api<Pod>, Api<Pod>) {
+        (
+            Api::namespaced(self.one.clone(), T1),
+            Api::namespaced(self.two.clone(), T2),
+        )
+    }
+}
+
 /// consumer-2, on the same provider, under the terms it was given (and
 /// given later), while consumer-1 stays under its own.
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_consumer_is_held_to_the_terms_its_provider_gave_it_alone() -> Result<()> {
     let (testbed, prov, one, two) = two_consumers().await?;
-    let consumer = testbed.cluster("consumer");
-    let provider = testbed.cluster("provider");
-    let on_provider = |args: &[&str]| liqoctl(Some(provider.kubeconfig_path()), args);
-    let pp = PostParams::default();
+    let (consumer, provider) = (testbed.cluster("consumer"), testbed.cluster("provider"));
+    let peers = Peers { prov, one, two };
     let mut t = Tally::default();
+    each_peerings_terms_are_in_info_on_both_sides(consumer, provider).await?;
+    // consumer-1's twin, beside consumer-2's.
+    make_twin(
+        &mut t,
+        &peers.one,
+        &peers.prov,
+        T1,
+        "consumer-1",
+        "restricted",
+    )
+    .await?;
+    make_twin(
+        &mut t,
+        &peers.two,
+        &peers.prov,
+        T2,
+        "consumer-2",
+        "baseline",
+    )
+    .await?;
+    consumer_2_runs_at_baseline_with_its_extras_and_consumer_1_does_not(&mut t, &peers).await?;
+    consumer_2_has_its_node_ports_and_no_load_balancer(&mut t, &peers).await?;
+    privileged_granted_later_applies_at_once_to_consumer_2_alone(&mut t, provider, &peers).await?;
+    consumer_2_runs_sandboxed_on_the_peers_nodes_once_told(&mut t, provider, &peers).await?;
+    t.at_least(8, 10);
+    Ok(())
+}
 
-    // Each peering's terms in `liqoctl info`, on both sides.
+/// Each peering's terms in `liqoctl info`, on both sides.
+async fn each_peerings_terms_are_in_info_on_both_sides(
+    consumer: &Cluster,
+    provider: &Cluster,
+) -> Result<()> {
     let compact = |text: &str| text.split_whitespace().collect::<String>();
-    let info = compact(&on_provider(&["info", "-o", "json"]).success().stdout);
+    let info = compact(
+        &liqoctl(Some(provider.kubeconfig_path()), &["info", "-o", "json"])
+            .success()
+            .stdout,
+    );
     assert!(
         info.contains("\"podSecurity\":\"baseline\"")
             && info.contains("\"podSecurity\":\"restricted\""),
@@ -99,31 +152,34 @@ async fn a_second_consumer_is_held_to_the_terms_its_provider_gave_it_alone() -> 
         let out = liqoctl(Some(consumer.kubeconfig_path()), &["info", "-o", "json"]);
         Ok(compact(&out.stdout).contains("\"podSecurity\":\"restricted\""))
     })
-    .await?;
+    .await
+}
 
-    // consumer-1's twin, beside consumer-2's.
-    make_twin(&mut t, &one, &prov, T1, "consumer-1", "restricted").await?;
-    let pods: Api<Pod> = Api::namespaced(one.clone(), T1);
-
-    const T2: &str = "probe-consumer-2";
-    make_twin(&mut t, &two, &prov, T2, "consumer-2", "baseline").await?;
+/// consumer-2 makes no namespace above its level, and runs baseline pods
+/// (not privileged ones) with its priority class and toleration;
+/// consumer-1 runs neither.
+async fn consumer_2_runs_at_baseline_with_its_extras_and_consumer_1_does_not(
+    t: &mut Tally,
+    peers: &Peers,
+) -> Result<()> {
+    let pp = PostParams::default();
+    let (pods, pods_two) = peers.pods();
     t.refused(
         "consumer-2 making a privileged namespace",
         NS_SECURITY,
-        Api::<Namespace>::all(two.clone())
+        Api::<Namespace>::all(peers.two.clone())
             .create(
                 &pp,
                 &twin("esc-two", "consumer-2", ["privileged"; 3], json!({})),
             )
             .await,
     );
-    Api::<PriorityClass>::all(prov.clone())
+    Api::<PriorityClass>::all(peers.prov.clone())
         .create(
             &pp,
             &from(json!({ "metadata": { "name": "peer-low" }, "value": 10 })),
         )
         .await?;
-    let pods_two: Api<Pod> = Api::namespaced(two.clone(), T2);
     let baseline_pod = |name: &str| {
         from::<Pod>(json!({
             "metadata": { "name": name },
@@ -151,14 +207,7 @@ async fn a_second_consumer_is_held_to_the_terms_its_provider_gave_it_alone() -> 
         "a privileged pod of consumer-2",
         PSA,
         pods_two
-            .create(
-                &pp,
-                &pod("esc-privileged", |p| {
-                    p["spec"]["containers"][0]["securityContext"]["privileged"] = json!(true);
-                    p["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] =
-                        json!(true);
-                }),
-            )
+            .create(&pp, &privileged_pod("esc-privileged"))
             .await,
     );
     let allowed_extras = |name: &str| {
@@ -176,12 +225,29 @@ async fn a_second_consumer_is_held_to_the_terms_its_provider_gave_it_alone() -> 
         PODS,
         pods.create(&pp, &allowed_extras("esc-extras")).await,
     );
-    let services_two: Api<Service> = Api::namespaced(two.clone(), T2);
-    // Counted by its share's quota: two node ports per namespace. The
-    // quota counts a Service when it is admitted only once its status
+    Ok(())
+}
+
+/// A pod that runs privileged.
+fn privileged_pod(name: &str) -> Pod {
+    pod(name, |p| {
+        p["spec"]["containers"][0]["securityContext"]["privileged"] = json!(true);
+        p["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = json!(true);
+    })
+}
+
+/// consumer-2's NodePort Services, counted by its share's quota: two node
+/// ports per namespace; no LoadBalancer.
+async fn consumer_2_has_its_node_ports_and_no_load_balancer(
+    t: &mut Tally,
+    peers: &Peers,
+) -> Result<()> {
+    let pp = PostParams::default();
+    let services_two: Api<Service> = Api::namespaced(peers.two.clone(), T2);
+    // The quota counts a Service when it is admitted only once its status
     // holds the limit; one admitted before waits for the quota
     // controller's full resync (minutes).
-    let quotas: Api<ResourceQuota> = Api::namespaced(prov.clone(), T2);
+    let quotas: Api<ResourceQuota> = Api::namespaced(peers.prov.clone(), T2);
     wait_for("the share of T2 to limit node ports", WAIT, || async {
         let q = quotas.get(SHARE_QUOTA).await?;
         Ok(q.status
@@ -223,53 +289,67 @@ async fn a_second_consumer_is_held_to_the_terms_its_provider_gave_it_alone() -> 
             .create(&pp, &service("lb", json!({ "type": "LoadBalancer" })))
             .await,
     );
+    Ok(())
+}
 
-    // The provider grants consumer-2 privileged, and it applies at once
-    // to its existing twin; consumer-1 stays restricted.
-    let set = on_provider(&[
-        "sharing-policy",
-        "set",
-        "--peer=consumer-2",
-        "--pod-security=privileged",
-    ])
-    .success();
+/// `liqoctl sharing-policy set --peer=consumer-2` with `terms` on the
+/// provider, which must succeed.
+fn set_terms_of_consumer_2(provider: &Cluster, terms: &[&str]) -> liqo_e2e::Run {
+    let args = ["sharing-policy", "set", "--peer=consumer-2"];
+    liqoctl(
+        Some(provider.kubeconfig_path()),
+        &[&args[..], terms].concat(),
+    )
+    .success()
+}
+
+/// The provider grants consumer-2 privileged, and it applies at once to
+/// its existing twin; consumer-1 stays restricted.
+async fn privileged_granted_later_applies_at_once_to_consumer_2_alone(
+    t: &mut Tally,
+    provider: &Cluster,
+    peers: &Peers,
+) -> Result<()> {
+    let pp = PostParams::default();
+    let (pods, pods_two) = peers.pods();
+    let set = set_terms_of_consumer_2(provider, &["--pod-security=privileged"]);
     assert!(set.stdout.contains("tenant/consumer-2"), "{}", set.stdout);
-    let privileged = |name: &str| {
-        pod(name, |p| {
-            p["spec"]["containers"][0]["securityContext"]["privileged"] = json!(true);
-            p["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = json!(true);
-        })
-    };
     t.allowed(
         "a privileged pod of consumer-2, once granted",
-        pods_two.create(&pp, &privileged("ok-privileged")).await,
+        pods_two.create(&pp, &privileged_pod("ok-privileged")).await,
     );
     t.refused(
         "a privileged pod of consumer-1, still",
         PSA,
-        pods.create(&pp, &privileged("esc-privileged-2")).await,
+        pods.create(&pp, &privileged_pod("esc-privileged-2")).await,
     );
-    let t2: Namespace = Api::<Namespace>::all(prov.clone()).get(T2).await?;
+    let t2: Namespace = Api::<Namespace>::all(peers.prov.clone()).get(T2).await?;
     assert_eq!(
         t2.metadata.labels.unwrap_or_default()["pod-security.kubernetes.io/enforce"],
         "privileged"
     );
+    Ok(())
+}
 
-    // Nodes set aside for peers, and a runtime class, for consumer-2.
-    Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(prov.clone())
+/// Nodes set aside for peers, and a runtime class, for consumer-2: its
+/// pods run there, sandboxed, and nowhere else.
+async fn consumer_2_runs_sandboxed_on_the_peers_nodes_once_told(
+    t: &mut Tally,
+    provider: &Cluster,
+    peers: &Peers,
+) -> Result<()> {
+    Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(peers.prov.clone())
         .create(
-            &pp,
+            &PostParams::default(),
             &from(json!({ "metadata": { "name": "sandboxed" }, "handler": "runsc" })),
         )
         .await?;
-    on_provider(&[
-        "sharing-policy",
-        "set",
-        "--peer=consumer-2",
-        "--node-selector=pool=peers",
-        "--runtime-class=sandboxed",
-    ])
-    .success();
+    set_terms_of_consumer_2(
+        provider,
+        &["--node-selector=pool=peers", "--runtime-class=sandboxed"],
+    );
+    let (_, pods_two) = peers.pods();
+    let pp = PostParams::default();
     t.refused(
         "a pod of consumer-2 anywhere",
         PODS,
@@ -287,7 +367,5 @@ async fn a_second_consumer_is_held_to_the_terms_its_provider_gave_it_alone() -> 
             )
             .await,
     );
-
-    t.at_least(8, 10);
     Ok(())
 }
