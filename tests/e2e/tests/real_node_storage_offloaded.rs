@@ -134,18 +134,81 @@ async fn warnings(home: &kube::Client, ns: &str, claim: &str) -> Result<Vec<Stri
         .collect())
 }
 
+/// What the steps act on: the clusters, the clients of home (`hc`) and
+/// foreign (`fc`), and the pods and claims of `NS` at home.
+struct Db<'a> {
+    home: &'a Cluster,
+    foreign: &'a Cluster,
+    hc: kube::Client,
+    fc: kube::Client,
+    pods: Api<Pod>,
+    claims: Api<PersistentVolumeClaim>,
+}
+
+impl<'a> Db<'a> {
+    fn of(pair: &'a Pair) -> Self {
+        let hc = pair.consumer_client.clone();
+        Self {
+            home: pair.consumer(),
+            foreign: pair.provider(),
+            fc: pair.provider_client.clone(),
+            pods: Api::namespaced(hc.clone(), NS),
+            claims: Api::namespaced(hc.clone(), NS),
+            hc,
+        }
+    }
+
+    /// `kubectl scale` of the StatefulSet at home, which must succeed.
+    fn scale(&self, replicas: u32) -> Result<()> {
+        let replicas = format!("--replicas={replicas}");
+        kubectl(
+            self.home,
+            &["-n", NS, "scale", "statefulset", "db", &replicas],
+        )?
+        .success();
+        Ok(())
+    }
+
+    /// Scales the StatefulSet to none and waits for its pods to go.
+    async fn scale_to_none(&self) -> Result<()> {
+        self.scale(0)?;
+        for i in 0..3 {
+            gone(&self.pods, &format!("db-{i}")).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The IDs db-0 and db-2 wrote into their claims.
+struct Ids {
+    db0: String,
+    db2: String,
+}
+
 #[liqo_e2e::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> {
     let pair = Pair::with_specs(spec("home", 1), spec("foreign", 2), Stage::Started).await?;
-    let (home, foreign) = (pair.consumer(), pair.provider());
-    let (hc, fc) = (pair.consumer_client.clone(), pair.provider_client.clone());
-    for (cluster, id) in [(home, "home-1"), (foreign, "foreign-1")] {
+    let db = Db::of(&pair);
+    home_peers_with_a_grant_of_storage(&db)?;
+    a_stateful_set_runs_on_the_provider_with_its_claims_there(&db).await?;
+    let ids = its_data_outlives_its_pods_and_a_scale_down_and_up(&db).await?;
+    a_claim_grows_only_where_the_providers_class_lets_it(&db).await?;
+    a_claim_over_the_grant_or_of_a_class_not_allowed_says_so(&db).await?;
+    a_claim_bound_to_a_local_volume_keeps_its_pod_home(&db).await?;
+    unoffload_refuses_while_claims_hold_data_and_keeps_them_when_told(&db, &ids).await?;
+    unpeer_told_to_delete_the_data_leaves_none_on_the_provider(&db).await
+}
+
+/// liqo-rs installed on both, foreign granting 1Gi in 5 claims of its
+/// `local-path`, and home peered with it.
+fn home_peers_with_a_grant_of_storage(db: &Db) -> Result<()> {
+    for (cluster, id) in [(db.home, "home-1"), (db.foreign, "foreign-1")] {
         let id = format!("--cluster-id={id}");
         let cidr = format!("--pod-cidr={}", cluster.spec().pod_cidr);
         ctl(cluster, &["install", &id, &cidr, "--timeout=90"]).success();
     }
     ctl(
-        foreign,
+        db.foreign,
         &[
             "sharing-policy",
             "set",
@@ -155,9 +218,9 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
         ],
     )
     .success();
-    let remote = foreign.kubeconfig_path().to_str().context("path")?;
+    let remote = remote(db)?;
     let peered = ctl(
-        home,
+        db.home,
         &["peer", "--remote-kubeconfig", remote, "--timeout=120"],
     )
     .success();
@@ -166,13 +229,18 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
         "{}",
         peered.stdout
     );
+    Ok(())
+}
 
-    // A StatefulSet of 3 in a namespace whose pods run on the provider:
-    // its claims name no class, get `liqo`, and are kept there in the
-    // provider's `local-path`.
-    kubectl(home, &["create", "namespace", NS])?.success();
+/// The provider's kubeconfig, as `--remote-kubeconfig` takes it.
+fn remote<'a>(db: &Db<'a>) -> Result<&'a str> {
+    db.foreign.kubeconfig_path().to_str().context("path")
+}
+
+/// Offloads `NS` with `Remote`, waiting for its twin.
+fn offload_remote(db: &Db) {
     ctl(
-        home,
+        db.home,
         &[
             "offload",
             "namespace",
@@ -182,34 +250,40 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
         ],
     )
     .success();
+}
+
+/// A StatefulSet of 3 in a namespace whose pods run on the provider: its
+/// claims name no class, get `liqo`, and are kept there in the provider's
+/// `local-path`.
+async fn a_stateful_set_runs_on_the_provider_with_its_claims_there(db: &Db<'_>) -> Result<()> {
+    kubectl(db.home, &["create", "namespace", NS])?.success();
+    offload_remote(db);
     let started = Instant::now();
-    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(hc.clone(), NS);
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(db.hc.clone(), NS);
     sets.create(
         &PostParams::default(),
         &serde_json::from_value(stateful_set(3))?,
     )
     .await?;
-    let pods: Api<Pod> = Api::namespaced(hc.clone(), NS);
-    ready(&pods, &["db-0", "db-1", "db-2"]).await?;
+    ready(&db.pods, &["db-0", "db-1", "db-2"]).await?;
     eprintln!(
         "figure: a StatefulSet of 3 with claims, offloaded, all Running in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(hc.clone(), NS);
     for i in 0..3 {
-        let claim = claims.get(&format!("data-db-{i}")).await?;
+        let claim = db.claims.get(&format!("data-db-{i}")).await?;
         let spec = claim.spec.context("spec")?;
         ensure!(
             spec.storage_class_name.as_deref() == Some("liqo"),
             "{spec:?}"
         );
-        let volume = Api::<PersistentVolume>::all(hc.clone())
+        let volume = Api::<PersistentVolume>::all(db.hc.clone())
             .get(spec.volume_name.as_deref().context("bound")?)
             .await?;
         let affinity = serde_json::to_string(&volume.spec.and_then(|s| s.node_affinity))?;
         ensure!(affinity.contains("liqo-foreign-1"), "{affinity}");
     }
-    let there = kept(&fc).await?;
+    let there = kept(&db.fc).await?;
     ensure!(there.len() == 3, "{} claims on the provider", there.len());
     for c in &there {
         let spec = c.spec.as_ref().context("spec")?;
@@ -218,9 +292,14 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
             "{spec:?}"
         );
     }
+    Ok(())
+}
 
-    // Its data outlives its pods: deleted, db-0 comes back with its ID.
-    let first = id_of(&pods, "db-0").await?;
+/// Its data outlives its pods: deleted, db-0 comes back with its ID;
+/// scaled down and up, db-2 gets its same claim back. The IDs they hold.
+async fn its_data_outlives_its_pods_and_a_scale_down_and_up(db: &Db<'_>) -> Result<Ids> {
+    let pods = &db.pods;
+    let first = id_of(pods, "db-0").await?;
     pods.delete("db-0", &DeleteParams::default()).await?;
     wait_for("db-0 to come back", WAIT, || async {
         Ok(pods
@@ -229,27 +308,24 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
             .is_some_and(|p| running(&p) && p.metadata.deletion_timestamp.is_none()))
     })
     .await?;
-    ensure!(id_of(&pods, "db-0").await? == first, "db-0 lost its data");
-    // Scaled down and up, db-2 gets its same claim back.
-    let before = id_of(&pods, "db-2").await?;
-    kubectl(
-        home,
-        &["-n", NS, "scale", "statefulset", "db", "--replicas=1"],
-    )?
-    .success();
-    gone(&pods, "db-2").await?;
-    kubectl(
-        home,
-        &["-n", NS, "scale", "statefulset", "db", "--replicas=3"],
-    )?
-    .success();
-    ready(&pods, &["db-2"]).await?;
-    ensure!(id_of(&pods, "db-2").await? == before, "db-2 lost its data");
-    ensure!(kept(&fc).await?.len() == 3, "claims were made again");
+    ensure!(id_of(pods, "db-0").await? == first, "db-0 lost its data");
+    let before = id_of(pods, "db-2").await?;
+    db.scale(1)?;
+    gone(pods, "db-2").await?;
+    db.scale(3)?;
+    ready(pods, &["db-2"]).await?;
+    ensure!(id_of(pods, "db-2").await? == before, "db-2 lost its data");
+    ensure!(kept(&db.fc).await?.len() == 3, "claims were made again");
+    Ok(Ids {
+        db0: first,
+        db2: before,
+    })
+}
 
-    // Grown here, the claim grows there where the provider's class lets
-    // it: local-path does not, and the provider's reason is said here.
-    claims
+/// Grown here, the claim grows there where the provider's class lets it:
+/// local-path does not, and the provider's reason is said here.
+async fn a_claim_grows_only_where_the_providers_class_lets_it(db: &Db<'_>) -> Result<()> {
+    db.claims
         .patch(
             "data-db-0",
             &kube::api::PatchParams::default(),
@@ -259,15 +335,18 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
         )
         .await?;
     wait_for("the resize's refusal said", WAIT, || async {
-        Ok(warnings(&hc, NS, "data-db-0")
+        Ok(warnings(&db.hc, NS, "data-db-0")
             .await?
             .iter()
             .any(|w| w.starts_with("VolumeResizeFailed") && w.contains("resize")))
     })
-    .await?;
+    .await
+}
 
-    // Over the grant, and a class the provider does not allow: said on
-    // the claim, which stays Pending, as does its pod.
+/// Over the grant, and a class the provider does not allow: said on the
+/// claim, which stays Pending, as does its pod.
+async fn a_claim_over_the_grant_or_of_a_class_not_allowed_says_so(db: &Db<'_>) -> Result<()> {
+    let (pods, claims) = (&db.pods, &db.claims);
     for (name, size, class) in [("big", "2Gi", None), ("gold", "10Mi", Some("gold"))] {
         let mut claim = json!({
             "metadata": { "name": name },
@@ -299,7 +378,7 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
         ("gold", "does not allow the storage class gold"),
     ] {
         wait_for(&format!("the refusal of {claim} said"), WAIT, || async {
-            Ok(warnings(&hc, NS, claim)
+            Ok(warnings(&db.hc, NS, claim)
                 .await?
                 .iter()
                 .any(|w| w.starts_with("ProvisioningFailed") && w.contains(said)))
@@ -314,11 +393,14 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
     for name in ["big", "gold"] {
         claims.delete(name, &DeleteParams::default()).await?;
     }
+    Ok(())
+}
 
-    // A claim bound to a local volume keeps its pod home, in a namespace
-    // whose pods may run on either side.
-    kubectl(home, &["create", "namespace", LOCAL_NS])?.success();
-    let local_claims: Api<PersistentVolumeClaim> = Api::namespaced(hc.clone(), LOCAL_NS);
+/// A claim bound to a local volume keeps its pod home, in a namespace
+/// whose pods may run on either side.
+async fn a_claim_bound_to_a_local_volume_keeps_its_pod_home(db: &Db<'_>) -> Result<()> {
+    kubectl(db.home, &["create", "namespace", LOCAL_NS])?.success();
+    let local_claims: Api<PersistentVolumeClaim> = Api::namespaced(db.hc.clone(), LOCAL_NS);
     local_claims
         .create(
             &PostParams::default(),
@@ -328,7 +410,7 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
             }))?,
         )
         .await?;
-    let local_pods: Api<Pod> = Api::namespaced(hc.clone(), LOCAL_NS);
+    let local_pods: Api<Pod> = Api::namespaced(db.hc.clone(), LOCAL_NS);
     let user = |name: &str| -> Result<Pod> {
         Ok(serde_json::from_value(json!({
             "metadata": { "name": name },
@@ -347,7 +429,7 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
     local_pods.delete("first", &DeleteParams::default()).await?;
     gone(&local_pods, "first").await?;
     ctl(
-        home,
+        db.home,
         &[
             "offload",
             "namespace",
@@ -368,21 +450,21 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
         .and_then(|s| s.node_name)
         .unwrap_or_default();
     ensure!(
-        Some(node.as_str()) == home.real_node_name(),
+        Some(node.as_str()) == db.home.real_node_name(),
         "the pod with a local claim went to {node}"
     );
+    Ok(())
+}
 
-    // Unoffload refuses while claims hold data, in one line naming them
-    // and both ways on; keeps them when told, and finds them again.
-    kubectl(
-        home,
-        &["-n", NS, "scale", "statefulset", "db", "--replicas=0"],
-    )?
-    .success();
-    for i in 0..3 {
-        gone(&pods, &format!("db-{i}")).await?;
-    }
-    let refused = ctl(home, &["unoffload", "namespace", NS]).user_error(6);
+/// Unoffload refuses while claims hold data, in one line naming them and
+/// both ways on; keeps them when told, and finds them again: the pods
+/// back on the provider hold the `ids` they wrote.
+async fn unoffload_refuses_while_claims_hold_data_and_keeps_them_when_told(
+    db: &Db<'_>,
+    ids: &Ids,
+) -> Result<()> {
+    db.scale_to_none().await?;
+    let refused = ctl(db.home, &["unoffload", "namespace", NS]).user_error(6);
     let line = refused.error_line();
     for part in [
         "3 claims",
@@ -392,59 +474,53 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
     ] {
         ensure!(line.contains(part), "{part:?} not in: {line}");
     }
-    ctl(home, &["unoffload", "namespace", NS, "--keep-remote-data"]).success();
+    ctl(
+        db.home,
+        &["unoffload", "namespace", NS, "--keep-remote-data"],
+    )
+    .success();
     wait_for("the twin to hold only its claims", WAIT, || async {
-        let left = Api::<Pod>::all(fc.clone())
+        let left = Api::<Pod>::all(db.fc.clone())
             .list(&ListParams::default().labels("liqo.io/local-pod-uid"))
             .await?
             .items;
         Ok(left.is_empty())
     })
     .await?;
-    ensure!(kept(&fc).await?.len() == 3, "the kept claims are gone");
-    ctl(
-        home,
-        &[
-            "offload",
-            "namespace",
-            NS,
-            "--pod-offloading-strategy=Remote",
-            "--wait",
-        ],
-    )
-    .success();
-    kubectl(
-        home,
-        &["-n", NS, "scale", "statefulset", "db", "--replicas=3"],
-    )?
-    .success();
-    ready(&pods, &["db-0", "db-1", "db-2"]).await?;
-    ensure!(id_of(&pods, "db-0").await? == first, "db-0 lost its data");
-    ensure!(id_of(&pods, "db-2").await? == before, "db-2 lost its data");
+    ensure!(kept(&db.fc).await?.len() == 3, "the kept claims are gone");
+    offload_remote(db);
+    db.scale(3)?;
+    ready(&db.pods, &["db-0", "db-1", "db-2"]).await?;
+    ensure!(
+        id_of(&db.pods, "db-0").await? == ids.db0,
+        "db-0 lost its data"
+    );
+    ensure!(
+        id_of(&db.pods, "db-2").await? == ids.db2,
+        "db-2 lost its data"
+    );
+    Ok(())
+}
 
-    // Unpeer deletes the data only when told: then no claim, volume nor
-    // folder of it is left on the provider.
-    kubectl(
-        home,
-        &["-n", NS, "scale", "statefulset", "db", "--replicas=0"],
-    )?
-    .success();
-    for i in 0..3 {
-        gone(&pods, &format!("db-{i}")).await?;
-    }
+/// Unpeer deletes the data only when told: then no claim, volume nor
+/// folder of it is left on the provider, and no volume of ours at home
+/// once its claim goes.
+async fn unpeer_told_to_delete_the_data_leaves_none_on_the_provider(db: &Db<'_>) -> Result<()> {
+    db.scale_to_none().await?;
     ctl(
-        home,
+        db.home,
         &["unoffload", "namespace", NS, LOCAL_NS, "--keep-remote-data"],
     )
     .success();
-    let refused = ctl(home, &["unpeer", "--remote-kubeconfig", remote]).user_error(6);
+    let remote = remote(db)?;
+    let refused = ctl(db.home, &["unpeer", "--remote-kubeconfig", remote]).user_error(6);
     ensure!(
         refused.error_line().contains("--delete-remote-data"),
         "{}",
         refused.error_line()
     );
     ctl(
-        home,
+        db.home,
         &[
             "unpeer",
             "--remote-kubeconfig",
@@ -458,36 +534,38 @@ async fn a_stateful_set_keeps_its_data_on_the_providers_storage() -> Result<()> 
         "no claim, volume nor folder left on the provider",
         WAIT,
         || async {
-            let claims = kept(&fc).await?;
-            let volumes = Api::<PersistentVolume>::all(fc.clone())
+            let claims = kept(&db.fc).await?;
+            let volumes = Api::<PersistentVolume>::all(db.fc.clone())
                 .list(&ListParams::default())
                 .await?
                 .items;
-            let folder = foreign.storage_dir().context("a storage folder")?;
+            let folder = db.foreign.storage_dir().context("a storage folder")?;
             let files = std::fs::read_dir(&folder)?.count();
             Ok(claims.is_empty() && volumes.is_empty() && files == 0)
         },
     )
     .await?;
-    let ours = Api::<PersistentVolume>::all(hc.clone())
-        .list(&ListParams::default().labels("liqo.io/remote-cluster-id"))
-        .await?
-        .items;
+    let ours = || async {
+        Ok::<_, anyhow::Error>(
+            Api::<PersistentVolume>::all(db.hc.clone())
+                .list(&ListParams::default().labels("liqo.io/remote-cluster-id"))
+                .await?
+                .items,
+        )
+    };
     // Deleted here too: Kubernetes keeps each until its claim goes.
     ensure!(
-        ours.iter().all(|v| v.metadata.deletion_timestamp.is_some()),
+        ours()
+            .await?
+            .iter()
+            .all(|v| v.metadata.deletion_timestamp.is_some()),
         "volumes of ours left at home"
     );
-    Api::<PersistentVolumeClaim>::namespaced(hc.clone(), NS)
+    db.claims
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await?;
     wait_for("no volume of ours left at home", WAIT, || async {
-        Ok(Api::<PersistentVolume>::all(hc.clone())
-            .list(&ListParams::default().labels("liqo.io/remote-cluster-id"))
-            .await?
-            .items
-            .is_empty())
+        Ok(ours().await?.is_empty())
     })
-    .await?;
-    Ok(())
+    .await
 }
