@@ -117,7 +117,8 @@ const SHARED_MAX: usize = 1024;
 /// A copy of `text` shared with every other value that says the same:
 /// for the texts that thousands of stored objects repeat from a small
 /// set (an Event's reason, type, reporting component and the container
-/// it is about), one allocation in all rather than one each. The first
+/// it is about; a pod's phase and reason), one allocation in all rather
+/// than one each. The first
 /// [`SHARED_MAX`] distinct texts are kept for the life of the process;
 /// past them, each value gets a copy of its own.
 pub fn shared(text: &str) -> Arc<str> {

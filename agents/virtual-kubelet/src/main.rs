@@ -71,7 +71,12 @@ struct Args {
     flags: VirtualKubeletFlags,
 }
 
-#[tokio::main]
+/// Two workers, whatever the node's cores: the agent waits on the API
+/// far more than it computes (its whole share of a 1,000-pod burst is a
+/// few CPU-seconds), and each worker thread costs memory of its own (its
+/// stack and jemalloc's cache of freed blocks), which would otherwise
+/// grow with the node's cores, not with the pods.
+#[tokio::main(worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     liqo_agent_runtime::init_logging();
     let args = Args::parse().flags;

@@ -132,7 +132,8 @@ pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer, report: OnStats) -
 }
 
 fn lock(peer: &Mutex<Peer>) -> std::sync::MutexGuard<'_, Peer> {
-    // A panic elsewhere must not stop the tunnel: the state is still
-    // boringtun's, consistent between calls.
+    // Release builds abort on a panic (the workspace's profile); in a
+    // build that unwinds, a panic elsewhere must not stop the tunnel: the
+    // state is still boringtun's, consistent between calls.
     peer.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -90,7 +90,10 @@ enum About {
     /// The Event's own name starts with the pod's name and a dot, as the
     /// names the kubelet and the scheduler give do: its length.
     NamePrefix(u16),
-    Named(Box<str>),
+    /// Any other name, behind a thin pointer: the variant is rare, and a
+    /// `Box<str>` here would make every stored Event 8 bytes larger (and
+    /// its allocation a size class larger).
+    Named(Box<Box<str>>),
 }
 
 /// What a remote Event says, copied onto its local copy.
@@ -138,8 +141,8 @@ impl RemoteEvent {
             None => About::NotAPod,
             Some(pod) => match key.name.strip_prefix(pod.as_str()) {
                 Some(rest) if rest.starts_with('.') => u16::try_from(pod.len())
-                    .map_or_else(|_| About::Named(pod.into()), About::NamePrefix),
-                _ => About::Named(pod.into()),
+                    .map_or_else(|_| About::Named(Box::new(pod.into())), About::NamePrefix),
+                _ => About::Named(Box::new(pod.into())),
             },
         };
         let (uid, version) = identity(&e.metadata);

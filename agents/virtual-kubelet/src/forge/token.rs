@@ -162,7 +162,11 @@ pub struct StoredToken {
     /// Its `liqo.io/local-pod-uid`.
     for_pod: Option<Uid>,
     has_token: bool,
-    ca: Option<String>,
+    /// Whether it holds a CA, and the digest of it ([`super::digest`]):
+    /// a flag beside the other rather than an `Option`, which would make
+    /// the stored value (and its allocation) a size class larger.
+    has_ca: bool,
+    ca: u64,
     refresh: Option<Timestamp>,
 }
 
@@ -182,7 +186,8 @@ impl StoredToken {
                 .and_then(|l| l.get(LOCAL_POD_UID))
                 .map(|u| Uid::new(u)),
             has_token: data.contains_key("token"),
-            ca: data.get(ROOT_CA_KEY).map(|ca| super::digest(&ca.0)),
+            has_ca: data.contains_key(ROOT_CA_KEY),
+            ca: data.get(ROOT_CA_KEY).map_or(0, |ca| super::digest(&ca.0)),
             refresh: secret
                 .metadata
                 .annotations
@@ -202,7 +207,7 @@ pub fn still_good(
     now: Timestamp,
 ) -> Option<Timestamp> {
     let same_pod = have.for_pod.as_ref().map(Uid::to_string) == pod.uid;
-    let same_ca = have.ca.as_deref() == Some(super::digest(ca.as_bytes()).as_str());
+    let same_ca = have.has_ca && have.ca == super::digest(ca.as_bytes());
     let refresh = have.refresh?;
     (same_pod && same_ca && have.has_token && refresh > now).then_some(refresh)
 }
@@ -425,7 +430,7 @@ mod tests {
             name: "liqo-sa-token-web-1".into(),
         };
         let secret = StoredToken::new(secret, &key);
-        assert!(secret.has_token && secret.ca.as_deref() != Some("CA"));
+        assert!(secret.has_token && secret.has_ca && secret.ca == crate::forge::digest(b"CA"));
         assert_eq!(&*secret.name, "liqo-sa-token-web-1");
         let before: Timestamp = "2026-01-01T00:30:00Z".parse().expect("time");
         let after: Timestamp = "2026-01-01T00:50:00Z".parse().expect("time");

@@ -280,6 +280,18 @@ fn footprint() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(10_000);
     let mib = |b: isize| b as f64 / (1024.0 * 1024.0);
+    eprintln!(
+        "SIZES local {} remote {} wrapper {} token {} revent {} lcopy {} uid {} ver {} ts {}",
+        std::mem::size_of::<crate::reflection::pod::LocalPod>(),
+        0,
+        0,
+        std::mem::size_of::<crate::forge::token::StoredToken>(),
+        std::mem::size_of::<crate::forge::event::RemoteEvent>(),
+        std::mem::size_of::<crate::forge::event::LocalCopy>(),
+        std::mem::size_of::<Option<liqo_agent_runtime::compact::Uid>>(),
+        std::mem::size_of::<Option<liqo_agent_runtime::compact::Version>>(),
+        std::mem::size_of::<Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>>()
+    );
     let mut rows = Vec::new();
     let mut total = (0, 0, 0);
     let mut row = |what: &str, count: usize, ours: (isize, isize), reference: (isize, isize)| {

@@ -412,7 +412,7 @@ impl Pods {
         remote_pods: &[Arc<RemotePod>],
     ) -> Result<Next, Error> {
         let current = forge_pod::current_remote_pod(remote_pods.iter().map(AsRef::as_ref));
-        let Some((since, why)) = current.and_then(|p| p.unschedulable.as_ref()) else {
+        let Some((since, why)) = current.and_then(|p| p.unschedulable.as_deref()) else {
             return Ok(Next::Done);
         };
         let waited =

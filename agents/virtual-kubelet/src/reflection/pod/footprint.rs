@@ -29,7 +29,7 @@ pub fn remote_pods_settled(pods: impl Iterator<Item = Pod>) -> Followed<RemotePo
     for pod in followed.store.state() {
         let status = pod.status().expect("a status");
         let digest = forge_pod::status_digest(&status);
-        let settled = pod.settled(shown_as(Some(&digest), None));
+        let settled = pod.settled(shown_as(Some(digest), None));
         assert!(
             followed
                 .store

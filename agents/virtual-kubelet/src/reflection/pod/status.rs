@@ -39,7 +39,7 @@ impl Pods {
             RemoteStatus::None => return Ok(()),
             RemoteStatus::Deflated(_) => remote.status(),
             RemoteStatus::Shown(shown) => {
-                if *shown == shown_as(stored.status_digest.as_deref(), remap.as_ref()) {
+                if *shown == shown_as(stored.status_digest, remap.as_ref()) {
                     return Ok(());
                 }
                 // The local pod's status changed since, or the remap:
@@ -64,9 +64,9 @@ impl Pods {
         let shown = if stored.says_nothing && forge_pod::says_nothing(&want) {
             // Nothing to tell: the remote pod waits, which the local one
             // says already.
-            stored.status_digest.clone()
+            stored.status_digest
         } else {
-            if !forge_pod::digest_shows(stored.status_digest.as_deref(), &want) {
+            if !forge_pod::digest_shows(stored.status_digest, &want) {
                 self.patch_local_status(&stored.metadata(), &want).await?;
             }
             Some(forge_pod::status_digest(&want))
@@ -75,7 +75,7 @@ impl Pods {
             &remote.id.namespace,
             &remote.id.name,
             remote,
-            remote.settled(shown_as(shown.as_deref(), remap.as_ref())),
+            remote.settled(shown_as(shown, remap.as_ref())),
         );
         Ok(())
     }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::{ObjectMeta, PartialObjectMeta};
-use liqo_agent_runtime::compact::{Uid, Version, identity, same_version};
+use liqo_agent_runtime::compact::{Uid, Version, identity, same_version, shared};
 use liqo_agent_runtime::follow::{Key, Options};
 
 use crate::forge::pod as forge_pod;
@@ -95,19 +95,24 @@ pub struct LocalPod {
     pub(super) uid: Option<Uid>,
     pub(super) version: Option<Version>,
     pub(super) created: Option<Time>,
-    pub(super) deleted: Option<Time>,
-    pub(super) grace: Option<i64>,
-    pub phase: Option<String>,
-    pub reason: Option<String>,
+    /// When its deletion was asked and with what grace: boxed, as few
+    /// pods are being deleted at a time and every stored pod would carry
+    /// the room.
+    pub(super) deleted: Option<Box<(Time, Option<i64>)>>,
+    /// Phase and reason, from the few texts the API gives them, are
+    /// shared copies ([`shared`]).
+    pub phase: Option<Arc<str>>,
+    pub reason: Option<Arc<str>>,
     pub start_time: Option<Time>,
     /// [`forge_pod::status_digest`] of its status.
-    pub status_digest: Option<String>,
+    pub status_digest: Option<u64>,
     /// Its status says no more than that it waits
     /// ([`forge_pod::says_nothing`]).
     pub says_nothing: bool,
     /// The service account whose token it mounts, when it mounts one
     /// ([`crate::forge::token::token_volume`]).
-    pub token_account: Option<String>,
+    /// Shared too: a namespace's pods mount the tokens of a few accounts.
+    pub token_account: Option<Arc<str>>,
     /// What it requests ([`forge_pod::requests`]): its part of the
     /// demand its twin states to the provider ([`super::demand`]).
     pub requests: forge_pod::Requests,
@@ -153,7 +158,7 @@ impl LocalPod {
             .spec
             .as_ref()
             .filter(|spec| crate::forge::token::token_volume(spec).is_some())
-            .map(|spec| crate::forge::token::service_account(spec).to_owned());
+            .map(|spec| shared(crate::forge::token::service_account(spec)));
         let m = &pod.metadata;
         let (uid, version) = identity(m);
         Self {
@@ -162,12 +167,14 @@ impl LocalPod {
             uid,
             version,
             created: m.creation_timestamp.clone(),
-            deleted: m.deletion_timestamp.clone(),
-            grace: m.deletion_grace_period_seconds,
+            deleted: m
+                .deletion_timestamp
+                .clone()
+                .map(|at| Box::new((at, m.deletion_grace_period_seconds))),
             status_digest: pod.status.as_ref().map(forge_pod::status_digest),
             says_nothing: forge_pod::says_nothing(&status),
-            phase: status.phase,
-            reason: status.reason,
+            phase: status.phase.as_deref().map(shared),
+            reason: status.reason.as_deref().map(shared),
             start_time: status.start_time,
             token_account,
             requests: pod
@@ -190,8 +197,8 @@ impl LocalPod {
             uid: self.uid(),
             resource_version: self.version.as_ref().map(Version::to_string),
             creation_timestamp: self.created.clone(),
-            deletion_timestamp: self.deleted.clone(),
-            deletion_grace_period_seconds: self.grace,
+            deletion_timestamp: self.deleted.as_ref().map(|d| d.0.clone()),
+            deletion_grace_period_seconds: self.grace(),
             ..ObjectMeta::default()
         }
     }
@@ -219,7 +226,7 @@ impl LocalPod {
     }
 
     pub fn grace(&self) -> Option<i64> {
-        self.grace
+        self.deleted.as_ref().and_then(|d| d.1)
     }
 
     /// Whether it has ended (Succeeded or Failed).
@@ -260,8 +267,9 @@ pub struct RemotePod {
     pub(super) status: RemoteStatus,
     /// Since when, and why, the provider's scheduler cannot place it
     /// (its `PodScheduled: False` condition, reason `Unschedulable`);
-    /// kept when the status is settled.
-    pub(super) unschedulable: Option<(Timestamp, String)>,
+    /// kept when the status is settled. Boxed: few pods wait so, and
+    /// every stored pod would carry its room.
+    pub(super) unschedulable: Option<Box<(Timestamp, Box<str>)>>,
 }
 
 /// What a remote pod's store keeps of its status.
@@ -278,7 +286,7 @@ pub(super) enum RemoteStatus {
 /// A local pod's status digest and the remap it was written under,
 /// hashed: what a settled remote pod keeps.
 pub(super) fn shown_as(
-    status_digest: Option<&str>,
+    status_digest: Option<u64>,
     remap: Option<&liqo_api::networking::Remap>,
 ) -> u64 {
     let mut h = DefaultHasher::new();
@@ -310,7 +318,10 @@ impl RemotePod {
             })
             .and_then(|c| {
                 let since = c.last_transition_time.as_ref()?.0;
-                Some((since, c.message.clone().unwrap_or_default()))
+                Some(Box::new((
+                    since,
+                    c.message.as_deref().unwrap_or_default().into(),
+                )))
             });
         let status = read
             .status
