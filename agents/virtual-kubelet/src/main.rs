@@ -44,9 +44,8 @@ use tokio::sync::{Notify, watch};
 /// jemalloc rather than glibc's malloc: the agent reads many whole
 /// objects from the API and keeps a small part of each, and glibc's
 /// arenas kept the pages those reads left behind (see "Memory" in
-/// docs/virtual-kubelet.md). Not in unit tests, which count allocations
-/// with an allocator of their own (`reflection::footprint`).
-#[cfg(not(test))]
+/// docs/virtual-kubelet.md). The unit tests run on it too, and
+/// `reflection::footprint` reads its counts.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -3,7 +3,7 @@
 //! per pod is filled with objects shaped as the API serves them (a
 //! Deployment's running pods, their remote ReplicaSets, pods and token
 //! Secrets, and their Events on both sides), and the heap they hold is
-//! counted by an instrumented allocator. Beside it, as a reference, the same
+//! counted by the agent's allocator. Beside it, as a reference, the same
 //! objects held as a plain kube-runtime reflector holds them (k8s-openapi
 //! values, managedFields dropped).
 //!
@@ -17,29 +17,24 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use tikv_jemalloc_ctl::thread;
 
-#[global_allocator]
-static ALLOCATOR: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
-
-/// What a region of the run left allocated: bytes asked, and those bytes
-/// plus 16 per live allocation (glibc's malloc adds an 8-byte header and
-/// rounds up to 16), an estimate of what resident memory pays.
-fn held(region: &Region<'_, std::alloc::System>) -> (isize, isize) {
-    let s = region.change();
-    // A realloc adds its growth to bytes_allocated, its shrinking to
-    // bytes_deallocated.
-    let bytes = s.bytes_allocated as isize - s.bytes_deallocated as isize;
-    let live = s.allocations as isize - s.deallocations as isize;
-    (bytes, bytes + 16 * live)
+/// What the agent's allocator (jemalloc, in tests too) has handed out to
+/// this thread, less what it took back: each allocation at its size
+/// class, what the agent pays for it.
+fn held_now() -> isize {
+    let allocated = thread::allocatedp::read().expect("jemalloc's thread.allocatedp");
+    let deallocated = thread::deallocatedp::read().expect("jemalloc's thread.deallocatedp");
+    allocated.get() as isize - deallocated.get() as isize
 }
 
-/// What `fill` holds once done (what it makes on the way and drops is
-/// not counted), and the value that holds it.
-fn measure<T>(fill: impl FnOnce() -> T) -> ((isize, isize), T) {
-    let region = Region::new(ALLOCATOR);
+/// What `fill` holds once done, in jemalloc's size classes (what it makes
+/// on the way and drops is not counted), and the value that holds it.
+/// `fill` runs on this thread, whose counters are read.
+fn measure<T>(fill: impl FnOnce() -> T) -> (isize, T) {
+    let before = held_now();
     let kept = fill();
-    (held(&region), kept)
+    (held_now() - before, kept)
 }
 
 /// An object read from its JSON text, as the agent reads the API's
@@ -279,30 +274,11 @@ fn footprint() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(10_000);
-    let mib = |b: isize| b as f64 / (1024.0 * 1024.0);
-    eprintln!(
-        "SIZES local {} remote {} wrapper {} token {} revent {} lcopy {} uid {} ver {} ts {}",
-        std::mem::size_of::<crate::reflection::pod::LocalPod>(),
-        0,
-        0,
-        std::mem::size_of::<crate::forge::token::StoredToken>(),
-        std::mem::size_of::<crate::forge::event::RemoteEvent>(),
-        std::mem::size_of::<crate::forge::event::LocalCopy>(),
-        std::mem::size_of::<Option<liqo_agent_runtime::compact::Uid>>(),
-        std::mem::size_of::<Option<liqo_agent_runtime::compact::Version>>(),
-        std::mem::size_of::<Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>>()
-    );
     let mut rows = Vec::new();
-    let mut total = (0, 0, 0);
-    let mut row = |what: &str, count: usize, ours: (isize, isize), reference: (isize, isize)| {
-        total = (total.0 + ours.0, total.1 + ours.1, total.2 + reference.1);
-        rows.push(format!(
-            "{what:<22} {count:>7} {:>9.1} {:>9.1} {:>8} {:>11.1}",
-            mib(ours.0),
-            mib(ours.1),
-            ours.1 / count.max(1) as isize,
-            mib(reference.1),
-        ));
+    let mut total = (0, 0);
+    let mut row = |what: &str, count: usize, ours: isize, reference: isize| {
+        total = (total.0 + ours, total.1 + reference);
+        rows.push(line(what, Some(count), ours, reference));
     };
     let events = pods * EVENTS_PER_POD;
     let local_events = || {
@@ -363,51 +339,43 @@ fn footprint() {
 
     println!("stores of {pods} offloaded pods ({EVENTS_PER_POD} Events per pod on each side)");
     println!(
-        "{:<22} {:>7} {:>9} {:>9} {:>8} {:>11}",
-        "store", "objects", "asked MiB", "held MiB", "B/object", "kube-rt MiB"
+        "{:<22} {:>7} {:>8} {:>8} {:>11}",
+        "store", "objects", "MiB", "B/object", "kube-rt MiB"
     );
     for r in &rows {
         println!("{r}");
     }
-    println!(
-        "{:<22} {:>7} {:>9.1} {:>9.1} {:>8} {:>11.1}",
-        "total",
-        "",
-        mib(total.0),
-        mib(total.1),
-        "",
-        mib(total.2)
-    );
+    println!("{}", line("total", None, total.0, total.1));
     // The local pods again, all pending, as a scale-up holds them (not in
     // the total: the same pods in another state).
     let (ours, _pending) =
         measure(|| super::pod::footprint::local_pods((0..pods).map(pending_pod)));
     let (refr, _r) = measure(|| reference((0..pods).map(pending_pod)));
-    println!(
-        "{:<22} {pods:>7} {:>9.1} {:>9.1} {:>8} {:>11.1}",
-        "(local pods, pending)",
-        mib(ours.0),
-        mib(ours.1),
-        ours.1 / pods.max(1) as isize,
-        mib(refr.1),
-    );
+    println!("{}", line("(local pods, pending)", Some(pods), ours, refr));
     // The remote pods and Events again, as read (each is settled once
     // the local pod or the Event's copy shows it).
     println!(
-        "{:<22} {pods:>7} {:>9.1} {:>9.1} {:>8} {:>11.1}",
-        "(remote pods, new)",
-        mib(unsettled_pods.0),
-        mib(unsettled_pods.1),
-        unsettled_pods.1 / pods.max(1) as isize,
-        mib(refr_pods.1),
+        "{}",
+        line("(remote pods, new)", Some(pods), unsettled_pods, refr_pods)
     );
     println!(
-        "{:<22} {events:>7} {:>9.1} {:>9.1} {:>8} {:>11.1}",
-        "(remote events, new)",
-        mib(unsettled.0),
-        mib(unsettled.1),
-        unsettled.1 / events.max(1) as isize,
-        mib(refr_events.1),
+        "{}",
+        line("(remote events, new)", Some(events), unsettled, refr_events)
     );
-    assert!(total.1 > 0, "the stores hold something");
+    assert!(total.0 > 0, "the stores hold something");
+}
+
+/// One line of the table: `count` objects held in `ours` bytes (and per
+/// object), against `reference` bytes.
+fn line(what: &str, count: Option<usize>, ours: isize, reference: isize) -> String {
+    let mib = |b: isize| b as f64 / (1024.0 * 1024.0);
+    let (count, each) = match count {
+        Some(n) => (n.to_string(), (ours / n.max(1) as isize).to_string()),
+        None => (String::new(), String::new()),
+    };
+    format!(
+        "{what:<22} {count:>7} {:>8.1} {each:>8} {:>11.1}",
+        mib(ours),
+        mib(reference)
+    )
 }
