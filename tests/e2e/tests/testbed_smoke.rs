@@ -16,7 +16,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use liqo_e2e::{process_running, wait_for};
-use liqo_testbed::{Cluster, Pair, Testbed};
+use liqo_testbed::{CertAndKey, Cluster, Testbed};
 use serde_json::json;
 
 /// A namespace and a 3-replica Deployment reach Running on kwok nodes, with
@@ -193,7 +193,7 @@ async fn csr_certificate_authenticates(cluster: &Cluster) -> Result<()> {
 
     // It authenticates as that user...
     let kubeconfig = cluster.dir().join("smoke-tester.kubeconfig");
-    let pair = Pair {
+    let pair = CertAndKey {
         cert: issued,
         key: key.serialize_pem(),
     };

@@ -31,7 +31,7 @@ use liqo_api::core::ForeignCluster;
 use liqo_api::names;
 use liqo_e2e::fixture::{self, spec};
 use liqo_e2e::{liqoctl, wait_for};
-use liqo_testbed::{Cluster, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Pair, Testbed};
+use liqo_testbed::{CertAndKey, Cluster, HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, Testbed};
 use serde_json::json;
 
 const CONSUMER_ID: &str = "vn-consumer";
@@ -545,7 +545,7 @@ async fn issue_kubeconfig(
         .status
         .and_then(|s| s.certificate)
         .context("the certificate went away")?;
-    let pair = Pair {
+    let pair = CertAndKey {
         cert: String::from_utf8(cert.0)?,
         key: key.serialize_pem(),
     };

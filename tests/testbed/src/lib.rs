@@ -35,7 +35,7 @@ pub use cluster::{
 };
 pub use containerd::{Containerd, ContainerdError, ImageEntry};
 pub use hostnode::{HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, default_host_images};
-pub use pki::Pair;
+pub use pki::CertAndKey;
 pub use process::{agent_processes, resident_bytes, tail};
 pub use realnode::{TOOLBOX_IMAGE, cgroups_of, protocol as cni_protocol};
 pub use toolchain::{BINARIES, Toolchain};

@@ -11,7 +11,7 @@ use rcgen::{
 
 /// A PEM certificate with its PEM private key.
 #[derive(Debug, Clone)]
-pub struct Pair {
+pub struct CertAndKey {
     pub cert: String,
     pub key: String,
 }
@@ -20,7 +20,7 @@ pub struct Pair {
 #[derive(Debug)]
 pub(crate) struct Authority {
     issuer: Issuer<'static, KeyPair>,
-    pair: Pair,
+    pair: CertAndKey,
 }
 
 impl Authority {
@@ -37,7 +37,7 @@ impl Authority {
             KeyUsagePurpose::DigitalSignature,
         ];
         let cert = params.self_signed(&key)?;
-        let pair = Pair {
+        let pair = CertAndKey {
             cert: cert.pem(),
             key: key.serialize_pem(),
         };
@@ -47,13 +47,13 @@ impl Authority {
         })
     }
 
-    pub(crate) fn pair(&self) -> &Pair {
+    pub(crate) fn pair(&self) -> &CertAndKey {
         &self.pair
     }
 
     /// A serving certificate for the API server, valid for loopback and for
     /// the in-cluster names of the `kubernetes` service.
-    pub(crate) fn serving(&self, service_ip: std::net::IpAddr) -> Result<Pair, rcgen::Error> {
+    pub(crate) fn serving(&self, service_ip: std::net::IpAddr) -> Result<CertAndKey, rcgen::Error> {
         let mut params = CertificateParams::new(vec![
             "localhost".to_owned(),
             "kubernetes".to_owned(),
@@ -76,7 +76,7 @@ impl Authority {
 
     /// A client certificate: Kubernetes reads the user from the common name
     /// and the groups from the organizations.
-    pub(crate) fn client(&self, user: &str, groups: &[&str]) -> Result<Pair, rcgen::Error> {
+    pub(crate) fn client(&self, user: &str, groups: &[&str]) -> Result<CertAndKey, rcgen::Error> {
         let mut params = CertificateParams::default();
         params.distinguished_name.push(DnType::CommonName, user);
         for group in groups {
@@ -88,14 +88,14 @@ impl Authority {
         self.sign(params)
     }
 
-    fn sign(&self, mut params: CertificateParams) -> Result<Pair, rcgen::Error> {
+    fn sign(&self, mut params: CertificateParams) -> Result<CertAndKey, rcgen::Error> {
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(Pair {
+        Ok(CertAndKey {
             cert: cert.pem(),
             key: key.serialize_pem(),
         })
@@ -105,9 +105,9 @@ impl Authority {
 /// A fresh key for signing service-account tokens: the private key (PKCS#8
 /// PEM) for the signers, the public key (SPKI PEM) for the verifier, which
 /// does not read PKCS#8.
-pub(crate) fn service_account_key() -> Result<Pair, rcgen::Error> {
+pub(crate) fn service_account_key() -> Result<CertAndKey, rcgen::Error> {
     let key = KeyPair::generate()?;
-    Ok(Pair {
+    Ok(CertAndKey {
         cert: key.public_key_pem(),
         key: key.serialize_pem(),
     })

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::ClusterSpec;
-use crate::pki::{self, Authority, Pair};
+use crate::pki::{self, Authority, CertAndKey};
 use crate::{Error, io_error, write_private};
 
 /// The common name of the API server's front-proxy client certificate, the
@@ -177,7 +177,7 @@ pub fn kubeconfig_yaml(
     server: &str,
     ca_pem: &str,
     user: &str,
-    pair: &Pair,
+    pair: &CertAndKey,
 ) -> String {
     use base64::Engine as _;
     let auth = kube::config::AuthInfo {
