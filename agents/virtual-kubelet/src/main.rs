@@ -57,7 +57,6 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// relists' peak). Measured with `tests/bench/vk-memory.sh` ("Memory" in
 /// docs/virtual-kubelet.md); `_RJEM_MALLOC_CONF` in the environment
 /// still overrides them. A C string, as jemalloc reads it.
-#[cfg(not(test))]
 #[allow(unsafe_code)] // jemalloc finds its options by this symbol.
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: &[u8; 27] = b"narenas:1,dirty_decay_ms:0\0";

@@ -174,6 +174,7 @@ impl StoredToken {
     pub fn new(secret: Secret, key: &Key) -> Self {
         let (uid, version) = identity(&secret.metadata);
         let data = secret.data.unwrap_or_default();
+        let ca = data.get(ROOT_CA_KEY);
         Self {
             namespace: key.namespace.clone(),
             name: key.name.clone(),
@@ -186,8 +187,8 @@ impl StoredToken {
                 .and_then(|l| l.get(LOCAL_POD_UID))
                 .map(|u| Uid::new(u)),
             has_token: data.contains_key("token"),
-            has_ca: data.contains_key(ROOT_CA_KEY),
-            ca: data.get(ROOT_CA_KEY).map_or(0, |ca| super::digest(&ca.0)),
+            has_ca: ca.is_some(),
+            ca: ca.map_or(0, |ca| super::digest(&ca.0)),
             refresh: secret
                 .metadata
                 .annotations
