@@ -187,7 +187,7 @@ restarted_je=$(jemalloc "$pid")
 echo
 printf '%-44s %s\n' "pods" "$pods (Running after ${scale_up_s}s)"
 printf '%-44s %s\n' "controller-managers' --kube-api-qps" "$kcm_qps"
-printf '%-44s %s\n' "jemalloc options" "${malloc_conf:-built into the agent (narenas:1,dirty_decay_ms:0)}"
+printf '%-44s %s\n' "jemalloc options" "${malloc_conf:-built into the agent (narenas:1,dirty_decay_ms:0,tcache:false)}"
 printf '%-44s %s\n' "no pod: peak / resident" "$idle"
 printf '%-44s %s\n' "no pod: jemalloc" "$idle_je"
 printf '%-44s %s\n' "every pod Running: peak / resident" "$up"

@@ -22,9 +22,11 @@
 //! carry a whole `ObjectMeta`. Ours keys an object by its namespace
 //! (shared by every object of it) and its name, both given to the
 //! conversion to keep ([`Key`]), so a compact stored value costs no copy
-//! of either. A store can also keep an index by a key of each object
-//! ([`Options::index`], e.g. the value of a label), updated with the store from the same
-//! events, so that finding the objects of one value costs no scan.
+//! of either. A namespace's objects are kept in name order, so that the
+//! objects whose names start alike are found without a scan and without
+//! an index ([`Store::named_after`]: a ReplicaSet's pods are named after
+//! it); a list's objects are put in order once it is done, each node of
+//! the tree full.
 //!
 //! Cost of reading: a reader that would otherwise look at every stored
 //! object whenever one changes can ask a store to record what changed
@@ -33,9 +35,10 @@
 //! list, a failed watch or more changes than a journal keeps. The store
 //! stays the truth; the journal only says where to look first.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
@@ -168,8 +171,12 @@ pub struct Key {
     pub name: Arc<str>,
 }
 
-/// The objects of a followed store, by namespace and name.
-type Objects<S> = HashMap<Arc<str>, HashMap<Arc<str>, Arc<S>>>;
+/// The objects of a followed store, by namespace and name (in order).
+type Objects<S> = HashMap<Arc<str>, BTreeMap<Arc<str>, Arc<S>>>;
+
+/// The objects of a list in progress, by namespace, in the order read:
+/// put in name order when the list is done.
+type Listing<S> = HashMap<Arc<str>, Vec<(Arc<str>, Arc<S>)>>;
 
 /// A followed store: the objects the follow task last saw, as they were
 /// stored. Cheap to clone: clones share one store.
@@ -230,6 +237,21 @@ impl<S> Store<S> {
             .unwrap_or_default()
     }
 
+    /// The stored objects of `namespace` whose names start with
+    /// `prefix`, in name order.
+    pub fn named_after(&self, namespace: &str, prefix: &str) -> Vec<Arc<S>> {
+        self.read()
+            .get(namespace)
+            .map(|names| {
+                names
+                    .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+                    .take_while(|(name, _)| name.starts_with(prefix))
+                    .map(|(_, v)| v.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The names of the stored objects of `namespace`.
     pub fn names(&self, namespace: &str) -> Vec<Arc<str>> {
         self.read()
@@ -244,9 +266,8 @@ impl<S> Store<S> {
     /// less of an object once it has acted on it: what it stores can
     /// drop the rest ("settle"). The API's object did not change, so
     /// nothing is recorded into journals and the store's state is not
-    /// bumped; `with` must give the same index key as `seen` (the index
-    /// is not updated). A list that ends swaps in its objects as read,
-    /// unsettled.
+    /// bumped. A list that ends swaps in its objects as read, unsettled
+    /// (or as [`Options::keep`] says).
     pub fn settle(&self, namespace: &str, name: &str, seen: &Arc<S>, with: S) -> bool {
         let mut objects = self.write();
         match objects.get_mut(namespace).and_then(|n| n.get_mut(name)) {
@@ -259,7 +280,7 @@ impl<S> Store<S> {
     }
 
     pub fn len(&self) -> usize {
-        self.read().values().map(HashMap::len).sum()
+        self.read().values().map(BTreeMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -287,8 +308,6 @@ fn remove<S>(objects: &mut Objects<S>, key: &Key) -> Option<Arc<S>> {
 pub struct Followed<S> {
     pub store: Store<S>,
     pub state: watch::Receiver<SyncState>,
-    /// The index by [`Options::index`], when one was asked for.
-    index: Option<LabelIndex<S>>,
     recorders: Arc<Mutex<Vec<Recorder<S>>>>,
 }
 
@@ -297,49 +316,7 @@ impl<S> Clone for Followed<S> {
         Self {
             store: self.store.clone(),
             state: self.state.clone(),
-            index: self.index.clone(),
             recorders: self.recorders.clone(),
-        }
-    }
-}
-
-/// The followed objects by their index key: key → the objects' keys (few
-/// per value). Kept in step with the store by the task that feeds it,
-/// from the same events.
-struct LabelIndex<S> {
-    key: fn(&S) -> Option<String>,
-    map: Arc<RwLock<HashMap<Box<str>, Vec<Key>>>>,
-}
-
-impl<S> Clone for LabelIndex<S> {
-    fn clone(&self) -> Self {
-        Self {
-            key: self.key,
-            map: self.map.clone(),
-        }
-    }
-}
-
-/// The value of `label` on `obj`: an index key ([`Options::index`]).
-pub fn label_of<K: Resource>(obj: &K, label: &str) -> Option<String> {
-    obj.meta().labels.as_ref()?.get(label).cloned()
-}
-
-fn index_insert(map: &mut HashMap<Box<str>, Vec<Key>>, value: &str, key: &Key) {
-    if let Some(keys) = map.get_mut(value) {
-        if !keys.contains(key) {
-            keys.push(key.clone());
-        }
-    } else {
-        map.insert(value.into(), vec![key.clone()]);
-    }
-}
-
-fn index_remove(map: &mut HashMap<Box<str>, Vec<Key>>, value: &str, key: &Key) {
-    if let Some(keys) = map.get_mut(value) {
-        keys.retain(|k| k != key);
-        if keys.is_empty() {
-            map.remove(value);
         }
     }
 }
@@ -353,9 +330,6 @@ pub struct Options<K, S = K> {
     /// Makes the stored value of an object (trimmed), given where it is
     /// stored.
     pub convert: fn(K, &Key) -> S,
-    /// Keep an index by the key this gives of each stored value (none:
-    /// not indexed) ([`Followed::by_index`]).
-    pub index: Option<fn(&S) -> Option<String>>,
     /// Whether a list keeps the value the store holds (`stored`) in place
     /// of the one it read of the same object (`listed`); none: when they
     /// are equal. For values that readers settle ([`Store::settle`]): a
@@ -376,7 +350,6 @@ impl<K, S> Debug for Options<K, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("trim", &self.trim.is_some())
-            .field("index", &self.index.is_some())
             .field("keep", &self.keep.is_some())
             .finish_non_exhaustive()
     }
@@ -388,7 +361,6 @@ impl<K> Default for Options<K, K> {
         Self {
             trim: None,
             convert: |obj, _| obj,
-            index: None,
             keep: None,
         }
     }
@@ -410,15 +382,8 @@ impl<K, S> Options<K, S> {
         Self {
             trim: None,
             convert,
-            index: None,
             keep: None,
         }
-    }
-
-    /// The store also keeps an index by the key `index` gives.
-    pub fn indexed(mut self, index: fn(&S) -> Option<String>) -> Self {
-        self.index = Some(index);
-        self
     }
 
     /// A list keeps a stored value in place of the one it read when
@@ -441,25 +406,6 @@ impl<S> Debug for Followed<S> {
 impl<S> Followed<S> {
     pub fn is_current(&self) -> bool {
         self.state.borrow().current
-    }
-
-    /// The stored objects whose [`Options::index`] key is `value`
-    /// (none when the store keeps no index).
-    pub fn by_index(&self, value: &str) -> Vec<Arc<S>> {
-        let Some(index) = &self.index else {
-            return Vec::new();
-        };
-        let keys = match index.map.read() {
-            Ok(map) => map.get(value).cloned().unwrap_or_default(),
-            Err(poisoned) => poisoned
-                .into_inner()
-                .get(value)
-                .cloned()
-                .unwrap_or_default(),
-        };
-        keys.iter()
-            .filter_map(|k| self.store.get(&k.namespace, &k.name))
-            .collect()
     }
 
     /// From now on, records into `journal` the key `key` makes of every
@@ -596,17 +542,14 @@ where
 }
 
 /// What turns watch events into a store's content: the store, its
-/// index, its recorders and its state, and the list in progress.
+/// recorders and its state, and the list in progress.
 struct Feed<K, S> {
     store: Store<S>,
-    index: Option<LabelIndex<S>>,
     recorders: Arc<Mutex<Vec<Recorder<S>>>>,
     options: Options<K, S>,
     tx: watch::Sender<SyncState>,
-    /// The objects of a list in progress, and their index, swapped in
-    /// when it is done.
-    listing: Objects<S>,
-    listing_index: HashMap<Box<str>, Vec<Key>>,
+    /// The objects of a list in progress, swapped in when it is done.
+    listing: Listing<S>,
     /// One copy of each namespace seen.
     namespaces: HashSet<Arc<str>>,
 }
@@ -619,25 +562,18 @@ where
     fn new(options: Options<K, S>) -> (Followed<S>, Self) {
         let store = Store::default();
         let (tx, rx) = watch::channel(SyncState::default());
-        let index = options.index.map(|key| LabelIndex {
-            key,
-            map: Arc::default(),
-        });
         let recorders: Arc<Mutex<Vec<Recorder<S>>>> = Arc::default();
         let followed = Followed {
             store: store.clone(),
             state: rx,
-            index: index.clone(),
             recorders: recorders.clone(),
         };
         let feed = Self {
             store,
-            index,
             recorders,
             options,
             tx,
             listing: HashMap::new(),
-            listing_index: HashMap::new(),
             namespaces: HashSet::new(),
         };
         (followed, feed)
@@ -706,27 +642,26 @@ where
         match event {
             watcher::Event::Init => {
                 self.listing = HashMap::new();
-                self.listing_index = HashMap::new();
             }
             watcher::Event::InitApply(obj) => {
                 let (key, value) = self.stored(obj);
                 let (key, value) = self.shared_if_unchanged(key, value);
-                if let Some(index) = &self.index
-                    && let Some(v) = (index.key)(&value)
-                {
-                    index_insert(&mut self.listing_index, &v, &key);
-                }
-                insert(&mut self.listing, &key, value);
+                self.listing
+                    .entry(key.namespace)
+                    .or_default()
+                    .push((key.name, value));
             }
             watcher::Event::InitDone => {
-                *self.store.write() = std::mem::take(&mut self.listing);
-                if let Some(index) = &self.index {
-                    let listed = std::mem::take(&mut self.listing_index);
-                    match index.map.write() {
-                        Ok(mut map) => *map = listed,
-                        Err(poisoned) => *poisoned.into_inner() = listed,
-                    }
-                }
+                // Collected, each namespace's objects are sorted and the
+                // tree built from them whole, its nodes full (inserted one
+                // by one in the API's order, which is the names', each
+                // node would be left about half full). Of an object read
+                // twice, the last read is kept.
+                let listed: Objects<S> = std::mem::take(&mut self.listing)
+                    .into_iter()
+                    .map(|(ns, objects)| (ns, objects.into_iter().collect()))
+                    .collect();
+                *self.store.write() = listed;
                 // Namespaces no object is in any more are forgotten.
                 let objects = self.store.read();
                 self.namespaces.retain(|ns| objects.contains_key(ns));
@@ -737,8 +672,7 @@ where
             watcher::Event::Apply(obj) => {
                 let (key, value) = self.stored(obj);
                 let value = Arc::new(value);
-                let old = insert(&mut self.store.write(), &key, value.clone());
-                self.reindex(&key, old.as_deref(), Some(&value));
+                insert(&mut self.store.write(), &key, value.clone());
                 // Recorded once the store has it, so that a reader told
                 // of a change finds it there.
                 record(&self.recorders, Some(&value));
@@ -746,7 +680,6 @@ where
             watcher::Event::Delete(obj) => {
                 let (key, value) = self.stored(obj);
                 let old = remove(&mut self.store.write(), &key);
-                self.reindex(&key, old.as_deref(), None);
                 record(&self.recorders, Some(old.as_deref().unwrap_or(&value)));
             }
         }
@@ -755,24 +688,6 @@ where
             s.generation += 1;
         });
         done
-    }
-
-    /// Brings the index in step with the object at `key` going from `old`
-    /// to `new`.
-    fn reindex(&self, key: &Key, old: Option<&S>, new: Option<&S>) {
-        let Some(index) = &self.index else {
-            return;
-        };
-        let mut map = match index.map.write() {
-            Ok(map) => map,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(v) = old.and_then(index.key) {
-            index_remove(&mut map, &v, key);
-        }
-        if let Some(v) = new.and_then(index.key) {
-            index_insert(&mut map, &v, key);
-        }
     }
 
     /// The watch failed: the store is no longer current.

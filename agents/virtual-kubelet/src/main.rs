@@ -51,15 +51,17 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read when it starts: one arena (its default is
 /// four per CPU, and each keeps pages of its own: the agent's memory
-/// would grow with the node's cores, not its pods), and freed pages given
+/// would grow with the node's cores, not its pods), freed pages given
 /// back at once instead of over ten seconds (a relist frees a store's
 /// pages as it reads the next: kept for even a second, they were the
-/// relists' peak). Measured with `tests/bench/vk-memory.sh` ("Memory" in
-/// docs/virtual-kubelet.md); `_RJEM_MALLOC_CONF` in the environment
-/// still overrides them. A C string, as jemalloc reads it.
+/// relists' peak), and no cache of freed blocks per thread (each held
+/// blocks of every size class for its thread alone). Measured with
+/// `tests/bench/vk-memory.sh` ("Memory" in docs/virtual-kubelet.md);
+/// `_RJEM_MALLOC_CONF` in the environment still overrides them. A C
+/// string, as jemalloc reads it.
 #[allow(unsafe_code)] // jemalloc finds its options by this symbol.
 #[unsafe(export_name = "_rjem_malloc_conf")]
-static MALLOC_CONF: &[u8; 27] = b"narenas:1,dirty_decay_ms:0\0";
+static MALLOC_CONF: &[u8; 40] = b"narenas:1,dirty_decay_ms:0,tcache:false\0";
 
 #[derive(Parser, Debug)]
 #[command(version = liqo_api::VERSION, about = "The virtual node of one outgoing liqo-rs peering")]

@@ -17,28 +17,26 @@ fn pod(name: &str, owner: Option<&str>, version: &str) -> Pod {
     }
 }
 
-fn options() -> Options<Pod> {
-    Options::default().indexed(|p: &Pod| label_of(p, LABEL))
-}
-
 /// Feeds events to a store as the follow task does, and returns, per
-/// owner asked, the names found by label, and every stored name.
-fn indexed(events: Vec<watcher::Event<Pod>>, owners: &[&str]) -> (Vec<Vec<String>>, Vec<String>) {
-    let (followed, mut feed) = Feed::new(options());
+/// prefix asked, the names found starting with it, and every stored name.
+fn found(events: Vec<watcher::Event<Pod>>, prefixes: &[&str]) -> (Vec<Vec<String>>, Vec<String>) {
+    let (followed, mut feed) = Feed::new(Options::default());
     for event in events {
         feed.apply(event);
     }
-    let names = |pods: Vec<Arc<Pod>>| {
-        let mut names: Vec<String> = pods
-            .iter()
+    let names = |pods: Vec<Arc<Pod>>| -> Vec<String> {
+        pods.iter()
             .filter_map(|p| p.metadata.name.clone())
-            .collect();
-        names.sort();
-        names
+            .collect()
     };
+    let mut all = names(followed.store.state());
+    all.sort();
     (
-        owners.iter().map(|o| names(followed.by_index(o))).collect(),
-        names(followed.store.state()),
+        prefixes
+            .iter()
+            .map(|p| names(followed.store.named_after("ns", p)))
+            .collect(),
+        all,
     )
 }
 
@@ -81,7 +79,7 @@ fn a_settled_object_is_replaced_only_while_it_is_the_one_read() {
 #[test]
 fn a_relist_shares_what_did_not_change_with_the_store_it_replaces() {
     use watcher::Event::{Init, InitApply, InitDone};
-    let (followed, mut feed) = Feed::new(options());
+    let (followed, mut feed) = Feed::new(Options::default());
     let mut list = |changed: Pod| {
         for event in [
             Init,
@@ -106,12 +104,6 @@ fn a_relist_shares_what_did_not_change_with_the_store_it_replaces() {
         after("changed").metadata.resource_version.as_deref(),
         Some("2")
     );
-    assert_eq!(
-        followed.by_index("y").len(),
-        1,
-        "the index is of the new list"
-    );
-    assert_eq!(followed.by_index("x").len(), 1);
 }
 
 #[test]
@@ -141,7 +133,7 @@ fn a_relist_keeps_a_settled_value_while_its_object_is_unchanged() {
 }
 
 #[test]
-fn the_index_follows_the_store() {
+fn objects_are_found_by_the_start_of_their_names_in_order() {
     use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
     type Case = (
         &'static str,
@@ -149,73 +141,77 @@ fn the_index_follows_the_store() {
         Vec<Vec<&'static str>>,
         Vec<&'static str>,
     );
+    let prefixes = ["web-1-", "web-"];
     let cases: Vec<Case> = vec![
         (
-            "a list, then changes",
+            "a list, then changes; a longer name that starts alike is not found",
             vec![
                 Init,
-                InitApply(pod("a", Some("x"), "1")),
-                InitApply(pod("b", Some("x"), "1")),
-                InitApply(pod("c", None, "1")),
+                InitApply(pod("web-1-bbbbb", None, "1")),
+                InitApply(pod("web-10-ccccc", None, "1")),
+                InitApply(pod("db-1-aaaaa", None, "1")),
                 InitDone,
-                Apply(pod("d", Some("y"), "2")),
+                Apply(pod("web-1-aaaaa", None, "2")),
+                Apply(pod("web-1", None, "2")),
             ],
-            vec![vec!["a", "b"], vec!["d"]],
-            vec!["a", "b", "c", "d"],
+            vec![
+                vec!["web-1-aaaaa", "web-1-bbbbb"],
+                vec!["web-1", "web-1-aaaaa", "web-1-bbbbb", "web-10-ccccc"],
+            ],
+            vec![
+                "db-1-aaaaa",
+                "web-1",
+                "web-1-aaaaa",
+                "web-1-bbbbb",
+                "web-10-ccccc",
+            ],
         ),
         (
-            "a relabelled object moves",
+            "a deleted object is no longer found",
             vec![
                 Init,
-                InitApply(pod("a", Some("x"), "1")),
+                InitApply(pod("web-1-aaaaa", None, "1")),
+                InitApply(pod("web-1-bbbbb", None, "1")),
                 InitDone,
-                Apply(pod("a", Some("y"), "2")),
+                Delete(pod("web-1-aaaaa", None, "2")),
             ],
-            vec![vec![], vec!["a"]],
-            vec!["a"],
+            vec![vec!["web-1-bbbbb"], vec!["web-1-bbbbb"]],
+            vec!["web-1-bbbbb"],
         ),
         (
-            "a deleted object goes, an unlabelled one is never there",
+            "a relist replaces the store whole, and only when done",
             vec![
                 Init,
-                InitApply(pod("a", Some("x"), "1")),
-                InitApply(pod("b", Some("x"), "1")),
+                InitApply(pod("web-1-aaaaa", None, "1")),
                 InitDone,
-                Delete(pod("a", Some("x"), "2")),
-                Apply(pod("b", None, "2")),
+                Init,
+                InitApply(pod("web-2-bbbbb", None, "3")),
             ],
-            vec![vec![], vec![]],
-            vec!["b"],
+            vec![vec!["web-1-aaaaa"], vec!["web-1-aaaaa"]],
+            vec!["web-1-aaaaa"],
         ),
         (
-            "a relist replaces the store and the index whole, and only when done",
+            "after the relist, in name order whatever the order read",
             vec![
                 Init,
-                InitApply(pod("a", Some("x"), "1")),
+                InitApply(pod("web-1-aaaaa", None, "1")),
                 InitDone,
                 Init,
-                InitApply(pod("b", Some("y"), "3")),
+                InitApply(pod("web-2-bbbbb", None, "3")),
+                InitApply(pod("web-1-ccccc", None, "3")),
+                InitApply(pod("web-1-bbbbb", None, "3")),
+                InitDone,
             ],
-            vec![vec!["a"], vec![]],
-            vec!["a"],
-        ),
-        (
-            "after the relist",
             vec![
-                Init,
-                InitApply(pod("a", Some("x"), "1")),
-                InitDone,
-                Init,
-                InitApply(pod("b", Some("y"), "3")),
-                InitDone,
+                vec!["web-1-bbbbb", "web-1-ccccc"],
+                vec!["web-1-bbbbb", "web-1-ccccc", "web-2-bbbbb"],
             ],
-            vec![vec![], vec!["b"]],
-            vec!["b"],
+            vec!["web-1-bbbbb", "web-1-ccccc", "web-2-bbbbb"],
         ),
     ];
     for (name, events, want, stored) in cases {
         assert_eq!(
-            indexed(events, &["x", "y"]),
+            found(events, &prefixes),
             (
                 want.iter()
                     .map(|v| v.iter().map(|s| s.to_string()).collect())
@@ -225,6 +221,24 @@ fn the_index_follows_the_store() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn an_object_read_twice_in_a_list_is_stored_as_last_read() {
+    use watcher::Event::{Init, InitApply, InitDone};
+    let (followed, mut feed) = Feed::new(Options::default());
+    for event in [
+        Init,
+        InitApply(pod("a", None, "1")),
+        InitApply(pod("b", None, "1")),
+        InitApply(pod("a", None, "2")),
+        InitDone,
+    ] {
+        feed.apply(event);
+    }
+    assert_eq!(followed.store.len(), 2);
+    let a = followed.store.get("ns", "a").expect("stored");
+    assert_eq!(a.metadata.resource_version.as_deref(), Some("2"));
 }
 
 #[test]
@@ -254,9 +268,10 @@ fn objects_are_found_by_namespace_and_name_and_stored_converted() {
 }
 
 #[test]
-fn without_an_index_nothing_is_found() {
-    let followed = filled([pod("a", Some("x"), "1")], Options::default());
-    assert!(followed.by_index("x").is_empty());
+fn nothing_is_found_in_another_namespace() {
+    let followed = filled([pod("web-1-aaaaa", None, "1")], Options::default());
+    assert_eq!(followed.store.named_after("ns", "web-1-").len(), 1);
+    assert!(followed.store.named_after("other", "web-1-").is_empty());
 }
 
 #[test]

@@ -106,8 +106,7 @@ impl Pods {
         // The remote pods named for a local pod of this name: of this one,
         // or of one that is gone (or an older one of the same name).
         let (remote_pods, stale) = twin_stores
-            .pods
-            .by_index(name)
+            .pods_named_for(&twin, name)
             .into_iter()
             .partition(|p| local_uid.is_some() && p.id.for_pod() == local_uid);
         let sides = Sides {

@@ -287,8 +287,7 @@ impl Kind for Pods {
                 twin_stores.is_current().hash(&mut h);
                 twin_stores.wrappers(&twin, name).hash(&mut h);
                 let mut remote: Vec<_> = twin_stores
-                    .pods
-                    .by_index(name)
+                    .pods_named_for(&twin, name)
                     .iter()
                     .map(|p| (p.id.uid.clone(), p.id.version.clone(), p.id.for_pod.clone()))
                     .collect();

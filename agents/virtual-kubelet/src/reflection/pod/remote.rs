@@ -100,20 +100,26 @@ impl TwinStores {
         Options::converted(StoredWrapper::new)
     }
 
-    /// Remote pods are indexed by their local pod's name.
     pub(super) fn pod_options() -> Options<RemotePodRead, RemotePod> {
-        Options::converted(RemotePod::new)
-            .indexed(|pod| crate::forge::event::local_pod_name(&pod.id.name).map(str::to_owned))
-            .kept_when(|stored, listed| {
-                same_version(
-                    (&stored.id.uid, &stored.id.version),
-                    (&listed.id.uid, &listed.id.version),
-                )
-            })
+        Options::converted(RemotePod::new).kept_when(|stored, listed| {
+            same_version(
+                (&stored.id.uid, &stored.id.version),
+                (&listed.id.uid, &listed.id.version),
+            )
+        })
     }
 
     pub(super) fn is_current(&self) -> bool {
         self.replica_sets.is_current() && self.jobs.is_current() && self.pods.is_current()
+    }
+
+    /// The remote pods of `twin` named for the local pod `name`: as their
+    /// wrapper, named after the local pod, names them
+    /// (`<name>-<5 characters>`), found in the store's name order.
+    pub(super) fn pods_named_for(&self, twin: &str, name: &str) -> Vec<Arc<RemotePod>> {
+        let mut pods = self.pods.store.named_after(twin, &format!("{name}-"));
+        pods.retain(|p| crate::forge::event::local_pod_name(&p.id.name) == Some(name));
+        pods
     }
 
     /// The remote wrappers named `name` in `twin` (normally one at most).
