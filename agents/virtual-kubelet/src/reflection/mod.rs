@@ -58,8 +58,9 @@ pub mod token;
 
 pub use self::error::{Error, NotYet};
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt::Debug;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,6 +82,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A store change wakes the loop after this pause, so that a burst of
 /// changes (a list after a restart) is one pass, not hundreds.
 const DEBOUNCE: Duration = Duration::from_millis(20);
+/// The room a kind's queue of keys keeps when it drains.
+const QUEUE_ROOM: usize = 64;
 
 /// The key of a kind whose keys are objects: their namespace and name,
 /// shared with the stores (a clone is a reference count). A kind keeps
@@ -100,7 +103,7 @@ pub enum Next {
 
 /// One kind of reflected object.
 pub trait Kind: Send + Sync {
-    type Key: Ord + Clone + Debug + Send + Sync;
+    type Key: Ord + Hash + Clone + Debug + Send + Sync;
     /// The kind's name in logs.
     const NAME: &'static str;
     /// How many keys converge at once: enough to keep a slow API busy, few
@@ -153,9 +156,11 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
     // text: while a store lists again every key fails, at 10,000 pods as
     // many texts).
     let mut again: BTreeMap<K::Key, (Instant, Duration, Option<u64>)> = BTreeMap::new();
-    // Per key that converged (Done, or After a while): the fingerprint it
-    // converged with.
-    let mut done: BTreeMap<K::Key, u64> = BTreeMap::new();
+    // Per key that converged (Done, or After a while), by the key's hash:
+    // the fingerprint it converged with. Two keys of one hash (at 40,000
+    // keys, a chance in billions) share an entry: a key found unchanged
+    // by the other's fingerprint waits for the next full pass.
+    let mut done: HashMap<u64, u64> = HashMap::new();
     // What the last scan cost: scans are spaced by four times that at
     // least, so that scanning many keys stays a fraction of the work.
     let mut scan_cost = Duration::ZERO;
@@ -199,7 +204,8 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
                     let all: BTreeSet<K::Key> = kind.keys().into_iter().collect();
                     // Keys gone from both sides are forgotten.
                     again.retain(|k, _| all.contains(k));
-                    done.retain(|k, _| all.contains(k));
+                    let hashes: HashSet<u64> = all.iter().map(key_hash).collect();
+                    done.retain(|k, _| hashes.contains(k));
                     queue.retain(|(k, _)| all.contains(k));
                     all
                 }
@@ -225,8 +231,10 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
                 let not_due = again
                     .get(&k)
                     .is_none_or(|(at, backoff, _)| backoff.is_zero() && *at > now);
-                let unchanged =
-                    !is_full && not_due && print.is_some() && done.get(&k).copied() == print;
+                let unchanged = !is_full
+                    && not_due
+                    && print.is_some()
+                    && done.get(&key_hash(&k)).copied() == print;
                 if !unchanged {
                     queue.push_back((k, print));
                 }
@@ -250,6 +258,12 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
                 tracing::trace!(kind = K::NAME, ?key, took = ?started.elapsed(), ok = result.is_ok(), "converge ended");
                 (key, print, result)
             });
+        }
+        // A full pass queues every key: the queue's room is given back as
+        // it drains, not held at its largest for as long as the agent
+        // runs (at 10,000 pods, a megabyte per kind).
+        if queue.capacity() > QUEUE_ROOM && queue.len() < queue.capacity() / 4 {
+            queue.shrink_to(QUEUE_ROOM.max(queue.len() * 2));
         }
         let now = Instant::now();
         let until = |last: Option<Instant>, period: Duration| {
@@ -295,6 +309,13 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
     }
 }
 
+/// A key's hash, the same in every pass (`done` in [`run_every`]).
+fn key_hash<T: Hash>(key: &T) -> u64 {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
 /// Schedules a scan after `pause`, unless one is due sooner: a burst of
 /// changes is one scan, not hundreds.
 fn scan_soon(scan_at: &mut Option<Instant>, pause: Duration) {
@@ -306,7 +327,7 @@ fn scan_soon(scan_at: &mut Option<Instant>, pause: Duration) {
 /// fingerprint when it converged, its backoff and error when it failed.
 fn record<K: Kind>(
     again: &mut BTreeMap<K::Key, (Instant, Duration, Option<u64>)>,
-    done: &mut BTreeMap<K::Key, u64>,
+    done: &mut HashMap<u64, u64>,
     key: K::Key,
     print: Option<u64>,
     result: Result<Next, Error>,
@@ -314,10 +335,10 @@ fn record<K: Kind>(
     let now = Instant::now();
     match (&result, print) {
         (Ok(Next::Done | Next::After(_)), Some(print)) => {
-            done.insert(key.clone(), print);
+            done.insert(key_hash(&key), print);
         }
         _ => {
-            done.remove(&key);
+            done.remove(&key_hash(&key));
         }
     }
     match result {
