@@ -288,11 +288,11 @@ impl<S> Store<S> {
     }
 }
 
-fn insert<S>(objects: &mut Objects<S>, key: &Key, value: Arc<S>) -> Option<Arc<S>> {
+fn insert<S>(objects: &mut Objects<S>, key: &Key, value: Arc<S>) {
     objects
         .entry(key.namespace.clone())
         .or_default()
-        .insert(key.name.clone(), value)
+        .insert(key.name.clone(), value);
 }
 
 fn remove<S>(objects: &mut Objects<S>, key: &Key) -> Option<Arc<S>> {

@@ -204,7 +204,7 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
                     let all: BTreeSet<K::Key> = kind.keys().into_iter().collect();
                     // Keys gone from both sides are forgotten.
                     again.retain(|k, _| all.contains(k));
-                    let hashes: HashSet<u64> = all.iter().map(key_hash).collect();
+                    let hashes: HashSet<u64> = all.iter().map(hash_of).collect();
                     done.retain(|k, _| hashes.contains(k));
                     queue.retain(|(k, _)| all.contains(k));
                     all
@@ -234,7 +234,7 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
                 let unchanged = !is_full
                     && not_due
                     && print.is_some()
-                    && done.get(&key_hash(&k)).copied() == print;
+                    && done.get(&hash_of(&k)).copied() == print;
                 if !unchanged {
                     queue.push_back((k, print));
                 }
@@ -309,10 +309,11 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
     }
 }
 
-/// A key's hash, the same in every pass (`done` in [`run_every`]).
-fn key_hash<T: Hash>(key: &T) -> u64 {
+/// A value's hash, the same in every pass and every run: a key's (`done`
+/// in [`run_every`]), an error's text (the last one logged).
+fn hash_of<T: Hash>(value: &T) -> u64 {
     let mut h = DefaultHasher::new();
-    key.hash(&mut h);
+    value.hash(&mut h);
     h.finish()
 }
 
@@ -335,10 +336,10 @@ fn record<K: Kind>(
     let now = Instant::now();
     match (&result, print) {
         (Ok(Next::Done | Next::After(_)), Some(print)) => {
-            done.insert(key_hash(&key), print);
+            done.insert(hash_of(&key), print);
         }
         _ => {
-            done.remove(&key_hash(&key));
+            done.remove(&hash_of(&key));
         }
     }
     match result {
@@ -358,11 +359,7 @@ fn record<K: Kind>(
                 None => (BACKOFF_INITIAL, None),
             };
             let why = error.chain();
-            let hash = {
-                let mut h = std::hash::DefaultHasher::new();
-                std::hash::Hash::hash(&why, &mut h);
-                std::hash::Hasher::finish(&h)
-            };
+            let hash = hash_of(&why);
             if logged != Some(hash) {
                 // Waiting for a store or a client is expected after a
                 // start; only real failures are warnings.
