@@ -98,12 +98,12 @@ running() {
 }
 # Waits until $1 pods are Running: 40 minutes at most. Every 5 s notes
 # the seconds since $start, the pods Running and the agent's resident
-# size (MiB) in $dir/timeline, to see when the peak comes.
+# size and peak (MiB) in $dir/timeline, to see when the peak comes.
 until_pods_running() {
   local n
   for _ in $(seq 480); do
     n=$(running)
-    echo "$(($(date +%s) - start)) $n $(mib "$pid" VmRSS)" >>"$dir/timeline"
+    echo "$(($(date +%s) - start)) $n $(mib "$pid" VmRSS) $(mib "$pid" VmHWM)" >>"$dir/timeline"
     # Of the profiles dumped at each new high, only the last matters.
     $heap_profile && ls -v "$dir/heap/vk.$pid".*.u*.heap 2>/dev/null | head -n -1 | xargs -r rm -f
     [ "$n" -ge "$1" ] && return 0
@@ -200,7 +200,9 @@ printf '%-44s %s\n' "restarted, 90 s later: jemalloc" "$restarted_je"
 printf '%-44s %s\n' "watches failed during the scale-up" "${relists:-none}"
 $heap_profile && heap_report
 echo
-echo "scale-up, every 30 s and at the highest sample: seconds, pods Running, resident MiB"
+echo "scale-up, every 30 s, at the highest sample and where the peak was first reached:"
+echo "seconds, pods Running, resident MiB, peak MiB"
 awk 'NR % 6 == 1 { print }
      $3 > max { max = $3; at = $0 }
-     END { print "highest: " at }' "$dir/timeline"
+     $4 > hwm { hwm = $4; hwm_at = $0 }
+     END { print "highest: " at; print "peak first seen: " hwm_at }' "$dir/timeline"
