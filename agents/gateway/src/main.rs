@@ -84,7 +84,8 @@ async fn run_agent(args: GatewayFlags) -> anyhow::Result<()> {
     let listener = liqo_agent_runtime::bind_health(health_addr).await?;
     tracing::info!(version = liqo_api::VERSION, health = %health_addr, "gateway starting");
     // KUBECONFIG when set, else the pod's service account.
-    let client = liqo_agent_runtime::client::client(kube::Config::infer().await?)?;
+    let client =
+        liqo_agent_runtime::client::client(liqo_agent_runtime::kubeconfig::local().await?)?;
 
     // The RBAC grants this one ConfigMap by name, so the watch must name it.
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &args.namespace);

@@ -1,11 +1,13 @@
 //! What every liqo-rs agent does the same way: logging, the `/healthz` and
 //! `/readyz` endpoints the kubelet probes, following the API with
-//! reflectors ([`follow`]) with a client that suits them ([`client`]), and
-//! stopping on SIGTERM. Agent logic does not live here.
+//! reflectors ([`follow`]) with a client that suits them ([`client`]) and
+//! the kubeconfigs they are given ([`kubeconfig`]), and stopping on
+//! SIGTERM. Agent logic does not live here.
 
 pub mod client;
 pub mod compact;
 pub mod follow;
+pub mod kubeconfig;
 pub mod lean;
 
 pub use axum;

@@ -91,7 +91,7 @@ async fn main() -> anyhow::Result<()> {
         "virtual kubelet starting"
     );
     // KUBECONFIG when set, else the pod's service account.
-    let config = kube::Config::infer().await?;
+    let config = liqo_agent_runtime::kubeconfig::local().await?;
     let consumer_api = match args.consumer_api_address.as_deref() {
         Some(address) => {
             let (host, port) = address

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::ObjectRef;
 use liqo_agent_runtime::follow::Followed;
 use liqo_api::core::ForeignCluster;
@@ -44,12 +43,8 @@ pub enum KubeconfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the provider kubeconfig {path} is not a valid kubeconfig")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
+    #[error("cannot load the provider kubeconfig")]
+    Load(#[source] liqo_agent_runtime::kubeconfig::KubeconfigError),
     #[error("cannot build a client from the provider kubeconfig {path}")]
     Client {
         path: PathBuf,
@@ -69,16 +64,12 @@ impl KubeconfigError {
 /// that waits for a client reads the same reason).
 pub type ProviderClient = Result<kube::Client, Arc<KubeconfigError>>;
 
-/// Keeps `tx` holding a client built from the kubeconfig at `path`,
-/// rebuilding it when the file's content changes. A file that cannot be
-/// used keeps the previous client: the renewal may be half-written, and
-/// the old credentials may well still work.
 /// The tenant a provider kubeconfig acts as, when it impersonates a peer
 /// user (a peering made with a token); `None` for a certificate, whose
 /// user is this cluster's own ID, or when the file cannot be read yet.
 pub async fn tenant_of(path: &std::path::Path) -> Option<liqo_api::ClusterId> {
     let content = tokio::fs::read(path).await.ok()?;
-    let config = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&content).ok()?).ok()?;
+    let config: kube::config::Kubeconfig = serde_json::from_slice(&content).ok()?;
     config
         .auth_infos
         .iter()
@@ -86,6 +77,10 @@ pub async fn tenant_of(path: &std::path::Path) -> Option<liqo_api::ClusterId> {
         .find_map(liqo_api::authentication::peer_of)
 }
 
+/// Keeps `tx` holding a client built from the kubeconfig at `path`,
+/// rebuilding it when the file's content changes. A file that cannot be
+/// used keeps the previous client: the renewal may be half-written, and
+/// the old credentials may well still work.
 pub async fn keep_client(path: PathBuf, tx: watch::Sender<ProviderClient>) {
     let mut last: Option<Vec<u8>> = None;
     let mut logged_error: Option<String> = None;
@@ -140,17 +135,9 @@ async fn build_client(
     path: &std::path::Path,
     content: &[u8],
 ) -> Result<kube::Client, KubeconfigError> {
-    let text = String::from_utf8_lossy(content);
-    let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|source| KubeconfigError::Parse {
-        path: path.to_owned(),
-        source,
-    })?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    let config = liqo_agent_runtime::kubeconfig::config(path, content)
         .await
-        .map_err(|source| KubeconfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        .map_err(KubeconfigError::Load)?;
     liqo_agent_runtime::client::client(config).map_err(|source| KubeconfigError::Client {
         path: path.to_owned(),
         source,

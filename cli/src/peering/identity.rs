@@ -251,6 +251,9 @@ pub fn token_kubeconfig(
     kubeconfig_with(provider, server, Some(ca_pem), user, auth)
 }
 
+/// A kubeconfig with one cluster, user and context, written as JSON: the
+/// agents read kubeconfigs as JSON only (docs/virtual-kubelet.md, "The
+/// binary"), and every YAML reader reads JSON too.
 pub fn kubeconfig_with(
     provider: &str,
     server: &str,
@@ -288,7 +291,7 @@ pub fn kubeconfig_with(
         current_context: Some(provider.to_owned()),
         ..Default::default()
     };
-    Ok(serde_yaml::to_string(&config)?)
+    Ok(serde_json::to_string_pretty(&config)?)
 }
 
 /// The PEM of DER certificates.

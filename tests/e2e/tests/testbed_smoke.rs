@@ -199,7 +199,7 @@ async fn csr_certificate_authenticates(cluster: &Cluster) -> Result<()> {
     };
     std::fs::write(
         &kubeconfig,
-        liqo_testbed::kubeconfig_yaml(
+        liqo_testbed::kubeconfig_json(
             cluster.name(),
             cluster.server(),
             &cluster.ca_pem()?,

@@ -549,7 +549,7 @@ async fn issue_kubeconfig(
         cert: String::from_utf8(cert.0)?,
         key: key.serialize_pem(),
     };
-    Ok(liqo_testbed::kubeconfig_yaml(
+    Ok(liqo_testbed::kubeconfig_json(
         cluster.name(),
         cluster.server(),
         &cluster.ca_pem()?,

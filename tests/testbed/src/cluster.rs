@@ -33,7 +33,7 @@ use crate::{Error, io_error};
 use apiserver::ApiServer;
 pub use apiserver::ApiServerState;
 pub(crate) use credentials::kubeconfig;
-pub use credentials::{client_from_kubeconfig, kubeconfig_yaml};
+pub use credentials::{client_from_kubeconfig, kubeconfig_json};
 pub use kwok::KWOK_ANNOTATION;
 use kwok::KWOK_LOGS_FILE;
 pub use spec::ClusterSpec;

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 pub use cluster::{
     ApiServerState, Cluster, ClusterSpec, KWOK_ANNOTATION, ProcessInfo, client_from_kubeconfig,
-    kubeconfig_yaml,
+    kubeconfig_json,
 };
 pub use containerd::{Containerd, ContainerdError, ImageEntry};
 pub use hostnode::{HOST_PROCESS_LABEL, HOST_PROCESS_TAINT, default_host_images};

@@ -106,8 +106,8 @@ impl Kubeconfigs {
         let kubeconfig_for = |file: &str, user: &str, groups: &[&str]| -> Result<PathBuf, Error> {
             let pair = ca.client(user, groups)?;
             let path = dir.join(file);
-            let yaml = kubeconfig_yaml(&spec.name, server, &ca.pair().cert, user, &pair);
-            write_private(&path, &yaml).map_err(io_error(&path))?;
+            let text = kubeconfig_json(&spec.name, server, &ca.pair().cert, user, &pair);
+            write_private(&path, &text).map_err(io_error(&path))?;
             Ok(path)
         };
         let kubeconfig = kubeconfig_for("kubeconfig", "testbed-admin", &["system:masters"])?;
@@ -172,7 +172,7 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> 
 
 /// A kubeconfig with one cluster, one user and one context, all named after
 /// the cluster, with certificates embedded.
-pub fn kubeconfig_yaml(
+pub fn kubeconfig_json(
     cluster: &str,
     server: &str,
     ca_pem: &str,
@@ -193,7 +193,8 @@ pub fn kubeconfig_yaml(
 }
 
 /// A kubeconfig with one cluster, one user (`auth`) and one context (with
-/// `namespace` as its default one), all named after the cluster, as YAML.
+/// `namespace` as its default one), all named after the cluster, as JSON
+/// (which the agents of the host-process node read; kubectl reads it too).
 pub(crate) fn kubeconfig(
     cluster: &str,
     server: &str,
@@ -236,5 +237,5 @@ pub(crate) fn kubeconfig(
         current_context: Some(cluster.to_owned()),
         ..Default::default()
     };
-    serde_yaml::to_string(&config).expect("invariant: a kubeconfig always serializes")
+    serde_json::to_string_pretty(&config).expect("invariant: a kubeconfig always serializes")
 }

@@ -27,7 +27,7 @@
 //! shows, deflated; [`LocalPod`]: a local pod's identity, phase, reason,
 //! status digest and requests, and the whole pod, deflated, only while
 //! it is pending and its wrapper not made yet, the remote objects being
-//! made from it); and each key has a
+//! made from it, and within a budget of [`whole`]); and each key has a
 //! fingerprint (resource versions of its objects) so that a pass looks
 //! only at the pods that changed.
 //!
@@ -36,7 +36,7 @@
 //! stores keep, [`remote`] the provider's stores per twin, [`converge`]
 //! what one pod's convergence does, [`put_back`] wrappers changed by
 //! others, [`status`] the remote status brought back, [`made`] the
-//! wrappers made and not seen yet.
+//! wrappers made and not seen yet, [`whole`] the pending pods kept whole.
 
 mod converge;
 #[cfg(test)]
@@ -46,6 +46,7 @@ mod put_back;
 mod remote;
 mod status;
 mod stored;
+mod whole;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};

@@ -14,6 +14,7 @@ use kube::core::{ObjectMeta, PartialObjectMeta};
 use liqo_agent_runtime::compact::{Uid, Version, identity, same_version, shared};
 use liqo_agent_runtime::follow::{Key, Options};
 
+use super::whole::Whole;
 use crate::forge::pod as forge_pod;
 use crate::reflection::deflated::{Dictionary, deflate, inflate};
 
@@ -117,12 +118,13 @@ pub struct LocalPod {
     /// demand its twin states to the provider ([`super::demand`]).
     pub requests: forge_pod::Requests,
     /// The pod as the API has it, while it is pending, as deflated JSON
-    /// (about 1.5 KiB where the `Pod` value is about 10 KiB: a scale-up
-    /// holds thousands of pending pods at once): it is about to be made
-    /// on the provider, from its spec, labels and annotations, and keeping
-    /// it until then (until its wrapper is made, when the reflection
-    /// settles it, or its status says it runs) makes that cost no read.
-    pub(super) pending: Option<Box<[u8]>>,
+    /// (a few hundred bytes where the `Pod` value is about 10 KiB): it is
+    /// about to be made on the provider, from its spec, labels and
+    /// annotations, and keeping it until then (until its wrapper is made,
+    /// when the reflection settles it, or its status says it runs) makes
+    /// that cost no read. Within a budget ([`super::whole`]): past it, a
+    /// pending pod is read when it is made.
+    pub(super) pending: Option<Whole>,
 }
 
 impl From<Pod> for LocalPod {
@@ -182,9 +184,7 @@ impl LocalPod {
                 .as_ref()
                 .map(forge_pod::requests)
                 .unwrap_or_default(),
-            pending: pending
-                .then(|| deflate(&serde_json::to_vec(&pod).ok()?, Dictionary::PendingPod))
-                .flatten(),
+            pending: pending.then(|| Whole::kept(&pod)).flatten(),
         }
     }
 
@@ -236,7 +236,7 @@ impl LocalPod {
 
     /// The pod as the API has it, while it is pending; `None` after.
     pub(super) fn kept_whole(&self) -> Option<Pod> {
-        serde_json::from_slice(&inflate(self.pending.as_deref()?, Dictionary::PendingPod)?).ok()
+        self.pending.as_ref()?.pod()
     }
 
     /// The same without the pod kept whole, when it keeps it: what the
