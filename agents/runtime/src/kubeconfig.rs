@@ -2,10 +2,10 @@
 //! kubeconfigs it gives the agents (the provider's credential of a
 //! virtual kubelet) as JSON, which every YAML reader, kubectl's too, reads
 //! as well; the testbed writes those of its host-process node's pods so.
-//! Read as JSON only, the agents' binaries leave out the YAML parser that
-//! kube's own loading (`Config::infer`, `Kubeconfig::from_yaml`) brings,
-//! and with it code that would be resident for the agents' whole life
-//! (docs/virtual-kubelet.md, "The binary").
+//! Read as JSON only, the agents' binaries leave out kube's reading of
+//! YAML kubeconfigs (`Config::infer`, `Kubeconfig::from_yaml`), code that
+//! would be resident for the agents' whole life (docs/virtual-kubelet.md,
+//! "The binary").
 
 use std::path::{Path, PathBuf};
 

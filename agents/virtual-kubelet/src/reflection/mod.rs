@@ -139,6 +139,12 @@ pub trait Kind: Send + Sync {
 /// least every [`FULL_RESYNC`], failed ones again after their backoff,
 /// and those that asked for it after their time.
 ///
+/// The full passes are spread over the sweeps: each sweep converges the
+/// keys of one slice (by their hash) whatever their fingerprint, and the
+/// slices come round within [`FULL_RESYNC`]; only the first pass takes
+/// every key. Queued all at once, every key of every kind was held in the
+/// queues together each minute (at 10,000 pods, megabytes for a moment).
+///
 /// Keys are converged continuously, [`Kind::CONCURRENCY`] at a time: a scan
 /// (on a wake-up, debounced) queues the keys to look at, and a key is
 /// started as soon as a slot is free, without waiting for the slowest
@@ -151,6 +157,12 @@ pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
 
 /// [`run`], sweeping every `sweep` and converging every key every `full`.
 async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: Duration) {
+    // The keys are converged whole in `slices` slices, one every
+    // `slice_period`, so that each is converged every `full`.
+    let slice_period = sweep.min(full);
+    let slices = u64::try_from(full.as_millis() / slice_period.as_millis().max(1))
+        .unwrap_or(1)
+        .max(1);
     // Per key: when to look again, and the current backoff (zero when the
     // last attempt did not fail) and the last error logged (a hash of its
     // text: while a store lists again every key fails, at 10,000 pods as
@@ -165,8 +177,10 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
     // What the last scan cost: scans are spaced by four times that at
     // least, so that scanning many keys stays a fraction of the work.
     let mut scan_cost = Duration::ZERO;
-    let mut last_full: Option<Instant> = None;
     let mut last_sweep: Option<Instant> = None;
+    // When the last slice was converged whole, and how many were.
+    let mut last_slice: Option<Instant> = None;
+    let mut slices_done: u64 = 0;
     // Keys under way, and whether a scan skipped them meanwhile.
     let mut in_flight: BTreeMap<K::Key, bool> = BTreeMap::new();
     // Keys to start, with the fingerprint taken when they were queued.
@@ -179,12 +193,17 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
         if scan_at.is_some_and(|at| at <= now) {
             scan_at = None;
             kind.prepare();
-            let is_full = last_full.is_none_or(|at| now.saturating_duration_since(at) >= full);
-            if is_full {
-                last_full = Some(now);
-            }
             let changed = kind.changed();
-            let is_sweep = is_full
+            // The slice this scan converges whole, when one is due: every
+            // key the first time.
+            let full_slice = last_slice
+                .is_none_or(|at| now.saturating_duration_since(at) >= slice_period)
+                .then(|| {
+                    last_slice = Some(now);
+                    slices_done += 1;
+                    (slices_done > 1).then_some(slices_done % slices)
+                });
+            let is_sweep = full_slice.is_some()
                 || changed.is_none()
                 || last_sweep.is_none_or(|at| now.saturating_duration_since(at) >= sweep);
             // Sorted, each once. Sorted in place and looked up by hash: a
@@ -237,6 +256,11 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
                 let not_due = again
                     .get(&k)
                     .is_none_or(|(at, backoff, _)| backoff.is_zero() && *at > now);
+                let is_full = match full_slice {
+                    Some(Some(slice)) => hash_of(&k) % slices == slice,
+                    Some(None) => true,
+                    None => false,
+                };
                 let unchanged = !is_full
                     && not_due
                     && print.is_some()
@@ -277,7 +301,7 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
                 period.saturating_sub(now.saturating_duration_since(at))
             })
         };
-        let to_sweep = until(last_sweep, sweep).min(until(last_full, full));
+        let to_sweep = until(last_sweep, sweep).min(until(last_slice, slice_period));
         // Only what is still to come: a key past its time is queued or
         // under way since the last scan.
         let mut next = again
@@ -662,5 +686,58 @@ mod tests {
         let after = calls(&counting);
         task.abort();
         assert_eq!(after, [2, 2, 2], "anything: key 1 changed");
+    }
+
+    /// Twelve keys with fingerprints that never change.
+    struct Twelve(Arc<Counting>);
+
+    impl Kind for Twelve {
+        type Key = u32;
+        const NAME: &'static str = "twelve";
+        fn keys(&self) -> Vec<u32> {
+            (1..=12).collect()
+        }
+        fn fingerprint(&self, key: &u32) -> Option<u64> {
+            Some(u64::from(*key))
+        }
+        fn changed(&self) -> Option<Vec<u32>> {
+            Some(Vec::new())
+        }
+        async fn converge(&self, key: &u32) -> Result<Next, Error> {
+            *self.0.calls.lock().expect("lock").entry(*key).or_default() += 1;
+            Ok(Next::Done)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_full_pass_is_spread_over_the_sweeps_and_takes_every_key() {
+        const SWEEP: Duration = Duration::from_millis(200);
+        const FULL: Duration = Duration::from_millis(1200);
+        let counting = Arc::new(Counting::default());
+        let wake = Arc::new(Notify::new());
+        let started = Instant::now();
+        let task = tokio::spawn(run_every(
+            Twelve(counting.clone()),
+            wake.clone(),
+            SWEEP,
+            FULL,
+        ));
+        let again = || {
+            let calls = counting.calls.lock().expect("lock");
+            assert_eq!(calls.len(), 12, "the first pass takes every key");
+            calls.values().filter(|&&n| n > 1).count()
+        };
+        // Two slices of six converged whole.
+        tokio::time::sleep_until(started + SWEEP * 2 + SWEEP / 2).await;
+        let early = again();
+        // Every slice, once at least.
+        tokio::time::sleep_until(started + FULL + SWEEP).await;
+        let late = again();
+        task.abort();
+        assert!(
+            (1..12).contains(&early),
+            "{early} of 12 keys converged again after two sweeps: one slice a sweep"
+        );
+        assert_eq!(late, 12, "every key converged again within the full period");
     }
 }
