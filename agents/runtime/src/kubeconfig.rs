@@ -88,7 +88,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_json_kubeconfig_gives_its_current_context() {
-        let config = config(Path::new("k.json"), JSON.as_bytes()).await.unwrap();
+        let config = config(Path::new("k.json"), JSON.as_bytes())
+            .await
+            .expect("a JSON kubeconfig");
         assert_eq!(config.cluster_url.to_string(), "https://127.0.0.1:6443/");
         assert_eq!(config.default_namespace, "ns");
     }
@@ -96,9 +98,9 @@ mod tests {
     #[tokio::test]
     async fn yaml_is_refused_with_what_to_do() {
         let yaml = "apiVersion: v1\nkind: Config\nclusters: []\n";
-        let err = config(Path::new("k.yaml"), yaml.as_bytes())
-            .await
-            .unwrap_err();
+        let Err(err) = config(Path::new("k.yaml"), yaml.as_bytes()).await else {
+            panic!("YAML read as a kubeconfig");
+        };
         assert!(matches!(err, KubeconfigError::NotJson { .. }), "{err:?}");
         assert!(err.to_string().contains("-o json"), "{err}");
     }
@@ -106,9 +108,9 @@ mod tests {
     #[tokio::test]
     async fn json_without_a_usable_context_is_unusable() {
         let empty = r#"{"apiVersion": "v1", "kind": "Config"}"#;
-        let err = config(Path::new("k.json"), empty.as_bytes())
-            .await
-            .unwrap_err();
+        let Err(err) = config(Path::new("k.json"), empty.as_bytes()).await else {
+            panic!("a kubeconfig without a context used");
+        };
         assert!(matches!(err, KubeconfigError::Unusable { .. }), "{err:?}");
     }
 }
