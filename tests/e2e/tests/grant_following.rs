@@ -139,11 +139,22 @@ async fn the_virtual_node_grows_when_the_provider_gains_nodes() -> Result<()> {
     assert_eq!(consumer_events.len(), 1, "{consumer_events:?}");
     let message = provider_events[0].message.clone().unwrap_or_default();
     assert!(message.contains("the free capacity is now"), "{message}");
-    let info = pair
-        .on_consumer(&["info", "peer", PROVIDER_ID, "-o", "json"])
-        .success();
-    let info: serde_json::Value = serde_json::from_str(&info.stdout)?;
-    let info = &info[0];
+    // The grant and its condition are two writes of the provider's
+    // gateway, read by the virtual kubelet every 5 s: the condition may
+    // come one read after the capacity.
+    let mut info = serde_json::Value::Null;
+    for _ in 0..30 {
+        let out = pair
+            .on_consumer(&["info", "peer", PROVIDER_ID, "-o", "json"])
+            .success();
+        let read: serde_json::Value = serde_json::from_str(&out.stdout)?;
+        info = read[0].clone();
+        if granted_reason(&info) == Some(following::FOLLOWED) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let info = &info;
     let granted = info["conditions"]
         .as_array()
         .into_iter()
@@ -347,4 +358,14 @@ async fn a_grant_survives_restarts_and_changes_once() -> Result<()> {
     let (provider_events, consumer_events) = grant_events(&pair).await?;
     assert_eq!((provider_events.len(), consumer_events.len()), (2, 2));
     Ok(())
+}
+
+/// The reason of the Granted condition in `info` (one record of
+/// `info peer -o json`).
+fn granted_reason(info: &serde_json::Value) -> Option<&str> {
+    info["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == following::GRANTED)?["reason"]
+        .as_str()
 }
