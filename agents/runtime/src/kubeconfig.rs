@@ -39,14 +39,18 @@ pub enum KubeconfigError {
     NotInCluster(#[source] kube::config::InClusterError),
 }
 
+/// The kubeconfig `text` as the agents read it: JSON.
+pub fn parse(text: &[u8]) -> Result<Kubeconfig, serde_json::Error> {
+    serde_json::from_slice(text)
+}
+
 /// The configuration the kubeconfig `text` (read from `path`, which errors
 /// name) gives, at its current context.
 pub async fn config(path: &Path, text: &[u8]) -> Result<kube::Config, KubeconfigError> {
-    let kubeconfig: Kubeconfig =
-        serde_json::from_slice(text).map_err(|source| KubeconfigError::NotJson {
-            path: path.to_owned(),
-            source,
-        })?;
+    let kubeconfig = parse(text).map_err(|source| KubeconfigError::NotJson {
+        path: path.to_owned(),
+        source,
+    })?;
     kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|source| KubeconfigError::Unusable {

@@ -69,7 +69,7 @@ pub type ProviderClient = Result<kube::Client, Arc<KubeconfigError>>;
 /// user is this cluster's own ID, or when the file cannot be read yet.
 pub async fn tenant_of(path: &std::path::Path) -> Option<liqo_api::ClusterId> {
     let content = tokio::fs::read(path).await.ok()?;
-    let config: kube::config::Kubeconfig = serde_json::from_slice(&content).ok()?;
+    let config = liqo_agent_runtime::kubeconfig::parse(&content).ok()?;
     config
         .auth_infos
         .iter()

@@ -149,18 +149,13 @@ async fn the_virtual_node_grows_when_the_provider_gains_nodes() -> Result<()> {
             .success();
         let read: serde_json::Value = serde_json::from_str(&out.stdout)?;
         info = read[0].clone();
-        if granted_reason(&info) == Some(following::FOLLOWED) {
+        if granted(&info).is_some_and(|c| c["reason"] == following::FOLLOWED) {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
     let info = &info;
-    let granted = info["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == following::GRANTED)
-        .with_context(|| format!("no Granted condition in {info}"))?;
+    let granted = granted(info).with_context(|| format!("no Granted condition in {info}"))?;
     assert_eq!(granted["reason"], following::FOLLOWED, "{info}");
     assert!(
         granted["lastTransitionTime"]
@@ -360,12 +355,10 @@ async fn a_grant_survives_restarts_and_changes_once() -> Result<()> {
     Ok(())
 }
 
-/// The reason of the Granted condition in `info` (one record of
-/// `info peer -o json`).
-fn granted_reason(info: &serde_json::Value) -> Option<&str> {
+/// The Granted condition in `info` (one record of `info peer -o json`).
+fn granted(info: &serde_json::Value) -> Option<&serde_json::Value> {
     info["conditions"]
         .as_array()?
         .iter()
-        .find(|c| c["type"] == following::GRANTED)?["reason"]
-        .as_str()
+        .find(|c| c["type"] == following::GRANTED)
 }
