@@ -140,15 +140,14 @@ impl Kind for Events {
             .values()
             .map(|t| Arc::from(t.as_str()))
             .collect();
-        twins
-            .into_iter()
-            .flat_map(|twin| {
-                self.remote
-                    .names(&twin)
-                    .into_iter()
-                    .map(move |name| (twin.clone(), name))
-            })
-            .collect()
+        // Extended by each twin's names at once: collected one by one,
+        // the keys' room doubled as it grew, up to twice what it holds.
+        let mut keys = Vec::new();
+        for twin in twins {
+            let names = self.remote.names(&twin);
+            keys.extend(names.into_iter().map(|name| (twin.clone(), name)));
+        }
+        keys
     }
 
     /// The remote Events that changed; any when the twins did.

@@ -47,6 +47,7 @@ mod error;
 pub mod event;
 #[cfg(test)]
 mod footprint;
+mod keys;
 pub mod mirror;
 pub mod nameserver;
 pub mod namespace;
@@ -57,11 +58,13 @@ pub mod stores;
 pub mod token;
 
 pub use self::error::{Error, NotYet};
+pub use self::keys::Gathered;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -152,11 +155,29 @@ pub trait Kind: Send + Sync {
 /// at once; one that a scan skipped because it was under way is scanned
 /// again when it ends.
 pub async fn run<K: Kind>(kind: K, wake: Arc<Notify>) {
-    run_every(kind, wake, RESYNC, FULL_RESYNC).await;
+    run_every(kind, wake, RESYNC, FULL_RESYNC, next_phase(RESYNC)).await;
 }
 
-/// [`run`], sweeping every `sweep` and converging every key every `full`.
-async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: Duration) {
+/// The kinds start together and would sweep together, each holding every
+/// key of its own at that moment (at 10,000 pods, a megabyte or two in
+/// all, at once): each loop's sweeps come `phase` (within one `sweep`)
+/// after the others'. Spread by the golden ratio, phases stay apart
+/// however many loops start.
+fn next_phase(sweep: Duration) -> Duration {
+    static STARTED: AtomicU32 = AtomicU32::new(0);
+    let started = STARTED.fetch_add(1, Ordering::Relaxed);
+    sweep.mul_f64((f64::from(started) * 0.618_033_988_749_895).fract())
+}
+
+/// [`run`], sweeping every `sweep` and converging every key every `full`,
+/// the sweeps after the first coming `phase` early.
+async fn run_every<K: Kind>(
+    kind: K,
+    wake: Arc<Notify>,
+    sweep: Duration,
+    full: Duration,
+    phase: Duration,
+) {
     // The keys are converged whole in `slices` slices, one every
     // `slice_period`, so that each is converged every `full`.
     let slice_period = sweep.min(full);
@@ -194,6 +215,7 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
             scan_at = None;
             kind.prepare();
             let changed = kind.changed();
+            let first = last_slice.is_none();
             // The slice this scan converges whole, when one is due: every
             // key the first time.
             let full_slice = last_slice
@@ -228,12 +250,20 @@ async fn run_every<K: Kind>(kind: K, wake: Arc<Notify>, sweep: Duration, full: D
             };
             candidates.sort_unstable();
             candidates.dedup();
+            if first {
+                let shifted = now.checked_sub(phase).unwrap_or(now);
+                last_sweep = Some(shifted);
+                last_slice = Some(shifted);
+            }
             if is_sweep {
-                // Keys gone from both sides are forgotten.
-                let hashes: HashSet<u64> = candidates.iter().map(hash_of).collect();
-                again.retain(|k, _| hashes.contains(&hash_of(k)));
-                done.retain(|k, _| hashes.contains(k));
-                queue.retain(|(k, _)| hashes.contains(&hash_of(k)));
+                // Keys gone from both sides are forgotten (their hashes
+                // sorted in a list: a set took twice the room).
+                let mut hashes: Vec<u64> = candidates.iter().map(hash_of).collect();
+                hashes.sort_unstable();
+                let present = |hash: &u64| hashes.binary_search(hash).is_ok();
+                again.retain(|k, _| present(&hash_of(k)));
+                done.retain(|k, _| present(k));
+                queue.retain(|(k, _)| present(&hash_of(k)));
             }
             let queued: HashSet<u64> = queue.iter().map(|(k, _)| hash_of(k)).collect();
             for k in candidates {
@@ -455,6 +485,9 @@ mod tests {
     struct Counting {
         prints: Mutex<BTreeMap<u32, u64>>,
         calls: Mutex<BTreeMap<u32, u32>>,
+        /// How many times the keys were asked for: the sweeps of a kind
+        /// that says what changed.
+        sweeps: AtomicU32,
     }
 
     struct Kind3(Arc<Counting>);
@@ -505,7 +538,13 @@ mod tests {
             .expect("lock")
             .extend([(1, 10), (2, 20)]);
         let wake = Arc::new(Notify::new());
-        let task = tokio::spawn(run(Slow(counting.clone()), wake.clone()));
+        let task = tokio::spawn(run_every(
+            Slow(counting.clone()),
+            wake.clone(),
+            RESYNC,
+            FULL_RESYNC,
+            Duration::ZERO,
+        ));
         tokio::time::sleep(SETTLE).await;
         assert_eq!(calls(&counting)[..2], [1, 1]);
         // Both change while key 1 is under way: key 2 converges again at
@@ -559,7 +598,13 @@ mod tests {
         let counting = Arc::new(Counting::default());
         counting.prints.lock().expect("lock").insert(1, 10);
         let wake = Arc::new(Notify::new());
-        let task = tokio::spawn(run(Later(counting.clone()), wake.clone()));
+        let task = tokio::spawn(run_every(
+            Later(counting.clone()),
+            wake.clone(),
+            RESYNC,
+            FULL_RESYNC,
+            Duration::ZERO,
+        ));
         tokio::time::sleep(SETTLE).await;
         assert_eq!(calls(&counting)[0], 1);
         // Another store changed: key 1 is not due and unchanged.
@@ -595,6 +640,7 @@ mod tests {
             wake.clone(),
             RESYNC,
             FULL,
+            Duration::ZERO,
         ));
         tokio::time::sleep(SETTLE).await;
         assert_eq!(calls(&counting), [1, 1, 1], "the first pass is full");
@@ -656,7 +702,13 @@ mod tests {
         });
         let wake = Arc::new(Notify::new());
         let started = Instant::now();
-        let task = tokio::spawn(run_every(kind.clone(), wake.clone(), SWEEP, FULL_RESYNC));
+        let task = tokio::spawn(run_every(
+            kind.clone(),
+            wake.clone(),
+            SWEEP,
+            FULL_RESYNC,
+            Duration::ZERO,
+        ));
         tokio::time::sleep(SETTLE).await;
         assert_eq!(calls(&counting), [1, 1, 1], "the first pass is full");
         // Keys 2 and 3 changed, the journal says 2 only: 3 waits for the
@@ -695,6 +747,7 @@ mod tests {
         type Key = u32;
         const NAME: &'static str = "twelve";
         fn keys(&self) -> Vec<u32> {
+            self.0.sweeps.fetch_add(1, Ordering::Relaxed);
             (1..=12).collect()
         }
         fn fingerprint(&self, key: &u32) -> Option<u64> {
@@ -721,6 +774,7 @@ mod tests {
             wake.clone(),
             SWEEP,
             FULL,
+            Duration::ZERO,
         ));
         let again = || {
             let calls = counting.calls.lock().expect("lock");
@@ -739,5 +793,40 @@ mod tests {
             "{early} of 12 keys converged again after two sweeps: one slice a sweep"
         );
         assert_eq!(late, 12, "every key converged again within the full period");
+    }
+
+    #[tokio::test]
+    async fn a_phase_sets_a_loops_sweeps_apart_from_the_others() {
+        const SWEEP: Duration = Duration::from_millis(400);
+        const PHASE: Duration = Duration::from_millis(300);
+        let (plain, early) = (Arc::new(Counting::default()), Arc::new(Counting::default()));
+        let wake = Arc::new(Notify::new());
+        let started = Instant::now();
+        let loop_of = |counting: &Arc<Counting>, phase| {
+            tokio::spawn(run_every(
+                Twelve(counting.clone()),
+                wake.clone(),
+                SWEEP,
+                SWEEP * 12,
+                phase,
+            ))
+        };
+        let tasks = [loop_of(&plain, Duration::ZERO), loop_of(&early, PHASE)];
+        let sweeps = || [&plain, &early].map(|c| c.sweeps.load(Ordering::Relaxed));
+        // The first pass at once; the early loop's next sweep 100 ms on.
+        tokio::time::sleep_until(started + Duration::from_millis(250)).await;
+        let at_250 = sweeps();
+        // Then each every 400 ms: at 400, and at 500.
+        tokio::time::sleep_until(started + Duration::from_millis(650)).await;
+        let at_650 = sweeps();
+        for task in tasks {
+            task.abort();
+        }
+        assert_eq!(
+            at_250,
+            [1, 2],
+            "the early loop sweeps 300 ms before the other"
+        );
+        assert_eq!(at_650, [2, 3], "each sweeps every 400 ms after");
     }
 }

@@ -289,14 +289,22 @@ where
     K: Namespaced,
     S: PartialEq + Send + Sync + 'static,
 {
-    let mut keys = Vec::new();
+    let mut first = Vec::new();
+    for local_ns in twins.keys() {
+        let ns: Arc<str> = Arc::from(local_ns.as_str());
+        first.extend(
+            local
+                .names(local_ns)
+                .into_iter()
+                .map(|name| (ns.clone(), name)),
+        );
+    }
+    let mut keys = super::Gathered::from_first(first);
     for (local_ns, twin) in twins {
         let ns: Arc<str> = Arc::from(local_ns.as_str());
-        for name in local.names(local_ns).into_iter().chain(remote.names(twin)) {
-            keys.push((ns.clone(), name));
+        for name in remote.names(twin) {
+            keys.add(&ns, &name, || name.clone());
         }
     }
-    keys.sort();
-    keys.dedup();
-    keys
+    keys.into_keys()
 }

@@ -24,7 +24,7 @@ use tokio::sync::{Notify, watch};
 use super::namespace::{PeeringContext, Twins};
 use super::pod::LocalPod;
 use super::stores::{Clients, PerNamespace};
-use super::{Error, Kind, Next, NotYet, ObjectKey, Unjournaled, in_local_namespaces};
+use super::{Error, Gathered, Kind, Next, NotYet, ObjectKey, Unjournaled, in_local_namespaces};
 use crate::forge::pod as forge_pod;
 use crate::forge::reflected::ROOT_CA_CONFIGMAP;
 use crate::forge::token::{self as forge_token, StoredToken};
@@ -103,28 +103,25 @@ impl Kind for Tokens {
 
     fn keys(&self) -> Vec<Self::Key> {
         let twins = self.twins.borrow().clone();
-        let mut keys: Vec<Self::Key> = self
-            .local
-            .store
-            .state()
-            .iter()
-            .filter(|p| token_account(p).is_some())
-            .filter(|p| twins.contains_key(&*p.namespace))
-            .map(|p| (p.namespace.clone(), p.name.clone()))
-            .collect();
+        let mut keys = Gathered::from_first(
+            self.local
+                .store
+                .state()
+                .iter()
+                .filter(|p| token_account(p).is_some())
+                .filter(|p| twins.contains_key(&*p.namespace))
+                .map(|p| (p.namespace.clone(), p.name.clone()))
+                .collect(),
+        );
         for (local_ns, twin) in &twins {
             let local_ns: Arc<str> = Arc::from(local_ns.as_str());
-            keys.extend(
-                self.remote
-                    .names(twin)
-                    .iter()
-                    .filter_map(|s| forge_token::pod_name(s))
-                    .map(|p| (local_ns.clone(), Arc::from(p))),
-            );
+            for secret in self.remote.names(twin) {
+                if let Some(pod) = forge_token::pod_name(&secret) {
+                    keys.add(&local_ns, pod, || Arc::from(pod));
+                }
+            }
         }
-        keys.sort();
-        keys.dedup();
-        keys
+        keys.into_keys()
     }
 
     /// The local pods and token Secrets that changed; any when the twins

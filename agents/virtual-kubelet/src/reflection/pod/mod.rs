@@ -60,7 +60,7 @@ pub use self::stored::LocalPod;
 use super::nameserver::Nameservers;
 use super::namespace::{PeeringContext, Twins};
 use super::references::References;
-use super::{Error, Kind, Next, ObjectKey, Unjournaled, in_local_namespaces};
+use super::{Error, Gathered, Kind, Next, ObjectKey, Unjournaled, in_local_namespaces};
 use crate::provider::ProviderClient;
 
 #[allow(missing_debug_implementations)]
@@ -196,46 +196,39 @@ impl Kind for Pods {
         }
     }
 
+    /// The local pods, and the local pods of remote objects that no
+    /// local pod is left for (gathered without a second copy of every
+    /// key: both sides name the same pods).
     fn keys(&self) -> Vec<Self::Key> {
-        let mut keys: Vec<Self::Key> = self
-            .local
-            .store
-            .state()
-            .iter()
-            .map(|p| (p.namespace.clone(), p.name.clone()))
-            .collect();
+        let mut keys = Gathered::from_first(
+            self.local
+                .store
+                .state()
+                .iter()
+                .map(|p| (p.namespace.clone(), p.name.clone()))
+                .collect(),
+        );
         let twins = self.twins.borrow().clone();
         if let Ok(provider_stores) = self.provider_stores.lock() {
             for (local_ns, twin) in &twins {
                 if let Some(twin_stores) = provider_stores.by_twin.get(twin) {
                     let local_ns: Arc<str> = Arc::from(local_ns.as_str());
-                    keys.extend(
-                        twin_stores
-                            .replica_sets
-                            .store
-                            .state()
-                            .iter()
-                            .map(|rs| (local_ns.clone(), rs.id.name.clone())),
-                    );
-                    keys.extend(
-                        twin_stores
-                            .jobs
-                            .store
-                            .state()
-                            .iter()
-                            .map(|job| (local_ns.clone(), job.id.name.clone())),
-                    );
+                    for rs in twin_stores.replica_sets.store.state().iter() {
+                        keys.add(&local_ns, &rs.id.name, || rs.id.name.clone());
+                    }
+                    for job in twin_stores.jobs.store.state().iter() {
+                        keys.add(&local_ns, &job.id.name, || job.id.name.clone());
+                    }
                     // A pod made before its wrapper may be all there is.
-                    keys.extend(twin_stores.pods.store.state().iter().filter_map(|p| {
-                        let local = crate::forge::event::local_pod_name(&p.id.name)?;
-                        Some((local_ns.clone(), Arc::from(local)))
-                    }));
+                    for p in twin_stores.pods.store.state().iter() {
+                        if let Some(local) = crate::forge::event::local_pod_name(&p.id.name) {
+                            keys.add(&local_ns, local, || Arc::from(local));
+                        }
+                    }
                 }
             }
         }
-        keys.sort();
-        keys.dedup();
-        keys
+        keys.into_keys()
     }
 
     /// The local pods that changed, and the local pods of the remote
