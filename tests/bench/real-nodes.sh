@@ -11,7 +11,9 @@
 # - TCP throughput (iperf3, 10 s, one stream and four): from a pod of home
 #   to an offloaded pod on foreign (through the two gateways' WireGuard
 #   tunnel), and between two pods of foreign's node; with the CPU time of
-#   the whole machine per Gbit carried.
+#   the whole machine per Gbit carried, the segments TCP retransmitted
+#   and the machine's time its hypervisor took (steal); four streams
+#   across again at the end, after 20 s idle.
 #   bash tests/bench/real-nodes.sh [--pods N]     # default 50
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -111,18 +113,26 @@ deployment "$foreign" direct 1 client "sleep 3600"
 "$kubectl" --kubeconfig "$home" rollout status deployment/client --timeout=120s >/dev/null
 "$kubectl" --kubeconfig "$foreign" -n direct rollout status deployment/client --timeout=120s >/dev/null
 server_ip() { "$kubectl" --kubeconfig "$1" -n "$2" get pods -l app=server -o jsonpath='{.items[0].status.podIP}'; }
-# Gbit/s received with $4 streams, from iperf3's JSON, and the CPU
-# seconds the whole machine spent per Gbit meanwhile (/proc/stat).
+# Gbit/s received with $4 streams, from iperf3's JSON, the CPU seconds
+# the whole machine spent per Gbit meanwhile (/proc/stat), the segments
+# TCP retransmitted, and the share of the machine's time its hypervisor
+# took (steal: a VM's cores slowed from outside would show there).
 busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+stolen() { awk '/^cpu / { print $9 }' /proc/stat; }
 gbits() {
-  local before after json
+  local before steal_before after steal_after json
   before=$(busy)
+  steal_before=$(stolen)
   json=$("$kubectl" --kubeconfig "$1" -n "$2" exec deploy/client -- iperf3 -c "$3" -p 5201 -t 10 -P "$4" -J)
   after=$(busy)
-  awk -F: -v ticks="$((after - before))" -v hz="$(getconf CLK_TCK)" '
+  steal_after=$(stolen)
+  awk -F: -v ticks="$((after - before))" -v stolen="$((steal_after - steal_before))" \
+    -v hz="$(getconf CLK_TCK)" -v cpus="$(nproc)" '
+    /"sum_sent"/ { sent = 1 }
+    sent && !r && /"retransmits"/ { gsub(/[ ,]/, "", $2); r = $2 + 0 }
     /"sum_received"/ { s = 1 }
     s && /"bits_per_second"/ { gsub(/[ ,]/, "", $2); g = $2 / 1e9; exit }
-    END { printf "%.2f Gb/s %.2f CPU-s/Gbit", g, (ticks / hz) / (g * 10) }' <<<"$json"
+    END { printf "%.2f Gb/s %.2f CPU-s/Gbit %d retr %.1f%% steal", g, (ticks / hz) / (g * 10), r, 100 * stolen / (hz * cpus * 10) }' <<<"$json"
 }
 server_home=$(server_ip "$home" bench)
 server_foreign=$(server_ip "$foreign" direct)
@@ -130,11 +140,16 @@ across1=$(gbits "$home" default "$server_home" 1)
 inside1=$(gbits "$foreign" direct "$server_foreign" 1)
 across4=$(gbits "$home" default "$server_home" 4)
 inside4=$(gbits "$foreign" direct "$server_foreign" 4)
+# Four streams across once more, after the machine was idle a while:
+# whether what ran just before weighs on them.
+sleep 20
+again4=$(gbits "$home" default "$server_home" 4)
 
 echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); agents: the release images of target/images"
 cat "$dir/peer-times"
 printf '%-40s %12s %12s\n' "" "virtual" "direct"
 printf '%-40s %11ss %11ss\n' "start of $pods pods, until all Ready" "$virtual" "$direct"
-printf '%-40s %28s %28s\n' "" "across the tunnel" "inside foreign"
-printf '%-40s %28s %28s\n' "TCP pod to pod, iperf3 10 s, 1 stream" "$across1" "$inside1"
-printf '%-40s %28s %28s\n' "TCP pod to pod, iperf3 10 s, 4 streams" "$across4" "$inside4"
+printf '%-40s %46s %46s\n' "" "across the tunnel" "inside foreign"
+printf '%-40s %46s %46s\n' "TCP pod to pod, iperf3 10 s, 1 stream" "$across1" "$inside1"
+printf '%-40s %46s %46s\n' "TCP pod to pod, iperf3 10 s, 4 streams" "$across4" "$inside4"
+printf '%-40s %46s\n' "the same, again after 20 s idle" "$again4"
