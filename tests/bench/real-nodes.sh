@@ -13,7 +13,9 @@
 #   tunnel), and between two pods of foreign's node; with the CPU time of
 #   the whole machine per Gbit carried, the segments TCP retransmitted
 #   and the machine's time its hypervisor took (steal); four streams
-#   across again at the end, after 20 s idle.
+#   across again at the end, after 20 s idle; and what was dropped during
+#   each (full UDP socket buffers, links' drops, TCP receivers' drops,
+#   packets conntrack found invalid, in every network namespace).
 #   bash tests/bench/real-nodes.sh [--pods N]     # default 50
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -119,13 +121,46 @@ server_ip() { "$kubectl" --kubeconfig "$1" -n "$2" get pods -l app=server -o jso
 # took (steal: a VM's cores slowed from outside would show there).
 busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 stolen() { awk '/^cpu / { print $9 }' /proc/stat; }
+# Drops summed over every network namespace of the machine that has a
+# process (the nodes', the pods', the gateways'): UDP datagrams refused
+# for a full socket buffer, received and sent, and packets the links
+# dropped, received and sent (a TUN device's full queue counts there),
+# and segments TCP receivers dropped (backlog or receive queue full,
+# out-of-order queue pruned, zero window), and packets conntrack found
+# invalid (kube-proxy's rules drop those).
+drops() {
+  local pid
+  for pid in $(for p in /proc/[0-9]*; do echo "$(readlink "$p/ns/net" 2>/dev/null) ${p#/proc/}"; done |
+    awk 'NF == 2 && !seen[$1]++ { print $2 }'); do
+    nsenter -t "$pid" -n cat /proc/net/snmp /proc/net/netstat /proc/net/dev 2>/dev/null || true
+    nsenter -t "$pid" -n cat /proc/net/stat/nf_conntrack 2>/dev/null | sed 's/^/conntrack /' || true
+  done | awk '
+    function hex(h, i, n) { for (i = 1; i <= length(h); i++) n = n * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1; return n }
+    # Per CPU, in hex: the fifth figure is what conntrack found invalid.
+    /^conntrack [0-9a-f]+ / { invalid += hex($6); next }
+    /^conntrack / { next }
+    /^Udp: [0-9]/ { rcvbuf += $6; sndbuf += $7; next }
+    /^TcpExt: [A-Z]/ { for (i = 2; i <= NF; i++) name[i] = $i; next }
+    /^TcpExt: [0-9]/ {
+      for (i = 2; i <= NF; i++) if (name[i] ~ /^(TCPBacklogDrop|TCPRcvQDrop|TCPOFODrop|TCPZeroWindowDrop|OfoPruned|RcvPruned)$/) tcp += $i
+      next
+    }
+    /^[A-Za-z]+: / || /\|/ { next }
+    /:/ { split($0, side, ":"); n = split(side[2], f, " "); if (n >= 16) { rx += f[4]; tx += f[12] } }
+    END { print rcvbuf + 0, sndbuf + 0, rx + 0, tx + 0, tcp + 0, invalid + 0 }'
+}
 gbits() {
-  local before steal_before after steal_after json
+  local before steal_before drops_before after steal_after json
   before=$(busy)
   steal_before=$(stolen)
+  drops_before=$(drops)
   json=$("$kubectl" --kubeconfig "$1" -n "$2" exec deploy/client -- iperf3 -c "$3" -p 5201 -t 10 -P "$4" -J)
   after=$(busy)
   steal_after=$(stolen)
+  # What was dropped meanwhile, on a line of its own in $dir/drops.
+  paste -d ' ' <(echo "$drops_before") <(drops) |
+    awk -v what="$5" '{ printf "%-34s UDP buffer full: %d received, %d sent; links dropped: %d received, %d sent; TCP receivers dropped: %d; conntrack invalid: %d\n", what, $7 - $1, $8 - $2, $9 - $3, $10 - $4, $11 - $5, $12 - $6 }' \
+    >>"$dir/drops"
   awk -F: -v ticks="$((after - before))" -v stolen="$((steal_after - steal_before))" \
     -v hz="$(getconf CLK_TCK)" -v cpus="$(nproc)" '
     /"sum_sent"/ { sent = 1 }
@@ -136,14 +171,14 @@ gbits() {
 }
 server_home=$(server_ip "$home" bench)
 server_foreign=$(server_ip "$foreign" direct)
-across1=$(gbits "$home" default "$server_home" 1)
-inside1=$(gbits "$foreign" direct "$server_foreign" 1)
-across4=$(gbits "$home" default "$server_home" 4)
-inside4=$(gbits "$foreign" direct "$server_foreign" 4)
+across1=$(gbits "$home" default "$server_home" 1 "across, 1 stream")
+inside1=$(gbits "$foreign" direct "$server_foreign" 1 "inside, 1 stream")
+across4=$(gbits "$home" default "$server_home" 4 "across, 4 streams")
+inside4=$(gbits "$foreign" direct "$server_foreign" 4 "inside, 4 streams")
 # Four streams across once more, after the machine was idle a while:
 # whether what ran just before weighs on them.
 sleep 20
-again4=$(gbits "$home" default "$server_home" 4)
+again4=$(gbits "$home" default "$server_home" 4 "across, 4 streams, after idle")
 
 echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); agents: the release images of target/images"
 cat "$dir/peer-times"
@@ -153,3 +188,5 @@ printf '%-40s %46s %46s\n' "" "across the tunnel" "inside foreign"
 printf '%-40s %46s %46s\n' "TCP pod to pod, iperf3 10 s, 1 stream" "$across1" "$inside1"
 printf '%-40s %46s %46s\n' "TCP pod to pod, iperf3 10 s, 4 streams" "$across4" "$inside4"
 printf '%-40s %46s\n' "the same, again after 20 s idle" "$again4"
+echo "dropped during each run:"
+cat "$dir/drops"
