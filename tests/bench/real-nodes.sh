@@ -132,8 +132,8 @@ drops() {
   local pid
   for pid in $(for p in /proc/[0-9]*; do echo "$(readlink "$p/ns/net" 2>/dev/null) ${p#/proc/}"; done |
     awk 'NF == 2 && !seen[$1]++ { print $2 }'); do
-    nsenter -t "$pid" -n cat /proc/net/snmp /proc/net/netstat /proc/net/dev 2>/dev/null || true
-    nsenter -t "$pid" -n cat /proc/net/stat/nf_conntrack 2>/dev/null | sed 's/^/conntrack /' || true
+    nsenter -t "$pid" -n sh -c 'cat /proc/net/snmp /proc/net/netstat /proc/net/dev
+      sed "s/^/conntrack /" /proc/net/stat/nf_conntrack' 2>/dev/null || true
   done | awk '
     function hex(h, i, n) { for (i = 1; i <= length(h); i++) n = n * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1; return n }
     # Per CPU, in hex: the fifth figure is what conntrack found invalid.
@@ -150,15 +150,17 @@ drops() {
     END { print rcvbuf + 0, sndbuf + 0, rx + 0, tx + 0, tcp + 0, invalid + 0 }'
 }
 gbits() {
-  local before steal_before drops_before after steal_after json
+  local before steal_before drops_before after steal_after drops_after json
+  # The drops read outside the CPU's bracket: reading them costs CPU too.
+  drops_before=$(drops)
   before=$(busy)
   steal_before=$(stolen)
-  drops_before=$(drops)
   json=$("$kubectl" --kubeconfig "$1" -n "$2" exec deploy/client -- iperf3 -c "$3" -p 5201 -t 10 -P "$4" -J)
   after=$(busy)
   steal_after=$(stolen)
+  drops_after=$(drops)
   # What was dropped meanwhile, on a line of its own in $dir/drops.
-  paste -d ' ' <(echo "$drops_before") <(drops) |
+  paste -d ' ' <(echo "$drops_before") <(echo "$drops_after") |
     awk -v what="$5" '{ printf "%-34s UDP buffer full: %d received, %d sent; links dropped: %d received, %d sent; TCP receivers dropped: %d; conntrack invalid: %d\n", what, $7 - $1, $8 - $2, $9 - $3, $10 - $4, $11 - $5, $12 - $6 }' \
     >>"$dir/drops"
   awk -F: -v ticks="$((after - before))" -v stolen="$((steal_after - steal_before))" \

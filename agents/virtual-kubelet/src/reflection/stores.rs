@@ -289,21 +289,18 @@ where
     K: Namespaced,
     S: PartialEq + Send + Sync + 'static,
 {
+    let namespaces: Vec<(Arc<str>, &String)> = twins
+        .iter()
+        .map(|(local_ns, twin)| (Arc::from(local_ns.as_str()), twin))
+        .collect();
     let mut first = Vec::new();
-    for local_ns in twins.keys() {
-        let ns: Arc<str> = Arc::from(local_ns.as_str());
-        first.extend(
-            local
-                .names(local_ns)
-                .into_iter()
-                .map(|name| (ns.clone(), name)),
-        );
+    for (ns, _) in &namespaces {
+        first.extend(local.names(ns).into_iter().map(|name| (ns.clone(), name)));
     }
     let mut keys = super::Gathered::from_first(first);
-    for (local_ns, twin) in twins {
-        let ns: Arc<str> = Arc::from(local_ns.as_str());
+    for (ns, twin) in &namespaces {
         for name in remote.names(twin) {
-            keys.add(&ns, &name, || name.clone());
+            keys.add(ns, &name, || name.clone());
         }
     }
     keys.into_keys()
