@@ -143,6 +143,36 @@ impl Manifest {
         }
     }
 
+    /// When the object may be applied among others (`Journal::apply_all`):
+    /// objects of a lower rank first, those of one rank together. A
+    /// namespace before what it holds; what the API server admits before
+    /// anyone is given rights; roles before their bindings (binding a role
+    /// that does not exist yet needs the `bind` verb); rights before the
+    /// workloads that use them; records, which say a set is complete, last.
+    pub fn rank(&self) -> u8 {
+        match self {
+            Self::Crd(_) | Self::Namespace(_) => 0,
+            Self::ValidatingAdmissionPolicy(_) | Self::MutatingAdmissionPolicy(_) => 1,
+            Self::ValidatingAdmissionPolicyBinding(_)
+            | Self::MutatingAdmissionPolicyBinding(_)
+            | Self::MutatingWebhookConfiguration(_) => 2,
+            Self::ServiceAccount(_)
+            | Self::ClusterRole(_)
+            | Self::Role(_)
+            | Self::ConfigMap(_)
+            | Self::Secret(_)
+            | Self::ResourceQuota(_)
+            | Self::Service(_)
+            | Self::StorageClass(_) => 3,
+            Self::ClusterRoleBinding(_) | Self::RoleBinding(_) => 4,
+            Self::Deployment(_) => 5,
+            Self::Tenant(_)
+            | Self::ForeignCluster(_)
+            | Self::SharingPolicy(_)
+            | Self::Connection(_) => 6,
+        }
+    }
+
     /// The same object, owned by `owner`: the API server's garbage
     /// collector deletes it once the owner is gone.
     pub fn owned_by(mut self, owner: OwnerReference) -> Self {

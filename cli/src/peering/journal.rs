@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 
 use crate::factory::ClusterClient;
-use crate::kube::apply::{self, Change};
+use crate::kube::apply::{self, Applied, Change};
 use crate::kube::wait::{self, Waited};
 use crate::manifests::Manifest;
 use crate::printer::Printer;
@@ -42,8 +42,42 @@ impl Journal {
         manifest: Manifest,
     ) -> anyhow::Result<Change> {
         let applied = apply::apply_over(cluster, &manifest).await?;
+        Ok(self.record(cluster, manifest, applied))
+    }
+
+    /// Applies `manifests` on `cluster` by [`Manifest::rank`]: one rank
+    /// after the other, the objects of a rank at once. Records every
+    /// object applied, also when another of its rank failed; returns the
+    /// first failure after the whole rank is done.
+    pub async fn apply_all(
+        &mut self,
+        cluster: &ClusterClient,
+        manifests: Vec<Manifest>,
+    ) -> anyhow::Result<()> {
+        for rank in by_rank(manifests) {
+            let applied =
+                futures::future::join_all(rank.iter().map(|m| apply::apply_over(cluster, m))).await;
+            let mut failure = None;
+            for (manifest, result) in rank.into_iter().zip(applied) {
+                match result {
+                    Ok(applied) => {
+                        self.record(cluster, manifest, applied);
+                    }
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = failure {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, cluster: &ClusterClient, manifest: Manifest, applied: Applied) -> Change {
         let prior = match applied.change {
-            Change::Unchanged => return Ok(Change::Unchanged),
+            Change::Unchanged => return Change::Unchanged,
             Change::Created => None,
             Change::Configured => applied.prior,
         };
@@ -52,7 +86,7 @@ impl Journal {
             manifest,
             prior,
         });
-        Ok(applied.change)
+        applied.change
     }
 
     /// [`Self::roll_back`] as a step of the command's output, when there
@@ -125,5 +159,73 @@ impl Journal {
             }
         }
         left
+    }
+}
+
+/// `manifests` in groups of one [`Manifest::rank`], lowest first, each in
+/// the order given.
+fn by_rank(mut manifests: Vec<Manifest>) -> Vec<Vec<Manifest>> {
+    manifests.sort_by_key(Manifest::rank);
+    let mut groups: Vec<Vec<Manifest>> = Vec::new();
+    for m in manifests {
+        match groups.last_mut() {
+            Some(group) if group[0].rank() == m.rank() => group.push(m),
+            _ => groups.push(vec![m]),
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use liqo_api::ClusterId;
+
+    use super::*;
+    use crate::manifests::tenant;
+
+    #[test]
+    fn a_tenant_is_applied_admission_first_roles_before_bindings_and_its_record_last() {
+        let all = tenant::names_of(&ClusterId::new("home-1").expect("valid"));
+        let described: Vec<String> = all.iter().map(Manifest::describe).collect();
+        let groups = by_rank(all);
+        let kind_of = |m: &Manifest| {
+            m.describe()
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let kinds_by_group: Vec<BTreeSet<String>> = groups
+            .iter()
+            .map(|g| g.iter().map(kind_of).collect())
+            .collect();
+        let set = |ks: &[&str]| ks.iter().map(|k| (*k).to_owned()).collect::<BTreeSet<_>>();
+        assert_eq!(
+            kinds_by_group,
+            vec![
+                set(&["Namespace"]),
+                set(&["ValidatingAdmissionPolicyBinding"]),
+                set(&["ClusterRole", "ResourceQuota", "Role"]),
+                set(&["ClusterRoleBinding", "RoleBinding"]),
+                set(&["Tenant"]),
+            ]
+        );
+        // Nothing lost, and each group keeps the order it was given in.
+        let flat: Vec<String> = groups.iter().flatten().map(Manifest::describe).collect();
+        assert_eq!(flat.len(), described.len());
+        for group in &groups {
+            let at: Vec<usize> = group
+                .iter()
+                .map(|m| {
+                    described
+                        .iter()
+                        .position(|d| *d == m.describe())
+                        .expect("given")
+                })
+                .collect();
+            assert!(at.is_sorted(), "{at:?}");
+        }
     }
 }

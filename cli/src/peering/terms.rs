@@ -124,9 +124,8 @@ pub async fn bring_under(
     }
     let mut binding_labels = common_labels("tenant");
     binding_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), id.to_string());
-    for binding in peer_admission::bindings(id, &binding_labels) {
-        apply::apply(provider, &binding).await?;
-    }
+    let bindings = peer_admission::bindings(id, &binding_labels);
+    futures::future::try_join_all(bindings.iter().map(|b| apply::apply(provider, b))).await?;
     let namespaces: Api<Namespace> = Api::all(provider.client.clone());
     let twins = namespaces
         .list(&ListParams::default().labels(&format!("{}={id}", labels::TENANT)))

@@ -42,9 +42,7 @@ pub(super) async fn apply(
     );
     let made = async {
         refuse_foreign(provider, &objects, PEER_AGAIN).await?;
-        for m in objects {
-            journal.apply(provider, m).await?;
-        }
+        journal.apply_all(provider, objects).await?;
         record_grant(run, provider).await?;
         // Twins made under other terms (an earlier peering, or a policy
         // changed since) are labelled for these.

@@ -147,16 +147,11 @@ async fn start(
             o.metadata.uid.as_deref(),
         ))
     });
-    // Before the agent starts, so that it finds them readable.
-    let at = objects
-        .iter()
-        .position(|m| matches!(m, Manifest::Deployment(_)))
-        .unwrap_or(objects.len());
-    objects.splice(at..at, bindings);
+    // Bound before the agent starts (by rank), so that it finds them
+    // readable.
+    objects.extend(bindings);
     refuse_foreign(consumer, &objects, PEER_AGAIN).await?;
-    for m in objects {
-        journal.apply(consumer, m).await?;
-    }
+    journal.apply_all(consumer, objects).await?;
     Ok(())
 }
 
