@@ -60,8 +60,14 @@ const GSO_BYTES: usize = 65_507;
 /// Room per datagram in a coalesced receive: what a 1500-byte link
 /// carries, and more (a datagram larger than this arrives alone).
 const GRO_DATAGRAM: usize = 2048;
-/// The socket buffers asked for, each way.
-const SOCKET_BUFFER: usize = 4 << 20;
+/// The receive buffer asked for. Past `net.core.rmem_max` where the
+/// gateway may (it holds `CAP_NET_ADMIN`): when the receiving thread
+/// waits for a core, datagrams queue here, and a full buffer drops a
+/// whole coalesced run of them (up to 64 KiB of TCP segments) at once.
+const RECEIVE_BUFFER: usize = 16 << 20;
+/// The send buffer asked for (up to `net.core.wmem_max`): a full one makes
+/// the sender wait, never drops.
+const SEND_BUFFER: usize = 4 << 20;
 /// A data message's size over its packet's, at most: header and tag (32)
 /// and padding to 16 bytes (15).
 const SEAL: usize = 32 + 15;
@@ -78,22 +84,7 @@ pub fn run(device: SyncDevice, socket: UdpSocket, peer: Peer, report: OnStats) -
     // wait for a whole batch): the threads wait in poll() instead.
     let state = UdpSocketState::new((&socket).into())?;
     device.set_nonblocking(false)?;
-    // Room for the bursts that batching makes (the kernel caps these at
-    // net.core.{r,w}mem_max): a full receive buffer drops datagrams.
-    for (what, result) in [
-        (
-            "receive",
-            state.set_recv_buffer_size((&socket).into(), SOCKET_BUFFER),
-        ),
-        (
-            "send",
-            state.set_send_buffer_size((&socket).into(), SOCKET_BUFFER),
-        ),
-    ] {
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "cannot enlarge the socket's {what} buffer");
-        }
-    }
+    udp::enlarge_buffers(&socket, &state);
     let device = Arc::new(device);
     let udp = Arc::new(udp::Udp { socket, state });
     let peer = Arc::new(Mutex::new(peer));

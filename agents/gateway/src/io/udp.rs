@@ -5,10 +5,36 @@ use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 
+use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{setsockopt, sockopt};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 
-use super::{BATCH, GRO_DATAGRAM, GSO_BYTES, SEAL};
+use super::{BATCH, GRO_DATAGRAM, GSO_BYTES, RECEIVE_BUFFER, SEAL, SEND_BUFFER};
+
+/// Gives `socket` room for the bursts that batching makes: the receive
+/// buffer past the kernel's cap where the process may raise it, else up
+/// to the cap, as the send buffer. Says what it got (the kernel doubles
+/// what is asked, for its own bookkeeping).
+pub(super) fn enlarge_buffers(socket: &UdpSocket, state: &UdpSocketState) {
+    let received = match setsockopt(socket, sockopt::RcvBufForce, &RECEIVE_BUFFER) {
+        Ok(()) => Ok(()),
+        // Without CAP_NET_ADMIN: up to net.core.rmem_max.
+        Err(Errno::EPERM) => state.set_recv_buffer_size(socket.into(), RECEIVE_BUFFER),
+        Err(e) => Err(e.into()),
+    };
+    let sent = state.set_send_buffer_size(socket.into(), SEND_BUFFER);
+    for (what, result) in [("receive", received), ("send", sent)] {
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "cannot enlarge the socket's {what} buffer");
+        }
+    }
+    tracing::info!(
+        receive = state.recv_buffer_size(socket.into()).unwrap_or_default(),
+        send = state.send_buffer_size(socket.into()).unwrap_or_default(),
+        "socket buffers (bytes)"
+    );
+}
 
 /// The socket, with quinn-udp's view of what the kernel offers.
 pub(super) struct Udp {
@@ -204,5 +230,26 @@ mod tests {
         assert_eq!(runs(&[], 64), []);
         // No more than one UDP datagram's worth in one send.
         assert_eq!(runs(&[1452; 64], 64), [(1452, 45), (1452, 19)]);
+    }
+
+    #[test]
+    fn the_receive_buffer_goes_past_the_kernels_cap_with_net_admin() {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let state = UdpSocketState::new((&socket).into()).expect("state");
+        let before = state.recv_buffer_size((&socket).into()).expect("size");
+        enlarge_buffers(&socket, &state);
+        let after = state.recv_buffer_size((&socket).into()).expect("size");
+        let cap: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .expect("rmem_max")
+            .trim()
+            .parse()
+            .expect("a number");
+        // The kernel reports twice what was set.
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(after, 2 * RECEIVE_BUFFER, "forced past the cap of {cap}");
+        } else {
+            assert_eq!(after, 2 * RECEIVE_BUFFER.min(cap), "up to the cap");
+        }
+        assert!(after > before, "{before} -> {after}");
     }
 }
