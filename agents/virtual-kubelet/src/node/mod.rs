@@ -73,9 +73,8 @@ impl NodeKeeper {
         let mut ticker = tokio::time::interval(TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            self.converge(&nodes, &mut written).await;
-            readiness
-                .set(written.node.is_some() && self.peers.is_current() && *self.placement.borrow());
+            self.converge(&nodes, &mut written, &readiness).await;
+            self.show_readiness(&written, &readiness);
             tokio::select! {
                 _ = ticker.tick() => {}
                 changed = self.peers.state.changed() => if changed.is_err() { return },
@@ -87,7 +86,14 @@ impl NodeKeeper {
         }
     }
 
-    async fn converge(&self, nodes: &Api<Node>, written: &mut Written) {
+    /// Ready while the node is registered, the ForeignCluster current and
+    /// the placement webhook able to answer.
+    fn show_readiness(&self, written: &Written, readiness: &Readiness) {
+        readiness
+            .set(written.node.is_some() && self.peers.is_current() && *self.placement.borrow());
+    }
+
+    async fn converge(&self, nodes: &Api<Node>, written: &mut Written, readiness: &Readiness) {
         // The store keeps the last known ForeignCluster while its watch
         // recovers: the node keeps its heartbeat meanwhile.
         let Some(fc) = self.peers.store.get("", &self.fc_ref.name) else {
@@ -114,6 +120,10 @@ impl NodeKeeper {
                     written.node = Some(want);
                     written.error = None;
                     self.registered.send_replace(node.metadata.uid.clone());
+                    // At once, not after the status: the kubelet probes
+                    // the agent when it first sees it running, and a
+                    // failed probe waits a period for the next.
+                    self.show_readiness(written, readiness);
                 }
                 Err(e) => {
                     log_once(&mut written.error, format!("registering the node: {e}"));
