@@ -188,7 +188,9 @@ mod tests {
     #[test]
     fn a_tenant_is_applied_admission_first_roles_before_bindings_and_its_record_last() {
         let all = tenant::names_of(&ClusterId::new("home-1").expect("valid"));
-        let described: Vec<String> = all.iter().map(Manifest::describe).collect();
+        // Two Roles share a name in two namespaces: told apart by those.
+        let key = |m: &Manifest| format!("{} in {:?}", m.describe(), m.api_resource().1);
+        let described: Vec<String> = all.iter().map(key).collect();
         let groups = by_rank(all);
         let kind_of = |m: &Manifest| {
             m.describe()
@@ -213,17 +215,16 @@ mod tests {
             ]
         );
         // Nothing lost, and each group keeps the order it was given in.
-        let flat: Vec<String> = groups.iter().flatten().map(Manifest::describe).collect();
-        assert_eq!(flat.len(), described.len());
+        let mut flat: Vec<String> = groups.iter().flatten().map(key).collect();
+        let mut given = described.clone();
+        flat.sort();
+        given.sort();
+        assert_eq!(flat, given);
+        assert!(given.windows(2).all(|w| w[0] != w[1]), "each key once");
         for group in &groups {
             let at: Vec<usize> = group
                 .iter()
-                .map(|m| {
-                    described
-                        .iter()
-                        .position(|d| *d == m.describe())
-                        .expect("given")
-                })
+                .map(|m| described.iter().position(|d| *d == key(m)).expect("given"))
                 .collect();
             assert!(at.is_sorted(), "{at:?}");
         }
