@@ -14,6 +14,18 @@ struct Counting {
     sweeps: AtomicU32,
 }
 
+/// Starts `kind`'s loop at phase zero, sweeping every `sweep` and
+/// converging every key every `full`; returns what wakes it, and the task.
+fn start<K: Kind + 'static>(
+    kind: K,
+    sweep: Duration,
+    full: Duration,
+) -> (Arc<Notify>, tokio::task::JoinHandle<()>) {
+    let wake = Arc::new(Notify::new());
+    let task = tokio::spawn(run_every(kind, wake.clone(), sweep, full, Duration::ZERO));
+    (wake, task)
+}
+
 struct Kind3(Arc<Counting>);
 
 impl Kind for Kind3 {
@@ -61,14 +73,7 @@ async fn a_slow_key_holds_no_other_and_is_never_run_twice_at_once() {
         .lock()
         .expect("lock")
         .extend([(1, 10), (2, 20)]);
-    let wake = Arc::new(Notify::new());
-    let task = tokio::spawn(run_every(
-        Slow(counting.clone()),
-        wake.clone(),
-        RESYNC,
-        FULL_RESYNC,
-        Duration::ZERO,
-    ));
+    let (wake, task) = start(Slow(counting.clone()), RESYNC, FULL_RESYNC);
     tokio::time::sleep(SETTLE).await;
     assert_eq!(calls(&counting)[..2], [1, 1]);
     // Both change while key 1 is under way: key 2 converges again at
@@ -121,14 +126,7 @@ async fn a_key_to_look_at_later_waits_for_its_time_unless_it_changes() {
     const SETTLE: Duration = Duration::from_millis(150);
     let counting = Arc::new(Counting::default());
     counting.prints.lock().expect("lock").insert(1, 10);
-    let wake = Arc::new(Notify::new());
-    let task = tokio::spawn(run_every(
-        Later(counting.clone()),
-        wake.clone(),
-        RESYNC,
-        FULL_RESYNC,
-        Duration::ZERO,
-    ));
+    let (wake, task) = start(Later(counting.clone()), RESYNC, FULL_RESYNC);
     tokio::time::sleep(SETTLE).await;
     assert_eq!(calls(&counting)[0], 1);
     // Another store changed: key 1 is not due and unchanged.
@@ -157,15 +155,8 @@ async fn an_unchanged_key_waits_for_the_full_pass() {
         .lock()
         .expect("lock")
         .extend([(1, 10), (2, 20)]);
-    let wake = Arc::new(Notify::new());
     let started = Instant::now();
-    let task = tokio::spawn(run_every(
-        Kind3(counting.clone()),
-        wake.clone(),
-        RESYNC,
-        FULL,
-        Duration::ZERO,
-    ));
+    let (wake, task) = start(Kind3(counting.clone()), RESYNC, FULL);
     tokio::time::sleep(SETTLE).await;
     assert_eq!(calls(&counting), [1, 1, 1], "the first pass is full");
     wake.notify_one();
@@ -224,15 +215,8 @@ async fn a_scan_looks_where_the_journal_says_and_a_sweep_everywhere() {
         counting: counting.clone(),
         told: Mutex::new(None),
     });
-    let wake = Arc::new(Notify::new());
     let started = Instant::now();
-    let task = tokio::spawn(run_every(
-        kind.clone(),
-        wake.clone(),
-        SWEEP,
-        FULL_RESYNC,
-        Duration::ZERO,
-    ));
+    let (wake, task) = start(kind.clone(), SWEEP, FULL_RESYNC);
     tokio::time::sleep(SETTLE).await;
     assert_eq!(calls(&counting), [1, 1, 1], "the first pass is full");
     // Keys 2 and 3 changed, the journal says 2 only: 3 waits for the
@@ -291,15 +275,8 @@ async fn the_full_pass_is_spread_over_the_sweeps_and_takes_every_key() {
     const SWEEP: Duration = Duration::from_millis(200);
     const FULL: Duration = Duration::from_millis(1200);
     let counting = Arc::new(Counting::default());
-    let wake = Arc::new(Notify::new());
     let started = Instant::now();
-    let task = tokio::spawn(run_every(
-        Twelve(counting.clone()),
-        wake.clone(),
-        SWEEP,
-        FULL,
-        Duration::ZERO,
-    ));
+    let (_wake, task) = start(Twelve(counting.clone()), SWEEP, FULL);
     let again = || {
         let calls = counting.calls.lock().expect("lock");
         assert_eq!(calls.len(), 12, "the first pass takes every key");
