@@ -8,8 +8,8 @@
 //! and pods bound to the node run there as ReplicaSets of one
 //! ([`reflection`], translated by [`forge`]). The node serves the kubelet
 //! API (logs, exec, `/pods`, stats) for them ([`kubelet_api`]). The agent
-//! keeps no state of its own: everything comes from the API and the
-//! mounted kubeconfig.
+//! keeps no state of its own: everything comes from the API, the
+//! provider's credential too (the peering's identity Secret).
 
 mod clusterset;
 mod dns;
@@ -22,8 +22,6 @@ mod provider;
 mod reflection;
 mod tenancy;
 mod tls_server;
-
-use std::path::PathBuf;
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
@@ -158,6 +156,10 @@ async fn main() -> anyhow::Result<()> {
         "tunnel",
     );
 
+    // The provider's credential: the peering's identity Secret, which may
+    // not exist yet when the agent starts.
+    let (credential, follow_credential) =
+        provider::follow_credential(client.clone(), &args.provider_secret);
     let (client_tx, client_rx) =
         watch::channel(Err(Arc::new(provider::KubeconfigError::NotReadYet)));
     let (health_tx, health_rx) = watch::channel(provider::Health::default());
@@ -170,6 +172,7 @@ async fn main() -> anyhow::Result<()> {
         fc_ref: fc_ref.clone(),
         peers: peers.clone(),
         health: health_rx,
+        provider: client_rx.clone(),
         registered: registered_tx,
         kubelet_endpoint,
         tunnel: tunnel.clone(),
@@ -213,7 +216,7 @@ async fn main() -> anyhow::Result<()> {
         peers: peers.clone(),
         fc_ref: fc_ref.clone(),
         kubelet,
-        kubeconfig: args.provider_kubeconfig.clone(),
+        credential: (credential.clone(), args.provider_secret.clone()),
         tunnel,
         unschedulable_timeout: std::time::Duration::from_secs(args.unschedulable_timeout),
         names,
@@ -225,7 +228,8 @@ async fn main() -> anyhow::Result<()> {
         () = reflect => {}
         () = follow_peers => {}
         () = follow_tunnel => {}
-        () = provider::keep_client(args.provider_kubeconfig, client_tx) => {}
+        () = follow_credential => {}
+        () = provider::keep_client(credential, args.provider_secret, client_tx) => {}
         () = provider::keep_checking(client_rx, peers, fc_ref, health_tx) => {}
         () = keeper.run(readiness.clone()) => {}
         () = node::lease::keep_lease(client, args.node_name, registered_rx) => {}
@@ -265,8 +269,9 @@ struct Wiring {
     provider: watch::Receiver<provider::ProviderClient>,
     peers: liqo_agent_runtime::follow::Followed<ForeignCluster>,
     fc_ref: ObjectRef<ForeignCluster>,
-    /// The provider kubeconfig: names the tenant when it impersonates one.
-    kubeconfig: PathBuf,
+    /// The identity Secret, and its name: its kubeconfig names the tenant
+    /// when it impersonates one.
+    credential: (provider::Credential, String),
     tunnel: liqo_agent_runtime::follow::Followed<liqo_api::networking::Connection>,
     /// `--unschedulable-timeout`.
     unschedulable_timeout: std::time::Duration,
@@ -296,7 +301,7 @@ async fn reflect(wiring: Wiring) {
         peers,
         fc_ref,
         kubelet,
-        kubeconfig,
+        credential,
         tunnel,
         unschedulable_timeout,
         names,
@@ -307,7 +312,9 @@ async fn reflect(wiring: Wiring) {
     // A peering made with a token knows this cluster as the tenant the
     // token's credential acts as (docs/tokens.md); the twin namespaces and
     // bindings on the provider are that tenant's.
-    if let Some(tenant) = provider::tenant_of(&kubeconfig).await {
+    let (credential, secret) = credential;
+    let kubeconfig = provider::first_kubeconfig(&credential, &secret).await;
+    if let Some(tenant) = provider::tenant_of(&kubeconfig) {
         tracing::info!(%tenant, "the provider knows this cluster as its tenant");
         consumer.cluster_id = tenant;
     }

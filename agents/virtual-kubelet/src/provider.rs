@@ -1,17 +1,22 @@
 //! The provider's side: a client for the provider's API built from the
-//! mounted kubeconfig (rebuilt whenever the file's content changes, as the
-//! Secret behind it is renewed in place), and the health check that says
+//! peering's identity Secret (rebuilt whenever its kubeconfig changes, as
+//! the Secret is renewed in place), and the health check that says
 //! whether the provider is there and is the cluster the ForeignCluster
 //! names. Pod offloading will use the same client.
+//!
+//! The Secret is followed through the consumer's API rather than mounted:
+//! the agent's pod starts before liqoctl has made the identity (a mounted
+//! Secret that does not exist yet holds the pod back), and a renewal is
+//! used as soon as it is written, not when the kubelet next syncs the pod.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::runtime::reflector::ObjectRef;
-use liqo_agent_runtime::follow::Followed;
+use kube::runtime::watcher;
+use liqo_agent_runtime::follow::{Followed, Options, follow_with};
 use liqo_api::core::ForeignCluster;
 use liqo_api::{ClusterIdentity, names};
 use tokio::sync::watch;
@@ -19,10 +24,8 @@ use tokio::time::Instant;
 
 use crate::forge::ProviderState;
 
-/// How often the kubeconfig file is read to see whether it changed. A
-/// mounted Secret is updated by the kubelet within a minute or so; a few
-/// seconds more do not matter, and reading a small file is cheap.
-const KUBECONFIG_POLL: Duration = Duration::from_secs(2);
+/// The key of the identity Secret that holds the kubeconfig.
+const KUBECONFIG_KEY: &str = "kubeconfig";
 /// How often the provider is checked, and how long one check may take.
 pub const CHECK_PERIOD: Duration = Duration::from_secs(5);
 /// How soon a failed check is tried again.
@@ -35,19 +38,23 @@ pub const FRESHNESS: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
-    #[error("the provider kubeconfig is not read yet")]
+    #[error("the provider's credential is not read yet")]
     NotReadYet,
-    #[error("cannot read the provider kubeconfig {path}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(
+        "the identity Secret {}/{secret} does not exist (yet)",
+        names::NAMESPACE
+    )]
+    NoSecret { secret: String },
+    #[error(
+        "the identity Secret {}/{secret} has no key `{KUBECONFIG_KEY}`",
+        names::NAMESPACE
+    )]
+    NoKey { secret: String },
     #[error("cannot load the provider kubeconfig")]
     Load(#[source] liqo_agent_runtime::kubeconfig::KubeconfigError),
-    #[error("cannot build a client from the provider kubeconfig {path}")]
+    #[error("cannot build a client from the provider kubeconfig of Secret {secret}")]
     Client {
-        path: PathBuf,
+        secret: String,
         #[source]
         source: kube::Error,
     },
@@ -64,12 +71,41 @@ impl KubeconfigError {
 /// that waits for a client reads the same reason).
 pub type ProviderClient = Result<kube::Client, Arc<KubeconfigError>>;
 
+/// The identity Secret as followed: its kubeconfig's bytes, if it has the
+/// key (nothing else of the Secret is kept).
+pub type Credential = Followed<Option<Vec<u8>>>;
+
+/// Follows the identity Secret `name` in `liqo` (the agent's rights name
+/// it, so the watch does too).
+pub fn follow_credential(
+    client: kube::Client,
+    name: &str,
+) -> (
+    Credential,
+    impl std::future::Future<Output = ()> + Send + use<>,
+) {
+    follow_with(
+        Api::<Secret>::namespaced(client, names::NAMESPACE),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+        "provider credential",
+        Options {
+            trim: None,
+            convert: |secret: Secret, _| {
+                secret
+                    .data
+                    .and_then(|mut data| data.remove(KUBECONFIG_KEY))
+                    .map(|bytes| bytes.0)
+            },
+            keep: None,
+        },
+    )
+}
+
 /// The tenant a provider kubeconfig acts as, when it impersonates a peer
 /// user (a peering made with a token); `None` for a certificate, whose
-/// user is this cluster's own ID, or when the file cannot be read yet.
-pub async fn tenant_of(path: &std::path::Path) -> Option<liqo_api::ClusterId> {
-    let content = tokio::fs::read(path).await.ok()?;
-    let config = liqo_agent_runtime::kubeconfig::parse(&content).ok()?;
+/// user is this cluster's own ID.
+pub fn tenant_of(kubeconfig: &[u8]) -> Option<liqo_api::ClusterId> {
+    let config = liqo_agent_runtime::kubeconfig::parse(kubeconfig).ok()?;
     config
         .auth_infos
         .iter()
@@ -77,39 +113,67 @@ pub async fn tenant_of(path: &std::path::Path) -> Option<liqo_api::ClusterId> {
         .find_map(liqo_api::authentication::peer_of)
 }
 
-/// Keeps `tx` holding a client built from the kubeconfig at `path`,
-/// rebuilding it when the file's content changes. A file that cannot be
-/// used keeps the previous client: the renewal may be half-written, and
-/// the old credentials may well still work.
-pub async fn keep_client(path: PathBuf, tx: watch::Sender<ProviderClient>) {
+/// The kubeconfig of the identity Secret `name`, once the Secret holds
+/// one (a peering's agent may start before its identity is made).
+pub async fn first_kubeconfig(credential: &Credential, name: &str) -> Vec<u8> {
+    let mut state = credential.state.clone();
+    loop {
+        if let Some(stored) = credential.store.get(names::NAMESPACE, name)
+            && let Some(kubeconfig) = stored.as_ref()
+        {
+            return kubeconfig.clone();
+        }
+        if state.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// Keeps `tx` holding a client built from the identity Secret `name`,
+/// rebuilding it when its kubeconfig changes. A Secret that cannot be
+/// used keeps the previous client: the old credentials may well still
+/// work.
+pub async fn keep_client(credential: Credential, name: String, tx: watch::Sender<ProviderClient>) {
+    let mut state = credential.state.clone();
     let mut last: Option<Vec<u8>> = None;
     let mut logged_error: Option<String> = None;
     loop {
-        match tokio::fs::read(&path).await {
-            Ok(content) if last.as_ref() == Some(&content) => {}
-            Ok(content) => match build_client(&path, &content).await {
+        let stored = credential.store.get(names::NAMESPACE, &name);
+        match stored.as_deref() {
+            Some(Some(content)) if last.as_ref() == Some(content) => {}
+            Some(Some(content)) => match build_client(&name, content).await {
                 Ok(client) => {
                     if last.is_some() {
-                        tracing::info!(path = %path.display(), "reloaded the provider kubeconfig");
+                        tracing::info!(secret = %name, "reloaded the provider kubeconfig");
                     } else {
-                        tracing::info!(path = %path.display(), "loaded the provider kubeconfig");
+                        tracing::info!(secret = %name, "loaded the provider kubeconfig");
                     }
                     let _previous = tx.send_replace(Ok(client));
-                    last = Some(content);
+                    last = Some(content.clone());
                     logged_error = None;
                 }
                 Err(e) => report(&tx, &mut logged_error, e),
             },
-            Err(source) => report(
+            Some(None) => report(
                 &tx,
                 &mut logged_error,
-                KubeconfigError::Read {
-                    path: path.clone(),
-                    source,
+                KubeconfigError::NoKey {
+                    secret: name.clone(),
                 },
             ),
+            // Said only once the store vouches for it.
+            None if credential.is_current() => report(
+                &tx,
+                &mut logged_error,
+                KubeconfigError::NoSecret {
+                    secret: name.clone(),
+                },
+            ),
+            None => {}
         }
-        tokio::time::sleep(KUBECONFIG_POLL).await;
+        if state.changed().await.is_err() {
+            return;
+        }
     }
 }
 
@@ -131,15 +195,13 @@ fn report(tx: &watch::Sender<ProviderClient>, logged: &mut Option<String>, error
     });
 }
 
-async fn build_client(
-    path: &std::path::Path,
-    content: &[u8],
-) -> Result<kube::Client, KubeconfigError> {
-    let config = liqo_agent_runtime::kubeconfig::config(path, content)
+async fn build_client(secret: &str, content: &[u8]) -> Result<kube::Client, KubeconfigError> {
+    let origin = std::path::PathBuf::from(format!("{}/{secret}", names::NAMESPACE));
+    let config = liqo_agent_runtime::kubeconfig::config(&origin, content)
         .await
         .map_err(KubeconfigError::Load)?;
     liqo_agent_runtime::client::client(config).map_err(|source| KubeconfigError::Client {
-        path: path.to_owned(),
+        secret: secret.to_owned(),
         source,
     })
 }
@@ -168,9 +230,9 @@ impl Health {
 /// Checks the provider every [`CHECK_PERIOD`] while it answers, every
 /// [`RETRY_PERIOD`] while it does not (so that a node comes up, and comes
 /// back, without waiting a whole period), and at once when the
-/// ForeignCluster changes; publishes the result.
+/// ForeignCluster or the credential changes; publishes the result.
 pub async fn keep_checking(
-    clients: watch::Receiver<ProviderClient>,
+    mut clients: watch::Receiver<ProviderClient>,
     mut peers: Followed<ForeignCluster>,
     fc_ref: ObjectRef<ForeignCluster>,
     tx: watch::Sender<Health>,
@@ -180,6 +242,7 @@ pub async fn keep_checking(
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             changed = peers.state.changed() => if changed.is_err() { return },
+            changed = clients.changed() => if changed.is_err() { return },
         }
         let expected = peers
             .store

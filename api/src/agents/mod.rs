@@ -31,8 +31,8 @@ pub mod env {
     pub const HEALTH_ADDR: &str = "LIQO_HEALTH_ADDR";
     /// The virtual kubelet's ForeignCluster.
     pub const FOREIGN_CLUSTER: &str = "LIQO_FOREIGN_CLUSTER";
-    /// The virtual kubelet's kubeconfig of the provider.
-    pub const PROVIDER_KUBECONFIG: &str = "LIQO_PROVIDER_KUBECONFIG";
+    /// The virtual kubelet's identity Secret, which reaches the provider.
+    pub const PROVIDER_SECRET: &str = "LIQO_PROVIDER_SECRET";
     /// The virtual node's name.
     pub const NODE_NAME: &str = "LIQO_NODE_NAME";
     /// The consumer's API as the provider's pods reach it.

@@ -1,7 +1,6 @@
 //! The virtual kubelet's flags and environment.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 
 use super::{DEFAULT_HEALTH_ADDR, ListenAddr, env};
 
@@ -18,18 +17,17 @@ pub const DNS_PORT: u16 = 10053;
 /// The consumer's cluster domain unless told.
 pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 
-/// Where the provider's kubeconfig is read from unless told.
-pub const DEFAULT_PROVIDER_KUBECONFIG: &str = "/etc/liqo/provider/kubeconfig";
-
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct VirtualKubeletFlags {
     /// The local ForeignCluster of the provider this node stands for.
     #[arg(long, env = env::FOREIGN_CLUSTER)]
     pub foreign_cluster: String,
-    /// A kubeconfig that reaches the provider's API as this cluster; re-read
-    /// whenever its content changes.
-    #[arg(long, env = env::PROVIDER_KUBECONFIG, default_value = DEFAULT_PROVIDER_KUBECONFIG)]
-    pub provider_kubeconfig: PathBuf,
+    /// The Secret in `liqo` whose key `kubeconfig` reaches the provider's
+    /// API as this cluster (the peering's identity): followed through the
+    /// API, waited for when it does not exist yet, used again whenever its
+    /// kubeconfig changes.
+    #[arg(long, env = env::PROVIDER_SECRET)]
+    pub provider_secret: String,
     /// The virtual node's name.
     #[arg(long, env = env::NODE_NAME)]
     pub node_name: String,
@@ -109,10 +107,7 @@ impl VirtualKubeletFlags {
         vec![
             (env::FOREIGN_CLUSTER, self.foreign_cluster.clone()),
             (env::NODE_NAME, self.node_name.clone()),
-            (
-                env::PROVIDER_KUBECONFIG,
-                self.provider_kubeconfig.display().to_string(),
-            ),
+            (env::PROVIDER_SECRET, self.provider_secret.clone()),
         ]
     }
 }
@@ -125,7 +120,7 @@ mod tests {
     fn what_liqoctl_renders_the_agent_parses_back() {
         let flags = VirtualKubeletFlags {
             foreign_cluster: "provider-1".to_owned(),
-            provider_kubeconfig: "/etc/liqo/provider/kubeconfig".into(),
+            provider_secret: "liqo-identity-provider-1".to_owned(),
             node_name: "liqo-provider-1".to_owned(),
             health_addr: ListenAddr::PodIp { port: 8081 },
             consumer_api_address: None,
@@ -153,7 +148,7 @@ mod tests {
             let flag = match name {
                 env::FOREIGN_CLUSTER => "--foreign-cluster",
                 env::NODE_NAME => "--node-name",
-                env::PROVIDER_KUBECONFIG => "--provider-kubeconfig",
+                env::PROVIDER_SECRET => "--provider-secret",
                 other => panic!("unexpected {other}"),
             };
             args.push(format!("{flag}={value}"));

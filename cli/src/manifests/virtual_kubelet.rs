@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec, SecretVolumeSource,
-    ServiceAccount, Toleration, Volume, VolumeMount,
+    Container, EnvVar, PodSpec, PodTemplateSpec, ServiceAccount, Toleration,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -25,12 +24,6 @@ use liqo_api::agents::virtual_kubelet::{KUBELET_PORT, PLACEMENT_PORT, VirtualKub
 use liqo_api::agents::{self, ListenAddr};
 
 const COMPONENT: &str = "virtual-kubelet";
-/// Where the identity Secret (key `kubeconfig`) is mounted; the agent's
-/// default `--provider-kubeconfig` is the file in it.
-const PROVIDER_MOUNT: &str = "/etc/liqo/provider";
-/// The agents' user (see [`pod_security_context`]), also the group of the
-/// mounted Secret's files, which only it may read.
-const AGENT_GROUP: i64 = 65532;
 
 /// Every object of the virtual kubelet for `provider`, in the order they
 /// must be applied. `foreign_cluster_uid` is the UID of the local
@@ -69,10 +62,7 @@ pub fn manifests(
     selector.insert(labels::PEER_CLUSTER_ID.to_owned(), provider.to_string());
     let mut pod_labels = object_labels.clone();
     pod_labels.extend(selector.clone());
-    let pod_security = PodSecurityContext {
-        fs_group: Some(AGENT_GROUP),
-        ..pod_security_context()
-    };
+    let identity = names::peering::identity_secret(provider);
     let subject = || Some(vec![rbac::service_account(&name, names::NAMESPACE)]);
     let offloaded_meta = ObjectMeta {
         name: Some(names::peering::virtual_kubelet_offloaded_role(provider)),
@@ -84,7 +74,7 @@ pub fn manifests(
     // environment, the pod's IP from the downward API.
     let flags = VirtualKubeletFlags {
         foreign_cluster: foreign_cluster.clone(),
-        provider_kubeconfig: format!("{PROVIDER_MOUNT}/kubeconfig").into(),
+        provider_secret: identity.clone(),
         node_name: node.clone(),
         health_addr: ListenAddr::PodIp {
             port: names::HEALTH_PORT,
@@ -247,15 +237,22 @@ pub fn manifests(
             role_ref: rbac::role_ref("Role", &name),
             subjects: subject(),
         }),
-        // The placement webhook's serving certificate, by name.
         Manifest::Role(Role {
             metadata: meta(Some(names::NAMESPACE)),
-            rules: Some(vec![rbac::named_rule(
-                &[""],
-                &["secrets"],
-                &[crate::manifests::webhook::PLACEMENT_TLS_SECRET],
-                &["get"],
-            )]),
+            rules: Some(vec![
+                // The placement webhook's serving certificate, by name.
+                rbac::named_rule(
+                    &[""],
+                    &["secrets"],
+                    &[crate::manifests::webhook::PLACEMENT_TLS_SECRET],
+                    &["get"],
+                ),
+                // The peering's identity, which reaches the provider: read
+                // through the API rather than mounted, so that the agent
+                // starts before liqoctl has made it, and follows its
+                // renewals at once. List and watch select it by name.
+                rbac::named_rule(&[""], &["secrets"], &[&identity], &["get", "list", "watch"]),
+            ]),
         }),
         Manifest::RoleBinding(RoleBinding {
             metadata: meta(Some(names::NAMESPACE)),
@@ -290,31 +287,15 @@ pub fn manifests(
                         node_selector: Some(node_selector.clone()),
                         tolerations: Some(tether::agent_tolerations(tolerations)),
                         termination_grace_period_seconds: Some(10),
-                        security_context: Some(pod_security),
+                        security_context: Some(pod_security_context()),
                         containers: vec![agent_container(Container {
                             name: "virtual-kubelet".to_owned(),
                             image: Some(images.reference(liqo_api::images::VIRTUAL_KUBELET)),
                             image_pull_policy: Some(images.pull_policy.as_str().to_owned()),
                             args: Some(flags.to_args()),
                             env: Some(env),
-                            volume_mounts: Some(vec![VolumeMount {
-                                name: "provider".to_owned(),
-                                mount_path: PROVIDER_MOUNT.to_owned(),
-                                read_only: Some(true),
-                                ..Default::default()
-                            }]),
                             ..Default::default()
                         })],
-                        volumes: Some(vec![Volume {
-                            name: "provider".to_owned(),
-                            secret: Some(SecretVolumeSource {
-                                secret_name: Some(names::peering::identity_secret(provider)),
-                                // Readable by the agent's group only.
-                                default_mode: Some(0o440),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        }]),
                         ..Default::default()
                     }),
                 },
@@ -544,6 +525,31 @@ mod tests {
     }
 
     #[test]
+    fn of_the_secrets_in_liqo_only_its_own_are_readable() {
+        let all = render(None);
+        let role = all
+            .iter()
+            .find(|m| m["kind"] == "Role" && m["metadata"]["namespace"] == names::NAMESPACE)
+            .expect("the agent's Role in liqo");
+        let rules = rules_of(role);
+        let want = [
+            (
+                "secrets".to_owned(),
+                Some(vec![
+                    crate::manifests::webhook::PLACEMENT_TLS_SECRET.to_owned(),
+                ]),
+                vec!["get".to_owned()],
+            ),
+            (
+                "secrets".to_owned(),
+                Some(vec!["liqo-identity-prov-1".to_owned()]),
+                vec!["get".to_owned(), "list".to_owned(), "watch".to_owned()],
+            ),
+        ];
+        assert_eq!(rules, want);
+    }
+
+    #[test]
     fn what_offloaded_namespaces_hold_is_read_only_where_it_is_bound() {
         let all = render(Some("fc-uid"));
         let role = all
@@ -615,17 +621,21 @@ mod tests {
         let pod = &deployment["spec"]["template"]["spec"];
         assert_eq!(pod["nodeSelector"]["k"], "v");
         assert_eq!(pod["serviceAccountName"], "liqo-vk-prov-1");
-        assert_eq!(
-            pod["volumes"][0]["secret"]["secretName"],
-            "liqo-identity-prov-1"
-        );
+        // Nothing mounted but its service account's token: the identity
+        // is read through the API, so that nothing holds the pod back
+        // before liqoctl has made it.
+        assert!(pod["volumes"].is_null(), "{pod}");
         let container = &pod["containers"][0];
         assert_eq!(
             container["image"],
             format!("{}:{}", names::VIRTUAL_KUBELET_IMAGE, liqo_api::VERSION)
         );
-        assert_eq!(container["volumeMounts"][0]["readOnly"], true);
+        assert!(container["volumeMounts"].is_null(), "{container}");
         let env = container["env"].to_string();
+        assert!(
+            env.contains(r#""LIQO_PROVIDER_SECRET","value":"liqo-identity-prov-1""#),
+            "{env}"
+        );
         assert!(
             env.contains(r#""LIQO_NODE_NAME","value":"liqo-prov-1""#),
             "{env}"

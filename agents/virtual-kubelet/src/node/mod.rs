@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::forge::{self, NetworkState, ProviderState};
-use crate::provider::Health;
+use crate::provider::{Health, KubeconfigError, ProviderClient};
 
 /// The field manager of everything the agent writes.
 pub const FIELD_MANAGER: &str = "liqo-virtual-kubelet";
@@ -33,7 +33,9 @@ const STATUS_HEARTBEAT: Duration = Duration::from_secs(20);
 /// the Ready condition turns False by the passing of time alone.
 const TICK: Duration = Duration::from_secs(1);
 
-/// Keeps the Node registered and its status current. Publishes the
+/// Keeps the Node registered and its status current, once the agent
+/// holds the peering's identity (a failed `peer` that rolls back before
+/// making it leaves no node behind). Publishes the
 /// Node's UID on `registered` once it is as wanted (the Lease is owned by
 /// it) and keeps `readiness` set while the node is registered, the
 /// ForeignCluster is known and current, and the placement webhook (where
@@ -45,6 +47,9 @@ pub struct NodeKeeper {
     pub fc_ref: ObjectRef<ForeignCluster>,
     pub peers: Followed<ForeignCluster>,
     pub health: watch::Receiver<Health>,
+    /// The client for the provider: none until the identity Secret is
+    /// read, and kept once it was.
+    pub provider: watch::Receiver<ProviderClient>,
     pub registered: watch::Sender<Option<String>>,
     /// Where the kubelet API is served, if it is.
     pub kubelet_endpoint: Option<forge::KubeletEndpoint>,
@@ -79,6 +84,7 @@ impl NodeKeeper {
                 _ = ticker.tick() => {}
                 changed = self.peers.state.changed() => if changed.is_err() { return },
                 changed = self.health.changed() => if changed.is_err() { return },
+                changed = self.provider.changed() => if changed.is_err() { return },
                 changed = self.tunnel.state.changed() => if changed.is_err() { return },
                 // Its sender lives as long as the webhook is served.
                 Ok(()) = self.placement.changed() => {}
@@ -94,6 +100,15 @@ impl NodeKeeper {
     }
 
     async fn converge(&self, nodes: &Api<Node>, written: &mut Written, readiness: &Readiness) {
+        if let Err(why) = &*self.provider.borrow() {
+            if !matches!(**why, KubeconfigError::NotReadYet) {
+                log_once(
+                    &mut written.error,
+                    format!("waiting for the peering's identity: {}", why.chain()),
+                );
+            }
+            return;
+        }
         // The store keeps the last known ForeignCluster while its watch
         // recovers: the node keeps its heartbeat meanwhile.
         let Some(fc) = self.peers.store.get("", &self.fc_ref.name) else {

@@ -10,15 +10,20 @@
 //! both clusters at once (the provider's tenant namespace takes the
 //! namespace controller's time, the consumer's side much less).
 //!
-//! The ways of peering differ only in their first phases, those that give
+//! The ways of peering differ in the phases that give
 //! the consumer its identity on the provider:
 //!
 //! | flow | phases |
 //! | --- | --- |
-//! | `peer --remote-kubeconfig` | [`BY_KUBECONFIGS`]: tenant, certificate, virtual-kubelet, network |
+//! | `peer --remote-kubeconfig` | [`BY_KUBECONFIGS`]: virtual-kubelet, tenant, certificate, network |
 //! | `peer --token` | [`BY_TOKEN`]: claim, virtual-kubelet, network |
 //! | `peer accept` (provider) | [`ACCEPT`]: tenant, sign |
-//! | `peer complete` (consumer) | [`BY_RESPONSE`]: response, virtual-kubelet, network |
+//! | `peer complete` (consumer) | [`BY_RESPONSE`]: virtual-kubelet, response, network |
+//!
+//! The virtual kubelet comes first where the provider is known before the
+//! consumer's identity on it is made: its agent waits for the identity,
+//! and its pod starts meanwhile. A token names its provider only once it
+//! is claimed.
 //!
 //! The credentials ([`Credentials`]) say which first phases run, and
 //! those hand the later ones the provider as the peering's own identity
@@ -79,9 +84,9 @@ pub(crate) enum Phase {
 
 /// `peer --remote-kubeconfig`: both administrators' credentials.
 pub(crate) const BY_KUBECONFIGS: &[Phase] = &[
+    Phase::VirtualKubelet,
     Phase::Tenant,
     Phase::Certificate,
-    Phase::VirtualKubelet,
     Phase::Network,
 ];
 /// `peer --token`: the consumer's credentials and a token.
@@ -89,7 +94,7 @@ pub(crate) const BY_TOKEN: &[Phase] = &[Phase::Claim, Phase::VirtualKubelet, Pha
 /// `peer accept`: the provider's half of peering through files.
 pub(crate) const ACCEPT: &[Phase] = &[Phase::Tenant, Phase::Sign];
 /// `peer complete`: the consumer's half of peering through files.
-pub(crate) const BY_RESPONSE: &[Phase] = &[Phase::Response, Phase::VirtualKubelet, Phase::Network];
+pub(crate) const BY_RESPONSE: &[Phase] = &[Phase::VirtualKubelet, Phase::Response, Phase::Network];
 
 /// Which cluster a phase's removal works on, and so which of the two
 /// lanes `unpeer` runs it in.
@@ -196,6 +201,17 @@ pub(crate) enum Credentials<'a> {
 }
 
 impl Credentials<'_> {
+    /// The provider, when it is known before the consumer's identity on it
+    /// is made: not with a token, whose provider is read when it is
+    /// claimed.
+    fn provider(&self) -> Option<&ClusterIdentity> {
+        match self {
+            Self::Administrator { admin, .. } => Some(admin.provider_id),
+            Self::Response(response) => Some(response.provider_id),
+            Self::Token(_) => None,
+        }
+    }
+
     /// The phases a peering with these credentials runs, in order
     /// ([`BY_KUBECONFIGS`], [`BY_TOKEN`] or [`BY_RESPONSE`]), without the
     /// network phase unless `network`.
@@ -271,6 +287,15 @@ impl Peering<'_> {
         journal: &mut Journal,
         ran: &mut Vec<Phase>,
     ) -> anyhow::Result<Made> {
+        // Where the provider is known before the consumer's identity on it
+        // is made, the virtual kubelet starts first: its pod starts while
+        // the identity is made, and the agent waits for its identity
+        // Secret (docs/peering.md, "How long it takes").
+        let known = credentials.provider();
+        if let Some(provider) = known {
+            begin(ran, Phase::VirtualKubelet);
+            virtual_kubelet::start(self, consumer, provider, journal).await?;
+        }
         let reached = match credentials {
             Credentials::Administrator { admin, renew } => {
                 begin(ran, Phase::Tenant);
@@ -287,8 +312,11 @@ impl Peering<'_> {
                 response::apply(self, consumer, response, journal).await?
             }
         };
-        begin(ran, Phase::VirtualKubelet);
-        virtual_kubelet::apply(self, consumer, &reached, journal).await?;
+        if known.is_none() {
+            begin(ran, Phase::VirtualKubelet);
+            virtual_kubelet::start(self, consumer, &reached.provider_id, journal).await?;
+        }
+        virtual_kubelet::record(self, consumer, &reached).await?;
         let linked = if network {
             begin(ran, Phase::Network);
             Some(network::apply(self, consumer, &reached, journal).await?)

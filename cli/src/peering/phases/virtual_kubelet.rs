@@ -10,11 +10,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use liqo_api::ClusterId;
 use liqo_api::core::{ForeignCluster, ForeignClusterSpec};
 use liqo_api::following;
 use liqo_api::names::{labels, peering};
 use liqo_api::offloading::NamespaceOffloading;
+use liqo_api::{ClusterId, ClusterIdentity};
 use serde_json::json;
 
 use super::{Ends, Peering, Reached};
@@ -27,20 +27,24 @@ use crate::peering::journal::Journal;
 use crate::peering::{PEER_AGAIN, refuse_foreign};
 use crate::show::show_resources;
 
-pub(super) async fn apply(
+/// Starts the virtual kubelet of `provider`: the ForeignCluster that
+/// records the peering, and the agent it owns. Run before the consumer's
+/// identity on the provider is made where the provider is known by then
+/// (the agent waits for its identity Secret), so that its pod starts
+/// meanwhile; [`record`] adds the grant once the identity is made.
+pub(super) async fn start(
     run: &Peering<'_>,
     consumer: &ClusterClient,
-    reached: &Reached,
+    provider: &ClusterIdentity,
     journal: &mut Journal,
 ) -> anyhow::Result<()> {
     let step = run.printer.step(format!(
         "Starting the virtual kubelet on cluster {}",
         consumer.name
     ));
-    let provider = &reached.provider_id.cluster_id;
     let started = async {
-        let uid = record(run, consumer, reached, journal).await?;
-        start(consumer, provider, journal, &uid).await
+        let uid = foreign_cluster(run, consumer, provider, journal).await?;
+        agent(consumer, &provider.cluster_id, journal, &uid).await
     }
     .await;
     match started {
@@ -55,16 +59,14 @@ pub(super) async fn apply(
     }
 }
 
-/// The ForeignCluster of the provider on the consumer, with the grant in
-/// its status; returns its UID, which the virtual kubelet's objects name
-/// as their owner.
-async fn record(
+/// The ForeignCluster of the provider on the consumer; returns its UID,
+/// which the virtual kubelet's objects name as their owner.
+async fn foreign_cluster(
     run: &Peering<'_>,
     consumer: &ClusterClient,
-    reached: &Reached,
+    p: &ClusterIdentity,
     journal: &mut Journal,
 ) -> anyhow::Result<String> {
-    let p = &reached.provider_id;
     let mut fc_labels = common_labels("peering");
     fc_labels.insert(labels::PEER_CLUSTER_ID.to_owned(), p.cluster_id.to_string());
     let fc = Manifest::ForeignCluster(Box::new(ForeignCluster {
@@ -86,6 +88,23 @@ async fn record(
     }));
     refuse_foreign(consumer, std::slice::from_ref(&fc), PEER_AGAIN).await?;
     journal.apply(consumer, fc).await?;
+    let name = p.cluster_id.as_str();
+    let fc = Api::<ForeignCluster>::all(consumer.client.clone())
+        .get(name)
+        .await
+        .map_err(|e| consumer.explain(e, &format!("reading ForeignCluster {name}")))?;
+    Ok(fc.uid().unwrap_or_default())
+}
+
+/// Records the grant, the identity's expiry and the tenant namespace in
+/// the status of the provider's ForeignCluster, once the consumer's
+/// identity is made.
+pub(super) async fn record(
+    run: &Peering<'_>,
+    consumer: &ClusterClient,
+    reached: &Reached,
+) -> anyhow::Result<()> {
+    let p = &reached.provider_id;
     let api: Api<ForeignCluster> = Api::all(consumer.client.clone());
     let name = p.cluster_id.as_str();
     let condition = Condition {
@@ -107,18 +126,17 @@ async fn record(
         "tenantNamespace": peering::tenant_namespace(&reached.tenant),
         "conditions": [condition],
     }});
-    let fc = api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
         .map_err(|e| {
             consumer.explain(e, &format!("recording the grant in ForeignCluster {name}"))
         })?;
-    Ok(fc.uid().unwrap_or_default())
+    Ok(())
 }
 
 /// The virtual kubelet of `provider` on the consumer, owned by its
 /// ForeignCluster (`uid`).
-async fn start(
+async fn agent(
     consumer: &ClusterClient,
     provider: &ClusterId,
     journal: &mut Journal,
