@@ -237,6 +237,20 @@ pub async fn keep_checking(
     fc_ref: ObjectRef<ForeignCluster>,
     tx: watch::Sender<Health>,
 ) {
+    // Not before there is something to check with: the ForeignCluster
+    // listed and the credential read (or found missing), which take the
+    // agent's first few milliseconds.
+    let started = async {
+        peers.state.clone().wait_for(|s| s.current).await?;
+        clients
+            .clone()
+            .wait_for(|c| !matches!(c, Err(why) if matches!(**why, KubeconfigError::NotReadYet)))
+            .await
+            .map(drop)
+    };
+    if started.await.is_err() {
+        return;
+    }
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
