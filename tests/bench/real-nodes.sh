@@ -127,7 +127,10 @@ stolen() { awk '/^cpu / { print $9 }' /proc/stat; }
 # dropped, received and sent (a TUN device's full queue counts there),
 # and segments TCP receivers dropped (backlog or receive queue full,
 # out-of-order queue pruned, zero window), and packets conntrack found
-# invalid (kube-proxy's rules drop those).
+# invalid (kube-proxy's rules drop those). Beside them, what says that
+# TCP retransmitted without a loss: the times a sender found segments
+# reordered, and the duplicate segments receivers reported back (DSACK:
+# each a retransmission that was not needed).
 drops() {
   local pid
   for pid in $(for p in /proc/[0-9]*; do echo "$(readlink "$p/ns/net" 2>/dev/null) ${p#/proc/}"; done |
@@ -142,12 +145,16 @@ drops() {
     /^Udp: [0-9]/ { rcvbuf += $6; sndbuf += $7; next }
     /^TcpExt: [A-Z]/ { for (i = 2; i <= NF; i++) name[i] = $i; next }
     /^TcpExt: [0-9]/ {
-      for (i = 2; i <= NF; i++) if (name[i] ~ /^(TCPBacklogDrop|TCPRcvQDrop|TCPOFODrop|TCPZeroWindowDrop|OfoPruned|RcvPruned)$/) tcp += $i
+      for (i = 2; i <= NF; i++) {
+        if (name[i] ~ /^(TCPBacklogDrop|TCPRcvQDrop|TCPOFODrop|TCPZeroWindowDrop|OfoPruned|RcvPruned)$/) tcp += $i
+        if (name[i] ~ /^(TCPSACKReorder|TCPTSReorder|TCPRenoReorder)$/) reorder += $i
+        if (name[i] == "TCPDSACKRecv") dsack += $i
+      }
       next
     }
     /^[A-Za-z]+: / || /\|/ { next }
     /:/ { split($0, side, ":"); n = split(side[2], f, " "); if (n >= 16) { rx += f[4]; tx += f[12] } }
-    END { print rcvbuf + 0, sndbuf + 0, rx + 0, tx + 0, tcp + 0, invalid + 0 }'
+    END { print rcvbuf + 0, sndbuf + 0, rx + 0, tx + 0, tcp + 0, invalid + 0, reorder + 0, dsack + 0 }'
 }
 gbits() {
   local before steal_before drops_before after steal_after drops_after json
@@ -161,7 +168,7 @@ gbits() {
   drops_after=$(drops)
   # What was dropped meanwhile, on a line of its own in $dir/drops.
   paste -d ' ' <(echo "$drops_before") <(echo "$drops_after") |
-    awk -v what="$5" '{ printf "%-34s UDP buffer full: %d received, %d sent; links dropped: %d received, %d sent; TCP receivers dropped: %d; conntrack invalid: %d\n", what, $7 - $1, $8 - $2, $9 - $3, $10 - $4, $11 - $5, $12 - $6 }' \
+    awk -v what="$5" '{ printf "%-34s UDP buffer full: %d received, %d sent; links dropped: %d received, %d sent; TCP receivers dropped: %d; conntrack invalid: %d; TCP reorderings seen: %d, needless retransmissions reported (DSACK): %d\n", what, $9 - $1, $10 - $2, $11 - $3, $12 - $4, $13 - $5, $14 - $6, $15 - $7, $16 - $8 }' \
     >>"$dir/drops"
   awk -F: -v ticks="$((after - before))" -v stolen="$((steal_after - steal_before))" \
     -v hz="$(getconf CLK_TCK)" -v cpus="$(nproc)" '

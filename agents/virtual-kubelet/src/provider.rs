@@ -88,17 +88,18 @@ pub fn follow_credential(
         Api::<Secret>::namespaced(client, names::NAMESPACE),
         watcher::Config::default().fields(&format!("metadata.name={name}")),
         "provider credential",
-        Options {
-            trim: None,
-            convert: |secret: Secret, _| {
-                secret
-                    .data
-                    .and_then(|mut data| data.remove(KUBECONFIG_KEY))
-                    .map(|bytes| bytes.0)
-            },
-            keep: None,
-        },
+        credential_options(),
     )
+}
+
+/// Of the identity Secret, only its kubeconfig is kept.
+fn credential_options() -> Options<Secret, Option<Vec<u8>>> {
+    Options::converted(|secret, _| {
+        secret
+            .data
+            .and_then(|mut data| data.remove(KUBECONFIG_KEY))
+            .map(|bytes| bytes.0)
+    })
 }
 
 /// The tenant a provider kubeconfig acts as, when it impersonates a peer
@@ -383,6 +384,83 @@ async fn check(client: kube::Client, expected: &liqo_api::ClusterId) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SECRET: &str = "liqo-identity-prov-1";
+
+    /// A kubeconfig of the provider, acting as `impersonate` if given.
+    fn kubeconfig(impersonate: Option<&str>) -> String {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "p", "cluster": {"server": "https://127.0.0.1:6443"}}],
+            "users": [{"name": "u", "user": {"token": "t", "as": impersonate}}],
+            "contexts": [{"name": "p", "context": {"cluster": "p", "user": "u"}}],
+            "current-context": "p"
+        })
+        .to_string()
+    }
+
+    fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "namespace": names::NAMESPACE },
+            "data": data
+                .iter()
+                .map(|(k, v)| (k.to_string(), base64_of(v)))
+                .collect::<serde_json::Map<_, _>>(),
+        }))
+        .expect("a Secret")
+    }
+
+    fn base64_of(text: &str) -> serde_json::Value {
+        serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec())).expect("bytes")
+    }
+
+    /// What [`keep_client`] leaves on its channel for a store holding
+    /// `secrets` (it returns once the store can change no more).
+    async fn client_from(secrets: Vec<Secret>) -> ProviderClient {
+        let credential = liqo_agent_runtime::follow::filled(secrets, credential_options());
+        let (tx, rx) = watch::channel(Err(Arc::new(KubeconfigError::NotReadYet)));
+        keep_client(credential, SECRET.to_owned(), tx).await;
+        rx.borrow().clone()
+    }
+
+    #[tokio::test]
+    async fn the_client_comes_from_its_own_identity_secret_or_says_why_not() {
+        let usable = kubeconfig(None);
+        assert!(
+            client_from(vec![secret(SECRET, &[("kubeconfig", &usable)])])
+                .await
+                .is_ok()
+        );
+        // Another peering's Secret is not this one's.
+        let other = client_from(vec![secret(
+            "liqo-identity-prov-2",
+            &[("kubeconfig", &usable)],
+        )]);
+        assert!(
+            matches!(other.await, Err(e) if matches!(*e, KubeconfigError::NoSecret { .. })),
+            "another peering's identity"
+        );
+        let keyless = client_from(vec![secret(SECRET, &[("token", "t")])]);
+        assert!(matches!(keyless.await, Err(e) if matches!(*e, KubeconfigError::NoKey { .. })));
+        let broken = client_from(vec![secret(SECRET, &[("kubeconfig", "not: json")])]);
+        assert!(matches!(broken.await, Err(e) if matches!(*e, KubeconfigError::Load(_))));
+    }
+
+    #[tokio::test]
+    async fn the_first_kubeconfig_is_the_secrets_and_names_a_tokens_tenant() {
+        let of_token = kubeconfig(Some("liqo.io:peer:tenant-7"));
+        let credential = liqo_agent_runtime::follow::filled(
+            vec![secret(SECRET, &[("kubeconfig", &of_token)])],
+            credential_options(),
+        );
+        let read = first_kubeconfig(&credential, SECRET).await;
+        assert_eq!(read, of_token.as_bytes());
+        assert_eq!(
+            tenant_of(&read).map(|t| t.to_string()).as_deref(),
+            Some("tenant-7")
+        );
+        assert_eq!(tenant_of(kubeconfig(None).as_bytes()), None);
+    }
 
     #[test]
     fn ready_while_the_last_success_is_fresh() {

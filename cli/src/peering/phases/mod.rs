@@ -10,8 +10,8 @@
 //! both clusters at once (the provider's tenant namespace takes the
 //! namespace controller's time, the consumer's side much less).
 //!
-//! The ways of peering differ in the phases that give
-//! the consumer its identity on the provider:
+//! The ways of peering differ in the phases that give the consumer its
+//! identity on the provider:
 //!
 //! | flow | phases |
 //! | --- | --- |
@@ -25,7 +25,7 @@
 //! and its pod starts meanwhile. A token names its provider only once it
 //! is claimed.
 //!
-//! The credentials ([`Credentials`]) say which first phases run, and
+//! The credentials ([`Credentials`]) say which of those phases run, and
 //! those hand the later ones the provider as the peering's own identity
 //! reaches it ([`Reached`]): each phase takes what it works with as
 //! arguments. `unpeer` removes by the lists, whose order the runs check
