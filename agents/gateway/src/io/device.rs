@@ -7,6 +7,15 @@ use tun_rs::{GROTable, SyncDevice, VIRTIO_NET_HDR_LEN};
 
 use super::{BATCH, MAX_PACKET};
 
+/// Where a decrypted packet starts in its slot, the virtio header the
+/// device's writes take just before it. boringtun copies a packet's
+/// ciphertext there from 16 bytes into its datagram, and the datagrams of
+/// a coalesced receive start at multiples of their size, itself a
+/// multiple of 16: so both ends of the copy are aligned to 8 (docs of
+/// [`super`]). So are the segments tun-rs then appends to a flow's first
+/// packet, whose payloads are multiples of 8 long.
+pub(super) const PACKET_AT: usize = 16;
+
 /// Decrypted packets, each behind room for the virtio header the device's
 /// writes take, at most [`BATCH`] of them: what tun-rs coalesces in one
 /// go.
@@ -22,7 +31,7 @@ pub(super) struct Delivered {
 /// where that buffer already has room for a whole segment (it never
 /// reallocates): with less, every packet reaches the kernel alone, and
 /// the kernel's receive path costs per packet.
-const SLOT: usize = 2 * VIRTIO_NET_HDR_LEN + MAX_PACKET;
+const SLOT: usize = PACKET_AT + VIRTIO_NET_HDR_LEN + MAX_PACKET;
 
 impl Delivered {
     pub(super) fn new() -> Self {
@@ -38,7 +47,7 @@ impl Delivered {
     pub(super) fn write(&mut self, device: &SyncDevice) -> io::Result<()> {
         let used = std::mem::take(&mut self.used);
         if used > 0 {
-            device.send_multiple(&mut self.gro, &mut self.packets[..used], VIRTIO_NET_HDR_LEN)?;
+            device.send_multiple(&mut self.gro, &mut self.packets[..used], PACKET_AT)?;
         }
         Ok(())
     }
@@ -51,12 +60,12 @@ impl Delivered {
     /// decrypts straight into it. The caller ships a full batch first.
     pub(super) fn room(&mut self, n: usize) -> &mut [u8] {
         let slot = &mut self.packets[self.used];
-        let end = VIRTIO_NET_HDR_LEN + n;
+        let end = PACKET_AT + n;
         // Only what is missing is zeroed: a slot keeps its length.
         if slot.len() < end {
             slot.resize(end, 0);
         }
-        &mut slot[VIRTIO_NET_HDR_LEN..end]
+        &mut slot[PACKET_AT..end]
     }
 
     /// Takes the first `n` bytes of [`Delivered::room`] as the next packet
@@ -64,8 +73,8 @@ impl Delivered {
     pub(super) fn commit(&mut self, n: usize) {
         if n > 0 {
             let slot = &mut self.packets[self.used];
-            slot.truncate(VIRTIO_NET_HDR_LEN + n);
-            slot[..VIRTIO_NET_HDR_LEN].fill(0);
+            slot.truncate(PACKET_AT + n);
+            slot[PACKET_AT - VIRTIO_NET_HDR_LEN..PACKET_AT].fill(0);
             self.used += 1;
         }
     }

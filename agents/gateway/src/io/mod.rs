@@ -21,6 +21,14 @@
 //! - timers: [`Peer::tick`] every [`crate::tunnel::TICK`].
 //!
 //! Buffers are allocated once per task; nothing is allocated per packet.
+//! Where bytes are copied from one buffer to another (tun-rs splitting
+//! and coalescing segments, boringtun copying a packet before it seals or
+//! opens it in place), both ends share their alignment to 8 bytes
+//! ([`SPLIT_AT`], [`udp::SEND_AT`], [`device::PACKET_AT`]): the static
+//! images' C library (musl) copies with `rep movsq` after aligning the
+//! destination, which the processor runs at a fraction of its speed when
+//! the source is aligned differently. Measured, in the tunnel between two
+//! namespaces with the static binary: docs/benchmarks.md, "Tunnel".
 //! quinn-udp does the socket batching (and falls back to one datagram per
 //! call where the kernel lacks an offload).
 //!
@@ -71,6 +79,12 @@ const SEND_BUFFER: usize = 4 << 20;
 /// A data message's size over its packet's, at most: header and tag (32)
 /// and padding to 16 bytes (15).
 const SEAL: usize = 32 + 15;
+/// Where the device's reads put each packet they split from a segment.
+/// The segment is read after the virtio header (10 bytes) into a buffer
+/// aligned to 8 or more, so its bytes lie 2 past an 8-byte boundary: the
+/// split packets are put likewise, and boringtun copies each to 16 bytes
+/// into its datagram, which [`udp::SEND_AT`] puts 2 past a boundary too.
+const SPLIT_AT: usize = 2;
 
 /// What the timers thread tells every [`crate::tunnel::TICK`]: the
 /// peer's counters.

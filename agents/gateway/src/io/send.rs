@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use tun_rs::{SyncDevice, VIRTIO_NET_HDR_LEN};
 
 use super::udp::{Outgoing, Udp};
-use super::{BATCH, MAX_PACKET, lock};
+use super::{BATCH, MAX_PACKET, SPLIT_AT, lock};
 use crate::tunnel::Peer;
 
 /// Reads the device, encrypts and sends: device → network.
@@ -16,11 +16,11 @@ pub(super) fn device_to_network(
     peer: &Mutex<Peer>,
 ) -> io::Result<()> {
     let mut original = vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET];
-    let mut packets = vec![vec![0u8; MAX_PACKET]; BATCH];
+    let mut packets = vec![vec![0u8; SPLIT_AT + MAX_PACKET]; BATCH];
     let mut sizes = vec![0usize; BATCH];
     let mut out = Outgoing::new();
     loop {
-        let n = match device.recv_multiple(&mut original, &mut packets, &mut sizes, 0) {
+        let n = match device.recv_multiple(&mut original, &mut packets, &mut sizes, SPLIT_AT) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
@@ -29,7 +29,7 @@ pub(super) fn device_to_network(
             let mut peer = lock(peer);
             for (packet, size) in packets.iter().zip(&sizes).take(n) {
                 let room = out.room(Peer::sealed_room(*size));
-                if let Some(sealed) = peer.outgoing(&packet[..*size], room) {
+                if let Some(sealed) = peer.outgoing(&packet[SPLIT_AT..SPLIT_AT + *size], room) {
                     out.commit(sealed);
                 }
             }

@@ -100,19 +100,25 @@ impl Udp {
     }
 }
 
-/// Datagrams laid end to end in one buffer, sent as runs of equal sizes.
-/// boringtun encrypts straight into it ([`Outgoing::room`]).
+/// Where the first datagram starts in [`Outgoing`]'s buffer. Data
+/// messages are multiples of 16 bytes long, so every one starts 2 past an
+/// 8-byte boundary, and the packet boringtun copies to 16 bytes into it
+/// shares its alignment with the packet it copies ([`super::SPLIT_AT`]).
+pub(super) const SEND_AT: usize = 2;
+
+/// Datagrams laid end to end in one buffer, from [`SEND_AT`], sent as runs
+/// of equal sizes. boringtun encrypts straight into it ([`Outgoing::room`]).
 pub(super) struct Outgoing {
     /// Grows to what the largest batch needs, once, and stays.
     buf: Vec<u8>,
-    /// Where each datagram ends in `buf`.
+    /// Where each datagram ends in `buf`, from [`SEND_AT`].
     ends: Vec<usize>,
 }
 
 impl Outgoing {
     pub(super) fn new() -> Self {
         Self {
-            buf: vec![0; BATCH * (GRO_DATAGRAM + SEAL)],
+            buf: vec![0; SEND_AT + BATCH * (GRO_DATAGRAM + SEAL)],
             ends: Vec::with_capacity(BATCH * 2),
         }
     }
@@ -128,7 +134,7 @@ impl Outgoing {
 
     /// `n` bytes after the last datagram, for the next one.
     pub(super) fn room(&mut self, n: usize) -> &mut [u8] {
-        let start = self.len();
+        let start = SEND_AT + self.len();
         if self.buf.len() < start + n {
             self.buf.resize(start + n, 0);
         }
@@ -155,7 +161,7 @@ impl Outgoing {
         while i < self.ends.len() {
             let (end, count) = run_from(&self.ends, start, i, max_segments);
             let size = self.ends[i] - start;
-            udp.send(to, &self.buf[start..end], size);
+            udp.send(to, &self.buf[SEND_AT + start..SEND_AT + end], size);
             start = end;
             i += count;
         }
