@@ -4,6 +4,8 @@
 # namespaces joined by a veth pair, the same iperf3 and ping through
 #   - plain veth (no tunnel: the ceiling),
 #   - our gateway (`liqo-gateway tunnel`, release build) at both ends,
+#     built for this host (glibc) and as the images ship it (static,
+#     musl: `liqo-images`),
 #   - the current wireguard-go, built from its Go module pinned in
 #     tests/wireguard-go (with its TUN and UDP offloads),
 #   - Debian's wireguard-go (2022),
@@ -19,8 +21,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 secs=${1:-5}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/liqo-rs
 bash tests/setup.sh >/dev/null
+source tests/bench/lib.sh
 cargo build --quiet --locked --release -p liqo-gateway
 ours=$PWD/target/release/liqo-gateway
+# The static binary the gateway's image holds.
+shipped_images
+shipped=$PWD/target/x86_64-unknown-linux-musl/release/liqo-gateway
 
 # The current wireguard-go, built once per pin.
 wggo_current=$(bash tests/wireguard-go/build.sh)
@@ -86,7 +92,9 @@ start_wg() {
   done
 }
 
+# Both ends of our tunnel, with the gateway binary $1.
 start_ours() {
+  local ours=$1
   ip netns exec "$a" "$ours" tunnel --interface lqb0 --address 10.99.0.1/24 \
     --private-key-file "$work/a" --peer-public-key "$pub_b" \
     --peer-endpoint 192.168.77.2:51820 --allowed-ips 10.99.0.0/24 >"$work/a.log" 2>&1 &
@@ -159,7 +167,8 @@ command -v jq >/dev/null || { echo "error: jq is needed (apt-get install jq)" >&
 printf '%-28s %10s %10s %14s %10s\n' "path" "1 stream" "4 streams" "CPU s/Gbit" "RTT ms"
 printf '%-28s %10s %10s %14s %10s\n' "" "Gbit/s" "Gbit/s" "(1 stream)" "(avg)"
 setup_link; measure "plain veth" 192.168.77.2; teardown_link
-setup_link; start_ours; measure "liqo-gateway (ours)"; teardown_link
+setup_link; start_ours "$ours"; measure "liqo-gateway (ours)"; teardown_link
+setup_link; start_ours "$shipped"; measure "liqo-gateway (ours, static)"; teardown_link
 setup_link; start_wg "$wggo_current"; measure "wireguard-go (current)"; teardown_link
 setup_link; start_wg "$wggo_debian"; measure "wireguard-go (Debian)"; teardown_link
 setup_link; start_wg "$boringtun"; measure "boringtun-cli"; teardown_link
