@@ -231,7 +231,6 @@ impl Issue<'_> {
             if self.ids.len() == 1 { "" } else { "s" },
             provider.name
         ));
-        let records: Api<Tenant> = Api::all(provider.client.clone());
         let mut claimable = Vec::new();
         for t in self.ids {
             let mut objects = tenant::manifests(
@@ -261,14 +260,7 @@ impl Issue<'_> {
                     .get_or_insert_default()
                     .insert(token::TOKEN_LABEL.to_owned(), self.id.to_owned());
             }
-            journal.apply(provider, record).await?;
-            let uid = records
-                .get(t.as_str())
-                .await
-                .map_err(|e| provider.explain(e, &format!("reading Tenant {t}")))?
-                .metadata
-                .uid
-                .unwrap_or_default();
+            let uid = journal.apply(provider, record).await?;
             let owner = token::owner("Tenant", &Tenant::api_version(&()), t.as_str(), &uid);
             for m in objects {
                 journal.apply(provider, m.owned_by(owner.clone())).await?;

@@ -45,6 +45,9 @@ pub struct Applied {
     /// The object as it was before, when this changed it
     /// ([`Change::Configured`]): what [`restore`] puts back.
     pub prior: Option<serde_json::Value>,
+    /// The object's UID, as the API server answered: what the objects it
+    /// owns name.
+    pub uid: String,
 }
 
 /// [`apply`], keeping what the object was before it changed.
@@ -161,18 +164,22 @@ where
     let before = api.get_opt(&name).await?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let after = api.patch(&name, &params, &Patch::Apply(obj)).await?;
+    let uid = after.uid().unwrap_or_default();
     Ok(match before {
         None => Applied {
             change: Change::Created,
             prior: None,
+            uid,
         },
         Some(b) if after.resource_version() == b.resource_version() => Applied {
             change: Change::Unchanged,
             prior: None,
+            uid,
         },
         Some(b) => Applied {
             change: Change::Configured,
             prior: serde_json::to_value(&b).ok(),
+            uid,
         },
     })
 }
@@ -205,6 +212,7 @@ where
         return Ok(Applied {
             change: Change::Unchanged,
             prior: None,
+            uid: current.uid().unwrap_or_default(),
         });
     }
     apply_to(api, obj).await

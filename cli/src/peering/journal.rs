@@ -35,14 +35,17 @@ struct Entry {
 
 impl Journal {
     /// Applies `manifest` on `cluster`, recording it if this created or
-    /// changed it.
+    /// changed it; returns the object's UID, which the objects it owns
+    /// name.
     pub async fn apply(
         &mut self,
         cluster: &ClusterClient,
         manifest: Manifest,
-    ) -> anyhow::Result<Change> {
-        let applied = apply::apply_over(cluster, &manifest).await?;
-        Ok(self.record(cluster, manifest, applied))
+    ) -> anyhow::Result<String> {
+        let mut applied = apply::apply_over(cluster, &manifest).await?;
+        let uid = std::mem::take(&mut applied.uid);
+        self.record(cluster, manifest, applied);
+        Ok(uid)
     }
 
     /// Applies `manifests` on `cluster` by [`Manifest::rank`]: one rank

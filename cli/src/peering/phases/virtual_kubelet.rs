@@ -87,13 +87,7 @@ async fn foreign_cluster(
         status: None,
     }));
     refuse_foreign(consumer, std::slice::from_ref(&fc), PEER_AGAIN).await?;
-    journal.apply(consumer, fc).await?;
-    let name = p.cluster_id.as_str();
-    let fc = Api::<ForeignCluster>::all(consumer.client.clone())
-        .get(name)
-        .await
-        .map_err(|e| consumer.explain(e, &format!("reading ForeignCluster {name}")))?;
-    Ok(fc.uid().unwrap_or_default())
+    journal.apply(consumer, fc).await
 }
 
 /// Records the grant, the identity's expiry and the tenant namespace in
