@@ -138,16 +138,52 @@ new_vk() {
 }
 
 # The cluster (testbed folder) process $1 belongs to, as its command line
-# or environment names it; nothing for a process of no cluster.
+# or environment names it, or else as the cgroup of a real node's pods
+# does (the cgroup root its kubelet was given); nothing for a process of
+# no cluster. Callers that ask for many processes set `node_roots` to
+# node_cgroups's lines first.
 cluster_of() {
-  { tr '\0' '\n' <"/proc/$1/cmdline"; tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null |
-    grep -o "$dir/tb/[a-z]*/" | head -n 1 | sed "s|$dir/tb/||; s|/$||" || true
+  local where root roots=${node_roots-$(node_cgroups)}
+  where=$({ tr '\0' '\n' <"/proc/$1/cmdline"; tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null |
+    grep -o "$dir/tb/[a-z]*/" | head -n 1 | sed "s|$dir/tb/||; s|/$||") || true
+  if [ -z "$where" ] && [ -n "$roots" ]; then
+    root=$(awk -F: '$1 == 0 { split($3, p, "/"); print "/" p[2] }' "/proc/$1/cgroup" 2>/dev/null) || true
+    where=$(awk -v r="$root" '$1 == r { print $2 }' <<<"$roots")
+  fi
+  echo "$where"
+}
+
+# "<cgroup root> <cluster>" for each real node of the testbed.
+node_cgroups() {
+  local config
+  for config in "$dir"/tb/*/node/kubelet.json; do
+    [ -e "$config" ] || continue
+    echo "$(jq -r '.cgroupRoot' "$config") $(basename "$(dirname "$(dirname "$config")")")"
+  done
+}
+
+# Each cluster's processes (all their threads) on cores of their own, as
+# peered clusters have machines of their own: arguments "cluster=cores"
+# (taskset's list, e.g. home=0 foreign=1). A real node's pods are
+# included; processes started later by one (a `kubectl exec`) inherit its
+# shim's cores.
+pin_clusters() {
+  local pid where pair node_roots
+  node_roots=$(node_cgroups)
+  declare -A cores=()
+  for pair in "$@"; do cores[${pair%%=*}]=${pair#*=}; done
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    where=$(cluster_of "$pid")
+    [ -n "$where" ] && [ -n "${cores[$where]:-}" ] || continue
+    taskset -a -p -c "${cores[$where]}" "$pid" >/dev/null 2>&1 || true
+  done
 }
 
 # CPU time so far of every process of the testbed, one line each:
 # "<cluster>/<program> <ticks>" (utime + stime, in clock ticks).
 cpu_ticks() {
-  local pid where comm
+  local pid where comm node_roots
+  node_roots=$(node_cgroups)
   for pid in $(ls /proc | grep -E '^[0-9]+$'); do
     where=$(cluster_of "$pid")
     [ -n "$where" ] || continue

@@ -103,17 +103,8 @@ fi
 # With --pin: every process of the consumer (all its threads) on core 0,
 # every process of the provider on core 1. Run before each measured phase,
 # so that the watches started for it are pinned too.
-pin_clusters() {
-  $pin || return 0
-  local pid core
-  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-    case "$(cluster_of "$pid")" in
-      consumer) core=0 ;;
-      provider) core=1 ;;
-      *) continue ;;
-    esac
-    taskset -a -p -c "$core" "$pid" >/dev/null 2>&1 || true
-  done
+pin_if_asked() {
+  if $pin; then pin_clusters consumer=0 provider=1; fi
 }
 # Its peak resident memory in MiB.
 vk_peak_mib() {
@@ -161,7 +152,7 @@ direct() {
   stamped "$dir/$ns.w" --kubeconfig "$provider" -n "$ns" get pods -l app=bench -w --no-headers \
     -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
   sleep 2
-  pin_clusters
+  pin_if_asked
   cpu_ticks >"$dir/cpu.$ns.0"
   api_requests "$provider" "$dir/metrics" >"$dir/req.$ns.0"
   quota_admission "$dir/metrics" >"$dir/quota.$ns.0"
@@ -265,7 +256,7 @@ agent_lines() {
 steady=100
 deployment bench virtual steady 0 | kc apply -f - >/dev/null
 watch_pods steady
-pin_clusters
+pin_if_asked
 for i in $(seq "$steady"); do
   kc -n bench scale deployment steady --replicas "$i" >/dev/null
   sleep 0.25
@@ -278,7 +269,7 @@ kp -n "$twin" wait --for=delete pods -l app=steady --timeout 300s >/dev/null 2>&
 
 # (a) and (b) through the virtual node: the burst.
 watch_pods bench
-pin_clusters
+pin_if_asked
 cpu_ticks >"$dir/cpu.virtual.0"
 api_requests "$consumer" >"$dir/req.consumer.0"
 api_requests "$provider" "$dir/metrics" >"$dir/req.provider.0"
@@ -304,7 +295,7 @@ if $with_10k; then
   stamped "$dir/big.local.w" --kubeconfig "$consumer" -n bench get pods -l app=bench -w --no-headers \
     -o 'custom-columns=U:.metadata.uid,N:.spec.nodeName,P:.status.phase'
   sleep 2
-  pin_clusters
+  pin_if_asked
   kc -n bench scale deployment bench --replicas 10000 >/dev/null
   until_running "$dir/big.local.w" 10000 >/dev/null
   unwatch

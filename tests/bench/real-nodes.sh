@@ -13,9 +13,11 @@
 #   tunnel), and between two pods of foreign's node; with the CPU time of
 #   the whole machine per Gbit carried, the segments TCP retransmitted
 #   and the machine's time its hypervisor took (steal); four streams
-#   across again at the end, after 20 s idle; and what was dropped during
-#   each (full UDP socket buffers, links' drops, TCP receivers' drops,
-#   packets conntrack found invalid, in every network namespace).
+#   across again after 20 s idle; the first four runs again with each
+#   cluster on a core of its own (its control plane, node and pods); and
+#   what was dropped during each (full UDP socket buffers, links' drops,
+#   TCP receivers' drops, packets conntrack found invalid, in every
+#   network namespace).
 #   bash tests/bench/real-nodes.sh [--pods N]     # default 50
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -188,6 +190,15 @@ inside4=$(gbits "$foreign" direct "$server_foreign" 4 "inside, 4 streams")
 # whether what ran just before weighs on them.
 sleep 20
 again4=$(gbits "$home" default "$server_home" 4 "across, 4 streams, after idle")
+# The same with each cluster on a core of its own, as peered clusters
+# have machines of their own: the transfer inside foreign then has one
+# core for both its ends, the one across has home's core for the sender
+# and its gateway, foreign's for the receiver and its gateway.
+pin_clusters home=0 foreign=1
+pinned_across1=$(gbits "$home" default "$server_home" 1 "pinned: across, 1 stream")
+pinned_inside1=$(gbits "$foreign" direct "$server_foreign" 1 "pinned: inside, 1 stream")
+pinned_across4=$(gbits "$home" default "$server_home" 4 "pinned: across, 4 streams")
+pinned_inside4=$(gbits "$foreign" direct "$server_foreign" 4 "pinned: inside, 4 streams")
 
 echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); agents: the release images of target/images"
 cat "$dir/peer-times"
@@ -197,5 +208,8 @@ printf '%-40s %46s %46s\n' "" "across the tunnel" "inside foreign"
 printf '%-40s %46s %46s\n' "TCP pod to pod, iperf3 10 s, 1 stream" "$across1" "$inside1"
 printf '%-40s %46s %46s\n' "TCP pod to pod, iperf3 10 s, 4 streams" "$across4" "$inside4"
 printf '%-40s %46s\n' "the same, again after 20 s idle" "$again4"
+echo "each cluster on a core of its own (home: 0, foreign: 1):"
+printf '%-40s %46s %46s\n' "TCP pod to pod, iperf3 10 s, 1 stream" "$pinned_across1" "$pinned_inside1"
+printf '%-40s %46s %46s\n' "TCP pod to pod, iperf3 10 s, 4 streams" "$pinned_across4" "$pinned_inside4"
 echo "dropped during each run:"
 cat "$dir/drops"

@@ -12,7 +12,9 @@
 #   - boringtun-cli (cargo install, cached).
 # For each: TCP throughput with one and with four streams (iperf3, 5 s),
 # the tunnel processes' CPU time per gigabit sent (both ends, from
-# /proc/PID/stat), and ping's average round trip (200 pings).
+# /proc/PID/stat), and ping's average round trip (200 pings). Then the
+# encryption alone on one core (agents/gateway/benches/seal.rs, and
+# OpenSSL's where `openssl` is installed).
 #
 #   sudo bash tests/bench/tunnel.sh [seconds]
 # Needs root, iproute2, iperf3, wireguard-tools, wireguard-go, Go, cargo.
@@ -172,3 +174,13 @@ setup_link; start_ours "$shipped"; measure "liqo-gateway (ours, static)"; teardo
 setup_link; start_wg "$wggo_current"; measure "wireguard-go (current)"; teardown_link
 setup_link; start_wg "$wggo_debian"; measure "wireguard-go (Debian)"; teardown_link
 setup_link; start_wg "$boringtun"; measure "boringtun-cli"; teardown_link
+
+# The ceiling: the encryption alone, on one core, in a loop (nothing
+# else running), as the gateway does it (boringtun, with ring's code)
+# and as the fastest code this processor runs does it (OpenSSL's).
+echo
+cargo bench --quiet --locked -p liqo-gateway --bench seal
+if command -v openssl >/dev/null; then
+  openssl speed -seconds 2 -bytes 1420 -evp chacha20-poly1305 2>/dev/null |
+    awk '$1 == "ChaCha20-Poly1305" { v = $2; sub(/k$/, "", v); printf "OpenSSL, 1420-byte packets on one core: seal %.2f Gbit/s\n", v * 8 / 1e6 }'
+fi
