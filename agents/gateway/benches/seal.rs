@@ -1,8 +1,9 @@
 //! What the encryption alone costs: boringtun sealing and opening
 //! 1,420-byte packets (an MTU-sized TCP segment in the tunnel) on one
-//! core, in a loop, as the tunnel's threads do for every packet. The
-//! ceiling of the tunnel's throughput on this machine;
-//! `tests/bench/tunnel.sh` prints it beside the tunnel's own figures.
+//! core, in a loop, as the tunnel's threads do for every packet: the
+//! ceiling of one peering's throughput per direction on the machine it
+//! runs on. `tests/bench/tunnel.sh` prints it beside the tunnel's own
+//! figures.
 //!
 //!   cargo bench -p liqo-gateway --bench seal
 
@@ -13,7 +14,7 @@ use boringtun::x25519::{PublicKey, StaticSecret};
 
 /// An IP packet's size: the tunnel's MTU.
 const PACKET: usize = 1420;
-/// Packets per measurement: 284 MB, more than any cache holds.
+/// Packets per measurement: 284 MB of them, more than any cache holds.
 const PACKETS: usize = 200_000;
 /// Measurements; the median is printed.
 const ROUNDS: usize = 5;
