@@ -63,9 +63,7 @@ impl Journal {
             let mut failure = None;
             for (manifest, result) in rank.into_iter().zip(applied) {
                 match result {
-                    Ok(applied) => {
-                        self.record(cluster, manifest, applied);
-                    }
+                    Ok(applied) => self.record(cluster, manifest, applied),
                     Err(e) => {
                         failure.get_or_insert(e);
                     }
@@ -78,9 +76,9 @@ impl Journal {
         Ok(())
     }
 
-    fn record(&mut self, cluster: &ClusterClient, manifest: Manifest, applied: Applied) -> Change {
+    fn record(&mut self, cluster: &ClusterClient, manifest: Manifest, applied: Applied) {
         let prior = match applied.change {
-            Change::Unchanged => return Change::Unchanged,
+            Change::Unchanged => return,
             Change::Created => None,
             Change::Configured => applied.prior,
         };
@@ -89,7 +87,6 @@ impl Journal {
             manifest,
             prior,
         });
-        applied.change
     }
 
     /// [`Self::roll_back`] as a step of the command's output, when there
